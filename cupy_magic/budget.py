@@ -1,0 +1,242 @@
+"""Sizes and the VRAM budget: parsing, formatting, estimates (guide section 2B).
+
+Pure functions, no device access: the caller passes the device's total bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "BudgetSpec",
+    "Estimate",
+    "SizeError",
+    "estimate",
+    "estimate_array",
+    "format_bytes",
+    "parse_budget",
+    "parse_shape",
+    "parse_size",
+]
+
+GiB = 1024**3
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+}
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+class SizeError(ValueError):
+    """A size, budget or shape that cannot be understood; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A budget as the user wrote it, resolved against a device size."""
+
+    text: str
+    nbytes: int
+    fraction: float | None = None
+
+    def describe(self) -> str:
+        if self.fraction is not None:
+            return f"{format_bytes(self.nbytes)} ({self.fraction:.0%} of the device)"
+        exact = format_bytes(self.nbytes)
+        return exact if exact.replace(" ", "") == self.text.replace(" ", "") else \
+            f"{self.text} = {exact}"
+
+
+def parse_size(text: str) -> int:
+    """Parse a size with a unit into bytes.
+
+    ``GB``/``MB`` are powers of 1000 and ``GiB``/``MiB`` powers of 1024, as on the box of
+    a disk and in ``nvidia-smi`` respectively.
+
+    Examples
+    --------
+    >>> parse_size("8GB"), parse_size("1.5GiB"), parse_size("512MB")
+    (8000000000, 1610612736, 512000000)
+    """
+    m = _SIZE_RE.match(text or "")
+    if not m:
+        raise SizeError(f"cannot read the size {text!r}; write a number and a unit, e.g. 8GB, "
+                        "1.5GiB or 512MB")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit not in _UNITS:
+        raise SizeError(f"unknown unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB, TB or "
+                        "KiB, MiB, GiB, TiB")
+    if unit in ("", "b") and number != int(number):
+        raise SizeError(f"{text!r} is a fraction of a byte; give whole bytes or a unit like MB")
+    nbytes = int(round(number * _UNITS[unit]))
+    if nbytes <= 0:
+        raise SizeError(f"the size {text!r} must be more than 0 bytes, e.g. 512MB")
+    return nbytes
+
+
+def parse_budget(text: str, device_total: int) -> BudgetSpec:
+    """Parse a budget: a size (``8GB``), a percentage (``50%``) or a fraction (``0.5``).
+
+    Parameters
+    ----------
+    text
+        What the user wrote.
+    device_total
+        Bytes of the device the budget applies to; a budget above it is refused.
+    """
+    raw = (text or "").strip()
+    if not raw:
+        raise SizeError("no budget given; write e.g. %vram_budget 8GB, 80% or 0.5")
+    if raw.startswith("-"):
+        raise SizeError(f"a budget cannot be negative ({raw!r}); write e.g. 8GB, or 'off' to "
+                        "remove the budget")
+    fraction: float | None = None
+    if raw.endswith("%"):
+        try:
+            fraction = float(raw[:-1]) / 100
+        except ValueError:
+            raise SizeError(f"cannot read the percentage {raw!r}; write e.g. 80%") from None
+        if not 0 < fraction <= 1:
+            raise SizeError(f"a percentage budget must be above 0% and at most 100%, got {raw!r}; "
+                            "e.g. 80%")
+    elif re.fullmatch(r"[0-9]*\.?[0-9]+", raw):
+        value = float(raw)
+        if value == 0:
+            raise SizeError("a budget of 0 would refuse every allocation; write e.g. 8GB, 0.5 or "
+                            "'off' to remove the budget")
+        if value > 1:
+            raise SizeError(f"{raw!r} has no unit: a bare number is a fraction of the device "
+                            f"(0 to 1); for a size write {raw}GB or {raw}GiB")
+        fraction = value
+    if fraction is not None:
+        if device_total <= 0:
+            raise SizeError(f"the device size is unknown, so {raw!r} cannot be resolved; give a "
+                            "size such as 8GB")
+        nbytes = int(device_total * fraction)
+    else:
+        nbytes = parse_size(raw)
+        if device_total > 0 and nbytes > device_total:
+            raise SizeError(
+                f"a budget of {raw} ({format_bytes(nbytes)}) is larger than the device "
+                f"({format_bytes(device_total)}); give at most {format_bytes(device_total)} "
+                "or a percentage such as 90%"
+            )
+    return BudgetSpec(raw, nbytes, fraction)
+
+
+def format_bytes(nbytes: float) -> str:
+    """Format bytes with binary units and the unit named exactly (``1.49 GiB``)."""
+    value = float(nbytes)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{sign}{int(value)} B"
+            return f"{sign}{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """Parse ``20000x20000`` (or ``20000,20000`` / ``(20000, 20000)``) into a shape."""
+    raw = (text or "").strip().strip("()[]")
+    parts = [p for p in re.split(r"\s*[x×,*]\s*", raw) if p != ""]
+    if not parts:
+        raise SizeError(f"cannot read the shape {text!r}; write e.g. 20000x20000")
+    try:
+        dims = tuple(int(float(p)) if "e" in p.lower() else int(p) for p in parts)
+    except ValueError:
+        raise SizeError(f"cannot read the shape {text!r}; write whole numbers joined by x, "
+                        "e.g. 20000x20000") from None
+    if any(d < 0 for d in dims):
+        raise SizeError(f"a shape cannot have negative lengths, got {text!r}")
+    return dims
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The guide's estimate: elements x bytes per element / 1024^3."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+    nbytes: int
+    label: str = ""
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def gib(self) -> float:
+        return self.nbytes / GiB
+
+    @property
+    def gb(self) -> float:
+        return self.nbytes / 1e9
+
+    def formula(self) -> str:
+        dims = " x ".join(f"{d:,}" for d in self.shape) or "1 (a scalar)"
+        return (f"{dims} = {self.elements:,} elements x {self.itemsize} bytes ({self.dtype}) "
+                f"= {self.nbytes:,} bytes / 1024^3 = {self.gib:.2f} GiB ({self.gb:.2f} GB)")
+
+    def __str__(self) -> str:
+        head = f"{self.label}: " if self.label else ""
+        return head + self.formula()
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def _dtype(name: str) -> np.dtype:
+    try:
+        dt = np.dtype(name)
+    except TypeError:
+        raise SizeError(f"unknown dtype {name!r}; use e.g. float32, float64, int8, complex64") \
+            from None
+    if dt.kind in "OUSV" or dt.itemsize == 0:
+        raise SizeError(f"dtype {name!r} has no fixed size on the GPU; CuPy arrays hold numbers "
+                        "and booleans (e.g. float32)")
+    return dt
+
+
+def estimate(shape: tuple[int, ...] | str, dtype: str = "float64") -> Estimate:
+    """Estimate the memory of an array from its shape and dtype (guide 2B).
+
+    Examples
+    --------
+    >>> round(estimate("20000x20000", "float32").gib, 2)
+    1.49
+    """
+    dims = parse_shape(shape) if isinstance(shape, str) else tuple(int(d) for d in shape)
+    dt = _dtype(dtype)
+    return Estimate(dims, dt.name, dt.itemsize, math.prod(dims) * dt.itemsize)
+
+
+def estimate_array(array: object, label: str = "") -> Estimate:
+    """Estimate what an existing array (NumPy or CuPy) takes on the device."""
+    shape = getattr(array, "shape", None)
+    dtype = getattr(array, "dtype", None)
+    if shape is None or dtype is None:
+        raise SizeError(f"{label or 'the value'} is a {type(array).__name__}, not an array; "
+                        "give an array or a shape such as 20000x20000 float32")
+    dt = _dtype(str(dtype))
+    return Estimate(tuple(shape), dt.name, dt.itemsize, math.prod(shape) * dt.itemsize, label)

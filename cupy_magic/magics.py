@@ -1,0 +1,156 @@
+"""The IPython magics: thin parsers in front of :mod:`cupy_magic.session` and the runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import session
+from .budget import SizeError, estimate
+from .runner import CAST_TARGETS, CellError, run_cell
+
+__all__ = ["GpuMagics"]
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+@magics_class
+class GpuMagics(Magics):
+    """``%%gpu``, ``%vram_budget`` and ``%gpu_backend``."""
+
+    @magic_arguments()
+    @argument("--to-host", nargs="?", const="*", default=None, metavar="NAMES",
+              help="bring the arrays the cell assigns back as NumPy: all of them, or the "
+                   "comma-separated NAMES")
+    @argument("--dtype", default=None, metavar="DTYPE",
+              help=f"downcast float64 inputs on the way in; one of {', '.join(CAST_TARGETS)}")
+    @argument("--warmup", action="store_true",
+              help="run once on a small slice of the inputs first, then time the real run")
+    @argument("--quiet", action="store_true", help="show no report")
+    @cell_magic
+    def gpu(self, line: str, cell: str) -> None:
+        """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
+
+        Inside the cell every name bound to the numpy module means cupy, and ``cp`` is cupy.
+        Names the cell assigns are written back only if it succeeds; device arrays stay on
+        the device unless ``--to-host`` is given. A report follows the cell; the last one is
+        ``cupy_magic.last_report()``.
+
+        Examples
+        --------
+        In [1]: %load_ext cupy_magic
+
+        In [2]: x = np.random.rand(10_000_000)
+
+        In [3]: %%gpu --to-host y
+           ...: y = np.sqrt(x) * 2 + 1
+           ...: total = y.sum()
+        """
+        __tracebackhide__ = True
+        args = parse_argstring(self.gpu, line)
+        if args.to_host is None:
+            to_host: bool | list[str] = False
+        elif args.to_host == "*":
+            to_host = True
+        else:
+            to_host = _names(args.to_host)
+            bad = [n for n in to_host if not n.isidentifier()]
+            if bad or not to_host:
+                raise UsageError(f"--to-host takes comma-separated variable names, got "
+                                 f"{args.to_host!r}; e.g. %%gpu --to-host y,total")
+        if args.dtype is not None and args.dtype not in CAST_TARGETS:
+            raise UsageError(f"--dtype {args.dtype} is not supported; use "
+                             f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
+        if not cell.strip():
+            raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
+        shell = self.shell
+        assert shell is not None
+        filename = shell.compile.cache(cell, shell.execution_count)
+        try:
+            report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
+                              warmup=args.warmup, filename=filename)
+        except SyntaxError as exc:
+            raise UsageError(
+                f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "
+                f"({(exc.text or '').strip()!r}); fix the line and run the cell again"
+            ) from None
+        except CellError as exc:
+            raise UsageError(str(exc)) from None
+        session.record(report)
+        if not args.quiet:
+            display(report)
+
+    @magic_arguments()
+    @argument("budget", nargs="?", default=None,
+              help="8GB, 1.5GiB, 512MB, 50%%, 0.5 (a fraction of the device), or off")
+    @argument("--estimate", nargs="+", default=None, metavar="SHAPE_OR_NAME",
+              help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32) or a variable")
+    @line_magic
+    def vram_budget(self, line: str) -> Any:
+        """Set, show or remove the VRAM budget, or estimate what an array takes.
+
+        Examples
+        --------
+        In [1]: %vram_budget 8GB            # also 8GiB, 512MB, 50%, 0.5
+
+        In [2]: %vram_budget                # budget, pool used/held, device used/total
+
+        In [3]: %vram_budget --estimate 20000x20000 float32   # 1.49 GiB
+
+        In [4]: %vram_budget --estimate x   # a variable
+
+        In [5]: %vram_budget off
+        """
+        if line.strip().startswith("-") and not line.strip().startswith("--"):
+            raise UsageError(f"a budget cannot be negative ({line.strip()!r}); write e.g. "
+                             "%vram_budget 8GB, or %vram_budget off")
+        args = parse_argstring(self.vram_budget, line)
+        try:
+            if args.estimate is not None:
+                if args.budget is not None:
+                    raise UsageError("give either a budget or --estimate, not both")
+                return self._estimate(args.estimate)
+            if args.budget is None:
+                return session.budget_status()
+            return session.set_budget(args.budget)
+        except SizeError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _estimate(self, words: list[str]) -> Any:
+        if len(words) == 1 and words[0].isidentifier():
+            assert self.shell is not None
+            return session.estimate_name(words[0], self.shell.user_ns)
+        if len(words) > 2:
+            raise UsageError(f"--estimate takes SHAPE [DTYPE], got {' '.join(words)!r}; "
+                             "e.g. --estimate 20000x20000 float32")
+        return estimate(words[0], words[1] if len(words) == 2 else "float64")
+
+    @line_magic
+    def gpu_backend(self, line: str) -> Any:
+        """Show or choose the backend: ``cupy`` (GPU) or ``host`` (NumPy on the CPU).
+
+        Examples
+        --------
+        In [1]: %gpu_backend host     # compare: the same cells on the CPU
+
+        In [2]: %gpu_backend cupy
+        """
+        choice = line.strip().lower()
+        if not choice:
+            print(session.describe_device())
+            return None
+        if choice not in ("cupy", "host"):
+            raise UsageError(f"unknown backend {line.strip()!r}; use %gpu_backend cupy or "
+                             "%gpu_backend host")
+        try:
+            session.use_backend(choice)
+        except RuntimeError as exc:
+            raise UsageError(f"{exc}; stay on %gpu_backend host") from None
+        print(session.describe_device())
+        return None

@@ -1,0 +1,324 @@
+"""Run one cell on the live backend, as a transaction.
+
+The cell runs in a shallow copy of the user namespace in which every name bound to the
+NumPy module means the backend's array module (CuPy on a GPU) and every NumPy array the cell
+reads is replaced by a device copy. Only when the cell succeeds are the names it bound
+written back; when it fails, the copy is dropped, so the user's variables and the pool are
+as they were.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import itertools
+import linecache
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import CodeType, ModuleType, TracebackType
+from typing import Any
+
+import numpy as np
+
+from . import backend as _backend
+from .budget import format_bytes
+from .cellcode import analyse
+from .report import InputMove, OutputInfo, RunReport
+
+__all__ = ["CellError", "run_cell"]
+
+CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
+                "float16": {"float64": "float16", "float32": "float16"}}
+_WARMUP_ROWS = 2
+_counter = itertools.count(1)
+
+
+class CellError(ValueError):
+    """The cell or its options cannot be run as given; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    code: CodeType
+    inputs: dict[str, np.ndarray]
+    overrides: dict[str, Any]
+    stored: set[str]
+    deleted: set[str]
+
+
+def _check_input(name: str, arr: np.ndarray) -> None:
+    if arr.dtype.kind in "OUSVMm":
+        raise CellError(
+            f"input {name!r} is a NumPy array of dtype {arr.dtype}, which CuPy cannot hold; "
+            f"convert it first (e.g. {name} = {name}.astype(float)) or keep it out of the "
+            "%%gpu cell"
+        )
+    if isinstance(arr, np.ma.MaskedArray):
+        raise CellError(f"input {name!r} is a masked array; CuPy has none: pass "
+                        f"{name}.filled(fill_value) and a separate mask")
+
+
+def _plan(source: str, namespace: dict[str, Any], filename: str, to_host: bool | Iterable[str],
+          dtype: str | None, be: _backend.Backend) -> _Plan:
+    tree = ast.parse(source, filename, "exec")
+    names = analyse(tree)
+    if dtype is not None and dtype not in CAST_TARGETS:
+        raise CellError(f"--dtype {dtype} is not supported; use --dtype float32 (or float16)")
+    if not isinstance(to_host, bool):
+        wanted = list(to_host)
+        missing = [n for n in wanted if n not in names.assigned | names.mutated]
+        if missing:
+            bound = ", ".join(sorted(names.assigned)) or "nothing"
+            raise CellError(
+                f"--to-host names {', '.join(missing)}, which the cell never assigns; "
+                f"it assigns: {bound}"
+            )
+    numpy_names = {k for k, v in namespace.items() if v is np}
+    overrides: dict[str, Any] = {k: be.xp for k in numpy_names}
+    if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
+        overrides["cp"] = be.xp
+    inputs: dict[str, np.ndarray] = {}
+    for name in sorted(names.loaded | names.mutated):
+        value = namespace.get(name)
+        if isinstance(value, np.ndarray) and name not in numpy_names:
+            _check_input(name, value)
+            inputs[name] = value
+    code = compile(tree, filename, "exec")
+    return _Plan(code, inputs, overrides, names.assigned | names.mutated, names.deleted)
+
+
+def _register_source(source: str, filename: str) -> None:
+    if filename not in linecache.cache:
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def _move_inputs(plan: _Plan, dtype: str | None, be: _backend.Backend) -> tuple[dict, list]:
+    moved: dict[str, Any] = {}
+    moves: list[InputMove] = []
+    for name, arr in plan.inputs.items():
+        cast_from, saved, host = "", 0, arr
+        target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
+        if target:
+            t0 = time.perf_counter()
+            host = arr.astype(target)
+            cast_from, saved = arr.dtype.name, arr.nbytes - host.nbytes
+            cast_s = time.perf_counter() - t0
+        else:
+            cast_s = 0.0
+        t = be.to_device(host)
+        moved[name] = t.array
+        moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, host.dtype.name,
+                               cast_from, saved))
+    return moved, moves
+
+
+def _check_budget(plan: _Plan, dtype: str | None, be: _backend.Backend) -> None:
+    limit = be.limit
+    if limit is None:
+        return
+    need = 0
+    for arr in plan.inputs.values():
+        target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
+        need += arr.size * np.dtype(target).itemsize if target else arr.nbytes
+    free = limit - be.pool_used()
+    if need > free:
+        sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
+        hint = "" if dtype else ", --dtype float32 to halve float64 inputs"
+        err = _backend.BudgetExceeded(
+            f"the cell's inputs {sizes} need {format_bytes(need)} but the VRAM budget "
+            f"{format_bytes(limit)} leaves {format_bytes(max(free, 0))}; try batching the "
+            f"data{hint}, a larger %vram_budget, or releasing cached blocks "
+            "(cupy_magic.free_cached())"
+        )
+        err.explained = True  # type: ignore[attr-defined]
+        raise err
+
+
+def _explain_oom(exc: BaseException, be: _backend.Backend, peak: int) -> BaseException:
+    """Turn an out-of-memory error into one that says what was asked and what to try."""
+    if not isinstance(exc, MemoryError) or getattr(exc, "explained", False):
+        return exc
+    limit = be.limit
+    where = (f"the VRAM budget of {format_bytes(limit)} (set with %vram_budget)"
+             if limit else "the device's free memory")
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if hasattr(exc, "line"):
+        head = f"over the budget: {first}"
+    else:
+        head = (f"out of memory: {first}; the cell reached {format_bytes(peak)} in the pool, "
+                f"against {where}")
+    new = _backend.BudgetExceeded(
+        f"{head}. Try batching the data (smaller slices per cell), --dtype float32, a larger "
+        "%vram_budget, or cupy_magic.free_cached() to release cached blocks"
+    )
+    new.explained = True  # type: ignore[attr-defined]
+    return new
+
+
+def _cell_traceback(tb: TracebackType | None, filename: str, *,
+                    trim_below: bool = False) -> TracebackType | None:
+    """Keep the frames from the cell's first frame on (and, if asked, up to its last)."""
+    cur = tb
+    while cur is not None and cur.tb_frame.f_code.co_filename != filename:
+        cur = cur.tb_next
+    if cur is None:
+        return None if trim_below else tb
+    if trim_below:
+        last, probe = cur, cur
+        while probe is not None:
+            if probe.tb_frame.f_code.co_filename == filename:
+                last = probe
+            probe = probe.tb_next
+        last.tb_next = None
+    return cur
+
+
+def _describe(value: Any, be: _backend.Backend) -> tuple[str, str, int]:
+    if be.is_gpu and be.is_device_array(value):
+        return f"{type(value).__module__.split('.')[0]}.ndarray {value.dtype} {value.shape}", \
+            "device", int(value.nbytes)
+    if isinstance(value, np.ndarray):
+        where = "host" if be.is_gpu else "host (CPU fallback)"
+        return f"numpy.ndarray {value.dtype} {value.shape}", where, int(value.nbytes)
+    return type(value).__name__, "python", 0
+
+
+def run_cell(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    to_host: bool | Iterable[str] = False,
+    dtype: str | None = None,
+    warmup: bool = False,
+    filename: str | None = None,
+) -> RunReport:
+    """Run ``source`` on the live backend against ``namespace``, as a transaction.
+
+    Parameters
+    ----------
+    source
+        The cell's code.
+    namespace
+        The user namespace: read for inputs, written only if the cell succeeds.
+    to_host
+        ``True`` brings every device array the cell assigns back as NumPy; a list of names
+        brings back those; ``False`` (default) leaves results on the device.
+    dtype
+        ``"float32"`` downcasts float64 (and complex128) inputs on the way in.
+    warmup
+        Run the cell once on a small leading slice of its inputs first (kernel compilation,
+        pool growth), and time only the real run.
+    filename
+        The name the cell's code is compiled under (tracebacks show it with the cell's lines).
+
+    Returns
+    -------
+    RunReport
+        What moved, how long the device worked, peak pool bytes, and what was committed.
+
+    Raises
+    ------
+    CellError
+        For inputs CuPy cannot hold or options that do not fit the cell.
+    BudgetExceeded
+        When the inputs or the cell's allocations do not fit the VRAM budget.
+    BaseException
+        Whatever the cell raised, with a traceback that starts at the cell's own lines.
+    """
+    __tracebackhide__ = True
+    be = _backend.current()
+    filename = filename or f"<gpu-cell-{next(_counter)}>"
+    _register_source(source, filename)
+    plan = _plan(source, namespace, filename, to_host, dtype, be)
+    _check_budget(plan, dtype, be)
+    info = be.info()
+    report = RunReport(backend=be.name, device=info.name, budget_bytes=be.limit)
+    wall0 = time.perf_counter()
+    work: dict[str, Any] = {}
+    moved: dict[str, Any] = {}
+    mem = None
+    try:
+        if warmup:
+            report.warmup_seconds = _warmup(plan, dtype, be, namespace)
+        with be.track_memory(filename) as mem:
+            report.start_pool_bytes = mem.start_bytes
+            moved, report.inputs = _move_inputs(plan, dtype, be)
+            work = dict(namespace)
+            work.update(plan.overrides)
+            work.update(moved)
+            with be.time_device() as timing:
+                exec(plan.code, work)
+        report.gpu_seconds = timing.seconds
+        report.peak_pool_bytes = mem.peak_bytes
+    except BaseException as exc:
+        peak = mem.peak_bytes if mem is not None else 0
+        work.clear()
+        moved.clear()
+        traceback.clear_frames(exc.__traceback__)
+        gc.collect()
+        new = _explain_oom(exc, be, peak)
+        cell_tb = _cell_traceback(exc.__traceback__, filename, trim_below=new is not exc)
+        raise new.with_traceback(cell_tb) from None
+    _commit(plan, work, namespace, to_host, be, report)
+    report.wall_seconds = time.perf_counter() - wall0
+    return report
+
+
+def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend,
+            namespace: dict[str, Any]) -> float:
+    __tracebackhide__ = True
+    small = {n: (a[:_WARMUP_ROWS] if a.ndim else a) for n, a in plan.inputs.items()}
+    slim = _Plan(plan.code, small, plan.overrides, plan.stored, plan.deleted)
+    t0 = time.perf_counter()
+    scratch: dict[str, Any] = {}
+    try:
+        moved, _ = _move_inputs(slim, dtype, be)
+        scratch = {**namespace, **plan.overrides, **moved}
+        exec(plan.code, scratch)
+        be.synchronize()
+    except Exception as exc:
+        raise CellError(
+            f"the --warmup run on the first {_WARMUP_ROWS} rows of the inputs failed with "
+            f"{type(exc).__name__}: {exc}; run without --warmup, or make the cell work on "
+            "any number of rows"
+        ) from exc
+    finally:
+        scratch.clear()
+    return time.perf_counter() - t0
+
+
+def _commit(plan: _Plan, work: dict[str, Any], namespace: dict[str, Any],
+            to_host: bool | Iterable[str], be: _backend.Backend, report: RunReport) -> None:
+    host_names = None if isinstance(to_host, bool) else set(to_host)
+    updates: dict[str, Any] = {}
+    for name, value in work.items():
+        if name == "__builtins__" and name not in namespace:
+            continue
+        if value is namespace.get(name, _MISSING):
+            continue
+        original = plan.overrides.get(name, namespace.get(name, _MISSING))
+        if name in plan.inputs:
+            original = _MISSING if name in plan.stored else value
+        if value is original:
+            continue
+        if name in plan.overrides and value is plan.overrides[name]:
+            continue
+        if be.is_device_array(value) and (to_host is True or
+                                          (host_names is not None and name in host_names)):
+            value = be.to_host(value)
+        updates[name] = value
+    removed = [n for n in namespace if n not in work and n != "__builtins__"]
+    namespace.update(updates)
+    for name in removed:
+        del namespace[name]
+        report.outputs.append(OutputInfo(name, "deleted", "deleted"))
+    for name, value in updates.items():
+        kind, where, nbytes = _describe(value, be)
+        report.outputs.append(OutputInfo(name, kind, where, nbytes))
+    if to_host is True or host_names:
+        be.synchronize()
+
+
+_MISSING = object()
