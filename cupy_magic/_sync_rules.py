@@ -97,16 +97,17 @@ SYNC_FUNCTIONS: dict[str, str] = {
     "bincount": "docs",
     "nanmin": "docs",
     "nanmax": "docs",
-    "exponential": "docs (cupy.random)",
-    "logseries": "docs (cupy.random)",
-    "negative_binomial": "docs (cupy.random)",
-    "noncentral_chisquare": "docs (cupy.random)",
-    "noncentral_f": "docs (cupy.random)",
-    "power": "docs (cupy.random)",
-    "rayleigh": "docs (cupy.random)",
-    "triangular": "docs (cupy.random)",
-    "weibull": "docs (cupy.random)",
-    "zipf": "docs (cupy.random)",
+    # cupy.random: qualified, because `cp.power` (a ufunc) does not sync.
+    "random.exponential": "docs",
+    "random.logseries": "docs",
+    "random.negative_binomial": "docs",
+    "random.noncentral_chisquare": "docs",
+    "random.noncentral_f": "docs",
+    "random.power": "docs",
+    "random.rayleigh": "docs",
+    "random.triangular": "docs",
+    "random.weibull": "docs",
+    "random.zipf": "docs",
     # Found in the sources: data-dependent output size, `.item()`, `.get()` or a truth test.
     "argwhere": "source: output size depends on the data",
     "trim_zeros": "source: .item() of the first non-zero index",
@@ -114,7 +115,7 @@ SYNC_FUNCTIONS: dict[str, str] = {
     "setdiff1d": "source: boolean mask",
     "setxor1d": "source: unique and a boolean mask",
     "union1d": "source: unique",
-    "cond": "source (cupy.linalg.cond): `if nan_mask.any():`",
+    "linalg.cond": "source: `if nan_mask.any():`",
     "asnumpy": "copies the array to the host",
     "save": "source: asnumpy",
     "savez": "source: asnumpy",
@@ -130,6 +131,63 @@ SYNC_WITH_KEYWORD: dict[str, str] = {
     "average": "weights",  # docs: "may synchronize the device if weight is given"
     "array_equal": "equal_nan",  # source: `if not (a1nan == a2nan).all():`
 }
+
+#: Array-module functions that return a tuple or list of arrays: iterating over it is fine.
+SEQUENCE_XP_FUNCTIONS: frozenset[str] = frozenset(
+    {
+        "split",
+        "array_split",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "nonzero",
+        "where",
+        "unique",
+        "meshgrid",
+        "broadcast_arrays",
+        "histogram",
+        "gradient",
+        "divmod",
+        "modf",
+        "frexp",
+        "unravel_index",
+    }
+)
+
+#: Attributes and methods that mark a function parameter as an array.
+ARRAY_VOCABULARY: frozenset[str] = frozenset(
+    {
+        "shape",
+        "dtype",
+        "ndim",
+        "size",
+        "T",
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "std",
+        "var",
+        "prod",
+        "any",
+        "all",
+        "argmax",
+        "argmin",
+        "argsort",
+        "cumsum",
+        "astype",
+        "reshape",
+        "ravel",
+        "flatten",
+        "dot",
+        "clip",
+        "get",
+        "item",
+        "tolist",
+        "nonzero",
+        "transpose",
+    }
+)
 
 #: Array-module functions whose result has a bool dtype (used to spot mask indexing).
 BOOL_XP_FUNCTIONS: frozenset[str] = frozenset(

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .budget import format_bytes
+
 __all__ = [
     "Backend",
     "BudgetExceeded",
@@ -403,8 +405,8 @@ class HostBackend(Backend):
                     tracemalloc.reset_peak()
                     code = linecache.getline(code_filename, culprit).strip()
                     err = BudgetExceeded(
-                        f"line {culprit} `{code}` took the cell to {peak:,} bytes of host "
-                        f"memory, over the budget of {limit:,} bytes"
+                        f"line {culprit} `{code}` took the cell to {format_bytes(peak)} of host "
+                        f"memory, over the budget of {format_bytes(limit)}"
                     )
                     err.line = culprit  # type: ignore[attr-defined]
                     raise err

@@ -119,8 +119,8 @@ def parse_budget(text: str, device_total: int) -> BudgetSpec:
     elif re.fullmatch(r"[0-9]*\.?[0-9]+", raw):
         value = float(raw)
         if value == 0:
-            raise SizeError("a budget of 0 would refuse every allocation; write e.g. 8GB, 0.5 or "
-                            "'off' to remove the budget")
+            raise SizeError(f"a budget of {raw} would refuse every allocation; write e.g. 8GB, "
+                            "0.5 or 'off' to remove the budget")
         if value > 1:
             raise SizeError(f"{raw!r} has no unit: a bare number is a fraction of the device "
                             f"(0 to 1); for a size write {raw}GB or {raw}GiB")

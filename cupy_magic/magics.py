@@ -87,7 +87,7 @@ class GpuMagics(Magics):
             display(report)
 
     @magic_arguments()
-    @argument("budget", nargs="?", default=None,
+    @argument("budget", nargs="*", default=None,
               help="8GB, 1.5GiB, 512MB, 50%%, 0.5 (a fraction of the device), or off")
     @argument("--estimate", nargs="+", default=None, metavar="SHAPE_OR_NAME",
               help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32) or a variable")
@@ -107,10 +107,15 @@ class GpuMagics(Magics):
 
         In [5]: %vram_budget off
         """
-        if line.strip().startswith("-") and not line.strip().startswith("--"):
+        words = line.split()
+        if words and words[0].startswith("-") and not words[0].startswith("--"):
             raise UsageError(f"a budget cannot be negative ({line.strip()!r}); write e.g. "
                              "%vram_budget 8GB, or %vram_budget off")
+        if len(words) > 1 and words[0] == "--estimate" and words[1].startswith("-"):
+            raise UsageError(f"a shape cannot have negative lengths, got {words[1]!r}; "
+                             "e.g. --estimate 20000x20000 float32")
         args = parse_argstring(self.vram_budget, line)
+        args.budget = " ".join(args.budget) if args.budget else None
         try:
             if args.estimate is not None:
                 if args.budget is not None:

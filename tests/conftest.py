@@ -1,0 +1,77 @@
+"""Shared fixtures: a real IPython shell, backends, and a clean $HOME for everything."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Kernels, IPython and CuPy write under $HOME: point them at a throwaway folder before any
+# of them is imported, so the tests write nothing into the real home or the repo.
+_HOME = Path(tempfile.mkdtemp(prefix="cupy-magic-home-"))
+for var, sub in (("HOME", ""), ("IPYTHONDIR", ".ipython"), ("CUPY_CACHE_DIR", ".cupy"),
+                 ("JUPYTER_CONFIG_DIR", ".jupyter"), ("JUPYTER_RUNTIME_DIR", ".jupyter-rt"),
+                 ("MPLCONFIGDIR", ".mpl")):
+    os.environ[var] = str(_HOME / sub)
+    (_HOME / sub).mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+
+
+def gpu_available() -> bool:
+    try:
+        import cupy
+    except ImportError:
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # CUDARuntimeError without a driver: no GPU here
+        return False
+
+
+HAS_GPU = gpu_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none visible here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shell():
+    """The one real IPython InteractiveShell of the test session."""
+    from IPython.testing.globalipapp import start_ipython
+
+    return start_ipython()
+
+
+BACKENDS = ["host", pytest.param("cupy", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=BACKENDS)
+def ip(request: pytest.FixtureRequest, shell, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """A shell with the extension loaded on one backend (host always, cupy on a GPU)."""
+    import numpy as np
+
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", request.param)
+    shell.run_line_magic("load_ext", "cupy_magic")
+    shell.user_ns["np"] = np
+    keep = set(shell.user_ns)
+    yield shell
+    shell.run_line_magic("unload_ext", "cupy_magic")
+    for name in set(shell.user_ns) - keep:
+        del shell.user_ns[name]
+
+
+@pytest.fixture
+def xp(ip):
+    """The array module cells run on for this backend."""
+    from cupy_magic import backend
+
+    return backend.current().xp

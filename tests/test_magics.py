@@ -1,0 +1,349 @@
+"""%%gpu, %vram_budget and %gpu_backend through a real IPython shell, on each backend."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+import cupy_magic
+from cupy_magic import backend
+from cupy_magic.backend import BudgetExceeded
+
+
+def gpu(ip, cell: str, line: str = "--quiet"):
+    return ip.run_cell_magic("gpu", line, cell)
+
+
+# --- load / unload -------------------------------------------------------------------------
+
+
+def test_load_prints_one_line_about_the_device(shell, capsys, monkeypatch):
+    from conftest import HAS_GPU
+
+    monkeypatch.delenv("CUPY_MAGIC_BACKEND", raising=False)
+    shell.run_line_magic("load_ext", "cupy_magic")
+    try:
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1
+        if HAS_GPU:
+            for word in ("VRAM", "driver", "CUDA runtime", "CuPy", "budget"):
+                assert word in out[0]
+        else:
+            assert "no NVIDIA GPU visible (" in out[0]
+            assert "cells run on NumPy (CPU fallback)" in out[0]
+    finally:
+        shell.run_line_magic("unload_ext", "cupy_magic")
+
+
+def test_load_unload_twenty_times_leaves_nothing(shell, monkeypatch):
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    magics = shell.magics_manager.magics
+    before = (set(magics["line"]), set(magics["cell"]), set(shell.magics_manager.registry),
+              threading.active_count(), {k: len(v) for k, v in shell.events.callbacks.items()})
+    for _ in range(20):
+        shell.run_line_magic("load_ext", "cupy_magic")
+        assert "gpu" in magics["cell"] and "vram_budget" in magics["line"]
+        shell.run_line_magic("vram_budget", "1GB")
+        shell.run_line_magic("unload_ext", "cupy_magic")
+        assert "gpu" not in magics["cell"]
+    after = (set(magics["line"]), set(magics["cell"]), set(shell.magics_manager.registry),
+             threading.active_count(), {k: len(v) for k, v in shell.events.callbacks.items()})
+    assert after == before
+    assert backend._live is None
+    cupy_magic.unload_ipython_extension(shell)  # a second unload is harmless
+
+
+def test_env_var_with_unknown_backend_is_refused(shell, monkeypatch):
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "tpu")
+    with pytest.raises(ValueError, match="CUPY_MAGIC_BACKEND='tpu'"):
+        cupy_magic.load_ipython_extension(shell)
+
+
+# --- the cell runs on the backend ---------------------------------------------------------
+
+
+def test_numpy_names_mean_the_backend_module_inside_only(ip, xp):
+    import numpy
+
+    ip.user_ns["numpy"] = numpy
+    gpu(ip, "mod_np = np\nmod_numpy = numpy\nmod_cp = cp\n")
+    assert ip.user_ns["mod_np"] is xp
+    assert ip.user_ns["mod_numpy"] is xp
+    assert ip.user_ns["mod_cp"] is xp
+    assert ip.user_ns["np"] is numpy and ip.user_ns["numpy"] is numpy
+
+
+def test_inputs_move_to_the_device_and_stay_numpy_outside(ip, xp):
+    x = np.arange(12.0).reshape(3, 4)
+    ip.user_ns["x"] = x
+    gpu(ip, "kind = type(x)\ny = x * 2\nx[0, 0] = 99  # a device copy: the user's x is safe\n")
+    assert ip.user_ns["kind"] is xp.ndarray
+    assert isinstance(ip.user_ns["y"], xp.ndarray)
+    # x was mutated in the cell, so the device copy is committed (and the original untouched)
+    assert x[0, 0] == 0
+    assert float(ip.user_ns["x"][0, 0]) == 99
+
+
+def test_unmutated_input_stays_the_users_numpy_array(ip):
+    x = np.ones(5)
+    ip.user_ns["x"] = x
+    gpu(ip, "s = x.sum()\n")
+    assert ip.user_ns["x"] is x
+    assert float(ip.user_ns["s"]) == 5.0
+
+
+def test_results_stay_on_device_by_default_and_to_host_brings_them_back(ip, xp):
+    ip.user_ns["x"] = np.arange(4.0)
+    gpu(ip, "a = x + 1\nb = x * 2\n")
+    assert isinstance(ip.user_ns["a"], xp.ndarray)
+    gpu(ip, "a = x + 1\nb = x * 2\n", "--quiet --to-host")
+    assert type(ip.user_ns["a"]) is np.ndarray and type(ip.user_ns["b"]) is np.ndarray
+    gpu(ip, "a = x + 1\nb = x * 2\n", "--quiet --to-host b")
+    assert isinstance(ip.user_ns["a"], xp.ndarray) and type(ip.user_ns["b"]) is np.ndarray
+    np.testing.assert_array_equal(ip.user_ns["b"], [0, 2, 4, 6])
+    report = cupy_magic.last_report()
+    assert report.outputs_by_name["b"].where.startswith("host")
+
+
+def test_failing_cell_changes_no_variable(ip):
+    ip.user_ns["keep"] = 1
+    ip.user_ns["x"] = np.arange(3.0)
+    with pytest.raises(ZeroDivisionError):
+        gpu(ip, "keep = 2\nnew = x * 3\ndel x\n1 / 0\n")
+    assert ip.user_ns["keep"] == 1
+    assert "new" not in ip.user_ns
+    assert type(ip.user_ns["x"]) is np.ndarray
+
+
+def test_keyboard_interrupt_is_transactional_too(ip):
+    ip.user_ns["keep"] = "before"
+    with pytest.raises(KeyboardInterrupt):
+        gpu(ip, "keep = 'after'\nraise KeyboardInterrupt\n")
+    assert ip.user_ns["keep"] == "before"
+
+
+def test_traceback_shows_the_cells_own_line_numbers(ip):
+    cell = "a = 1\nb = 2\nc = undefined_name\n"
+    with pytest.raises(NameError) as info:
+        gpu(ip, cell)
+    frames = [(tb.tb_frame.f_code.co_filename, tb.tb_lineno) for tb in _walk(info.tb)]
+    cell_frames = [f for f in frames if "ipython-input" in f[0] or f[0].startswith("<")]
+    assert cell_frames and cell_frames[-1][1] == 3
+
+
+def _walk(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def test_deleting_and_defining_names_is_committed(ip):
+    ip.user_ns["gone"] = 1
+    gpu(ip, "del gone\ndef twice(v):\n    return v * 2\nr = twice(np.arange(3))\n")
+    assert "gone" not in ip.user_ns
+    assert callable(ip.user_ns["twice"])
+    assert [int(v) for v in ip.user_ns["r"]] == [0, 2, 4]
+    assert cupy_magic.last_report().outputs_by_name["gone"].where == "deleted"
+
+
+def test_dtype_float32_downcasts_and_reports_saved_bytes(ip, xp):
+    ip.user_ns["x"] = np.ones(1000, dtype=np.float64)
+    ip.user_ns["i"] = np.ones(10, dtype=np.int64)
+    gpu(ip, "dt = x.dtype\nit = i.dtype\n", "--quiet --dtype float32")
+    assert ip.user_ns["dt"] == np.float32
+    assert ip.user_ns["it"] == np.int64
+    report = cupy_magic.last_report()
+    assert report.saved_bytes == 4000
+    assert "saved 3.91 KiB" in str(report)
+
+
+def test_warmup_runs_first_on_a_slice_and_times_the_real_run(ip):
+    ip.user_ns["x"] = np.arange(100.0)
+    ip.user_ns["calls"] = []
+    gpu(ip, "calls.append(len(x))\ny = x * 2\n", "--quiet --warmup")
+    assert ip.user_ns["calls"] == [2, 100]
+    assert cupy_magic.last_report().warmup_seconds is not None
+    assert float(ip.user_ns["y"][-1]) == 198.0
+
+
+def test_warmup_failure_names_the_fix(ip):
+    ip.user_ns["x"] = np.arange(100.0)
+    with pytest.raises(UsageError, match="--warmup run on the first 2 rows"):
+        gpu(ip, "assert len(x) == 100\n", "--quiet --warmup")
+
+
+def test_report_is_an_object_and_printed_unless_quiet(ip, capsys):
+    ip.user_ns["x"] = np.arange(1000.0)
+    ip.run_cell_magic("gpu", "", "y = x + 1\n")
+    text = capsys.readouterr().out
+    report = cupy_magic.last_report()
+    assert report.inputs[0].name == "x" and report.inputs[0].nbytes == 8000
+    assert report.outputs_by_name["y"].nbytes == 8000
+    assert report.peak_pool_bytes >= 8000
+    assert "in   x: 7.81 KiB" in text and "out  y:" in text
+    assert "<table" in report._repr_html_()
+    ip.run_cell_magic("gpu", "--quiet", "y = x + 1\n")
+    assert capsys.readouterr().out == ""
+
+
+def test_odd_inputs_work(ip):
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    ip.user_ns.update(f=f, s=np.arange(20.0)[::3], z=np.zeros((0, 4)), b=np.array([True, False]))
+    gpu(ip, "fs = f.sum(axis=0)\nss = s * 1\nzs = z.sum()\nbn = (~b)\n", "--quiet --to-host")
+    np.testing.assert_array_equal(ip.user_ns["fs"], f.sum(axis=0))
+    np.testing.assert_array_equal(ip.user_ns["ss"], np.arange(20.0)[::3])
+    assert float(ip.user_ns["zs"]) == 0.0
+    np.testing.assert_array_equal(ip.user_ns["bn"], [False, True])
+
+
+# --- budget ---------------------------------------------------------------------------------
+
+
+def test_budget_set_show_off_and_enforced_by_the_pool(ip):
+    status = ip.run_line_magic("vram_budget", "64MB")
+    assert status.budget_bytes == 64_000_000
+    assert backend.current().limit == 64_000_000
+    assert ip.run_line_magic("vram_budget", "").budget_bytes == 64_000_000
+    assert "budget: 64MB = 61.04 MiB" in str(ip.run_line_magic("vram_budget", ""))
+    half = ip.run_line_magic("vram_budget", "50%")
+    assert half.budget_bytes == backend.current().info().total_bytes // 2
+    assert ip.run_line_magic("vram_budget", "off").budget_bytes is None
+    assert backend.current().limit is None
+
+
+def test_cell_over_the_budget_stops_explains_and_changes_nothing(ip):
+    ip.run_line_magic("vram_budget", "16MB")
+    ip.user_ns["keep"] = 1
+    used = backend.current().pool_used()
+    with pytest.raises(BudgetExceeded) as info:
+        gpu(ip, "keep = 2\nbig = np.ones((4000, 4000))\nmore = big + 1\n")
+    msg = str(info.value)
+    assert "budget" in msg and "15.26 MiB" in msg
+    assert "Try batching" in msg and "--dtype float32" in msg
+    assert ip.user_ns["keep"] == 1 and "big" not in ip.user_ns
+    assert backend.current().pool_used() == used
+
+
+def test_inputs_over_the_budget_are_refused_before_moving(ip):
+    ip.run_line_magic("vram_budget", "1MB")
+    ip.user_ns["x"] = np.ones(1_000_000)
+    with pytest.raises(BudgetExceeded, match=r"inputs x \(7.63 MiB\) need 7.63 MiB"):
+        gpu(ip, "y = x + 1\n")
+    assert "y" not in ip.user_ns
+
+
+def test_budget_larger_than_the_device_is_refused(ip):
+    with pytest.raises(UsageError, match="larger than the device"):
+        ip.run_line_magic("vram_budget", "900TB")
+
+
+def test_estimate_shape_and_variable(ip):
+    est = ip.run_line_magic("vram_budget", "--estimate 20000x20000 float32")
+    assert round(est.gib, 2) == 1.49 and est.nbytes == 1_600_000_000
+    assert "1.49 GiB" in str(est) and "1.60 GB" in str(est) and "/ 1024^3" in str(est)
+    ip.user_ns["x"] = np.zeros((1000, 1000), dtype=np.float32)
+    assert ip.run_line_magic("vram_budget", "--estimate x").nbytes == 4_000_000
+    assert ip.run_line_magic("vram_budget", "--estimate 10x10").dtype == "float64"
+
+
+def test_gpu_backend_switch(ip, capsys):
+    ip.run_line_magic("gpu_backend", "host")
+    assert backend.current().name == "host"
+    assert "host backend chosen" in capsys.readouterr().out
+    ip.user_ns["x"] = np.arange(3)
+    gpu(ip, "k = type(x)\n")
+    assert ip.user_ns["k"] is np.ndarray
+
+
+# --- bad input: one-line UsageErrors naming the value and the fix ------------------------
+
+BAD_BUDGETS = ["8XB", "-1GB", "150%", "0", "0%", "abc", "1.5", "12", "GB", "1e3XB",
+               "%", "-5%", "0.0", "8 G B", "0.5B"]
+
+
+@pytest.mark.parametrize("value", BAD_BUDGETS)
+def test_bad_budget_values(ip, value):
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("vram_budget", value)
+    msg = str(info.value)
+    assert "\n" not in msg and msg
+    assert any(token in msg for token in (value.strip(), repr(value.strip())))
+
+
+BAD_GPU_LINES = [
+    ("--streams", "unrecognized"),
+    ("--dtype int8", "--dtype int8 is not supported"),
+    ("--dtype", "expected one argument"),
+    ("--to-host 1bad", "'1bad'"),
+    ("--to-host nope", "nope, which the cell never assigns"),
+    ("--bogus", "unrecognized"),
+    ("extra words", "unrecognized"),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), BAD_GPU_LINES)
+def test_bad_gpu_options(ip, line, expected):
+    ip.user_ns["x"] = np.arange(3.0)
+    with pytest.raises(UsageError) as info:
+        ip.run_cell_magic("gpu", line, "y = x + 1\n")
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+    assert "y" not in ip.user_ns
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (np.array([object(), 1], dtype=object), "dtype object"),
+        (np.array(["a", "b"]), "dtype <U1"),
+        (np.array([b"a"]), "dtype |S1"),
+        (np.array(["2020-01-01"], dtype="datetime64[D]"), "datetime64"),
+        (np.ma.masked_array([1.0, 2.0], mask=[0, 1]), "masked array"),
+    ],
+)
+def test_inputs_cupy_cannot_hold_are_refused(ip, value, expected):
+    ip.user_ns["bad"] = value
+    with pytest.raises(UsageError, match="input 'bad'") as info:
+        gpu(ip, "y = bad\n")
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("--estimate 10xqq float32", "'10xqq'"),
+        ("--estimate 10x10 float99", "'float99'"),
+        ("--estimate 10x10 object", "'object'"),
+        ("--estimate nosuchvar", "'nosuchvar'"),
+        ("--estimate 1 2 3", "SHAPE [DTYPE]"),
+        ("8GB --estimate 10x10", "not both"),
+        ("--estimate -5x3 float32", "negative"),
+    ],
+)
+def test_bad_estimates(ip, line, expected):
+    with pytest.raises(UsageError, match=None) as info:
+        ip.run_line_magic("vram_budget", line)
+    assert expected in str(info.value)
+
+
+def test_syntax_error_in_cell_is_one_line(ip):
+    ip.user_ns["keep"] = 1
+    with pytest.raises(UsageError, match=r"syntax error in the %%gpu cell, line 2"):
+        gpu(ip, "keep = 2\nx = = 1\n")
+    assert ip.user_ns["keep"] == 1
+
+
+def test_empty_cell_and_unknown_backend(ip):
+    with pytest.raises(UsageError, match="empty"):
+        gpu(ip, "   \n")
+    with pytest.raises(UsageError, match="unknown backend 'tpu'"):
+        ip.run_line_magic("gpu_backend", "tpu")
+
+
+def test_estimate_of_a_non_array_variable(ip):
+    ip.user_ns["word"] = "text"
+    with pytest.raises(UsageError, match="word is a str, not an array"):
+        ip.run_line_magic("vram_budget", "--estimate word")
