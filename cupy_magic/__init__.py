@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "budget_status",
+    "device_info",
     "estimate",
     "free_cached",
     "last_report",
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "budget_status": "session",
+    "device_info": "session",
     "set_budget": "session",
     "free_cached": "session",
     "use_backend": "session",

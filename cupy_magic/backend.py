@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType, ModuleType
@@ -124,6 +125,9 @@ class Backend:
 
     def to_host(self, array: Any) -> np.ndarray:
         raise NotImplementedError
+
+    def keep_on_device(self, obj: object) -> None:
+        """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 
     # --- pool ---------------------------------------------------------------------------
     def pool_used(self) -> int:
@@ -352,6 +356,9 @@ class HostBackend(Backend):
         self.xp = np
         self.reason = reason
         self._local = threading.local()
+        # Arrays that cells produced stand for device arrays: they are not moved again.
+        self._resident: weakref.WeakValueDictionary[int, np.ndarray] = \
+            weakref.WeakValueDictionary()
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(backend=self.name, name="CPU (NumPy)", total_bytes=_host_ram_total(),
@@ -361,7 +368,11 @@ class HostBackend(Backend):
         return _host_ram_used(), _host_ram_total()
 
     def is_device_array(self, obj: object) -> bool:
-        return isinstance(obj, np.ndarray)
+        return isinstance(obj, np.ndarray) and self._resident.get(id(obj)) is obj
+
+    def keep_on_device(self, obj: object) -> None:
+        if isinstance(obj, np.ndarray):
+            self._resident[id(obj)] = obj
 
     def to_device(self, array: np.ndarray) -> Transfer:
         t0 = time.perf_counter()
@@ -370,6 +381,7 @@ class HostBackend(Backend):
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
     def to_host(self, array: Any) -> np.ndarray:
+        self._resident.pop(id(array), None)
         return np.asarray(array)
 
     def pool_used(self) -> int:

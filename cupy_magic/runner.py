@@ -82,7 +82,8 @@ def _plan(source: str, namespace: dict[str, Any], filename: str, to_host: bool |
     inputs: dict[str, np.ndarray] = {}
     for name in sorted(names.loaded | names.mutated):
         value = namespace.get(name)
-        if isinstance(value, np.ndarray) and name not in numpy_names:
+        if (isinstance(value, np.ndarray) and name not in numpy_names
+                and not be.is_device_array(value)):
             _check_input(name, value)
             inputs[name] = value
     code = compile(tree, filename, "exec")
@@ -176,12 +177,12 @@ def _cell_traceback(tb: TracebackType | None, filename: str, *,
 
 
 def _describe(value: Any, be: _backend.Backend) -> tuple[str, str, int]:
-    if be.is_gpu and be.is_device_array(value):
+    if be.is_device_array(value):
+        where = "device" if be.is_gpu else "device (CPU fallback: host RAM)"
         return f"{type(value).__module__.split('.')[0]}.ndarray {value.dtype} {value.shape}", \
-            "device", int(value.nbytes)
+            where, int(value.nbytes)
     if isinstance(value, np.ndarray):
-        where = "host" if be.is_gpu else "host (CPU fallback)"
-        return f"numpy.ndarray {value.dtype} {value.shape}", where, int(value.nbytes)
+        return f"numpy.ndarray {value.dtype} {value.shape}", "host", int(value.nbytes)
     return type(value).__name__, "python", 0
 
 
@@ -305,8 +306,10 @@ def _commit(plan: _Plan, work: dict[str, Any], namespace: dict[str, Any],
             continue
         if name in plan.overrides and value is plan.overrides[name]:
             continue
-        if be.is_device_array(value) and (to_host is True or
-                                          (host_names is not None and name in host_names)):
+        wants_host = to_host is True or (host_names is not None and name in host_names)
+        if isinstance(value, np.ndarray) and not wants_host:
+            be.keep_on_device(value)
+        if be.is_device_array(value) and wants_host:
             value = be.to_host(value)
         updates[name] = value
     removed = [n for n in namespace if n not in work and n != "__builtins__"]

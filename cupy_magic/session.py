@@ -17,6 +17,7 @@ __all__ = [
     "BudgetStatus",
     "budget_status",
     "describe_device",
+    "device_info",
     "free_cached",
     "last_report",
     "set_budget",
@@ -114,6 +115,11 @@ def use_backend(name: str | None) -> _backend.DeviceInfo:
     """Switch the backend: ``"cupy"``, ``"host"``, or ``None`` for CuPy when a GPU works."""
     _backend.select(name)
     _reapply_budget()
+    return _backend.current().info()
+
+
+def device_info() -> _backend.DeviceInfo:
+    """What the cells run on: backend ("cupy" or "host"), device name, memory, versions."""
     return _backend.current().info()
 
 

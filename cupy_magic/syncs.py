@@ -10,19 +10,15 @@ teaches the same lessons. The runtime side is :mod:`cupy_magic.sync_record`.
 from __future__ import annotations
 
 import ast
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cupy_magic import _sync_rules as rules
+from cupy_magic._sync_values import DeviceNames, Function, attr_path, parameters
 
 __all__ = ["SyncFinding", "format_findings", "lint_cell"]
 
-_PLOT_NAME = re.compile(rules.PLOT_NAME_PATTERN)
-_DEVICE_ATTRIBUTES = frozenset({"T", "mT", "real", "imag", "flat"})
-_HOST_ONLY_COMPARE = (ast.Is, ast.IsNot, ast.In, ast.NotIn)
 _MAX_CALL_DEPTH = 4
-_Function = ast.FunctionDef | ast.AsyncFunctionDef
 _Comprehension = ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp
 
 
@@ -98,47 +94,12 @@ def format_findings(findings: Iterable[SyncFinding]) -> str:
     return "\n".join(f.describe() for f in findings)
 
 
-def _names(target: ast.AST) -> Iterator[str]:
-    """Yield the plain names bound by an assignment target."""
-    if isinstance(target, ast.Name):
-        yield target.id
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _names(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _names(target.value)
-
-
-def _root(node: ast.AST) -> ast.AST:
-    """Return the innermost object of an attribute/subscript/call chain (`a` in `a.b[0].c()`)."""
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node
-
-
-def _attr_path(node: ast.AST) -> list[str]:
-    """Return `["np", "random", "rand"]` for `np.random.rand`; [] for anything else."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return [node.id, *reversed(parts)]
-    return []
-
-
-class _Linter:
-    """Walks one cell in order, tracking which names hold device values."""
+class _Linter(DeviceNames):
+    """Walks one cell in order and records its host syncs."""
 
     def __init__(self, lines: list[str], device: set[str], xp: set[str]) -> None:
+        super().__init__(device, xp)
         self.lines = lines
-        self.device = set(device)
-        self.masks: set[str] = set()
-        self.loop_ints: set[str] = set()
-        self.plots: set[str] = set()
-        self.xp = set(xp) | {"cupyx"}
-        self.xp_funcs: dict[str, str] = {}
-        self.functions: dict[str, _Function] = {}
         self.returns: dict[tuple[str, frozenset[int], bool], bool] = {}
         self.findings: dict[tuple[int, str], SyncFinding] = {}
         self.loop_depth = 0
@@ -154,129 +115,6 @@ class _Linter:
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         why, fix = rules.ADVICE[kind]
         self.findings[(line, kind)] = SyncFinding(line, code, kind, why, fix, in_loop)
-
-    # -- classification ------------------------------------------------------------------
-    def xp_function(self, func: ast.AST) -> list[str] | None:
-        """Return the attribute path of an array-module function, or None."""
-        if isinstance(func, ast.Name) and func.id in self.xp_funcs:
-            return ["np", self.xp_funcs[func.id]]
-        path = _attr_path(func)
-        if len(path) >= 2 and path[0] in self.xp and path[0] not in self.device:
-            return path
-        return None
-
-    def is_device(self, node: ast.AST | None) -> bool:
-        """Whether an expression evaluates to a device value (an array or a 0-d array)."""
-        if isinstance(node, ast.Name):
-            return node.id in self.device
-        if isinstance(node, ast.Attribute):
-            return node.attr in _DEVICE_ATTRIBUTES and self.is_device(node.value)
-        if isinstance(node, ast.Subscript):
-            return self.is_device(node.value)
-        if isinstance(node, ast.Call):
-            return self.call_is_device(node)
-        if isinstance(node, ast.BinOp):
-            if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
-                return False
-            return self.is_device(node.left) or self.is_device(node.right)
-        if isinstance(node, ast.UnaryOp):
-            return not isinstance(node.op, ast.Not) and self.is_device(node.operand)
-        if isinstance(node, ast.Compare):
-            if any(isinstance(op, _HOST_ONLY_COMPARE) for op in node.ops):
-                return False
-            return any(self.is_device(v) for v in (node.left, *node.comparators))
-        if isinstance(node, ast.BoolOp):
-            return any(self.is_device(v) for v in node.values)
-        if isinstance(node, ast.IfExp):
-            return self.is_device(node.body) or self.is_device(node.orelse)
-        if isinstance(node, (ast.NamedExpr, ast.Starred, ast.Await)):
-            return self.is_device(node.value)
-        return False
-
-    def call_is_device(self, node: ast.Call) -> bool:
-        path = self.xp_function(node.func)
-        if path is not None:
-            return not (set(path[1:-1]) & rules.HOST_XP_SUBMODULES) and (
-                path[-1] not in rules.HOST_XP_FUNCTIONS
-            )
-        func = node.func
-        if isinstance(func, ast.Attribute) and self.is_device(func.value):
-            return func.attr not in rules.COPYING_METHODS | rules.HOST_METHODS
-        if isinstance(func, ast.Name):
-            if func.id in self.functions:
-                return self.call_function(node, func.id)
-            if func.id in {"abs", "pow", "divmod", "sum", "max", "min"}:
-                return any(self.is_device(a) for a in node.args)
-        return False
-
-    def is_mask(self, node: ast.AST) -> bool:
-        """Whether an expression is a device boolean array (a mask)."""
-        if isinstance(node, ast.Name):
-            return node.id in self.masks
-        if isinstance(node, ast.Compare):
-            return self.is_device(node)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
-            return self.is_mask(node.operand)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
-            return self.is_mask(node.left) or self.is_mask(node.right)
-        if isinstance(node, ast.Call):
-            path = self.xp_function(node.func)
-            return path is not None and path[-1] in rules.BOOL_XP_FUNCTIONS
-        return False
-
-    def iterates_device(self, it: ast.AST) -> bool:
-        """Whether a Python loop over `it` walks a device array element by element."""
-        if not self.is_device(it):
-            return False
-        if isinstance(it, ast.Call):
-            path = self.xp_function(it.func)
-            if path is not None and path[-1] in rules.SEQUENCE_XP_FUNCTIONS:
-                return False
-            if isinstance(it.func, ast.Attribute) and it.func.attr == "nonzero":
-                return False
-        return True
-
-    def is_plot_object(self, func: ast.AST) -> bool:
-        root = _root(func)
-        if not isinstance(root, ast.Name):
-            return False
-        return (
-            root.id in rules.PLOT_MODULES
-            or root.id in self.plots
-            or bool(_PLOT_NAME.match(root.id))
-        )
-
-    # -- binding -------------------------------------------------------------------------
-    def bind(self, target: ast.AST, value: ast.AST | None, device: bool | None = None) -> None:
-        """Record what an assignment binds: device values, masks, plot objects."""
-        pairs = (ast.Tuple, ast.List)
-        if (
-            isinstance(target, pairs)
-            and isinstance(value, pairs)
-            and len(target.elts) == len(value.elts)
-        ):
-            for t, v in zip(target.elts, value.elts, strict=True):
-                self.bind(t, v)
-            return
-        is_dev = self.is_device(value) if device is None else device
-        mask = value is not None and isinstance(target, ast.Name) and self.is_mask(value)
-        plot = (
-            isinstance(value, ast.Call)
-            and isinstance(value.func, ast.Attribute)
-            and value.func.attr in rules.PLOT_FACTORIES
-            and self.is_plot_object(value.func)
-        )
-        for name in _names(target):
-            self.device.discard(name)
-            self.masks.discard(name)
-            self.loop_ints.discard(name)
-            self.functions.pop(name, None)
-            if is_dev:
-                self.device.add(name)
-            if mask:
-                self.masks.add(name)
-            if plot:
-                self.plots.add(name)
 
     # -- statements ----------------------------------------------------------------------
     def block(self, body: list[ast.stmt]) -> None:
@@ -311,7 +149,11 @@ class _Linter:
                 grow = self.is_device(node.target) or self.is_device(node.value)
                 self.bind(node.target, node.value, device=grow)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
-            self.for_loop(node)
+            self.check(node.iter)
+            if self.iterates_device(node.iter):
+                self.flag(node.iter, "iteration")
+            self.bind_loop_target(node.target, node.iter)
+            self.loop_body(node.body, node.orelse)
         elif isinstance(node, ast.While):
             self.loop_depth += 1
             self.check(node.test, truth=True)
@@ -349,49 +191,14 @@ class _Linter:
                         else [child]
                     )
 
-    def imports(self, node: ast.Import | ast.ImportFrom) -> None:
-        for alias in node.names:
-            bound = alias.asname or alias.name.split(".")[0]
-            self.device.discard(bound)
-            if isinstance(node, ast.Import) and alias.name in {"numpy", "cupy"}:
-                self.xp.add(bound)
-            elif isinstance(node, ast.Import) and alias.name == "matplotlib.pyplot":
-                self.plots.add(bound)
-            elif isinstance(node, ast.ImportFrom) and node.module in {"numpy", "cupy"}:
-                self.xp_funcs[bound] = alias.name
-
-    def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
-        self.check(node.iter)
-        it = node.iter
-        if self.iterates_device(it):
-            self.flag(it, "iteration")
-        self.bind_loop_target(node.target, it)
-        self.loop_body(node.body, node.orelse)
-
-    def bind_loop_target(self, target: ast.AST, it: ast.AST) -> None:
-        func = it.func.id if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) else ""
-        if func == "range":
-            self.bind(target, None, device=False)
-            self.loop_ints.update(_names(target))
-        elif func == "enumerate" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
-            self.bind(target.elts[0], None, device=False)
-            self.loop_ints.update(_names(target.elts[0]))
-            self.bind(target.elts[1], None, device=self.is_device(it.args[0]) if it.args else False)
-        elif func == "zip" and isinstance(target, ast.Tuple):
-            for t, a in zip(target.elts, it.args, strict=False):
-                self.bind(t, None, device=self.is_device(a))
-        else:
-            self.bind(target, None, device=self.is_device(it))
-
     def check_target(self, target: ast.AST, value: ast.AST | None) -> None:
         """Check stores: mask assignment and unpacking a device array."""
         if isinstance(target, ast.Subscript):
             self.subscript(target)
             self.children(target)
         elif isinstance(target, (ast.Tuple, ast.List)):
-            if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) and self.is_device(
-                value
-            ):
+            plain = isinstance(value, (ast.Name, ast.Attribute, ast.Subscript))
+            if plain and self.is_device(value):
                 self.flag(target, "iteration")
             for elt in target.elts:
                 self.check_target(elt, None)
@@ -513,7 +320,7 @@ class _Linter:
             elif isinstance(func.value, ast.Constant) and isinstance(func.value.value, str):
                 if func.attr == "format" and any_device:
                     self.flag(node, "format")
-            elif _attr_path(func)[:1] == ["math"] and any_device:
+            elif attr_path(func)[:1] == ["math"] and any_device:
                 self.flag(node, "scalar-conversion")
 
     def xp_call(self, node: ast.Call, path: list[str], first: bool) -> None:
@@ -572,23 +379,24 @@ class _Linter:
         """Lint a cell function's body for the device arguments of a call; return whether
         the call returns a device value."""
         func = self.functions[name]
-        params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+        params = parameters(func)
         device_params = {i for i, a in enumerate(node.args) if self.is_device(a)}
         for kw in node.keywords:
             if kw.arg in params and self.is_device(kw.value):
                 device_params.add(params.index(kw.arg))
         return self.lint_function(func, frozenset(device_params))
 
-    def lint_function(self, func: _Function, dev: frozenset[int]) -> bool:
+    def lint_function(self, func: Function, dev: frozenset[int]) -> bool:
         key = (func.name, dev, self.loop_depth > 0)
         if key in self.returns or self.call_depth >= _MAX_CALL_DEPTH:
             return self.returns.get(key, False)
         self.returns[key] = False  # a recursive call sees "host" until the body is read
-        params = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
+        params = parameters(func)
         saved = (set(self.device), set(self.masks), set(self.loop_ints))
-        self.device -= set(params)
+        local = set(params) | {a.arg for a in func.args.kwonlyargs}
+        self.device -= local
         self.device |= {params[i] for i in dev if i < len(params)}
-        self.masks -= set(params)
+        self.masks -= local
         self.call_depth += 1
         self.block(func.body)
         self.returns[key] = any(
@@ -604,13 +412,4 @@ class _Linter:
         for func in list(self.functions.values()):
             if any(name == func.name and dev for name, dev, _ in self.returns):
                 continue
-            params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
-            used: set[str] = set()
-            for n in ast.walk(func):
-                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
-                    if n.attr in rules.ARRAY_VOCABULARY:
-                        used.add(n.value.id)
-                elif isinstance(n, ast.Call) and self.xp_function(n.func) is not None:
-                    used.update(a.id for a in n.args if isinstance(a, ast.Name))
-            dev = frozenset(i for i, p in enumerate(params) if p in used)
-            self.lint_function(func, dev)
+            self.lint_function(func, self.array_parameters(func))

@@ -347,3 +347,13 @@ def test_estimate_of_a_non_array_variable(ip):
     ip.user_ns["word"] = "text"
     with pytest.raises(UsageError, match="word is a str, not an array"):
         ip.run_line_magic("vram_budget", "--estimate word")
+
+
+def test_results_of_an_earlier_cell_are_not_moved_again(ip):
+    ip.user_ns["x"] = np.arange(10.0)
+    gpu(ip, "y = x * 2\n")
+    gpu(ip, "z = y + 1\n")
+    assert [m.name for m in cupy_magic.last_report().inputs] == []
+    gpu(ip, "w = x + 1\n", "--quiet --to-host")
+    gpu(ip, "v = w + 1\n")
+    assert [m.name for m in cupy_magic.last_report().inputs] == ["w"]
