@@ -36,6 +36,7 @@ __all__ = [
     "arena_figures",
     "get_sampler",
     "pool_figures",
+    "release_cached",
     "shutdown",
     "watch_stream",
 ]
@@ -394,9 +395,11 @@ class Sampler:
                 history = tuple(ring)
             for sub in subs:
                 if sub.device == device:
-                    self._guard("panel update", [], lambda s=sub: s.callback(sample, history),
-                                None)
+                    self._deliver(sub, sample, history)
         self.ticks += 1
+
+    def _deliver(self, sub: Subscription, sample: Sample, history: tuple[Sample, ...]) -> None:
+        self._guard("panel update", [], lambda: sub.callback(sample, history), None)
 
     def _run(self) -> None:
         clock, stop = self.clock, self._stop
@@ -442,3 +445,22 @@ def shutdown() -> None:
         sampler, _shared = _shared, None
     if sampler is not None:
         sampler.stop()
+
+
+def release_cached(device: int = 0) -> tuple[int, int]:
+    """Free the pool's cached blocks on ``device`` and the pinned pool's free blocks.
+
+    Returns ``(device bytes released, pinned blocks released)`` (guide section 5).
+    """
+    from . import backend
+
+    be = backend.current()
+    if not be.is_gpu:
+        return be.free_cached(), 0
+    cp = be.cp
+    with cp.cuda.Device(device):
+        released = be.free_cached()
+    pinned_pool = cp.get_default_pinned_memory_pool()
+    before = pinned_pool.n_free_blocks()
+    pinned_pool.free_all_blocks()
+    return released, before - pinned_pool.n_free_blocks()
