@@ -20,6 +20,7 @@ default and ``wait_seconds`` is then ``None``.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -135,7 +136,7 @@ _HOOK = _Hook()
 def _syncdetect() -> tuple[ModuleType | None, str]:
     """Return CuPy's syncdetect module, or None and why it cannot be hooked."""
     try:
-        from cupy._core import syncdetect
+        syncdetect = importlib.import_module("cupy._core.syncdetect")
     except ImportError as exc:
         return None, f"CuPy's sync declaration is not importable ({exc})"
     if not callable(getattr(syncdetect, "_declare_synchronize", None)):

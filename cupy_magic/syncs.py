@@ -24,31 +24,15 @@ _Comprehension = ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp
 
 @dataclass(frozen=True)
 class SyncFinding:
-    """One place in a cell where the host waits for the device.
+    """One place in a cell where the host waits for the device."""
 
-    Attributes
-    ----------
-    line : int
-        1-based line in the cell source.
-    code : str
-        The stripped source line.
-    kind : str
-        Short machine name: "print", "format", "truth-value", "scalar-conversion", "get",
-        "mask-index", "sync-function", "iteration", "loop-index" or "plot".
-    why : str
-        One sentence: why it syncs.
-    fix : str
-        What to write instead.
-    in_loop : bool
-        Whether the line runs inside a Python loop (or a function called from one).
-    """
-
-    line: int
-    code: str
-    kind: str
-    why: str
-    fix: str
-    in_loop: bool
+    line: int  # 1-based line in the cell source
+    code: str  # the stripped source line
+    kind: str  # "print", "format", "truth-value", "scalar-conversion", "get", "mask-index",
+    # "sync-function", "iteration", "loop-index" or "plot"
+    why: str  # one sentence: why it syncs
+    fix: str  # what to write instead
+    in_loop: bool  # inside a Python loop, or in a function called from one
 
     def describe(self) -> str:
         """Return the finding as one plain-text line for a report."""
