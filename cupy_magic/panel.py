@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from html import escape
 from typing import Any
 
@@ -20,8 +20,8 @@ from .budget import format_bytes
 from .monitor import Sample, Sampler
 from .nvml import NA
 
-__all__ = ["VramPanel", "close_all", "panel_summary", "panels", "pause", "resume",
-           "show_panel"]
+__all__ = ["VramPanel", "cell_panel", "close_all", "panel_summary", "panels", "pause",
+           "resume", "show_panel"]
 
 _live: list[VramPanel] = []
 _cleanup_registered = False
@@ -245,6 +245,15 @@ class VramPanel:
             self.pause_button.icon = "play" if paused else "pause"
         self.refresh()
 
+    def freeze(self) -> None:
+        """Draw a last sample and stop updating; the panel stays on screen."""
+        self.sampler.unsubscribe(self._sub)
+        if self in _live:
+            _live.remove(self)
+        self.refresh()
+        self.status.value = self.status.value.replace("updated", "final figures,", 1)
+        self.pause_button.disabled = True
+
     def close(self) -> None:
         """Stop updating and remove the widgets; the sampler stops with the last panel."""
         self.sampler.unsubscribe(self._sub)
@@ -280,6 +289,9 @@ def show_panel(interval: float = monitor.DEFAULT_INTERVAL, device: int = 0,
     """
     global _cleanup_registered
     sampler = monitor.get_sampler(interval)
+    devices = sampler.sources.devices()
+    if not 0 <= device < len(devices):
+        raise ValueError(f"device {device} is not visible; choose one of: {', '.join(devices)}")
     if text or not _widget_frontend():
         print(panel_summary(device, sampler))
         return None
@@ -295,6 +307,21 @@ def show_panel(interval: float = monitor.DEFAULT_INTERVAL, device: int = 0,
     panel.refresh()
     display(panel.widget)
     return panel
+
+
+@contextlib.contextmanager
+def cell_panel(interval: float = monitor.DEFAULT_INTERVAL) -> Iterator[VramPanel | None]:
+    """Show a live panel above a cell's output while it runs (``%%gpu --panel``).
+
+    After the cell the panel keeps its last figures and stops updating. In a terminal
+    nothing is shown: the cell's report says what the panel would.
+    """
+    panel = show_panel(interval) if _widget_frontend() else None
+    try:
+        yield panel
+    finally:
+        if panel is not None:
+            panel.freeze()
 
 
 def panels() -> list[VramPanel]:
