@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import linecache
 import os
+import re
 import sys
 import threading
 import time
@@ -37,6 +38,9 @@ __all__ = [
     "probe_cupy",
     "select",
 ]
+
+
+REGISTER_MIN_BYTES = 16 * 2**20  # below this a pageable copy beats registering the buffer
 
 
 class BudgetExceeded(MemoryError):
@@ -210,6 +214,7 @@ class CupyBackend(Backend):
         self.cp = cupy
         self.xp = cupy
         self.pool = cupy.get_default_memory_pool()
+        self._registered: dict[int, weakref.finalize] = {}
         self._hook_base = importlib.import_module("cupy.cuda.memory_hook").MemoryHook
 
     def info(self) -> DeviceInfo:
@@ -241,9 +246,39 @@ class CupyBackend(Backend):
     def to_device(self, array: np.ndarray) -> Transfer:
         cp = self.cp
         t0 = time.perf_counter()
+        contiguous = array.flags.c_contiguous or array.flags.f_contiguous
+        if contiguous and array.nbytes >= REGISTER_MIN_BYTES and self.register(array):
+            out = cp.empty(array.shape, array.dtype,
+                           order="C" if array.flags.c_contiguous else "F")
+            stream = cp.cuda.get_current_stream()
+            out.set(array, stream=stream)  # asynchronous from page-locked memory
+            stream.synchronize()
+            return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=True)
         out = cp.asarray(array)
         cp.cuda.get_current_stream().synchronize()
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
+
+    def register(self, array: np.ndarray) -> bool:
+        """Page-lock the buffer that holds ``array`` (cudaHostRegister), once while it lives.
+
+        The registration is undone when the buffer's owner is collected, or at unload.
+        Returns False when the buffer cannot be registered (then copies are pageable).
+        """
+        owner = array
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        if owner.base is not None or not owner.flags.owndata:
+            return False  # memory owned by another object (mmap, bytes): leave it alone
+        ptr = owner.ctypes.data
+        if ptr in self._registered:
+            return True
+        try:
+            self.cp.cuda.runtime.hostRegister(ptr, owner.nbytes, 0)
+        except self.cp.cuda.runtime.CUDARuntimeError:
+            return False
+        self._registered[ptr] = weakref.finalize(owner, _unregister, self.cp, ptr,
+                                                 self._registered)
+        return True
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
@@ -303,21 +338,28 @@ class CupyBackend(Backend):
                 m.seconds = cp.cuda.get_elapsed_time(start, end) / 1e3
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.set_limit(None)
+        self.set_limit(None)
+        for fin in list(self._registered.values()):
+            fin()
+
+
+def _unregister(cp: ModuleType, ptr: int, table: dict[int, Any]) -> None:
+    table.pop(ptr, None)
+    # The buffer is being freed or the extension unloaded: a failure here has no one to
+    # report to, and the pointer must not stay in the table either way.
+    with contextlib.suppress(cp.cuda.runtime.CUDARuntimeError):
+        cp.cuda.runtime.hostUnregister(ptr)
 
 
 def _nvidia_driver_version() -> str:
     """Return the NVIDIA driver version (e.g. '580.159.04') from the kernel module."""
     try:
         with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
-            words = fh.readline().split()
+            first = fh.readline()
     except OSError:
         return ""
-    for i, word in enumerate(words):
-        if word == "Kernel" and i + 2 < len(words) and words[i + 1] == "Module":
-            return words[i + 2]
-    return next((w for w in words if w[:1].isdigit() and w.count(".") >= 1), "")
+    found = re.search(r"\s(\d{3,}\.\d+(?:\.\d+)?)\s", first)
+    return found.group(1) if found else ""
 
 
 # ---------------------------------------------------------------------------------------

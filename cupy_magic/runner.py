@@ -117,7 +117,7 @@ def _move_inputs(plan: _Plan, dtype: str | None, be: _backend.Backend) -> tuple[
 
 def _check_budget(plan: _Plan, dtype: str | None, be: _backend.Backend) -> None:
     limit = be.limit
-    if limit is None:
+    if limit is None or not plan.inputs:
         return
     need = 0
     for arr in plan.inputs.values():
