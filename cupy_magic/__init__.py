@@ -23,6 +23,7 @@ __all__ = [
     "load_ipython_extension",
     "run_cell",
     "set_budget",
+    "set_sync_mode",
     "unload_ipython_extension",
     "use_backend",
 ]
@@ -34,6 +35,7 @@ _LAZY = {
     "budget_status": "session",
     "device_info": "session",
     "set_budget": "session",
+    "set_sync_mode": "session",
     "free_cached": "session",
     "use_backend": "session",
     "estimate": "budget",
@@ -86,7 +88,7 @@ def unload_ipython_extension(ip: Any) -> None:
         _cleanups.pop()()
     manager = ip.magics_manager
     instance = manager.registry.pop("GpuMagics", None)
-    for kind, names in (("cell", ("gpu",)), ("line", ("vram_budget", "gpu_backend"))):
+    for kind, names in (("cell", ("gpu",)), ("line", ("vram_budget", "gpu_backend", "gpu_syncs"))):
         table = manager.magics[kind]
         for name in names:
             bound = table.get(name)

@@ -11,7 +11,7 @@ from IPython.display import display
 
 from . import session
 from .budget import SizeError, estimate
-from .runner import CAST_TARGETS, CellError, run_cell
+from .runner import CAST_TARGETS, SYNC_MODES, CellError, run_cell
 
 __all__ = ["GpuMagics"]
 
@@ -33,6 +33,9 @@ class GpuMagics(Magics):
     @argument("--warmup", action="store_true",
               help="run once on a small slice of the inputs first, then time the real run")
     @argument("--quiet", action="store_true", help="show no report")
+    @argument("--syncs", default=None, metavar="MODE",
+              help="host syncs: warn (report them), error (stop at the first), off; "
+                   "the default is set with %%gpu_syncs")
     @cell_magic
     def gpu(self, line: str, cell: str) -> None:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
@@ -67,6 +70,9 @@ class GpuMagics(Magics):
         if args.dtype is not None and args.dtype not in CAST_TARGETS:
             raise UsageError(f"--dtype {args.dtype} is not supported; use "
                              f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
+        syncs = args.syncs or session.set_sync_mode()
+        if syncs not in SYNC_MODES:
+            raise UsageError(f"--syncs {syncs} is not a mode; use --syncs warn, error or off")
         if not cell.strip():
             raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
         shell = self.shell
@@ -74,7 +80,7 @@ class GpuMagics(Magics):
         filename = shell.compile.cache(cell, shell.execution_count)
         try:
             report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
-                              warmup=args.warmup, filename=filename)
+                              warmup=args.warmup, syncs=syncs, filename=filename)
         except SyntaxError as exc:
             raise UsageError(
                 f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "
@@ -135,6 +141,22 @@ class GpuMagics(Magics):
             raise UsageError(f"--estimate takes SHAPE [DTYPE], got {' '.join(words)!r}; "
                              "e.g. --estimate 20000x20000 float32")
         return estimate(words[0], words[1] if len(words) == 2 else "float64")
+
+    @line_magic
+    def gpu_syncs(self, line: str) -> str:
+        """Show or set the default ``--syncs`` mode of ``%%gpu`` cells for this session.
+
+        Examples
+        --------
+        In [1]: %gpu_syncs error    # stop a cell at its first host sync
+
+        In [2]: %gpu_syncs          # show the mode
+        """
+        choice = line.strip().lower() or None
+        if choice is not None and choice not in SYNC_MODES:
+            raise UsageError(f"unknown sync mode {line.strip()!r}; use %gpu_syncs warn, error "
+                             "or off")
+        return session.set_sync_mode(choice)
 
     @line_magic
     def gpu_backend(self, line: str) -> Any:

@@ -96,7 +96,7 @@ class RunReport:
                   if self.budget_bytes else " (no budget set)")
         out.append(f"  mem  peak pool {format_bytes(self.peak_pool_bytes)}{budget}")
         for s in self.syncs:
-            out.append(f"  sync {s}")
+            out.append(f"  sync {s.describe()}")
         for o in self.outputs:
             size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
             out.append(f"  out  {o.name}: {o.kind} on {o.where}{size}")
@@ -141,7 +141,7 @@ class RunReport:
         else:
             row("peak pool", f"{format_bytes(self.peak_pool_bytes)} (no budget set)")
         for s in self.syncs:
-            row("host sync", esc(str(s)))
+            row("host sync", f"<span style='color:#b35900'>{esc(s.describe())}</span>")
         for o in self.outputs:
             size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
             row(f"out {o.name}", f"{esc(o.kind)} on <b>{esc(o.where)}</b>{size}")

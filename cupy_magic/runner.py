@@ -10,6 +10,7 @@ as they were.
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
 import itertools
 import linecache
@@ -26,8 +27,12 @@ from . import backend as _backend
 from .budget import format_bytes
 from .cellcode import analyse
 from .report import InputMove, OutputInfo, RunReport
+from .sync_record import HostSyncError, SyncRecorder, merge
+from .syncs import lint_cell
 
-__all__ = ["CellError", "run_cell"]
+__all__ = ["SYNC_MODES", "CellError", "run_cell"]
+
+SYNC_MODES = ("warn", "error", "off")
 
 CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
                 "float16": {"float64": "float16", "float32": "float16"}}
@@ -193,6 +198,7 @@ def run_cell(
     to_host: bool | Iterable[str] = False,
     dtype: str | None = None,
     warmup: bool = False,
+    syncs: str = "warn",
     filename: str | None = None,
 ) -> RunReport:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
@@ -211,6 +217,11 @@ def run_cell(
     warmup
         Run the cell once on a small leading slice of its inputs first (kernel compilation,
         pool growth), and time only the real run.
+    syncs
+        ``"warn"`` reports the host syncs found before the run (static check) and, on the
+        GPU, those counted while it ran; ``"error"`` stops at the first one, naming its
+        line (on the CPU fallback: at the first one the static check finds, before running);
+        ``"off"`` looks for none.
     filename
         The name the cell's code is compiled under (tracebacks show it with the cell's lines).
 
@@ -232,8 +243,16 @@ def run_cell(
     be = _backend.current()
     filename = filename or f"<gpu-cell-{next(_counter)}>"
     _register_source(source, filename)
+    if syncs not in SYNC_MODES:
+        raise CellError(f"--syncs {syncs} is not a mode; use warn, error or off")
     plan = _plan(source, namespace, filename, to_host, dtype, be)
     _check_budget(plan, dtype, be)
+    findings = [] if syncs == "off" else lint_cell(
+        source, [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))],
+        [*plan.overrides])
+    if syncs == "error" and findings and not be.is_gpu:
+        first = findings[0]
+        raise HostSyncError(first.line, first.code)
     info = be.info()
     report = RunReport(backend=be.name, device=info.name, budget_bytes=be.limit)
     wall0 = time.perf_counter()
@@ -249,7 +268,9 @@ def run_cell(
             work = dict(namespace)
             work.update(plan.overrides)
             work.update(moved)
-            with be.time_device() as timing:
+            recorder = SyncRecorder(filename, source, syncs) if be.is_gpu and syncs != "off" \
+                else contextlib.nullcontext()
+            with be.time_device() as timing, recorder:
                 exec(plan.code, work)
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
@@ -262,6 +283,10 @@ def run_cell(
         new = _explain_oom(exc, be, peak)
         cell_tb = _cell_traceback(exc.__traceback__, filename, trim_below=new is not exc)
         raise new.with_traceback(cell_tb) from None
+    if syncs != "off":
+        counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
+            else None
+        report.syncs = merge(findings, counts)
     _commit(plan, work, namespace, to_host, be, report)
     report.wall_seconds = time.perf_counter() - wall0
     return report

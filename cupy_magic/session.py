@@ -21,6 +21,7 @@ __all__ = [
     "free_cached",
     "last_report",
     "set_budget",
+    "set_sync_mode",
     "use_backend",
 ]
 
@@ -29,6 +30,7 @@ __all__ = [
 class _State:
     budget: BudgetSpec | None = None
     last: RunReport | None = None
+    syncs: str = "warn"
 
 
 _state = _State()
@@ -139,6 +141,17 @@ def describe_device() -> str:
             f"budget {budget}")
 
 
+def set_sync_mode(mode: str | None = None) -> str:
+    """Set (or, with ``None``, show) the default ``--syncs`` mode: warn, error or off."""
+    from .runner import SYNC_MODES
+
+    if mode is not None:
+        if mode not in SYNC_MODES:
+            raise ValueError(f"unknown sync mode {mode!r}; use warn, error or off")
+        _state.syncs = mode
+    return _state.syncs
+
+
 def free_cached() -> int:
     """Release the pool's cached blocks to the device (guide section 5); return bytes freed."""
     return _backend.current().free_cached()
@@ -167,6 +180,7 @@ def reset() -> None:
     """Forget the budget and the last report and close the backend (used at unload)."""
     _state.budget = None
     _state.last = None
+    _state.syncs = "warn"
     _backend.reset()
 
 

@@ -357,3 +357,45 @@ def test_results_of_an_earlier_cell_are_not_moved_again(ip):
     gpu(ip, "w = x + 1\n", "--quiet --to-host")
     gpu(ip, "v = w + 1\n")
     assert [m.name for m in cupy_magic.last_report().inputs] == ["w"]
+
+
+# --- host syncs -------------------------------------------------------------------------
+
+SYNC_CELL = "y = np.sqrt(x)\nfor i in range(3):\n    if y.max() > 0:\n        z = y * 2\nn = len(y)\n"
+
+
+def test_sync_report_names_lines_and_counts_on_the_gpu(ip):
+    ip.user_ns["x"] = np.arange(10.0)
+    gpu(ip, SYNC_CELL)
+    rows = cupy_magic.last_report().syncs
+    assert [r.line for r in rows] == [3]
+    assert rows[0].in_loop
+    assert "inside a loop" in rows[0].describe() and "cp.any" in rows[0].describe()
+    if backend.current().is_gpu:
+        assert rows[0].count == 3  # the runtime record saw every iteration
+    else:
+        assert rows[0].count is None  # no runtime record on the CPU fallback
+
+
+def test_syncs_error_stops_at_the_first_and_commits_nothing(ip):
+    from cupy_magic.sync_record import HostSyncError
+
+    ip.user_ns["x"] = np.arange(10.0)
+    with pytest.raises(HostSyncError, match=r"line 3: `if y.max\(\) > 0:`"):
+        gpu(ip, SYNC_CELL, "--quiet --syncs error")
+    assert "y" not in ip.user_ns and "n" not in ip.user_ns
+
+
+def test_syncs_off_and_session_default(ip):
+    ip.user_ns["x"] = np.arange(10.0)
+    gpu(ip, SYNC_CELL, "--quiet --syncs off")
+    assert cupy_magic.last_report().syncs == []
+    assert ip.run_line_magic("gpu_syncs", "off") == "off"
+    gpu(ip, SYNC_CELL)
+    assert cupy_magic.last_report().syncs == []
+    assert ip.run_line_magic("gpu_syncs", "") == "off"
+    ip.run_line_magic("gpu_syncs", "warn")
+    with pytest.raises(UsageError, match="unknown sync mode 'loud'"):
+        ip.run_line_magic("gpu_syncs", "loud")
+    with pytest.raises(UsageError, match="--syncs loud is not a mode"):
+        gpu(ip, SYNC_CELL, "--syncs loud")
