@@ -97,7 +97,7 @@ def unload_ipython_extension(ip: Any) -> None:
     session.reset()
 
 
-def last_report() -> RunReport | None:  # noqa: F811 (documented here, defined in session)
+def last_report() -> RunReport | None:
     """The report of the last ``%%gpu`` cell that succeeded, or ``None``."""
     from .session import last_report as _last
 

@@ -86,7 +86,7 @@ def parse_size(text: str) -> int:
                         "KiB, MiB, GiB, TiB")
     if unit in ("", "b") and number != int(number):
         raise SizeError(f"{text!r} is a fraction of a byte; give whole bytes or a unit like MB")
-    nbytes = int(round(number * _UNITS[unit]))
+    nbytes = round(number * _UNITS[unit])
     if nbytes <= 0:
         raise SizeError(f"the size {text!r} must be more than 0 bytes, e.g. 512MB")
     return nbytes

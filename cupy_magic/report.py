@@ -132,9 +132,10 @@ class RunReport:
             f"(wall {self.wall_seconds * 1e3:.1f} ms)")
         if self.budget_bytes:
             share = self.peak_pool_bytes / self.budget_bytes
+            colour = "#c33" if share > 0.9 else "#4a4"
             bar = (f"<span style='display:inline-block;width:120px;height:8px;"
-                   f"background:#ddd;vertical-align:middle'><span style='display:block;height:8px;"
-                   f"width:{min(share, 1) * 100:.0f}%;background:{'#c33' if share > 0.9 else '#4a4'}'>"
+                   f"background:#ddd;vertical-align:middle'><span style='display:block;"
+                   f"height:8px;width:{min(share, 1) * 100:.0f}%;background:{colour}'>"
                    f"</span></span> ")
             row("peak pool", f"{bar}{format_bytes(self.peak_pool_bytes)} of "
                 f"{format_bytes(self.budget_bytes)} ({share:.0%})")

@@ -37,8 +37,8 @@ def test_installed_kernel_spec_runs_gpu_cells_without_load_ext():
         pytest.fail("the package should install the 'cupy_magic' kernel spec "
                     "(share/jupyter/kernels/cupy_magic); is it installed with pip?")
     assert spec.display_name == "Python 3 (cupy_magic)"
-    nb = _run(["x = np.arange(6.0)", "%%gpu --to-host\ny = x * 2", "print(type(y).__name__, y[-1])"],
-              kernel="cupy_magic")
+    nb = _run(["x = np.arange(6.0)", "%%gpu --to-host\ny = x * 2",
+               "print(type(y).__name__, y[-1])"], kernel="cupy_magic")
     html = nb.cells[1].outputs[0]["data"]["text/html"]
     assert "cupy-magic-report" in html and "in x" in html
     assert "ndarray 10.0" in _text(nb.cells[2])

@@ -361,7 +361,8 @@ def test_results_of_an_earlier_cell_are_not_moved_again(ip):
 
 # --- host syncs -------------------------------------------------------------------------
 
-SYNC_CELL = "y = np.sqrt(x)\nfor i in range(3):\n    if y.max() > 0:\n        z = y * 2\nn = len(y)\n"
+SYNC_CELL = ("y = np.sqrt(x)\nfor i in range(3):\n    if y.max() > 0:\n        z = y * 2\n"
+             "n = len(y)\n")
 
 
 def test_sync_report_names_lines_and_counts_on_the_gpu(ip):
