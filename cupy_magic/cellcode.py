@@ -18,6 +18,7 @@ class CellNames:
     assigned: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     mutated: set[str] = field(default_factory=set)
+    written_first: set[str] = field(default_factory=set)
 
 
 class _Visitor(ast.NodeVisitor):
@@ -123,7 +124,26 @@ def analyse(tree: ast.Module) -> CellNames:
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
     }
     names.assigned -= comp_targets - module_level_stores
+    names.written_first = _written_first(tree)
     return names
+
+
+def _written_first(tree: ast.Module) -> set[str]:
+    """Names whose first mention is a plain top-level assignment that does not read them.
+
+    Their old values are never read, so the runner need not move them to the device.
+    """
+    seen: set[str] = set()
+    first: set[str] = set()
+    for stmt in tree.body:
+        mentioned = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            read = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            plain = {t.id for t in targets if isinstance(t, ast.Name)}
+            first |= plain - read - seen
+        seen |= mentioned
+    return first
 
 
 def _walk_module_scope(node: ast.AST):

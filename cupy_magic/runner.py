@@ -85,7 +85,7 @@ def _plan(source: str, namespace: dict[str, Any], filename: str, to_host: bool |
     if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
         overrides["cp"] = be.xp
     inputs: dict[str, np.ndarray] = {}
-    for name in sorted(names.loaded | names.mutated):
+    for name in sorted((names.loaded | names.mutated) - names.written_first):
         value = namespace.get(name)
         if (isinstance(value, np.ndarray) and name not in numpy_names
                 and not be.is_device_array(value)):

@@ -107,5 +107,10 @@ def test_cell_names():
     assert "inner" not in n.assigned and "i" not in n.assigned
 
 
+def test_names_written_before_they_are_read():
+    n = names("y = f(x)\nz = z + 1\nfor i in range(2):\n    w = y\nw = 1\ny[0] = 2\n")
+    assert n.written_first == {"y"}
+
+
 def test_global_in_a_cell_function_counts_as_assigned():
     assert "counter" in names("def bump():\n    global counter\n    counter = 1\n").assigned

@@ -87,6 +87,12 @@ def test_inputs_move_to_the_device_and_stay_numpy_outside(ip, xp):
     assert float(ip.user_ns["x"][0, 0]) == 99
 
 
+def test_a_name_overwritten_before_it_is_read_is_not_moved(ip):
+    ip.user_ns.update(x=np.arange(4.0), y=np.ones(10**6))
+    gpu(ip, "y = x * 2\nz = y + 1\n")
+    assert [m.name for m in cupy_magic.last_report().inputs] == ["x"]
+
+
 def test_unmutated_input_stays_the_users_numpy_array(ip):
     x = np.ones(5)
     ip.user_ns["x"] = x
