@@ -249,7 +249,7 @@ def run_cell(
     _check_budget(plan, dtype, be)
     findings = [] if syncs == "off" else lint_cell(
         source, [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))],
-        [*plan.overrides])
+        {*plan.overrides, "np", "numpy", "cp", "cupy"})
     if syncs == "error" and findings and not be.is_gpu:
         first = findings[0]
         raise HostSyncError(first.line, first.code)
