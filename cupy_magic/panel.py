@@ -90,6 +90,11 @@ def panel_summary(device: int = 0, sampler: Sampler | None = None) -> str:
     return "\n".join(f"{key:>13}: {text}" for key, text in lines.items())
 
 
+def _legend(lines: Sequence[tuple[str, str, Any]]) -> str:
+    return " ".join(f'<span style="color:{colour}">&#9632;</span>&#8239;{escape(label)}'
+                    for label, colour, _ in lines)
+
+
 def _history_svgs(history: Sequence[Sample], window: float) -> str:
     if not history:
         return ""
@@ -100,29 +105,43 @@ def _history_svgs(history: Sequence[Sample], window: float) -> str:
     def num(v: Any) -> float | None:
         return float(v) if isinstance(v, (int, float)) else None
 
-    total = last.reading.total if gpu else last.pool.device_total
-    mem_lines = [("device used", "#8250df",
+    mem_lines = [("device used" if gpu else "host RAM used", "#8250df",
                   [num(h.reading.used if gpu else h.pool.device_used) for h in history]),
                  ("pool held", "#0969da", [float(h.pool.held) for h in history]),
                  ("pool used", "#1a7f37", [float(h.pool.used) for h in history])]
-    svgs = [("memory", sparkline_svg(times, mem_lines, ymax=float(total or 1), window=window,
-                                     title="memory: device used, pool held, pool used; "
-                                           "dashed: budget", hline=last.pool.limit))]
+    # Scale to what was seen (and the budget), not the device size: 2 GiB of use on a
+    # 141 GiB device would otherwise be a flat line on the floor.
+    seen = [v for _, _, values in mem_lines for v in values if v is not None]
+    top = max([*seen, float(last.pool.limit or 0), 1.0]) * 1.15
+    charts = [("memory", f"top {format_bytes(top)}", mem_lines,
+               sparkline_svg(times, mem_lines, ymax=top, window=window,
+                             title="memory; dashed red: budget", hline=last.pool.limit))]
     if gpu:
-        util = [("SM %", "#bf3989", [num(h.reading.util_gpu) for h in history]),
-                ("memory %", "#9a6700", [num(h.reading.util_memory) for h in history])]
-        svgs.append(("utilisation", sparkline_svg(times, util, ymax=100.0, window=window,
-                                                  title="utilisation: SM %, memory %")))
+        util = [("SM", "#bf3989", [num(h.reading.util_gpu) for h in history]),
+                ("memory", "#9a6700", [num(h.reading.util_memory) for h in history])]
+        charts.append(("utilisation", "top 100%", util,
+                       sparkline_svg(times, util, ymax=100.0, window=window,
+                                     title="utilisation, %")))
         rates = [v for h in history for v in (num(h.reading.pcie_rx), num(h.reading.pcie_tx))
                  if v is not None]
         pcie_max = num(last.reading.pcie_max) or max(rates, default=1.0)
         pcie = [("RX", "#0969da", [num(h.reading.pcie_rx) for h in history]),
                 ("TX", "#bc4c00", [num(h.reading.pcie_tx) for h in history])]
-        svgs.append(("PCIe", sparkline_svg(times, pcie, ymax=pcie_max, window=window,
-                                           title="PCIe RX (blue), TX (orange) vs link max")))
-    cells = "".join(f'<div class="cm-spark-cell"><div class="cm-label">{name} '
-                    f"(last {window:.0f} s)</div>{svg}</div>" for name, svg in svgs)
-    return f'<div style="display:flex;gap:12px;flex-wrap:wrap">{cells}</div>'
+        charts.append(("PCIe", f"top {_rate(pcie_max)} (link max)", pcie,
+                       sparkline_svg(times, pcie, ymax=pcie_max, window=window,
+                                     title="PCIe throughput against the link's ceiling")))
+    cells = "".join(
+        f'<div class="cm-spark-cell"><div style="font-size:12px"><b>{name}</b> '
+        f'<span style="color:#57606a">({scale}, last {window:.0f} s)</span></div>{svg}'
+        f'<div style="font-size:11px;color:#57606a">{_legend(lines)}</div></div>'
+        for name, scale, lines, svg in charts)
+    return f'<div style="display:flex;gap:16px;flex-wrap:wrap">{cells}</div>'
+
+
+def _lead(text: str) -> str:
+    """Bold up to the first colon (the device, or "no GPU"), the rest plain."""
+    head, sep, rest = text.partition(": ")
+    return f"<b>{escape(head)}</b>{sep}{escape(rest)}" if sep else escape(text)
 
 
 _ROW = ('<tr><th style="text-align:right;padding:1px 8px;color:#57606a;font-weight:600;'
@@ -174,6 +193,7 @@ class VramPanel:
         self.pause_button = w.ToggleButton(value=sampler.paused, description="Pause",
                                            icon="pause", layout=w.Layout(width="90px"))
         self.release_button = w.Button(description="Release cached blocks", icon="recycle",
+                                       layout=w.Layout(width="auto"),
                                        tooltip="free_all_blocks(): give the pool's cached "
                                                "blocks back to the device")
         self.released = w.HTML()
@@ -204,7 +224,7 @@ class VramPanel:
         rows = "".join(_ROW.format(key=escape(k), value=escape(v)) for k, v in lines.items()
                        if k != "device")
         figures = (f'<div style="font-size:12.5px;line-height:1.35">'
-                   f"<div>{escape(lines['device'])}</div>{_memory_bar(sample)}"
+                   f"<div>{_lead(lines['device'])}</div>{_memory_bar(sample)}"
                    f'<table style="border-collapse:collapse">{rows}</table></div>')
         state = "paused" if self.sampler.paused else f"every {self.sampler.interval:g} s"
         stamp = time.strftime("%H:%M:%S", time.localtime(sample.wall_time))

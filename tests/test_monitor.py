@@ -264,3 +264,90 @@ def test_host_backend_pool_figures() -> None:
     figures = monitor.pool_figures(HostBackend("no GPU here"), 0)
     assert figures.device_total > 0 and figures.device_used > 0
     assert figures.fragmentation is NA and "host backend" in figures.fragmentation_note
+
+
+# --- on a real GPU (the H200): figures move, release returns bytes, fragmentation -----------
+@pytest.fixture
+def cupy_backend():
+    from cupy_magic import backend, session
+
+    session.use_backend("cupy")
+    be = backend.current()
+    be.free_cached()
+    yield be
+    be.free_cached()
+    session.use_backend(None)
+
+
+@pytest.mark.gpu
+def test_real_figures_move_when_a_cell_allocates_and_frees(cupy_backend) -> None:
+    cp = cupy_backend.cp
+    sampler = Sampler(interval=0.5)
+    size = 1 << 30
+    before = sampler.sample(0)
+    block = cp.ones(size // 8, dtype=cp.float64)
+    cp.cuda.Device().synchronize()
+    during = sampler.sample(0)
+    del block
+    freed = sampler.sample(0)
+    released, _ = monitor.release_cached(0)
+    after = sampler.sample(0)
+    assert during.errors == () and during.backend == "cupy"
+    assert during.pool.used - before.pool.used >= size
+    assert freed.pool.used <= before.pool.used and freed.pool.cached_free >= size
+    assert released >= size and after.pool.held <= before.pool.held
+    # NVML sees the device memory come and go (other processes may add noise: 90%).
+    assert during.reading.used - before.reading.used >= 0.9 * size
+    assert during.reading.used - after.reading.used >= 0.9 * size
+    assert isinstance(during.reading.util_gpu, int) and during.reading.pcie_max is not NA
+    assert during.reading.this_process is NA or during.reading.this_process >= size
+    assert isinstance(during.pool.free_blocks, int)
+    assert isinstance(during.pool.pinned_free_blocks, int)
+
+
+@pytest.mark.gpu
+def test_release_button_returns_bytes(cupy_backend) -> None:
+    from cupy_magic import panel
+
+    cp = cupy_backend.cp
+    vp = panel.VramPanel(Sampler(interval=0.5), 0)
+    try:
+        block = cp.empty(256 << 20, dtype=cp.uint8)
+        del block
+        released = vp._on_release()
+        assert released >= 256 << 20
+        assert vp.released.value.startswith("released ") and " 0 B" not in vp.released.value
+    finally:
+        vp.close()
+
+
+@pytest.mark.gpu
+def test_fragmentation_follows_a_scripted_allocate_free_pattern(cupy_backend) -> None:
+    cp = cupy_backend.cp
+    mib = 1 << 20
+    pool = cp.cuda.memory.SingleDeviceMemoryPool()
+    cp.cuda.set_allocator(pool.malloc)
+    try:
+        # One 256 MiB cudaMalloc, freed: one free chunk in the default stream's arena.
+        whole = cp.empty(256 * mib, dtype=cp.uint8)
+        del whole
+        assert monitor.arena_figures(pool, [0])[:3] == (256 * mib, 256 * mib, 1)
+        # Four 64 MiB arrays are carved out of it; nothing is free.
+        parts = [cp.empty(64 * mib, dtype=cp.uint8) for _ in range(4)]
+        assert monitor.arena_figures(pool, [0])[:2] == (0, 0)
+        # Free the 1st and 3rd: two separate 64 MiB holes, half of the free bytes unusable
+        # for a 128 MiB request.
+        parts[0] = parts[2] = None
+        largest, free, arenas, _ = monitor.arena_figures(pool, [0])
+        figures = PoolFigures(largest_free=largest, arena_free=free, arenas=arenas)
+        assert (largest, free) == (64 * mib, 128 * mib) and pool.n_free_blocks() == 2
+        assert figures.fragmentation == pytest.approx(0.5)
+        # Free the 2nd: holes 1-3 merge into one 192 MiB block; fragmentation 0.
+        parts[1] = None
+        largest, free, _, _ = monitor.arena_figures(pool, [0])
+        assert (largest, free) == (192 * mib, 192 * mib) and pool.n_free_blocks() == 1
+        parts.clear()
+        assert monitor.arena_figures(pool, [0])[:2] == (256 * mib, 256 * mib)
+        pool.free_all_blocks()
+    finally:
+        cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)

@@ -169,11 +169,13 @@ def test_history_sparklines(vp: panel.VramPanel) -> None:
                for t in range(1, 6)]
     vp.update(history[-1], history)
     svg = vp.history.value
-    assert svg.count("<svg") == 3 and "memory (last 120 s)" in svg and "PCIe" in svg
+    assert svg.count("<svg") == 3 and "<b>memory</b>" in svg and "top 63.0 GB/s (link max)" in svg
     assert 'stroke-dasharray="4 3"' in svg  # the budget line on the memory sparkline
     # Utilisation has a gap where NVML failed: two polylines for SM %, one for memory %.
-    util = svg.split("utilisation (last")[1].split("</svg>")[0]
-    assert util.count("<title>SM %</title>") == 2 and util.count("<title>memory %</title>") == 1
+    util = svg.split("<b>utilisation</b>")[1].split("</svg>")[0]
+    assert util.count("<title>SM</title>") == 2 and util.count("<title>memory</title>") == 1
+    # Memory is scaled to what was seen (10 GiB device used, plus 15%), not to 80 GiB.
+    assert "top 11.50 GiB" in svg
 
 
 def test_no_gpu_mode_says_why_and_shows_host_memory(vp: panel.VramPanel) -> None:
@@ -185,7 +187,7 @@ def test_no_gpu_mode_says_why_and_shows_host_memory(vp: panel.VramPanel) -> None
                host_used=4 * GiB)
     vp.update(s, [s])
     html = vp.figures.value
-    assert f"no GPU: {why}" in html and "Host memory 4.00 GiB used of 16.00 GiB" in html
+    assert f"<b>no GPU</b>: {why}" in html and "Host memory 4.00 GiB used of 16.00 GiB" in html
     assert "NVML Shared Library Not Found" in html and "SM " not in html
     assert "CPU (NumPy, no GPU)" in vp.title.value
     assert vp.history.value.count("<svg") == 1  # memory only: no utilisation or PCIe
