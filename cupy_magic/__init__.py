@@ -8,6 +8,7 @@ here. Importing the package is cheap and needs neither IPython nor CuPy.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,11 @@ __all__ = [
     "free_cached",
     "last_report",
     "load_ipython_extension",
+    "panel_summary",
     "run_cell",
     "set_budget",
     "set_sync_mode",
+    "show_panel",
     "unload_ipython_extension",
     "use_backend",
 ]
@@ -40,6 +43,8 @@ _LAZY = {
     "use_backend": "session",
     "estimate": "budget",
     "run_cell": "runner",
+    "show_panel": "panel",
+    "panel_summary": "panel",
 }
 
 # Callables run at unload, newest first: stop threads, remove hooks, close widgets.
@@ -86,9 +91,12 @@ def unload_ipython_extension(ip: Any) -> None:
 
     while _cleanups:
         _cleanups.pop()()
+    nvml = sys.modules.get("cupy_magic.nvml")
+    if nvml is not None:
+        nvml.shutdown()
     manager = ip.magics_manager
     instance = manager.registry.pop("GpuMagics", None)
-    for kind, names in (("cell", ("gpu",)), ("line", ("vram_budget", "gpu_backend", "gpu_syncs"))):
+    for kind, names in (instance.magics.items() if instance is not None else ()):
         table = manager.magics[kind]
         for name in names:
             bound = table.get(name)

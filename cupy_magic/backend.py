@@ -203,8 +203,17 @@ def probe_cupy() -> tuple[ModuleType | None, str]:
     return cupy, ""
 
 
+_POOLS: dict[int, Any] = {}
+
+
 class CupyBackend(Backend):
-    """CuPy on the current CUDA device, with the default memory pool."""
+    """CuPy on the current CUDA device, with a memory pool the extension installs.
+
+    CuPy's default pool hides its per-stream arenas; a ``SingleDeviceMemoryPool`` installed
+    with ``cupy.cuda.set_allocator`` has the same statistics and limit, and lets the panel
+    read the largest free block (fragmentation). The same pool is reused across loads, so
+    arrays from an earlier load stay counted; unload restores CuPy's default allocator.
+    """
 
     name = "cupy"
     is_gpu = True
@@ -213,7 +222,11 @@ class CupyBackend(Backend):
         super().__init__()
         self.cp = cupy
         self.xp = cupy
-        self.pool = cupy.get_default_memory_pool()
+        device = cupy.cuda.Device().id
+        if device not in _POOLS:
+            _POOLS[device] = cupy.cuda.memory.SingleDeviceMemoryPool()
+        self.pool = _POOLS[device]
+        cupy.cuda.set_allocator(self.pool.malloc)
         self._registered: dict[int, weakref.finalize] = {}
         self._hook_base = importlib.import_module("cupy.cuda.memory_hook").MemoryHook
 
@@ -339,6 +352,7 @@ class CupyBackend(Backend):
 
     def close(self) -> None:
         self.set_limit(None)
+        self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         for fin in list(self._registered.values()):
             fin()
 

@@ -8,8 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from cupy_magic import monitor, panel
 from cupy_magic.monitor import PoolFigures, Sample, Sampler
@@ -17,52 +15,6 @@ from cupy_magic.nvml import NA, DeviceReading
 from cupy_magic.progress import CellProgress
 
 GiB, MiB = 1 << 30, 1 << 20
-
-
-# --- the %vram_panel magic, as it goes into magics.py (registered here until then) ---------
-@magics_class
-class PanelMagics(Magics):
-    @magic_arguments()
-    @argument("device", nargs="?", type=int, default=0,
-              help="the CuPy device index to show first (default 0)")
-    @argument("--interval", type=float, default=monitor.DEFAULT_INTERVAL, metavar="SECONDS",
-              help=f"seconds between samples (default {monitor.DEFAULT_INTERVAL})")
-    @argument("--text", action="store_true", help="print a one-shot text summary instead")
-    @argument("--pause", action="store_true", help="pause every panel")
-    @argument("--resume", action="store_true", help="resume every panel")
-    @argument("--stop", action="store_true", help="close every panel and stop sampling")
-    @line_magic
-    def vram_panel(self, line: str) -> None:
-        """Show a live panel of VRAM, the CuPy pool, utilisation and PCIe; updates while
-        cells run. In a terminal, print a one-shot summary instead.
-
-        Examples
-        --------
-        In [1]: %vram_panel                  # device 0, a sample every 0.5 s
-
-        In [2]: %vram_panel 1 --interval 2   # device 1, every 2 s
-
-        In [3]: %vram_panel --pause          # also --resume, --stop, --text
-        """
-        from cupy_magic import panel as _panel
-
-        args = parse_argstring(self.vram_panel, line)
-        actions = [name for name in ("pause", "resume", "stop") if getattr(args, name)]
-        if len(actions) > 1:
-            raise UsageError(f"give one of --pause, --resume, --stop, got "
-                             f"{' '.join('--' + a for a in actions)}")
-        if actions:
-            {"pause": _panel.pause, "resume": _panel.resume, "stop": _panel.close_all}[
-                actions[0]]()
-            return
-        if not args.interval > 0:
-            raise UsageError(f"--interval must be a positive number of seconds, got "
-                             f"{args.interval}; e.g. %vram_panel --interval 0.5")
-        try:
-            _panel.show_panel(interval=args.interval, device=args.device, text=args.text)
-        except ValueError as exc:
-            raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
-# ---------------------------------------------------------------------------------------
 
 
 class HeldClock(monitor.Clock):
@@ -327,12 +279,15 @@ def test_real_summary_without_a_gpu() -> None:
 
 
 @pytest.fixture
-def magic_shell(shell: object) -> Iterator[object]:
-    shell.register_magics(PanelMagics)  # type: ignore[attr-defined]
+def magic_shell(shell: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """The real extension's %vram_panel, with the shared sampler fed by fake sources."""
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    shell.run_line_magic("load_ext", "cupy_magic")  # type: ignore[attr-defined]
     monitor.shutdown()
     monitor.get_sampler().sources = Sources()
     yield shell
     monitor.shutdown()
+    shell.run_line_magic("unload_ext", "cupy_magic")  # type: ignore[attr-defined]
 
 
 def test_magic_text_and_usage_errors(magic_shell: object,
