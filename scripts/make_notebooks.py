@@ -1,0 +1,1185 @@
+#!/usr/bin/env python3
+"""Write the workshop notebooks 01, 02, 04 and 05 (without outputs) from the source below.
+
+Usage: scripts/make_notebooks.py [--out DIR]      (default: notebooks/)
+
+Edit the cells here, run this script, then run them with scripts/run-notebooks. Conventions:
+every speed figure is printed by a cell, never written in the prose; sizes scale down when
+`cupy_magic.device_info().backend` is not "cupy"; cells meant to fail carry the
+`raises-exception` tag; solution cells are hidden (`source_hidden`) and tagged `solution`,
+and they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip("\n")
+
+
+def md(text: str):
+    return new_markdown_cell(_src(text))
+
+
+def code(text: str, *tags: str):
+    cell = new_code_cell(_src(text))
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def fails(text: str):
+    """A cell that is meant to raise (nbclient carries on past it)."""
+    return code(text, "raises-exception")
+
+
+def exercise(text: str):
+    """The exercise's empty answer cell: it runs (comments only) so the notebook still runs."""
+    return code(text, "exercise")
+
+
+def solution(text: str):
+    """A solution a workshop leader can reveal: collapsed in JupyterLab, and it runs."""
+    cell = new_code_cell(_src(text))
+    cell.metadata["jupyter"] = {"source_hidden": True}
+    cell.metadata["tags"] = ["solution"]
+    return cell
+
+
+def notebook(cells) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
+                                 "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+# Shared by every notebook: load, say where and when it runs, and one timing helper.
+SETUP = '''
+%matplotlib inline
+import time
+import numpy as np
+import matplotlib.pyplot as plt
+import cupy_magic
+
+info = cupy_magic.device_info()
+ON_GPU = info.backend == "cupy"   # False on the CPU fallback: sizes below scale down
+DEVICE = info.backend             # what %%gpu cells run on: "cupy" (GPU) or "host" (NumPy)
+print(f"device: {info.name} [{info.backend}], {info.total_bytes / 2**30:.1f} GiB"
+      + (f", driver {info.driver}, CuPy {info.cupy_version}" if ON_GPU else ""))
+print("run on", time.strftime("%Y-%m-%d %H:%M %Z"))
+
+
+def best_run(code, ns=None, repeat=3, warm=True, backend=None, key="gpu_seconds", **options):
+    """Run `code` the way %%gpu does (cupy_magic.run_cell) and return the fastest report.
+
+    warm: one untimed run first (kernel compilation, page-locking, pool growth).
+    ns: the namespace (default: this notebook's variables). backend: "host" or "cupy".
+    key: "gpu_seconds" (the cell's device time) or "wall_seconds" (everything, transfers too).
+    """
+    if backend is not None:
+        cupy_magic.use_backend(backend)
+    ns = globals() if ns is None else ns
+    options.setdefault("syncs", "off")
+    runs = [cupy_magic.run_cell(code, ns, **options) for _ in range(repeat + int(warm))]
+    return min(runs[int(warm):], key=lambda r: getattr(r, key))
+'''
+
+SETUP_NOTE = md('''
+`best_run` (defined above) is the engine of `%%gpu` called from Python
+(`cupy_magic.run_cell`), so a loop can time many variants: it runs a cell a few times and keeps
+the fastest report. `cupy_magic.use_backend("host")` is `%gpu_backend host`.
+''')
+
+
+# ---------------------------------------------------------------------------------------
+# 01 host vs device
+# ---------------------------------------------------------------------------------------
+
+def nb01():
+    return notebook([
+        md('''
+        # 01 Host and device: the narrow bridge
+
+        A GPU has its own memory (VRAM). NumPy arrays live in the host's RAM, next to the CPU.
+        Before the GPU can work on an array, the array must cross the **PCIe bus**, and the
+        results must cross back:
+
+        ```
+          host: CPU + RAM  <==== PCIe (narrow) ====>  device: GPU + VRAM (wide, fast)
+        ```
+
+        The bridge is much narrower than the GPU's own memory. So a GPU pays off only when it
+        does a lot of work for every byte that crosses (**compute density**), and data should
+        stay on the device for the whole pipeline (a **closed data loop**). In this notebook you
+        measure both on the machine you are using, and find where the GPU wins and where it
+        loses.
+
+        On a machine without a GPU, `%%gpu` cells run on NumPy (the *CPU fallback*): every cell
+        still runs, with smaller sizes, but both sides of each comparison are then the CPU.
+        '''),
+        code("%load_ext cupy_magic"),
+        code(SETUP),
+        SETUP_NOTE,
+        md('''
+        ## 1. How narrow is the bridge?
+
+        `x` is a NumPy array in host RAM. The `%%gpu` cell copies it to the device and makes a
+        copy of it there. The report shows the transfer over PCIe (size, time, GB/s, and whether
+        the host memory was *pinned*, that is page-locked, or *pageable*) and the time the device
+        spent on the copy.
+        '''),
+        code('''
+        N_BRIDGE = 2**28 if ON_GPU else 2**24   # float32: 1 GiB on a GPU, 64 MiB on the CPU fallback
+        x = np.random.default_rng(0).random(N_BRIDGE, dtype=np.float32)
+        print(f"x: {x.nbytes / 2**20:,.0f} MiB of float32 in host RAM")
+        '''),
+        code('''
+        %%gpu
+        y = x.copy()
+        '''),
+        md('''
+        The first transfer of a large array also page-locks its host memory (notebook 05 says
+        more), so we time a few more runs and keep the fastest. A device copy reads and writes
+        every byte, so it moves `2 * x.nbytes` through device memory:
+        '''),
+        code('''
+        r = best_run("y = x.copy()", {"np": np, "x": x})
+        bridge = r.inputs[0].gbps
+        device_copy = 2 * x.nbytes / r.gpu_seconds / 1e9
+        print(f"over PCIe (host -> device): {bridge:8.1f} GB/s ({'pinned' if r.inputs[0].pinned else 'pageable'})")
+        print(f"inside the device (copy):   {device_copy:8.1f} GB/s")
+        print(f"the device's own memory is {device_copy / bridge:.1f}x faster than the bridge")
+        del y
+        '''),
+        md('''
+        On a GPU the last line is large: the device's memory is far faster than the bus that
+        feeds it. Every array you send across costs far more time than reading it once on the
+        device. On the CPU fallback both figures are copies within host RAM (the second counts
+        each byte twice, read and write), so the ratio stays small.
+
+        ## 2. When the GPU loses: small arrays, little work
+
+        Take the cheapest possible work, `y = x * 2 + 1`, and vary the size. For each size we
+        measure:
+
+        - **host**: NumPy on the CPU (`%gpu_backend host`), compute time only;
+        - **device, compute only**: the `%%gpu` cell's device time, as if the data were already there;
+        - **device, with transfers**: upload, compute and download (`--to-host`): what it costs
+          to send NumPy data to the GPU for this one operation.
+        '''),
+        code('''
+        CHEAP = "y = x * 2.0 + 1.0"
+        SIZES = [2**p for p in range(10, 27, 2)] if ON_GPU else [2**p for p in range(10, 23, 2)]
+        sweep = []
+        for n in SIZES:
+            xn = np.random.default_rng(1).random(n, dtype=np.float32)
+            host = best_run(CHEAP, {"np": np, "x": xn}, repeat=5, warm=False, backend="host")
+            dev = best_run(CHEAP, {"np": np, "x": xn}, repeat=5, backend=DEVICE,
+                           to_host=True, key="wall_seconds")
+            sweep.append((xn.nbytes, host.gpu_seconds, dev.gpu_seconds, dev.wall_seconds))
+        cupy_magic.use_backend(DEVICE)
+
+        print(f"{'MiB':>9} {'host ms':>10} {'device ms':>10} {'+transfers ms':>14} {'host/(device+transfers)':>24}")
+        for nbytes, h, d, w in sweep:
+            print(f"{nbytes / 2**20:9.3f} {h * 1e3:10.3f} {d * 1e3:10.3f} {w * 1e3:14.3f} {h / w:24.2f}")
+        wins = [nbytes for nbytes, h, d, w in sweep if w < h]
+        if wins:
+            print(f"with transfers, the device first beats the host at {wins[0] / 2**20:.3f} MiB")
+        else:
+            print("with transfers, the device never beat the host in this range")
+        '''),
+        code('''
+        mib = np.array([s[0] for s in sweep]) / 2**20
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.loglog(mib, [s[1] * 1e3 for s in sweep], "o-", label="host: NumPy on the CPU")
+        ax.loglog(mib, [s[2] * 1e3 for s in sweep], "s-", label=f"%%gpu on {info.name}: compute only")
+        ax.loglog(mib, [s[3] * 1e3 for s in sweep], "^-", label=f"%%gpu on {info.name}: with transfers")
+        ax.set_xlabel("array size (MiB of float32)")
+        ax.set_ylabel("time (ms), lower is better")
+        ax.set_title(f"y = x * 2 + 1 on {info.name}, {time.strftime('%Y-%m-%d')}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        plt.show()
+        '''),
+        md('''
+        How to read the plot on a GPU: for tiny arrays every line is flat, because fixed costs
+        (launching work on the device, a transfer's latency) dominate, and the host is
+        fastest. As arrays grow, the device's compute-only line stays far below the host's, but
+        the line with transfers follows the PCIe bandwidth: for work this light the bridge, not
+        the arithmetic, sets the price. On the CPU fallback all three lines are NumPy, and the
+        "with transfers" line pays for an extra copy.
+
+        ## 3. When the GPU wins: compute density
+
+        Now fix the size and raise the work done per element: `k` rounds of
+        `sin(y) * 0.5 + 0.25` (three operations each). The bytes that cross the bridge stay the
+        same; only the arithmetic grows.
+        '''),
+        code('''
+        N_DENSE = 2**24 if ON_GPU else 2**20
+        xd = np.random.default_rng(2).random(N_DENSE, dtype=np.float32)
+        DENSE = """
+        y = x
+        for _ in range(k):
+            y = np.sin(y) * 0.5 + 0.25
+        """
+        KS = [1, 2, 4, 8, 16, 32, 64]
+        density = []
+        for k in KS:
+            host = best_run(DENSE, {"np": np, "x": xd, "k": k}, repeat=1, backend="host")
+            dev = best_run(DENSE, {"np": np, "x": xd, "k": k}, repeat=3, backend=DEVICE,
+                           to_host=True, key="wall_seconds")
+            density.append((3 * k, host.gpu_seconds, dev.wall_seconds))
+        cupy_magic.use_backend(DEVICE)
+
+        print(f"{'ops/element':>12} {'host ms':>10} {'device+transfers ms':>20} {'speed-up':>9}")
+        for ops, h, w in density:
+            print(f"{ops:12d} {h * 1e3:10.2f} {w * 1e3:20.2f} {h / w:9.2f}")
+        '''),
+        code('''
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ops = [d[0] for d in density]
+        ax.loglog(ops, [d[1] / d[2] for d in density], "o-", base=2,
+                  label=f"host time / %%gpu time on {info.name} (with transfers)")
+        ax.set_xticks(ops, [str(o) for o in ops])
+        ax.minorticks_off()
+        ax.axhline(1.0, color="grey", linestyle="--", label="break-even")
+        ax.set_xlabel("operations per element (arithmetic intensity)")
+        ax.set_ylabel("speed-up over NumPy on the CPU")
+        ax.set_title(f"{xd.nbytes / 2**20:.0f} MiB of float32, {time.strftime('%Y-%m-%d')}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        plt.show()
+        '''),
+        md('''
+        On a GPU the speed-up climbs with the operations per element: the transfer is paid once,
+        and every extra operation is nearly free on the device but costs the CPU in full. This is
+        the guide's rule: *a GPU pays off when the computation is much larger than the data
+        moved*. On the CPU fallback both sides are NumPy and the curve stays near 1.
+
+        ## 4. Close the data loop
+
+        A pipeline of steps can send the data back to the host after every step (each step its
+        own round trip), or leave it on the device and bring back only the final result. `%%gpu`
+        leaves results on the device unless you ask for `--to-host`, and a later cell that reads
+        a device array moves nothing.
+        '''),
+        code('''
+        STEP = "x = np.sqrt(x * x + 1.0)"
+        STEPS = 10
+        x0 = np.random.default_rng(3).random(2**26 if ON_GPU else 2**22, dtype=np.float32)
+        cupy_magic.run_cell(STEP, {"np": np, "x": x0.copy()}, syncs="off")   # compile once
+
+        round_trip = {"np": np, "x": x0.copy()}
+        t0 = time.perf_counter()
+        for _ in range(STEPS):       # upload, compute, download: every step
+            cupy_magic.run_cell(STEP, round_trip, to_host=True, syncs="off")
+        t_round_trip = time.perf_counter() - t0
+
+        closed = {"np": np, "x": x0.copy()}
+        t0 = time.perf_counter()
+        for _ in range(STEPS):       # upload once (first step); x then stays on the device
+            cupy_magic.run_cell(STEP, closed, syncs="off")
+        cupy_magic.run_cell("result = x", closed, to_host=True, syncs="off")   # one download
+        t_closed = time.perf_counter() - t0
+
+        assert np.allclose(round_trip["x"], closed["result"])
+        print(f"{STEPS} steps on {x0.nbytes / 2**20:.0f} MiB: round trip every step {t_round_trip * 1e3:.1f} ms, "
+              f"closed loop {t_closed * 1e3:.1f} ms ({t_round_trip / t_closed:.1f}x)")
+        '''),
+        md('''
+        On a GPU the closed loop is several times faster: the arithmetic is the same, only the
+        crossings differ. On the CPU fallback the difference is the cost of the extra copies in
+        host RAM.
+
+        ## Exercises
+
+        **Exercise 1: a dense kernel.** A matrix product `c = a @ b` of two n x n matrices moves
+        3n² numbers but does 2n³ operations: its compute density grows with n. Measure the
+        speed-up of the device (with transfers) over the host for a few sizes of n. Where is the
+        break-even?
+        '''),
+        exercise('''
+        # your code here: use best_run(..., backend="host") and best_run(..., backend=DEVICE,
+        # to_host=True, key="wall_seconds") with {"np": np, "a": a, "b": b}
+        '''),
+        solution('''
+        NS = [256, 1024, 4096] if ON_GPU else [64, 256, 512]
+        for n in NS:
+            rng = np.random.default_rng(n)
+            a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+            host = best_run("c = a @ b", {"np": np, "a": a, "b": b}, repeat=1, warm=False, backend="host")
+            dev = best_run("c = a @ b", {"np": np, "a": a, "b": b}, repeat=3, backend=DEVICE,
+                           to_host=True, key="wall_seconds")
+            print(f"n = {n:5d}: host {host.gpu_seconds * 1e3:9.2f} ms, device with transfers "
+                  f"{dev.wall_seconds * 1e3:8.2f} ms, speed-up {host.gpu_seconds / dev.wall_seconds:6.2f}")
+        _ = cupy_magic.use_backend(DEVICE)
+        '''),
+        md('''
+        **Exercise 2: the way back.** The report times the upload only. Measure the download:
+        run `y = x.copy()` with and without `to_host=True` and turn the difference into GB/s.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        keep = best_run("y = x.copy()", {"np": np, "x": x}, key="wall_seconds")
+        back = best_run("y = x.copy()", {"np": np, "x": x}, key="wall_seconds", to_host=True)
+        down = back.wall_seconds - keep.wall_seconds
+        if down > 0 and ON_GPU:
+            print(f"download: {x.nbytes / 2**20:.0f} MiB in {down * 1e3:.1f} ms = {x.nbytes / down / 1e9:.1f} GB/s "
+                  f"(upload was {keep.inputs[0].gbps:.1f} GB/s)")
+        else:
+            print("no download to measure: on the CPU fallback the result already lives in host RAM")
+        '''),
+        md('''
+        ## What you learned
+
+        - The PCIe bridge is much narrower than the GPU's own memory: the printed ratio in
+          section 1 says by how much on this machine.
+        - For light work on small arrays the GPU loses: fixed costs and transfers outweigh the
+          arithmetic. The table in section 2 shows where the break-even lies here.
+        - The more work per byte moved (compute density), the more the GPU wins (section 3).
+        - Keep the data on the device between steps and bring back only the result (section 4):
+          `%%gpu` leaves results on the device unless you write `--to-host`.
+        '''),
+    ])
+
+
+# ---------------------------------------------------------------------------------------
+# 02 VRAM budget
+# ---------------------------------------------------------------------------------------
+
+def nb02():
+    return notebook([
+        md('''
+        # 02 The VRAM budget: estimate, choose the precision, read the errors
+
+        GPU memory (VRAM) is much smaller and dearer than host RAM, and running out of it is the
+        first obstacle after porting NumPy code. This notebook shows how to estimate what an
+        array takes before you create it, what float32 buys you over float64 (memory, speed, and
+        why the answer depends on the kind of GPU), and how to read the errors when a cell does
+        not fit its budget.
+
+        On a machine without a GPU the cells run on NumPy (the CPU fallback), with smaller
+        sizes, and the "budget" is host memory that the extension accounts for.
+        '''),
+        code("%load_ext cupy_magic"),
+        code(SETUP),
+        SETUP_NOTE,
+        md('''
+        ## 1. Estimate before you allocate
+
+        The guide's formula: **memory (GiB) = number of elements x bytes per element / 1024³**.
+        A 20000 x 20000 matrix of float32 (4 bytes per element):
+        '''),
+        code("%vram_budget --estimate 20000x20000 float32"),
+        code('''
+        print(20000 * 20000 * 4 / 1024**3, "GiB by hand")
+        est64 = cupy_magic.estimate("20000x20000", "float64")
+        print(est64)
+        print(f"this device has {info.total_bytes / 2**30:.1f} GiB: room for "
+              f"{info.total_bytes // est64.nbytes} such float64 matrices, before any temporaries")
+        '''),
+        md('''
+        `--estimate` also takes the name of an array you already have:
+        '''),
+        code('''
+        N = 2**27 if ON_GPU else 2**22          # float64: 1 GiB on a GPU, 32 MiB on the CPU fallback
+        x = np.random.default_rng(0).random(N)  # NumPy makes float64 unless told otherwise
+        '''),
+        code("%vram_budget --estimate x"),
+        md('''
+        ### Temporaries count too
+
+        An expression such as `np.sqrt(x * x + 1)` makes a new array for every intermediate
+        result. The report's *peak pool* is the most memory the cell held at once, input
+        included:
+        '''),
+        code('''
+        %%gpu
+        y = np.sqrt(x * x + 1)
+        '''),
+        code('''
+        r = cupy_magic.last_report()
+        peak = r.peak_pool_bytes - r.start_pool_bytes
+        print(f"input {x.nbytes / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB: {peak / x.nbytes:.1f}x the input")
+        '''),
+        md('''
+        So estimate the input, then multiply by the number of arrays alive at the worst moment
+        of the cell (here: the input, `x * x`, then `x * x + 1`, then the result).
+
+        ## 2. float64 or float32?
+
+        NumPy uses float64 by default. float32 halves every array: half the VRAM, half the bytes
+        over PCIe. `--dtype float32` converts float64 inputs on the way in:
+        '''),
+        code('''
+        %%gpu --dtype float32
+        y32 = np.sqrt(x * x + 1)
+        '''),
+        code('''
+        r32 = cupy_magic.last_report()
+        peak32 = r32.peak_pool_bytes - r32.start_pool_bytes
+        print(f"peak float64 {peak / 2**20:.0f} MiB, float32 {peak32 / 2**20:.0f} MiB "
+              f"(ratio {peak / peak32:.2f}); saved on the way in: {r32.saved_bytes / 2**20:.0f} MiB")
+        '''),
+        md('''
+        ### Speed depends on the hardware
+
+        Two kinds of work behave differently:
+
+        - **Memory-bound** work, such as `v * 2 + 1`, reads and writes each element once; its
+          time follows the bytes moved, so float32 should take about half the time of float64
+          on any device.
+        - **Compute-bound** work, such as a matrix product, follows the arithmetic units. Here
+          the kind of GPU matters. Data-centre GPUs such as the H100 and H200 are built with
+          strong FP64: by NVIDIA's specifications their FP64 rate is half their FP32 rate, and
+          their FP64 tensor cores match it for matrix products. Consumer GeForce GPUs have few
+          FP64 units: their FP64 rate is 1/64 of their FP32 rate. On those, float32 is the
+          difference between a fast and a crawling matrix product.
+
+        Measure what *this* machine does. The arrays are made on the device, so no transfer is
+        timed:
+        '''),
+        code('''
+        N_VEC = 2**28 if ON_GPU else 2**22
+        N_MAT = 8192 if ON_GPU else 512
+        '''),
+        code('''
+        %%gpu --quiet
+        rng = np.random.default_rng(0)
+        v64 = rng.random(N_VEC)
+        v32 = v64.astype(np.float32)
+        m64 = rng.random((N_MAT, N_MAT))
+        m32 = m64.astype(np.float32)
+        '''),
+        code('''
+        rows = []
+        for label, c64, c32, work in [
+            (f"v * 2 + 1, {N_VEC:,} elements", "w = v64 * 2.0 + 1.0", "w = v32 * 2.0 + 1.0", None),
+            (f"m @ m, {N_MAT} x {N_MAT}", "p = m64 @ m64", "p = m32 @ m32", 2 * N_MAT**3),
+        ]:
+            t64 = best_run(c64, repeat=5).gpu_seconds
+            t32 = best_run(c32, repeat=5).gpu_seconds
+            rows.append((label, t64, t32, work))
+        for label, t64, t32, work in rows:
+            rate = (f"   ({work / t64 / 1e12:.2f} vs {work / t32 / 1e12:.2f} TFLOP/s)" if work else "")
+            print(f"{label:32} float64 {t64 * 1e3:9.3f} ms   float32 {t32 * 1e3:9.3f} ms   "
+                  f"float32 is {t64 / t32:.2f}x faster{rate}")
+        print(f"measured on {info.name}, {time.strftime('%Y-%m-%d')}")
+        '''),
+        md('''
+        Read the two lines against the hardware: the memory-bound line should show close to a
+        factor of two on any machine. The matrix-product line depends on the FP64 units: on a
+        data-centre GPU the two precisions come out close; on a consumer GPU float32 wins by a
+        wide margin; on the CPU fallback it is what the CPU's vector units give.
+
+        float32 has about 7 significant digits, float64 about 16. That is why physics codes that
+        add tiny corrections to large values keep float64:
+        '''),
+        code('''
+        %%gpu --to-host
+        lost64 = (np.full(3, 1e8, dtype=np.float64) + 1) - 1e8
+        lost32 = (np.full(3, 1e8, dtype=np.float32) + 1) - 1e8
+        '''),
+        code('''
+        print("1e8 + 1 - 1e8 in float64:", lost64, "  in float32:", lost32)
+        '''),
+        md('''
+        ## 3. A budget, and its errors
+
+        `%vram_budget` sets a limit on the memory the cells may hold. First free what the
+        sections above left on the device, and look at the status:
+        '''),
+        code('''
+        del y, y32, v64, v32, m64, m32, rng
+        for name in ("w", "p"):
+            globals().pop(name, None)
+        print(f"released {cupy_magic.free_cached() / 2**20:.0f} MiB of cached blocks")
+        '''),
+        code("%vram_budget"),
+        code('''
+        BUDGET = "1GB" if ON_GPU else "64MB"
+        %vram_budget $BUDGET
+        BUDGET_BYTES = cupy_magic.budget_status().budget_bytes
+        '''),
+        md('''
+        A cell that asks for more than the budget stops. This one is meant to fail:
+        '''),
+        fails('''
+        %%gpu
+        huge = np.zeros(2 * BUDGET_BYTES // 8)   # float64: twice the budget
+        '''),
+        md('''
+        How to read it: the last line of the traceback is a `BudgetExceeded` (a `MemoryError`).
+        It says what took the cell over the budget (on a GPU, the allocation CuPy was asked for
+        and what the pool already held; on the CPU fallback, the line and the memory it reached),
+        the budget, and what to try. The cell is a transaction: nothing it assigned reached your
+        variables.
+        '''),
+        code('''
+        print("huge" in globals())
+        '''),
+        md('''
+        The inputs can fit while the temporaries do not. `xb` takes 40% of the budget; the cell
+        holds the input, `xb * xb` and `xb * xb + 1` at the same time: 120%. This cell is meant
+        to fail too, and the error names the line:
+        '''),
+        code('''
+        xb = np.random.default_rng(1).random(int(0.4 * BUDGET_BYTES) // 8)
+        %vram_budget --estimate xb
+        '''),
+        fails('''
+        %%gpu
+        yb = np.sqrt(xb * xb + 1)
+        '''),
+        md('''
+        One fix is to stop making temporaries: operations with `out=` and `+=` write into an
+        array that already exists. Now the cell holds two arrays at most:
+        '''),
+        code('''
+        %%gpu
+        yb = xb * xb          # one new array
+        yb += 1               # in place
+        np.sqrt(yb, out=yb)   # in place
+        '''),
+        md('''
+        A budget larger than the device is refused at once (meant to fail):
+        '''),
+        fails("%vram_budget 100TB"),
+        md('''
+        ## Exercises
+
+        **Exercise 1: how large can it be?** With the budget above, the cell
+        `d = np.abs(p[:, None] - p[None, :])` builds an n x n float64 matrix of pairwise
+        distances between n points, and one n x n temporary on the way. What is the largest n
+        that fits? Check your answer with `%vram_budget --estimate`, then run the cell just
+        below it.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        n_max = int((BUDGET_BYTES / (2 * 8)) ** 0.5)      # two n x n float64 arrays
+        n = int(0.9 * n_max)                              # leave room for p and rounding
+        print(f"n_max = {n_max:,}; trying n = {n:,}:", cupy_magic.estimate(f"{n}x{n}", "float64"))
+        p = np.random.default_rng(2).random(n)
+        get_ipython().run_cell_magic("gpu", "--quiet", "d = np.abs(p[:, None] - p[None, :])")
+        r = cupy_magic.last_report()
+        print(f"peak {r.peak_pool_bytes / 2**20:.0f} MiB of a {BUDGET_BYTES / 2**20:.0f} MiB budget")
+        del d
+        '''),
+        md('''
+        **Exercise 2: one option.** Make the failing `yb = np.sqrt(xb * xb + 1)` cell fit the
+        budget without changing its code.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        %%gpu --dtype float32
+        yb = np.sqrt(xb * xb + 1)    # three float32 arrays: 3 x 20% of the budget
+        '''),
+        code('''
+        del yb
+        cupy_magic.free_cached()
+        %vram_budget off
+        '''),
+        md('''
+        ## What you learned
+
+        - Memory = elements x bytes per element / 1024³ (`%vram_budget --estimate`), and a cell
+          needs that for every array alive at once, temporaries included (the peak pool).
+        - float32 halves memory and transfers (`--dtype float32`). Whether it also speeds up the
+          arithmetic depends on the GPU: data-centre GPUs are built with strong FP64, consumer
+          GPUs are not. The table in section 2 shows what this machine does.
+        - float32 keeps about 7 digits: keep float64 where the problem needs it.
+        - A cell over budget stops with a `BudgetExceeded` that says what was asked, the budget,
+          and what to try; your variables stay as they were. In-place operations (`out=`, `+=`)
+          lower the peak.
+        '''),
+    ])
+
+
+# ---------------------------------------------------------------------------------------
+# 04 sync pitfalls
+# ---------------------------------------------------------------------------------------
+
+def nb04():
+    return notebook([
+        md('''
+        # 04 Host syncs: the pitfalls that kill performance, and warm-up
+
+        The CPU does not wait for the GPU. When Python runs `y = np.sqrt(x)` on the device, it
+        only *queues* the work and moves on to the next line; the GPU works through the queue on
+        its own. That is what makes a GPU fast from Python.
+
+        Some harmless-looking lines break this: whenever Python needs a *value* from the
+        device (`if y.max() > 0:`, `print(y)`, `float(y)`, `x[x > 0]`), the CPU must wait until
+        the queue has drained and the value has crossed the bridge. That is a **host sync**. In a
+        loop it happens at every step. `%%gpu` finds these lines before the cell runs, and on a
+        GPU counts the ones that really happened, line by line.
+
+        On the CPU fallback nothing is queued, so there is nothing to wait for: the warnings are
+        the same, but the timings show only the cost of the arithmetic.
+        '''),
+        code('''
+        # Compiled GPU kernels are cached on disk. Point the cache to an empty folder, so that
+        # section 6 sees a first call as a new user does (this must run before CuPy is imported).
+        import os, sys, tempfile
+        FRESH_KERNEL_CACHE = "cupy" not in sys.modules
+        if FRESH_KERNEL_CACHE:
+            os.environ["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cupy-kernels-")
+        '''),
+        code("%load_ext cupy_magic"),
+        code(SETUP),
+        SETUP_NOTE,
+        code('''
+        N = 2**22 if ON_GPU else 2**18
+        STEPS = 200
+        x = np.random.default_rng(0).random(N, dtype=np.float32)
+        '''),
+        md('''
+        ## 1. A decision on the host, in a loop
+
+        The loop asks the device "is the maximum above 0.5?" at every step. The report names
+        the line, says why it syncs and what to write instead; on a GPU it also says how many
+        times it happened.
+        '''),
+        code('''
+        %%gpu
+        y = np.sqrt(x)
+        for step in range(STEPS):
+            if y.max() > 0.5:          # the host waits for the device here
+                y = y * 0.999
+        '''),
+        md('''
+        The fix keeps the decision on the device: `np.where` (CuPy's `where` inside `%%gpu`)
+        picks between the two results without asking the host. The report has no sync row:
+        '''),
+        code('''
+        %%gpu
+        y = np.sqrt(x)
+        for step in range(STEPS):
+            y = np.where(y.max() > 0.5, y * 0.999, y)
+        '''),
+        code('''
+        BAD = """
+        y = np.sqrt(x)
+        for step in range(STEPS):
+            if y.max() > 0.5:
+                y = y * 0.999
+        """
+        GOOD = """
+        y = np.sqrt(x)
+        for step in range(STEPS):
+            y = np.where(y.max() > 0.5, y * 0.999, y)
+        """
+        t_bad = best_run(BAD).gpu_seconds
+        t_good = best_run(GOOD).gpu_seconds
+        print(f"host decides: {t_bad * 1e3:.2f} ms; device decides: {t_good * 1e3:.2f} ms; "
+              f"host-decides / device-decides = {t_bad / t_good:.2f} ({info.name})")
+        '''),
+        md('''
+        On a GPU the ratio is above 1: the `where` version does a little more arithmetic, but
+        the device never stops to wait for Python. On the CPU fallback there is no queue, so the
+        ratio shows only the extra arithmetic of `where` (it can be below 1).
+
+        ## 2. `print` in a loop
+
+        Printing a device value copies it to the host. Keep per-step values on the device and
+        print once, after the loop:
+        '''),
+        code('''
+        %%gpu
+        y = x.copy()
+        for step in range(5):
+            y = np.sqrt(y)
+            print(step, y.mean())
+        '''),
+        code('''
+        %%gpu
+        y = x.copy()
+        means = []
+        for step in range(5):
+            y = np.sqrt(y)
+            means.append(y.mean())     # a 0-d device array: nothing is copied
+        means = np.stack(means)
+        print(means)                   # one sync, after the loop
+        '''),
+        md('''
+        The report of the second cell still lists the final `print`, but once, not inside a loop.
+
+        ## 3. `np.any` kept on the device
+
+        `if np.any(y < 0):` turns a device answer into a Python `bool`: a sync. Keep the answer
+        as a device array and let `np.where` use it:
+        '''),
+        code('''
+        %%gpu
+        y = x - 0.5
+        for step in range(STEPS):
+            if np.any(y < 0):
+                y = y + 0.01
+        '''),
+        code('''
+        %%gpu
+        y = x - 0.5
+        for step in range(STEPS):
+            y = np.where(np.any(y < 0), y + 0.01, y)
+        '''),
+        md('''
+        ## 4. Element by element: vectorise
+
+        A Python loop over elements launches a tiny device operation for each one, and
+        `float(x[i])` copies each element to the host. One array operation does it all:
+        '''),
+        code('''
+        K = 1000
+        LOOP = """
+        total = 0.0
+        for i in range(K):
+            total += float(x[i])
+        """
+        VECTOR = "total = x[:K].sum()"
+        t_loop = best_run(LOOP, repeat=1).gpu_seconds
+        t_vec = best_run(VECTOR).gpu_seconds
+        print(f"loop {t_loop * 1e3:.2f} ms, vectorised {t_vec * 1e3:.3f} ms: {t_loop / t_vec:.0f}x ({info.name})")
+        '''),
+        code('''
+        %%gpu --quiet
+        total = 0.0
+        for i in range(K):
+            total += float(x[i])
+        '''),
+        code('''
+        for row in cupy_magic.last_report().syncs:
+            print(row.describe())
+        '''),
+        md('''
+        ## 5. Stop at the first sync: `--syncs error`
+
+        While you port code, `--syncs error` turns the first host sync into an error that names
+        the line (on the CPU fallback the static check stops the cell before it runs). This cell
+        is meant to fail:
+        '''),
+        fails('''
+        %%gpu --syncs error
+        y = np.sqrt(x)
+        for step in range(STEPS):
+            if y.max() > 0.5:
+                y = y * 0.999
+        '''),
+        md('''
+        `%gpu_syncs error` makes it the default for every `%%gpu` cell of the session; the fixed
+        cell passes:
+        '''),
+        code('''
+        %gpu_syncs error
+        '''),
+        code('''
+        %%gpu --quiet
+        y = np.sqrt(x)
+        for step in range(STEPS):
+            y = np.where(y.max() > 0.5, y * 0.999, y)
+        '''),
+        code('''
+        %gpu_syncs warn
+        '''),
+        md('''
+        ## 6. Warm-up: the first call compiles
+
+        CuPy compiles each kind of GPU operation (for each dtype) the first time it is used,
+        then keeps the compiled kernel. The first run of a cell with new operations is therefore
+        slower. Time the same cell twice (these functions were not used above):
+        '''),
+        code('''
+        print("kernel cache:", "a fresh, empty folder" if FRESH_KERNEL_CACHE
+              else "CuPy was imported before this notebook: kernels may come from an earlier run")
+        '''),
+        code('''
+        %%gpu
+        z = np.tanh(x) ** 2 + np.cos(x) * np.exp(-x)
+        '''),
+        code('''
+        first = cupy_magic.last_report()
+        get_ipython().run_cell_magic("gpu", "--quiet", "z = np.tanh(x) ** 2 + np.cos(x) * np.exp(-x)")
+        second = cupy_magic.last_report()
+        print(f"first run {first.gpu_seconds * 1e3:.2f} ms, second run {second.gpu_seconds * 1e3:.2f} ms: "
+              f"first / second = {first.gpu_seconds / second.gpu_seconds:.1f} ({info.name})")
+        '''),
+        md('''
+        On a GPU the first run carries the compilation. On the CPU fallback nothing is compiled
+        and the two runs take about the same time.
+
+        Before timing or a long production run, run once on small data. `--warmup` does that for
+        you: it runs the cell on the first 2 rows of its inputs, then times the real run. Again
+        with functions not used before:
+        '''),
+        code('''
+        %%gpu --warmup
+        w = np.arctan(x) * np.log1p(x)
+        '''),
+        code('''
+        r = cupy_magic.last_report()
+        print(f"warm-up on 2 elements {r.warmup_seconds * 1e3:.2f} ms; the timed run on {N:,} elements "
+              f"{r.gpu_seconds * 1e3:.2f} ms")
+        '''),
+        md('''
+        ## Exercises
+
+        **Exercise 1: a convergence loop.** Newton's method for the square root, stopping when
+        the update is small. How many host syncs does it make? Rewrite it so the device never
+        waits for Python inside the loop (hint: a fixed number of steps, one check at the end).
+        '''),
+        code('''
+        a = x + 1.0     # values in [1, 2)
+        '''),
+        code('''
+        %%gpu
+        r = np.ones_like(a)
+        err = 1.0
+        while err > 1e-6:
+            r_new = 0.5 * (r + a / r)
+            err = float(np.abs(r_new - r).max())
+            r = r_new
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        %%gpu
+        r = np.ones_like(a)
+        for it in range(20):              # enough steps for float32; no decision on the host
+            r = 0.5 * (r + a / r)
+        err = np.abs(r * r - a).max()     # one check, kept on the device as a 0-d array
+        '''),
+        solution('''
+        print("host syncs reported:", len(cupy_magic.last_report().syncs), "; error:", float(err))
+        '''),
+        md('''
+        **Exercise 2: find the sync.** This cell has no loop, `if` or `print`, and still makes
+        the host wait. Run it, read the report, and rewrite it so that it does not.
+        '''),
+        code('''
+        %%gpu --to-host
+        pos_mean = x[x > 0.5].mean()
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        %%gpu --to-host
+        keep = x > 0.5                                  # the mask stays on the device
+        pos_mean_2 = np.where(keep, x, 0).sum() / keep.sum()
+        '''),
+        solution('''
+        print(pos_mean, pos_mean_2, "same:", np.isclose(pos_mean, pos_mean_2))
+        '''),
+        md('''
+        ## What you learned
+
+        - Python queues GPU work and moves on; a line that needs a device *value* (`if`, `print`,
+          `float`, a boolean mask) makes the host wait: a host sync.
+        - `%%gpu` reports each such line with its number, why it syncs and what to write
+          instead; on a GPU it counts how often it happened. `--syncs error` (or `%gpu_syncs
+          error`) stops at the first one.
+        - Keep decisions on the device (`np.where`, `np.any` kept as an array), print once after
+          the loop, and vectorise element-by-element loops.
+        - The first call of a new operation compiles it; warm up before timing (`--warmup`).
+        '''),
+    ])
+
+
+# ---------------------------------------------------------------------------------------
+# 05 checklist
+# ---------------------------------------------------------------------------------------
+
+def nb05():
+    return notebook([
+        md('''
+        # 05 The tuning checklist, measured
+
+        | check | action | gain |
+        | --- | --- | --- |
+        | vectorise | replace Python `for` loops with array operations | very high |
+        | coalesced access | neighbouring threads read neighbouring addresses: structure of arrays | high |
+        | memory pool | give cached blocks back (`cupy_magic.free_cached()`) | avoids out-of-memory in long runs |
+        | pinned memory | page-locked host memory for transfers | faster uploads and downloads |
+
+        Each section measures one row on the machine running this notebook. On a machine
+        without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
+        effects then show up weakly or not at all, and the text says what to expect.
+        '''),
+        code("%load_ext cupy_magic"),
+        code(SETUP),
+        SETUP_NOTE,
+        md('''
+        ## 1. Vectorise
+
+        The same result, element by element in a Python loop and as one array operation, on the
+        host (NumPy) and on the device `%%gpu` runs on:
+        '''),
+        code('''
+        K = 2000
+        x = np.random.default_rng(0).random(K, dtype=np.float32)
+        LOOP = """
+        out = np.empty(K, dtype=x.dtype)
+        for i in range(K):
+            out[i] = x[i] * 2 + 1
+        """
+        VECTOR = "out = x * 2 + 1"
+        for backend in dict.fromkeys(["host", DEVICE]):
+            ns = {"np": np, "x": x, "K": K}
+            t_loop = best_run(LOOP, ns, repeat=1, backend=backend).gpu_seconds
+            t_vec = best_run(VECTOR, ns, repeat=5, backend=backend).gpu_seconds
+            where = "NumPy on the CPU" if backend == "host" else info.name
+            print(f"{where:24} loop {t_loop * 1e3:9.2f} ms   vectorised {t_vec * 1e3:7.3f} ms   "
+                  f"{t_loop / t_vec:8.0f}x")
+        _ = cupy_magic.use_backend(DEVICE)
+        '''),
+        md('''
+        A loop is slow on the CPU, and slower still on a GPU: every iteration launches tiny
+        device operations, each with a fixed cost, and the GPU's thousands of cores sit idle. On
+        the CPU fallback both lines are NumPy.
+
+        ## 2. Structure of arrays, not array of structures
+
+        Particles with 8 fields each (x, y, z, vx, vy, vz, mass, charge), stored two ways:
+
+        - **array of structures** (AoS): shape `(n, 8)`, one row per particle. The x values of
+          neighbouring particles are 32 bytes apart.
+        - **structure of arrays** (SoA): shape `(8, n)`, one row per field. The x values are
+          next to each other.
+
+        GPU threads run in groups of 32 that read memory together. When neighbouring threads
+        read neighbouring addresses (SoA), the reads *coalesce* into a few wide transactions;
+        when they are 32 bytes apart (AoS), the device fetches whole segments to use 4 bytes of
+        each. The update `position += velocity * dt` in both layouts:
+        '''),
+        code('''
+        NP = 2**25 if ON_GPU else 2**20     # particles: 1 GiB per layout on a GPU
+        dt = 0.01
+        '''),
+        code('''
+        %%gpu --quiet
+        aos = np.zeros((NP, 8), dtype=np.float32)    # one row per particle
+        aos[:, 3:6] = 1.0
+        soa = np.zeros((8, NP), dtype=np.float32)    # one row per field
+        soa[3:6] = 1.0
+        '''),
+        code('''
+        AOS = """
+        aos[:, 0] += aos[:, 3] * dt
+        aos[:, 1] += aos[:, 4] * dt
+        aos[:, 2] += aos[:, 5] * dt
+        """
+        SOA = """
+        soa[0] += soa[3] * dt
+        soa[1] += soa[4] * dt
+        soa[2] += soa[5] * dt
+        """
+        t_aos = best_run(AOS, repeat=5).gpu_seconds
+        t_soa = best_run(SOA, repeat=5).gpu_seconds
+        useful = 3 * 3 * 4 * NP      # 3 lines, each reads 2 and writes 1 float32 per particle
+        for name, t in [("array of structures", t_aos), ("structure of arrays", t_soa)]:
+            print(f"{name:20} {t * 1e3:8.2f} ms   {useful / t / 1e9:8.1f} GB/s of useful data")
+        print(f"structure of arrays is {t_aos / t_soa:.1f}x faster on {info.name}")
+        '''),
+        code('''
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.barh(["array of structures\\n(n, 8)", "structure of arrays\\n(8, n)"],
+                [t_aos * 1e3, t_soa * 1e3], color=["#c66", "#4a4"])
+        ax.set_xlabel("time for one update (ms), shorter is better")
+        ax.set_title(f"{NP:,} particles on {info.name}, {time.strftime('%Y-%m-%d')}")
+        plt.tight_layout()
+        plt.show()
+        '''),
+        md('''
+        On a GPU the structure of arrays is clearly faster: the same arithmetic, fewer memory
+        transactions. The CPU fallback shows a smaller effect of the same kind (its cache lines
+        also load neighbours that the AoS update does not use).
+
+        ## 3. The memory pool
+
+        CuPy does not hand freed device memory back to the driver: it keeps the blocks in a
+        *pool* and reuses them, because asking the driver for memory is slow. So the pool
+        **holds** more than your arrays **use**. A long run that allocates many different sizes
+        can leave much memory cached: free for CuPy, but not for another process or a library
+        that allocates outside CuPy's pool, and split into blocks of sizes that a later, larger
+        request may not fit (fragmentation). `cupy_magic.free_cached()` (CuPy's
+        `free_all_blocks`) gives the cached blocks back.
+        '''),
+        code('''
+        BLOCK = 2**24 if ON_GPU else 2**16          # float32 elements: 64 MiB on a GPU
+        cupy_magic.free_cached()
+
+        def pool(label):
+            s = cupy_magic.budget_status()
+            print(f"{label:34} used {s.pool_used / 2**20:9.0f} MiB   held {s.pool_held / 2**20:9.0f} MiB   "
+                  f"cached {(s.pool_held - s.pool_used) / 2**20:9.0f} MiB")
+
+        pool("before")
+        '''),
+        code('''
+        %%gpu --quiet
+        blocks = [np.empty(int(BLOCK * (1 + i % 5)), dtype=np.float32) for i in range(40)]
+        keep = blocks[::2]       # a long run keeps some results and drops the others
+        del blocks
+        '''),
+        code('''
+        pool("after: every other block kept")
+        del keep
+        pool("after del keep")
+        print(f"free_cached() released {cupy_magic.free_cached() / 2**20:.0f} MiB")
+        pool("after free_cached()")
+        '''),
+        md('''
+        On a GPU, "held" stays high after `del`: the blocks went to the pool, not back to the
+        device, until `free_cached()`. On the CPU fallback there is no pool: NumPy returns
+        memory to the system at once, so every figure outside a cell is 0.
+
+        `%vram_budget` (no argument) shows the same figures with the device's total:
+        '''),
+        code("%vram_budget"),
+        md('''
+        > **Note (not yet available): the live panel.** A live panel, `%vram_panel`, that plots
+        > VRAM use, the pool and fragmentation while cells run is being built. When it lands,
+        > this section will start it here and rerun the cells above to watch the pool grow,
+        > fragment and shrink.
+        '''),
+        md('''
+        ## 4. Pinned memory
+
+        The driver can copy over PCIe only from *page-locked* (pinned) host memory, which the
+        operating system may not move. From ordinary *pageable* memory a copy goes through a
+        pinned staging buffer first, which is slower. `%%gpu` page-locks large NumPy inputs for
+        you, and keeps them locked while the array lives; the report says *pinned* or *pageable*
+        for each input. Memory that NumPy does not own itself (for example an array made with
+        `np.frombuffer` over a `bytearray`, or a memory map) is left pageable.
+        '''),
+        code('''
+        import cupy_magic.backend
+        print(f"on a GPU, inputs of {cupy_magic.backend.REGISTER_MIN_BYTES / 2**20:.0f} MiB or more are page-locked")
+        big = 2**28 if ON_GPU else 2**24            # float32 elements: 1 GiB on a GPU
+        rng = np.random.default_rng(1)
+        inputs = {
+            "small, NumPy-owned": rng.random(2**20, dtype=np.float32),
+            "large, NumPy-owned": rng.random(big, dtype=np.float32),
+        }
+        foreign = np.frombuffer(bytearray(big * 4), dtype=np.float32)
+        foreign[:] = inputs["large, NumPy-owned"]
+        inputs["large, bytearray-owned"] = foreign
+
+        print(f"{'input':24} {'MiB':>7} {'kind':>9} {'1st GB/s':>9} {'best GB/s':>10}")
+        for name, v in inputs.items():
+            runs = [cupy_magic.run_cell("s = v.sum()", {"np": np, "v": v}, syncs="off") for _ in range(4)]
+            first, best = runs[0].inputs[0], max((r.inputs[0] for r in runs[1:]), key=lambda m: m.gbps)
+            print(f"{name:24} {v.nbytes / 2**20:7.0f} {'pinned' if best.pinned else 'pageable':>9} "
+                  f"{first.gbps:9.1f} {best.gbps:10.1f}")
+        '''),
+        md('''
+        On a GPU, the small array stays pageable (locking it would cost more than it saves) and
+        the large NumPy-owned array is pinned: its first transfer also pays for
+        page-locking, the later ones run at the bus's pinned rate. The same bytes owned by a
+        `bytearray` stay pageable and move more slowly every time. On the CPU fallback every
+        "transfer" is a copy in host RAM and nothing is pinned.
+
+        ## Exercises
+
+        **Exercise 1: vectorise a loop with a branch.** Rewrite this loop as one array
+        operation, check that the results agree, and measure both on the device.
+        '''),
+        code('''
+        CLIP_LOOP = """
+        out = np.empty(K, dtype=x.dtype)
+        for i in range(K):
+            if x[i] > 0.9:
+                out[i] = 0.9
+            else:
+                out[i] = x[i]
+        """
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        CLIP_VECTOR = "out = np.minimum(x, 0.9)"
+        r_loop = best_run(CLIP_LOOP, {"np": np, "x": x, "K": K}, repeat=1, to_host=True)
+        r_vec = best_run(CLIP_VECTOR, {"np": np, "x": x, "K": K}, repeat=5, to_host=True)
+        ns_loop, ns_vec = {"np": np, "x": x, "K": K}, {"np": np, "x": x, "K": K}
+        cupy_magic.run_cell(CLIP_LOOP, ns_loop, to_host=True, syncs="off")
+        cupy_magic.run_cell(CLIP_VECTOR, ns_vec, to_host=True, syncs="off")
+        print("same result:", np.array_equal(ns_loop["out"], ns_vec["out"]))
+        print(f"loop {r_loop.gpu_seconds * 1e3:.2f} ms, vectorised {r_vec.gpu_seconds * 1e3:.3f} ms: "
+              f"{r_loop.gpu_seconds / r_vec.gpu_seconds:.0f}x ({info.name})")
+        '''),
+        md('''
+        **Exercise 2: kinetic energy in both layouts.** Compute
+        `0.5 * mass * (vx² + vy² + vz²)` for every particle from `aos` and from `soa` (mass is
+        field 6), and measure both.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        KE_AOS = "ke = 0.5 * aos[:, 6] * (aos[:, 3] ** 2 + aos[:, 4] ** 2 + aos[:, 5] ** 2)"
+        KE_SOA = "ke = 0.5 * soa[6] * (soa[3] ** 2 + soa[4] ** 2 + soa[5] ** 2)"
+        t_aos_ke = best_run(KE_AOS, repeat=5).gpu_seconds
+        t_soa_ke = best_run(KE_SOA, repeat=5).gpu_seconds
+        print(f"AoS {t_aos_ke * 1e3:.2f} ms, SoA {t_soa_ke * 1e3:.2f} ms: SoA is "
+              f"{t_aos_ke / t_soa_ke:.1f}x faster ({info.name})")
+        del ke
+        '''),
+        code('''
+        del aos, soa, inputs, foreign
+        print(f"released {cupy_magic.free_cached() / 2**20:.0f} MiB of cached blocks")
+        '''),
+        md('''
+        ## What you learned
+
+        - Vectorise: a Python loop over elements is slow on the CPU and slower on a GPU
+          (section 1 printed by how much here).
+        - Lay data out as a structure of arrays so that neighbouring threads read neighbouring
+          addresses (coalesced access).
+        - The pool holds freed blocks for reuse; `cupy_magic.free_cached()` gives them back, and
+          `%vram_budget` shows used, held and cached memory.
+        - Transfers from pinned memory are faster; `%%gpu` pins large NumPy inputs itself, and
+          the report says pinned or pageable for each one.
+        '''),
+    ])
+
+
+NOTEBOOKS = {
+    "01_host_vs_device.ipynb": nb01,
+    "02_vram_budget.ipynb": nb02,
+    "04_sync_pitfalls.ipynb": nb04,
+    "05_checklist.ipynb": nb05,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent
+                        / "notebooks")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, build in NOTEBOOKS.items():
+        nb = build()
+        nbformat.validate(nb)
+        nbformat.write(nb, args.out / name)
+        print("wrote", args.out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
