@@ -11,6 +11,7 @@ from IPython.display import display
 
 from . import session
 from .budget import SizeError, estimate
+from .planner import RULES, BatchOptions
 from .runner import CAST_TARGETS, SYNC_MODES, CellError, run_cell
 
 __all__ = ["GpuMagics"]
@@ -36,6 +37,15 @@ class GpuMagics(Magics):
     @argument("--syncs", default=None, metavar="MODE",
               help="host syncs: warn (report them), error (stop at the first), off; "
                    "the default is set with %%gpu_syncs")
+    @argument("--batch", nargs="?", const="*", default=None, metavar="NAMES",
+              help="run batch by batch over the leading axis: of the largest inputs, or of "
+                   "the comma-separated NAMES (default: only when the inputs exceed the budget)")
+    @argument("--batch-rows", default=None, metavar="N", help="rows per batch")
+    @argument("--batch-bytes", default=None, metavar="SIZE",
+              help="input bytes per batch, e.g. 512MB")
+    @argument("--streams", default=None, metavar="K", help="CUDA streams (batches in flight), 3")
+    @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
+              help=f"join a result without a row axis over the batches; rules: {', '.join(RULES)}")
     @cell_magic
     def gpu(self, line: str, cell: str) -> None:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
@@ -52,6 +62,10 @@ class GpuMagics(Magics):
         In [2]: x = np.random.rand(10_000_000)
 
         In [3]: %%gpu --to-host y
+           ...: y = np.sqrt(x) * 2 + 1
+           ...: total = y.sum()
+
+        In [4]: %%gpu --batch --reduce total=sum      # row by row: y is gathered on the host
            ...: y = np.sqrt(x) * 2 + 1
            ...: total = y.sum()
         """
@@ -75,12 +89,18 @@ class GpuMagics(Magics):
             raise UsageError(f"--syncs {syncs} is not a mode; use --syncs warn, error or off")
         if not cell.strip():
             raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
+        try:
+            batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
+                                       args.streams, args.reduce)
+        except CellError as exc:
+            raise UsageError(str(exc)) from None
         shell = self.shell
         assert shell is not None
         filename = shell.compile.cache(cell, shell.execution_count)
         try:
             report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
-                              warmup=args.warmup, syncs=syncs, filename=filename)
+                              warmup=args.warmup, syncs=syncs, filename=filename,
+                              batch=batch)
         except SyntaxError as exc:
             raise UsageError(
                 f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "

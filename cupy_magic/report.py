@@ -57,6 +57,7 @@ class RunReport:
     budget_bytes: int | None = None
     syncs: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    batch: Any = None  # the BatchPlan of a batched run (cupy_magic.planner), else None
 
     @property
     def moved_bytes(self) -> int:
@@ -101,6 +102,8 @@ class RunReport:
             size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
             out.append(f"  out  {o.name}: {o.kind} on {o.where}{size}")
         out.extend(f"  note {n}" for n in self.notes)
+        if self.batch is not None:
+            out.extend(self.batch.lines())
         return out
 
     def __str__(self) -> str:
@@ -148,6 +151,8 @@ class RunReport:
             row(f"out {o.name}", f"{esc(o.kind)} on <b>{esc(o.where)}</b>{size}")
         for n in self.notes:
             row("note", esc(n))
+        for line in self.batch.lines() if self.batch is not None else ():
+            row("batch", esc(line.strip().removeprefix("batch ")))
         title = f"%%gpu on {esc(self.device)} [{esc(self.backend)}]"
         return (f"<details open class='cupy-magic-report'><summary style='font-family:monospace'>"
                 f"{title}</summary><table style='font-family:monospace;font-size:90%'>"

@@ -19,11 +19,14 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import CodeType, ModuleType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import backend as _backend
+
+if TYPE_CHECKING:
+    from .planner import BatchOptions
 from .budget import format_bytes
 from .cellcode import analyse
 from .report import InputMove, OutputInfo, RunReport
@@ -200,6 +203,7 @@ def run_cell(
     warmup: bool = False,
     syncs: str = "warn",
     filename: str | None = None,
+    batch: BatchOptions | None = None,
 ) -> RunReport:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
@@ -224,6 +228,10 @@ def run_cell(
         ``"off"`` looks for none.
     filename
         The name the cell's code is compiled under (tracebacks show it with the cell's lines).
+    batch
+        How to batch the cell over the leading axis of its inputs
+        (:class:`cupy_magic.planner.BatchOptions`); without it a cell is batched only when
+        its NumPy inputs do not fit the VRAM budget.
 
     Returns
     -------
@@ -246,6 +254,12 @@ def run_cell(
     if syncs not in SYNC_MODES:
         raise CellError(f"--syncs {syncs} is not a mode; use warn, error or off")
     plan = _plan(source, namespace, filename, to_host, dtype, be)
+    from . import pipeline  # imports this module: keep it out of the module's top
+
+    reason = pipeline.batch_reason(plan.inputs, batch, be, dtype)
+    if reason:
+        return pipeline.run_batched(plan, namespace, batch, reason, to_host=to_host,
+                                    dtype=dtype, filename=filename, be=be)
     _check_budget(plan, dtype, be)
     findings = [] if syncs == "off" else lint_cell(
         source, [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))],

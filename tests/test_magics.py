@@ -235,7 +235,7 @@ def test_cell_over_the_budget_stops_explains_and_changes_nothing(ip):
 
 def test_inputs_over_the_budget_are_refused_before_moving(ip):
     ip.run_line_magic("vram_budget", "1MB")
-    ip.user_ns["x"] = np.ones(1_000_000)
+    ip.user_ns["x"] = np.ones((1, 1_000_000))  # one row: nothing to batch over (issue 3)
     with pytest.raises(BudgetExceeded, match=r"inputs x \(7.63 MiB\) need 7.63 MiB"):
         gpu(ip, "y = x + 1\n")
     assert "y" not in ip.user_ns
@@ -280,7 +280,7 @@ def test_bad_budget_values(ip, value):
 
 
 BAD_GPU_LINES = [
-    ("--streams", "unrecognized"),
+    ("--streams", "expected one argument"),  # --streams K since issue 3
     ("--dtype int8", "--dtype int8 is not supported"),
     ("--dtype", "expected one argument"),
     ("--to-host 1bad", "'1bad'"),

@@ -1,0 +1,290 @@
+"""The streamed batch executor: a ``%%gpu`` cell run batch by batch over the leading axis.
+
+Batch ``i`` goes to slot ``i % K`` (one CUDA stream each): its rows are uploaded, the cell
+runs on the slot's stream, row results are copied into full-length host arrays and partial
+results for ``--reduce`` stay on the device. The host waits for a slot only to reuse it.
+The first batch is small and measures the pool bytes per row; :mod:`cupy_magic.planner`
+sizes the rest. Nothing reaches the user namespace unless every batch succeeds.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from . import backend as _backend
+from . import planner, progress
+from ._engines import make_engine
+from .budget import format_bytes
+from .planner import BatchOptions, BatchPlan
+from .report import InputMove, OutputInfo, RunReport
+from .runner import (
+    CAST_TARGETS,
+    CellError,
+    _cell_traceback,
+    _commit,
+    _explain_oom,
+    _move_inputs,
+    _Plan,
+)
+
+__all__ = ["batch_reason", "run_batched"]
+
+_SCALARS = (int, float, complex, bool, np.generic)
+
+
+def _target_dtype(arr: np.ndarray, dtype: str | None) -> np.dtype:
+    target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
+    return np.dtype(target) if target else arr.dtype
+
+
+def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
+                 be: _backend.Backend, dtype: str | None) -> str:
+    """Why the cell is run in batches, or ``""`` when it runs whole."""
+    if opts is not None and opts.requested:
+        return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
+            (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
+    limit = be.limit
+    if limit is None or not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
+        return ""
+    need = sum(a.size * _target_dtype(a, dtype).itemsize for a in inputs.values())
+    free = limit - be.pool_used()
+    if need <= free:
+        return ""
+    return (f"the inputs need {format_bytes(need)} but the VRAM budget of "
+            f"{format_bytes(limit)} leaves {format_bytes(max(free, 0))}")
+
+
+def _row_len(arr: np.ndarray) -> int:
+    return int(np.prod(arr.shape[1:], dtype=np.int64))
+
+
+def _empty_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A full-length host array for a gathered result (tests poison it)."""
+    return np.empty(shape, dtype)
+
+
+class _BatchRun:
+    """The state of one batched run: inputs, slots, gathered rows, partial results."""
+
+    def __init__(self, plan: _Plan, namespace: dict[str, Any], opts: BatchOptions,
+                 names: list[str], total: int, dtype: str | None, be: _backend.Backend,
+                 filename: str) -> None:
+        self.plan, self.namespace, self.opts, self.be = plan, namespace, opts, be
+        self.filename, self.dtype, self.total = filename, dtype, total
+        self.inputs = {n: plan.inputs[n] for n in names}
+        self.dtypes = {n: _target_dtype(a, dtype) for n, a in self.inputs.items()}
+        self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
+                             for n, a in self.inputs.items())
+        self.eng = make_engine(be, opts.streams, _empty_output)
+        self.base: dict[str, Any] = {}
+        self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        self.out: dict[str, np.ndarray] = {}
+        self.written: dict[str, int] = {}
+        self.partials: dict[str, list[tuple[Any, int]]] = {}
+        self.tail: dict[str, Any] = {}
+        self.first: list[tuple[str, Any]] = []
+        self.current = (0, 0, 0)
+        self.n_batches = 0
+        self.peak = be.pool_used()
+
+    # --- one batch ----------------------------------------------------------------------
+    def batch(self, i: int, a: int, b: int) -> None:
+        __tracebackhide__ = True
+        self.current = (i, a, b)
+        slot = i % self.eng.slots
+        self.eng.wait(slot)
+        work = dict(self.base)
+        with self.eng.on(slot):
+            for name, arr in self.inputs.items():
+                work[name] = self.eng.upload(slot, name, arr, a, b, self.dtypes[name])
+            exec(self.plan.code, work)
+            self.collect(i, a, b, slot, work)
+        self.eng.record(slot)
+
+    def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any]) -> None:
+        rows = b - a
+        for name in sorted(self.plan.stored):
+            if name not in work:
+                continue
+            value = work[name]
+            if name in self.opts.reduce:
+                self.partials.setdefault(name, []).append((value, rows))
+                continue
+            is_array = isinstance(value, np.ndarray) or self.be.is_device_array(value)
+            if not is_array:
+                if isinstance(value, _SCALARS):
+                    raise CellError(self._no_rule(name, value, rows))
+                continue
+            has_rows = value.ndim >= 1 and value.shape[0] == rows
+            if i == 0 and has_rows:
+                self.specs[name] = (tuple(value.shape[1:]), np.dtype(value.dtype))
+                self.written[name] = 0
+            spec = self.specs.get(name)
+            if spec is None:
+                raise CellError(self._no_rule(name, value, rows))
+            if not has_rows or tuple(value.shape[1:]) != spec[0] or value.dtype != spec[1]:
+                raise CellError(
+                    f"the cell's result {name!r} is {value.dtype} {tuple(value.shape)} in batch "
+                    f"{i + 1} ({rows} rows) but {spec[1]} (rows, *{spec[0]}) in the first batch; "
+                    f"a row result must keep one row per input row, or name a rule: "
+                    f"--reduce {name}=concat (or {', '.join(planner.RULES[:-1])})")
+            if i == 0:  # outputs are allocated once the first batch is measured
+                self.first.append((name, value))
+            else:
+                self.eng.download(slot, name, value, self.out[name], a, b)
+            self.written[name] += rows
+        self.tail = {k: v for k, v in work.items()
+                     if k not in self.specs and k not in self.opts.reduce}
+        for name in self.inputs:
+            if name not in self.specs and name not in self.plan.stored:
+                self.tail[name] = self.namespace[name]
+
+    def _no_rule(self, name: str, value: Any, rows: int) -> str:
+        shape = getattr(value, "shape", None)
+        what = (f"{type(value).__module__.split('.')[0]} array {value.dtype} {tuple(shape)}"
+                if shape is not None else type(value).__name__)
+        return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
+                f"rows, so the batches' values cannot be joined; name a rule, e.g. --reduce "
+                f"{name}=sum (rules: {', '.join(planner.RULES)}), or compute it in a cell of "
+                "its own")
+
+    # --- the whole run ------------------------------------------------------------------
+    def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:
+        __tracebackhide__ = True
+        be, eng, opts = self.be, self.eng, self.opts
+        shared = {n: a for n, a in self.plan.inputs.items() if n not in self.inputs}
+        shared_plan = _Plan(self.plan.code, shared, self.plan.overrides, self.plan.stored,
+                            self.plan.deleted)
+        moved, report.inputs = _move_inputs(shared_plan, self.dtype, be)
+        self.base = {**self.namespace, **self.plan.overrides, **moved}
+        for name, arr in self.inputs.items():
+            if self.dtypes[name] == arr.dtype:
+                eng.prefer_locked(arr)
+        avoid = {d for a in self.plan.inputs.values() for d in a.shape[1:]}
+        avoid |= {a.shape[0] for a in shared.values() if a.ndim}
+        free = None if be.limit is None else be.limit - be.pool_used()
+        first = planner.probe_rows(self.total, self.row_bytes, avoid, opts.rows, free)
+        t0 = time.perf_counter()
+        with be.track_memory(self.filename) as mem:
+            self.batch(0, 0, first)
+        peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
+        self.peak = max(self.peak, mem.peak_bytes)
+        with eng.on(0):
+            for name, value in self.first:
+                self.out[name] = eng.allocate((self.total, *self.specs[name][0]),
+                                              self.specs[name][1])
+                eng.download(0, name, value, self.out[name], 0, first)
+        self.first.clear()
+        eng.record(0)
+        free = None if be.limit is None else be.limit - be.pool_used()
+        rows, sized_by = planner.size_rows(self.total, self.row_bytes, peak_row, free,
+                                           opts.streams, opts)
+        bounds = [(a, min(a + rows, self.total)) for a in range(first, self.total, rows)]
+        self.n_batches = 1 + len(bounds)
+        bp = BatchPlan(tuple(self.inputs), tuple(shared), self.total, self.row_bytes,
+                       opts.streams, reason, first, rows if bounds else first, self.n_batches,
+                       peak_row, sized_by, tuple(self.specs), dict(opts.reduce))
+        progress.start(self.filename, self.n_batches)
+        progress.step()
+        buffers = {f"in:{n}": (a, self.dtypes[n].itemsize * _row_len(a))
+                   for n, a in self.inputs.items()}
+        buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a)) for n, a in self.out.items()})
+        eng.warm(rows, peak_row, buffers)
+        with be.track_memory(self.filename) as mem:
+            for i, (a, b) in enumerate(bounds, start=1):
+                self.batch(i, a, b)
+                progress.step()
+            eng.drain()
+        self.peak = max(self.peak, mem.peak_bytes)
+        seconds = time.perf_counter() - t0
+        unwritten = [n for n, w in self.written.items() if w != self.total]
+        if unwritten:
+            raise CellError(f"the cell assigned {', '.join(unwritten)} in some batches only, "
+                            "so rows would be missing; assign it in every batch")
+        final = dict(self.tail)
+        final.update(self.out)
+        for name, parts in self.partials.items():
+            final[name] = planner.combine(opts.reduce[name], parts, be.xp)
+        bp.staged_batches = eng.staged_batches
+        for name, arr in self.inputs.items():
+            report.inputs.append(InputMove(name, arr.size * self.dtypes[name].itemsize, seconds,
+                                           eng.is_locked(arr), self.dtypes[name].name,
+                                           arr.dtype.name if self.dtypes[name] != arr.dtype
+                                           else ""))
+        report.gpu_seconds = seconds
+        return final, bp
+
+    def where(self, exc: BaseException) -> str:
+        i, a, b = self.current
+        of = f" of {self.n_batches}" if self.n_batches else ""
+        if isinstance(exc, KeyboardInterrupt):
+            return (f"interrupted after batch {i + 1}{of} (rows up to {b:,}); streams drained, "
+                    "buffers released, nothing committed")
+        return (f"batch {i + 1}{of} (rows {a:,}:{b:,}) failed; streams drained, buffers "
+                "released, nothing committed")
+
+    def abort(self) -> None:
+        self.eng.drain(quiet=True)
+        self.first.clear()
+        for table in (self.partials, self.out, self.tail, self.base):
+            table.clear()
+
+
+def run_batched(plan: _Plan, namespace: dict[str, Any], opts: BatchOptions | None,
+                reason: str, *, to_host: Any, dtype: str | None, filename: str,
+                be: _backend.Backend) -> RunReport:
+    """Run a planned cell batch by batch; commit its results only if every batch succeeds.
+
+    Called by :func:`cupy_magic.runner.run_cell` when :func:`batch_reason` gives a reason.
+
+    Returns
+    -------
+    RunReport
+        With ``report.batch`` set to the :class:`~cupy_magic.planner.BatchPlan` followed.
+    """
+    __tracebackhide__ = True
+    opts = opts or BatchOptions()
+    names, total = planner.select_inputs(plan.inputs, opts)
+    if total == 0:
+        raise CellError(f"the batched inputs {', '.join(names)} have 0 rows; nothing to batch, "
+                        "remove --batch")
+    unknown = [n for n in opts.reduce if n not in plan.stored]
+    if unknown:
+        raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never assigns; "
+                        f"it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
+    report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
+    report.start_pool_bytes = be.pool_used()
+    wall0 = time.perf_counter()
+    run = _BatchRun(plan, namespace, opts, names, total, dtype, be, filename)
+    progress.start(filename, 0)
+    try:
+        final, bp = run.execute(report, reason)
+    except BaseException as exc:
+        run.abort()
+        traceback.clear_frames(exc.__traceback__)
+        gc.collect()
+        new = _explain_oom(exc, be, run.peak)
+        new.add_note(run.where(exc))
+        if isinstance(new, CellError):
+            new.args = (f"{new.args[0]} ({run.where(exc)})",)
+        cell_tb = _cell_traceback(exc.__traceback__, filename, trim_below=new is not exc)
+        raise new.with_traceback(cell_tb) from None
+    finally:
+        progress.finish()
+        run.eng.close()
+    report.peak_pool_bytes = run.peak
+    _commit(plan, final, namespace, to_host, be, report)
+    gathered = set(bp.gathered)
+    for k, info in enumerate(report.outputs):
+        if info.name in gathered and isinstance(namespace.get(info.name), np.ndarray):
+            namespace[info.name] = be.to_host(namespace[info.name])  # rows live on the host
+            report.outputs[k] = OutputInfo(info.name, info.kind.replace(" on device", ""),
+                                           "host (rows gathered)", info.nbytes)
+    report.batch = bp  # type: ignore[attr-defined]
+    report.wall_seconds = time.perf_counter() - wall0
+    return report

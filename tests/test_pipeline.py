@@ -1,0 +1,238 @@
+"""Batched %%gpu cells through a real shell, on each backend: results, plans, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+import cupy_magic
+from cupy_magic import backend, pipeline, progress
+
+
+def gpu(ip, cell: str, line: str = ""):
+    ip.run_cell_magic("gpu", f"--quiet {line}", cell)
+    return cupy_magic.last_report()
+
+
+def host(value):
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
+        else np.asarray(value)
+
+
+def fresh(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "b":
+        return rng.random(shape) > 0.5
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-1000, 1000, shape).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
+    return rng.random(shape).astype(dtype)
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Gathered outputs start as garbage, so a row the pipeline never writes shows."""
+    def empty(shape, dtype):
+        out = np.empty(shape, dtype)
+        out.view(np.uint8)[...] = 0xA5
+        return out
+
+    monkeypatch.setattr(pipeline, "_empty_output", empty)
+
+
+# --- results equal the unbatched run --------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1001,), (1001, 3), (257, 5, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "complex64", "bool"])
+def test_batched_equals_unbatched(ip, poisoned, shape, dtype):
+    x = fresh(shape, dtype, seed=hash((shape, dtype)) % 1000)
+    ip.user_ns["x"] = x
+    cell = "y = x * x\nz = x[::-1] if False else x\n"
+    gpu(ip, cell)
+    whole_y, whole_z = host(ip.user_ns["y"]), host(ip.user_ns["z"])
+    report = gpu(ip, cell, "--batch --batch-rows 100")
+    y, z = ip.user_ns["y"], ip.user_ns["z"]
+    assert isinstance(y, np.ndarray) and y.shape == shape and y.dtype == whole_y.dtype
+    np.testing.assert_array_equal(y, whole_y)
+    np.testing.assert_array_equal(z, x)
+    assert report.batch.batches == -(-shape[0] // 100) and report.batch.rows == 100
+    assert report.outputs_by_name["y"].where == "host (rows gathered)"
+
+
+@pytest.mark.parametrize(("rows", "streams", "batches"),
+                         [(1000, 3, 2), (100, 2, 11), (333, 4, 4), (1, 3, 1001), (2000, 3, 1)])
+def test_batch_counts_last_batch_of_one_row_and_streams(ip, poisoned, rows, streams, batches):
+    x = fresh((1001, 2), "float64")
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = np.sqrt(x * x + 1)\n",
+                 f"--batch --batch-rows {rows} --streams {streams}")
+    np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-12)
+    assert report.batch.batches == batches and report.batch.streams == streams
+
+
+@pytest.mark.parametrize("make", [
+    lambda b: b[:, ::2], lambda b: np.asfortranarray(b), lambda b: b[::3], lambda b: b.T[:7].T,
+])
+def test_non_contiguous_inputs(ip, poisoned, make):
+    x = make(fresh((600, 14), "float32"))
+    assert not x.flags.c_contiguous
+    ip.user_ns["x"] = x
+    gpu(ip, "y = x * 3 - 1\n", "--batch --batch-rows 64")
+    np.testing.assert_allclose(ip.user_ns["y"], x * 3 - 1, rtol=1e-6)
+
+
+def test_batched_and_broadcast_shaped_inputs_and_shared_ones(ip, poisoned):
+    x, c, w = fresh((500, 6), "float64"), fresh((500, 1), "float64", 1), fresh(6, "float64", 2)
+    ip.user_ns.update(x=x, c=c, w=w)
+    report = gpu(ip, "y = x * c + w\nn = c[:, 0] * 2\n", "--batch --batch-rows 77")
+    np.testing.assert_allclose(ip.user_ns["y"], x * c + w)
+    np.testing.assert_allclose(ip.user_ns["n"], c[:, 0] * 2)
+    assert set(report.batch.batched) == {"x", "c"} and report.batch.shared == ("w",)
+
+
+def test_explicit_batch_names_share_a_square_input(ip, poisoned):
+    x, m = fresh((300, 300), "float64"), fresh((300, 300), "float64", 3)
+    ip.user_ns.update(x=x, m=m)
+    report = gpu(ip, "y = x @ m\n", "--batch x --batch-rows 50")
+    np.testing.assert_allclose(ip.user_ns["y"], x @ m, rtol=1e-10)
+    assert report.batch.batched == ("x",) and report.batch.shared == ("m",)
+
+
+@pytest.mark.parametrize("rule", ["sum", "min", "max", "mean", "any", "all", "concat"])
+def test_each_reduction(ip, poisoned, rule):
+    x = fresh((1001, 3), "float64") - 0.5
+    ip.user_ns["x"] = x
+    expr = {"sum": "x.sum(axis=0)", "min": "x.min()", "max": "x.max(axis=0)",
+            "mean": "x.mean(axis=0)", "any": "(x > 0.49).any()", "all": "(x > -0.4).all()",
+            "concat": "x[x[:, 0] > 0.3, 0]"}[rule]
+    gpu(ip, f"r = {expr}\n", f"--batch --batch-rows 90 --reduce r={rule}")
+    expected = eval(expr, {"x": x})
+    np.testing.assert_allclose(host(ip.user_ns["r"]), expected, rtol=1e-12)
+
+
+def test_two_cells_over_the_same_array(ip, poisoned):
+    x = fresh((5000, 4), "float32")
+    ip.user_ns["x"] = x
+    first = gpu(ip, "y = x + 1\n", "--batch --batch-rows 700")
+    y1 = ip.user_ns["y"].copy()
+    second = gpu(ip, "y = x + 1\n", "--batch --batch-rows 700")
+    np.testing.assert_array_equal(ip.user_ns["y"], y1)
+    np.testing.assert_array_equal(y1, x + 1)
+    assert first.batch.batches == second.batch.batches == 8
+
+
+def test_in_place_change_of_a_batched_input_gives_a_new_array(ip, poisoned):
+    x = fresh((400, 3), "float64")
+    keep = x.copy()
+    ip.user_ns["x"] = x
+    gpu(ip, "x *= 2\n", "--batch --batch-rows 60")
+    np.testing.assert_array_equal(x, keep)  # the user's array object is untouched
+    np.testing.assert_array_equal(ip.user_ns["x"], keep * 2)
+
+
+# --- batching on its own, and what the report says -----------------------------------------
+
+
+def test_inputs_over_the_budget_are_batched_within_it(ip, poisoned):
+    ip.run_line_magic("vram_budget", "2MB")
+    x = fresh((300_000,), "float64")  # 2.4 MB
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = np.sqrt(x) * 2\n")
+    np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x) * 2)
+    text = str(report)
+    assert "over the leading axis" in text and "VRAM budget" in text
+    assert "each row's results depend only on that row" in text
+    assert "rows per batch" in text and "streams" in text and "in flight" in text
+    assert report.batch.batches > 1
+    assert report.peak_pool_bytes <= 2_000_000
+    assert "<td" in report._repr_html_() and "in flight" in report._repr_html_()
+
+
+def test_small_cells_are_not_batched(ip):
+    ip.user_ns["x"] = np.arange(10.0)
+    report = gpu(ip, "y = x + 1\n")
+    assert report.batch is None
+
+
+# --- mistakes: one line, naming the value and the fix ---------------------------------------
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("--batch --streams 0", ["--streams must be at least 1, got 0", "--streams 3"]),
+    ("--batch-rows 0", ["got 0", "--batch-rows 100000"]),
+    ("--batch-bytes 5XB", ["5XB", "512MB"]),
+    ("--batch --reduce t=avg", ["'avg'", "sum, min, max"]),
+    ("--batch nope", ["'nope', which is not a NumPy input", "x (100, 2)"]),
+    ("--batch --reduce q=sum", ["q, which the cell never assigns"]),
+    ("--batch", ["'t'", "no row axis", "--reduce t=sum", "concat"]),
+])
+def test_bad_batch_options_and_results_without_a_rule(ip, line, words):
+    ip.user_ns["x"] = np.ones((100, 2))
+    with pytest.raises(UsageError) as info:
+        gpu(ip, "y = x * 2\nt = x.sum()\n", line)
+    for word in words:
+        assert word in str(info.value)
+    assert "\n" not in str(info.value)
+    assert "y" not in ip.user_ns and "t" not in ip.user_ns
+
+
+# --- failures commit nothing ------------------------------------------------------------------
+
+
+def test_error_in_batch_7_names_it_and_commits_nothing(ip, poisoned):
+    calls = []
+
+    def check(block):
+        calls.append(len(block))
+        if len(calls) == 7:
+            raise ValueError("bad rows")
+        return block
+
+    be = backend.current()
+    start = be.pool_used()
+    ip.user_ns.update(x=fresh((100, 3), "float64"), check=check, y="before")
+    with pytest.raises(ValueError, match="bad rows") as info:
+        gpu(ip, "y = check(x) + 1\nt = x.sum()\n", "--batch --batch-rows 10 --reduce t=sum")
+    assert any("batch 7 of 10 (rows 60:70)" in note for note in info.value.__notes__)
+    assert ip.user_ns["y"] == "before" and "t" not in ip.user_ns
+    assert progress.current() is None
+    assert be.pool_used() == start
+
+
+def test_keyboard_interrupt_between_batches(ip, poisoned, monkeypatch):
+    steps = []
+    real = progress.step
+
+    def step(n: int = 1) -> None:
+        real(n)
+        steps.append(n)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(progress, "step", step)
+    be = backend.current()
+    start = be.pool_used()
+    ip.user_ns.update(x=fresh((100, 3), "float64"))
+    with pytest.raises(KeyboardInterrupt) as info:
+        gpu(ip, "y = x + 1\n", "--batch --batch-rows 10")
+    assert any("interrupted after batch 3 of 10" in note for note in info.value.__notes__)
+    assert "y" not in ip.user_ns and progress.current() is None
+    assert be.pool_used() == start
+
+
+# --- GPU only: page-locked transfers ----------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_second_cell_finds_the_input_page_locked(ip, poisoned):
+    if not backend.current().is_gpu:
+        pytest.skip("the page-locked path exists on the GPU only")
+    x = fresh((6_000_000,), "float32")  # 24 MB: above the registration threshold
+    ip.user_ns["x"] = x
+    gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
+    second = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
+    np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
+    assert second.inputs[0].pinned and second.batch.staged_batches == 0
