@@ -1052,11 +1052,29 @@ def nb05():
         '''),
         code("%vram_budget"),
         md('''
-        > **Note (not yet available): the live panel.** A live panel, `%vram_panel`, that plots
-        > VRAM use, the pool and fragmentation while cells run is being built. When it lands,
-        > this section will start it here and rerun the cells above to watch the pool grow,
-        > fragment and shrink.
+        ### The live panel
+
+        `%vram_panel` shows the same figures live while cells run, with the device's memory,
+        utilisation, PCIe traffic and a fragmentation figure (the largest free block against
+        the free bytes), and a button that releases cached blocks. Start it, then run the
+        allocation cell above again and watch the pool grow; `free_cached()` (or the button)
+        shrinks it. Without a widget frontend (for example when this notebook is run as a
+        script), `%vram_panel --text` prints one summary.
         '''),
+        code("%vram_panel"),
+        code('''
+        %%gpu --quiet
+        blocks = [np.empty(int(BLOCK * (1 + i % 5)), dtype=np.float32) for i in range(40)]
+        keep = blocks[::2]
+        del blocks
+        '''),
+        code("%vram_panel --text"),
+        code('''
+        del keep
+        cupy_magic.free_cached()
+        %vram_panel --text
+        '''),
+        code("%vram_panel --stop"),
         md('''
         ## 4. Pinned memory
 
