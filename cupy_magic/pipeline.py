@@ -189,7 +189,8 @@ class _BatchRun:
         bp = BatchPlan(tuple(self.inputs), tuple(shared), self.total, self.row_bytes,
                        opts.streams, reason, first, rows if bounds else first, self.n_batches,
                        peak_row, sized_by, tuple(self.specs), dict(opts.reduce))
-        progress.start(self.filename, self.n_batches)
+        running = progress.current()
+        progress.start(running.cell_label if running else self.filename, self.n_batches)
         progress.step()
         buffers = {f"in:{n}": (a, self.dtypes[n].itemsize * _row_len(a))
                    for n, a in self.inputs.items()}
@@ -261,7 +262,8 @@ def run_batched(plan: _Plan, namespace: dict[str, Any], opts: BatchOptions | Non
     report.start_pool_bytes = be.pool_used()
     wall0 = time.perf_counter()
     run = _BatchRun(plan, namespace, opts, names, total, dtype, be, filename)
-    progress.start(filename, 0)
+    if progress.current() is None:
+        progress.start(filename, 0)
     try:
         final, bp = run.execute(report, reason)
     except BaseException as exc:

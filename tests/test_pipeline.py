@@ -50,9 +50,9 @@ def poisoned(monkeypatch):
 def test_batched_equals_unbatched(ip, poisoned, shape, dtype):
     x = fresh(shape, dtype, seed=hash((shape, dtype)) % 1000)
     ip.user_ns["x"] = x
-    cell = "y = x * x\nz = x[::-1] if False else x\n"
+    cell = "y = x * x\nz = x\n"
     gpu(ip, cell)
-    whole_y, whole_z = host(ip.user_ns["y"]), host(ip.user_ns["z"])
+    whole_y = host(ip.user_ns["y"])
     report = gpu(ip, cell, "--batch --batch-rows 100")
     y, z = ip.user_ns["y"], ip.user_ns["z"]
     assert isinstance(y, np.ndarray) and y.shape == shape and y.dtype == whole_y.dtype

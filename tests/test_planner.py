@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -58,7 +60,7 @@ def test_default_batches_the_inputs_with_the_largest_leading_length():
 def test_explicit_batch_names_are_checked():
     inputs = {"x": np.zeros((100, 3)), "k": np.zeros((50, 3)), "s": np.zeros(())}
     assert select_inputs(inputs, BatchOptions(names=("k",))) == (["k"], 50)
-    with pytest.raises(CellError, match="'z', which is not a NumPy input.*x \\(100, 3\\)"):
+    with pytest.raises(CellError, match=r"'z', which is not a NumPy input.*x \(100, 3\)"):
         select_inputs(inputs, BatchOptions(names=("z",)))
     with pytest.raises(CellError, match="different leading lengths"):
         select_inputs(inputs, BatchOptions(names=("x", "k")))
@@ -103,7 +105,7 @@ def test_combine_matches_numpy_on_the_whole(rule):
     data = rng.random((37, 4)) - 0.3
     cuts = [0, 5, 6, 20, 37]
     parts = []
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+    for a, b in itertools.pairwise(cuts):
         block = data[a:b]
         part = {"sum": block.sum(0), "min": block.min(0), "max": block.max(0),
                 "mean": block.mean(0), "any": (block > 0.6).any(0),

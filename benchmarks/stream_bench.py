@@ -1,0 +1,230 @@
+"""Streaming throughput of batched ``%%gpu`` cells against the PCIe ceiling (issue 3).
+
+One run on the GPU: an N GiB float32 NumPy input (``--size``, default 8GiB), a transfer-bound
+cell ``np.sqrt(x*x+1)`` and a compute-bound cell (math per element calibrated so that
+compute time is close to transfer time). Variants: NumPy on the CPU (on a slice, scaled), the
+guide's loop (section 3A) verbatim, whole-array CuPy, ``%%gpu`` batched on first touch, a
+second ``%%gpu`` cell over the same array, and the pinned duplex copy ceiling measured in the
+same run; also the overhead of ``%%gpu`` on a tiny cell. Prints a Markdown table and writes
+``benchmarks/results/stream-<date>.json`` and ``.md`` (or under ``--out``).
+
+Without a GPU it says so, runs a tiny smoke run on the host backend and exits 0.
+
+Usage: ``python3 benchmarks/stream_bench.py [--size 8GiB] [--out DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cupy_magic import backend
+from cupy_magic.budget import parse_size
+from cupy_magic.planner import BatchOptions
+from cupy_magic.runner import run_cell
+
+TRANSFER_CELL = "y = np.sqrt(x * x + 1)\n"
+COMPUTE_CELL = "y = x\nfor _ in range(K):\n    y = np.sin(y) * 1.0001 + 0.0001\n"
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def duplex_ceiling(cp: Any, nbytes: int = 512 * 2**20, reps: int = 8) -> dict[str, float]:
+    """Pinned H2D and D2H at once on two streams; GB/s in total and per direction."""
+    src = np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes)
+    dst = np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes)
+    src[...] = 1
+    d_in, d_out = cp.empty(nbytes, np.uint8), cp.ones(nbytes, np.uint8)
+    up, down = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    d_in.set(src, stream=up)
+    d_out.get(stream=down, out=dst, blocking=False)
+    up.synchronize()
+    down.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        d_in.set(src, stream=up)
+        d_out.get(stream=down, out=dst, blocking=False)
+    up.synchronize()
+    down.synchronize()
+    seconds = time.perf_counter() - t0
+    duplex = 2 * reps * nbytes / seconds / 1e9
+    return {"duplex_gbps": duplex, "ceiling_input_gbps": duplex / 2}
+
+
+def guide_loop(cp: Any, data_cpu: np.ndarray, batch_size: int) -> None:
+    """Section 3A of the guide, verbatim (complex_kernel is the transfer-bound cell)."""
+    def complex_kernel(a: Any) -> Any:
+        return cp.sqrt(a * a + 1)
+
+    results_cpu = []
+    for i in range(0, len(data_cpu), batch_size):
+        batch_gpu = cp.array(data_cpu[i:i + batch_size])   # upload this batch only
+        res_gpu = complex_kernel(batch_gpu)                 # dense GPU compute
+        results_cpu.append(res_gpu.get())                   # back to the CPU
+        del batch_gpu, res_gpu                              # let the pool reuse memory
+
+
+def overhead_ms(cp: Any, reps: int = 50) -> dict[str, float]:
+    """Median ms of a tiny cell through ``run_cell`` against a plain exec of the same code."""
+    code = compile("y = a + 1\n", "<tiny>", "exec")
+    a_dev = cp.arange(10, dtype=cp.float32)
+    plain, magic = [], []
+    for _ in range(reps):
+        ns = {"np": cp, "a": a_dev}
+        plain.append(_timed(lambda ns=ns: (exec(code, ns), cp.cuda.Device().synchronize())))
+        ns2 = {"np": np, "a": np.arange(10, dtype=np.float32)}
+        magic.append(_timed(lambda ns2=ns2: run_cell("y = a + 1\n", ns2, syncs="off")))
+    return {"plain_cell_ms": statistics.median(plain) * 1e3,
+            "gpu_cell_ms": statistics.median(magic) * 1e3,
+            "overhead_ms": (statistics.median(magic) - statistics.median(plain)) * 1e3}
+
+
+def smoke() -> int:
+    print("no GPU visible (CuPy cannot reach a device): a tiny smoke run on the host backend; "
+          "the figures of this benchmark need the H200")
+    backend.select("host")
+    x = np.random.default_rng(0).random(100_000).astype(np.float32)
+    ns = {"np": np, "x": x}
+    report = run_cell(TRANSFER_CELL, ns, batch=BatchOptions(forced=True, rows=7_000))
+    assert np.allclose(ns["y"], np.sqrt(x * x + 1))
+    print(report)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default="8GiB", help="input size (default 8GiB)")
+    parser.add_argument("--cpu-slice", default="512MiB", help="NumPy CPU run on a slice")
+    parser.add_argument("--out", default=None, help="folder for the JSON and Markdown")
+    args = parser.parse_args(argv)
+    cupy, why = backend.probe_cupy()
+    if cupy is None:
+        print(why)
+        return smoke()
+    cp = cupy
+    be, _ = backend.select("cupy")
+    info = be.info()
+    n = parse_size(args.size) // 4
+    fig: dict[str, Any] = {"gpu": info.name, "driver": info.driver, "cuda_runtime": info.runtime,
+                           "cupy": cp.__version__, "numpy": np.__version__,
+                           "python": platform.python_version(),
+                           "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                           "input_bytes": 4 * n, "cells": {"transfer": TRANSFER_CELL,
+                                                            "compute": COMPUTE_CELL}}
+    gb = 4 * n / 1e9
+    x = np.empty(n, np.float32)
+    x[...] = np.random.default_rng(0).random(n // 1000 + 1, dtype=np.float32).repeat(1000)[:n]
+    fig["ceiling"] = duplex_ceiling(cp)
+    ceiling = fig["ceiling"]["ceiling_input_gbps"]
+
+    cut = min(n, parse_size(args.cpu_slice) // 4)
+    t = _timed(lambda: np.sqrt(x[:cut] * x[:cut] + 1))
+    fig["numpy_cpu"] = {"gbps": 4 * cut / t / 1e9, "slice_bytes": 4 * cut,
+                        "note": "on a slice, GB/s scaled from it"}
+    guide_loop(cp, x[: 2**20], 2**18)  # kernels compiled before timing
+    fig["guide_loop"] = {"gbps": gb / _timed(lambda: guide_loop(cp, x, 32 * 2**20)),
+                         "batch_rows": 32 * 2**20}
+
+    def whole() -> None:
+        d = cp.asarray(x)
+        cp.sqrt(d * d + 1).get()
+
+    fig["whole_array_cupy"] = {"gbps": gb / _timed(whole)}
+    cp.get_default_memory_pool().free_all_blocks()
+
+    def cell(source: str, ns: dict[str, Any]) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        report = run_cell(source, ns, batch=BatchOptions(forced=True), syncs="off")
+        return time.perf_counter() - t0, report
+
+    ns = {"np": np, "x": x}
+    t1, r1 = cell(TRANSFER_CELL, ns)
+    ns.pop("y")
+    t2, r2 = cell(TRANSFER_CELL, ns)
+    step = max(1, n // 10_000)
+    ok = np.allclose(ns.pop("y")[::step], np.sqrt(x[::step] * x[::step] + 1))
+    fig["gpu_first_touch"] = {"gbps": gb / t1, "seconds": t1, "plan": str(r1.batch),
+                              "staged_batches": r1.batch.staged_batches}
+    fig["gpu_second_cell"] = {"gbps": gb / t2, "seconds": t2, "plan": str(r2.batch),
+                              "correct": bool(ok)}
+
+    # Compute-bound: calibrate K on the device so that compute time ~ transfer time.
+    resident = {"x": cp.asarray(x)}
+    code = compile(COMPUTE_CELL, "<compute>", "exec")
+
+    def on_device(k: int) -> float:
+        ns_dev = {"np": cp, "x": resident["x"], "K": k}
+        cp.cuda.Device().synchronize()
+        return _timed(lambda: (exec(code, ns_dev), cp.cuda.Device().synchronize()))
+
+    on_device(1)
+    per_iter = on_device(4) / 4
+    k = max(1, round(t2 / per_iter))
+    t_compute = on_device(k)
+    resident.clear()
+    cp.get_default_memory_pool().free_all_blocks()
+    ns = {"np": np, "x": x, "K": k}
+    cell(COMPUTE_CELL, ns)
+    ns.pop("y")
+    t_both, _ = cell(COMPUTE_CELL, ns)
+    fig["compute_bound"] = {"K": k, "compute_only_s": t_compute, "transfer_only_s": t2,
+                            "batched_s": t_both,
+                            "ratio_to_max": t_both / max(t_compute, t2)}
+    fig["tiny_cell"] = overhead_ms(cp)
+    fig["targets"] = {
+        "second_cell_vs_ceiling": fig["gpu_second_cell"]["gbps"] / ceiling,
+        "first_touch_vs_ceiling": fig["gpu_first_touch"]["gbps"] / ceiling,
+        "second_cell_vs_guide_loop": fig["gpu_second_cell"]["gbps"] / fig["guide_loop"]["gbps"],
+        "compute_bound_ratio": fig["compute_bound"]["ratio_to_max"],
+    }
+    md = table(fig)
+    print(md)
+    out = Path(args.out) if args.out else Path(__file__).parent / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"stream-{_dt.date.today().isoformat()}"
+    stem.with_suffix(".json").write_text(json.dumps(fig, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(md + "\n")
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+def table(fig: dict[str, Any]) -> str:
+    c = fig["ceiling"]["ceiling_input_gbps"]
+    rows = [("pinned duplex copy ceiling (input GB/s = half the duplex rate)", c),
+            ("NumPy on the CPU (slice, scaled)", fig["numpy_cpu"]["gbps"]),
+            ("guide loop, section 3A verbatim", fig["guide_loop"]["gbps"]),
+            ("whole array: cp.asarray then .get()", fig["whole_array_cupy"]["gbps"]),
+            ("%%gpu batched, first touch", fig["gpu_first_touch"]["gbps"]),
+            ("%%gpu batched, second cell over the same array", fig["gpu_second_cell"]["gbps"])]
+    lines = [f"`{fig['cells']['transfer'].strip()}` over {fig['input_bytes'] / 2**30:.1f} GiB "
+             f"float32 on {fig['gpu']} ({fig['date']})", "",
+             "| variant | input GB/s | of ceiling |", "| --- | ---: | ---: |"]
+    lines += [f"| {name} | {v:.1f} | {v / c:.2f} |" for name, v in rows]
+    cb, t = fig["compute_bound"], fig["targets"]
+    lines += ["", f"compute-bound cell (K={cb['K']}): batched {cb['batched_s']:.3f} s, compute "
+              f"only {cb['compute_only_s']:.3f} s, transfer only {cb['transfer_only_s']:.3f} s: "
+              f"{cb['ratio_to_max']:.2f}x the larger (target <= 1.1)",
+              f"second cell {t['second_cell_vs_ceiling']:.2f} of the ceiling (target >= 0.9); "
+              f"first touch {t['first_touch_vs_ceiling']:.2f} (>= 0.6); "
+              f"{t['second_cell_vs_guide_loop']:.0f}x the guide's loop (>= 25)",
+              f"tiny cell: %%gpu {fig['tiny_cell']['gpu_cell_ms']:.2f} ms, plain "
+              f"{fig['tiny_cell']['plain_cell_ms']:.3f} ms, overhead "
+              f"{fig['tiny_cell']['overhead_ms']:.2f} ms"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
