@@ -54,6 +54,8 @@ def solution(text: str):
 
 
 def notebook(cells) -> nbformat.NotebookNode:
+    for i, cell in enumerate(cells):
+        cell.id = f"cell-{i:02d}"      # stable ids: regenerating gives no diff
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
                                  "name": "python3"}
