@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -9,7 +10,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import session
+from . import monitor, progress, session
 from .budget import SizeError, estimate
 from .planner import RULES, BatchOptions
 from .runner import CAST_TARGETS, SYNC_MODES, CellError, run_cell
@@ -34,6 +35,8 @@ class GpuMagics(Magics):
     @argument("--warmup", action="store_true",
               help="run once on a small slice of the inputs first, then time the real run")
     @argument("--quiet", action="store_true", help="show no report")
+    @argument("--panel", action="store_true",
+              help="show a live VRAM panel above the cell's output while it runs")
     @argument("--syncs", default=None, metavar="MODE",
               help="host syncs: warn (report them), error (stop at the first), off; "
                    "the default is set with %%gpu_syncs")
@@ -97,10 +100,12 @@ class GpuMagics(Magics):
         shell = self.shell
         assert shell is not None
         filename = shell.compile.cache(cell, shell.execution_count)
+        progress.start(f"In [{shell.execution_count}]")
         try:
-            report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
-                              warmup=args.warmup, syncs=syncs, filename=filename,
-                              batch=batch)
+            with _cell_panel() if args.panel else contextlib.nullcontext():
+                report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
+                                  warmup=args.warmup, syncs=syncs, filename=filename,
+                                  batch=batch)
         except SyntaxError as exc:
             raise UsageError(
                 f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "
@@ -108,6 +113,8 @@ class GpuMagics(Magics):
             ) from None
         except CellError as exc:
             raise UsageError(str(exc)) from None
+        finally:
+            progress.finish()
         session.record(report)
         if not args.quiet:
             display(report)
@@ -162,6 +169,48 @@ class GpuMagics(Magics):
                              "e.g. --estimate 20000x20000 float32")
         return estimate(words[0], words[1] if len(words) == 2 else "float64")
 
+    @magic_arguments()
+    @argument("device", nargs="?", type=int, default=0,
+              help="the CuPy device index to show first (default 0)")
+    @argument("--interval", type=float, default=monitor.DEFAULT_INTERVAL, metavar="SECONDS",
+              help=f"seconds between samples (default {monitor.DEFAULT_INTERVAL})")
+    @argument("--text", action="store_true", help="print a one-shot text summary instead")
+    @argument("--pause", action="store_true", help="pause every panel")
+    @argument("--resume", action="store_true", help="resume every panel")
+    @argument("--stop", action="store_true", help="close every panel and stop sampling")
+    @line_magic
+    def vram_panel(self, line: str) -> None:
+        """Show a live panel of VRAM, the CuPy pool, utilisation and PCIe.
+
+        It updates while cells run; in a terminal it prints a one-shot summary instead.
+
+        Examples
+        --------
+        In [1]: %vram_panel                  # device 0, a sample every 0.5 s
+
+        In [2]: %vram_panel 1 --interval 2   # device 1, every 2 s
+
+        In [3]: %vram_panel --pause          # also --resume, --stop, --text
+        """
+        from . import panel as _panel
+
+        args = parse_argstring(self.vram_panel, line)
+        actions = [name for name in ("pause", "resume", "stop") if getattr(args, name)]
+        if len(actions) > 1:
+            raise UsageError(f"give one of --pause, --resume, --stop, got "
+                             f"{' '.join('--' + a for a in actions)}")
+        if actions:
+            {"pause": _panel.pause, "resume": _panel.resume, "stop": _panel.close_all}[
+                actions[0]]()
+            return
+        if not args.interval > 0:
+            raise UsageError(f"--interval must be a positive number of seconds, got "
+                             f"{args.interval}; e.g. %vram_panel --interval 0.5")
+        try:
+            _panel.show_panel(interval=args.interval, device=args.device, text=args.text)
+        except ValueError as exc:
+            raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
+
     @line_magic
     def gpu_syncs(self, line: str) -> str:
         """Show or set the default ``--syncs`` mode of ``%%gpu`` cells for this session.
@@ -201,3 +250,9 @@ class GpuMagics(Magics):
             raise UsageError(f"{exc}; stay on %gpu_backend host") from None
         print(session.describe_device())
         return None
+
+
+def _cell_panel() -> Any:
+    from . import panel as _panel
+
+    return _panel.cell_panel()

@@ -406,3 +406,18 @@ def test_syncs_off_and_session_default(ip):
         ip.run_line_magic("gpu_syncs", "loud")
     with pytest.raises(UsageError, match="--syncs loud is not a mode"):
         gpu(ip, SYNC_CELL, "--syncs loud")
+
+
+def test_gpu_panel_option_runs_the_cell_under_a_panel(ip, capsys):
+    from cupy_magic import monitor, progress
+
+    seen = []
+    ip.user_ns["seen"] = seen
+    ip.user_ns["progress"] = progress
+    try:
+        gpu(ip, "seen.append(progress.current())\ny = 2\n", "--quiet --panel")
+    finally:
+        monitor.shutdown()
+    assert ip.user_ns["y"] == 2
+    assert seen[0] is not None and seen[0].cell_label.startswith("In [")
+    assert progress.current() is None
