@@ -10,6 +10,7 @@ sizes the rest. Nothing reaches the user namespace unless every batch succeeds.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import traceback
 from typing import Any
@@ -271,7 +272,10 @@ def run_batched(plan: _Plan, namespace: dict[str, Any], opts: BatchOptions | Non
         traceback.clear_frames(exc.__traceback__)
         gc.collect()
         new = _explain_oom(exc, be, run.peak)
-        new.add_note(run.where(exc))
+        if hasattr(new, "add_note"):  # Python 3.11+
+            new.add_note(run.where(exc))
+        else:
+            print(run.where(exc), file=sys.stderr)
         if isinstance(new, CellError):
             new.args = (f"{new.args[0]} ({run.where(exc)})",)
         cell_tb = _cell_traceback(exc.__traceback__, filename, trim_below=new is not exc)

@@ -254,19 +254,26 @@ def run_cell(
     if syncs not in SYNC_MODES:
         raise CellError(f"--syncs {syncs} is not a mode; use warn, error or off")
     plan = _plan(source, namespace, filename, to_host, dtype, be)
-    from . import pipeline  # imports this module: keep it out of the module's top
-
-    reason = pipeline.batch_reason(plan.inputs, batch, be, dtype)
-    if reason:
-        return pipeline.run_batched(plan, namespace, batch, reason, to_host=to_host,
-                                    dtype=dtype, filename=filename, be=be)
-    _check_budget(plan, dtype, be)
     findings = [] if syncs == "off" else lint_cell(
         source, [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))],
         {*plan.overrides, "np", "numpy", "cp", "cupy"})
     if syncs == "error" and findings and not be.is_gpu:
         first = findings[0]
         raise HostSyncError(first.line, first.code)
+    from . import pipeline  # imports this module: keep it out of the module's top
+
+    reason = pipeline.batch_reason(plan.inputs, batch, be, dtype)
+    if reason:
+        recorder = _recorder(be, filename, source, syncs)
+        with recorder:
+            report = pipeline.run_batched(plan, namespace, batch, reason, to_host=to_host,
+                                          dtype=dtype, filename=filename, be=be)
+        _attach_syncs(report, syncs, findings, recorder)
+        if warmup:
+            report.notes.append("--warmup was not run: in a batched run the first, small "
+                                "batch compiles the kernels and warms the pool before the rest")
+        return report
+    _check_budget(plan, dtype, be)
     info = be.info()
     report = RunReport(backend=be.name, device=info.name, budget_bytes=be.limit)
     wall0 = time.perf_counter()
@@ -282,8 +289,7 @@ def run_cell(
             work = dict(namespace)
             work.update(plan.overrides)
             work.update(moved)
-            recorder = SyncRecorder(filename, source, syncs) if be.is_gpu and syncs != "off" \
-                else contextlib.nullcontext()
+            recorder = _recorder(be, filename, source, syncs)
             with be.time_device() as timing, recorder:
                 exec(plan.code, work)
         report.gpu_seconds = timing.seconds
@@ -297,13 +303,27 @@ def run_cell(
         new = _explain_oom(exc, be, peak)
         cell_tb = _cell_traceback(exc.__traceback__, filename, trim_below=new is not exc)
         raise new.with_traceback(cell_tb) from None
-    if syncs != "off":
-        counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
-            else None
-        report.syncs = merge(findings, counts)
+    _attach_syncs(report, syncs, findings, recorder)
     _commit(plan, work, namespace, to_host, be, report)
     report.wall_seconds = time.perf_counter() - wall0
     return report
+
+
+def _recorder(be: _backend.Backend, filename: str, source: str,
+              syncs: str) -> SyncRecorder | contextlib.nullcontext:
+    """The runtime sync record: on the GPU only (the CPU fallback has no device to wait for)."""
+    if be.is_gpu and syncs != "off":
+        return SyncRecorder(filename, source, syncs)
+    return contextlib.nullcontext()
+
+
+def _attach_syncs(report: RunReport, syncs: str, findings: list,
+                  recorder: SyncRecorder | contextlib.nullcontext) -> None:
+    if syncs == "off":
+        return
+    counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
+        else None
+    report.syncs = merge(findings, counts)
 
 
 def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend,

@@ -421,3 +421,13 @@ def test_gpu_panel_option_runs_the_cell_under_a_panel(ip, capsys):
     assert ip.user_ns["y"] == 2
     assert seen[0] is not None and seen[0].cell_label.startswith("In [")
     assert progress.current() is None
+
+
+def test_batched_cells_report_syncs_and_say_warmup_was_not_run(ip):
+    ip.user_ns["x"] = np.random.rand(1000, 4)
+    gpu(ip, "y = x * 2\nif y.max() > 0:\n    z = y + 1\n", "--quiet --batch-rows 100 --warmup")
+    report = cupy_magic.last_report()
+    assert report.batch is not None
+    assert [r.line for r in report.syncs] == [2]
+    assert any("--warmup was not run" in n for n in report.notes)
+    np.testing.assert_allclose(ip.user_ns["z"], ip.user_ns["x"] * 2 + 1)
