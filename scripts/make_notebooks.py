@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the workshop notebooks 01, 02, 04 and 05 (without outputs) from the source below.
+"""Write the workshop notebooks 01 to 05 (without outputs) from the source below.
 
 Usage: scripts/make_notebooks.py [--out DIR]      (default: notebooks/)
 
@@ -613,6 +613,405 @@ def nb02():
 
 
 # ---------------------------------------------------------------------------------------
+# 03 batching and streams
+# ---------------------------------------------------------------------------------------
+
+def nb03():
+    return notebook([
+        md('''
+        # 03 Batching and streams: data larger than VRAM
+
+        When the data does not fit the GPU's memory (the guide's example: 50 GB of data, a
+        24 GB card), you cannot send it in one piece. You cut it into **batches** along the
+        first axis, send one batch, compute, bring the result back, and move on to the next.
+        This notebook puts the guide's hand-written loop next to `%%gpu` auto-batching, which
+        does the same thing for you through **CUDA streams**, so that the upload of one batch
+        overlaps the computation of another. You will measure the throughput of each approach,
+        the difference between pinned and pageable host memory, and how much of the work the
+        streams overlap; and you will see what happens when one batch fails.
+
+        On a machine without a GPU, `%%gpu` cells run on NumPy (the *CPU fallback*): the same
+        planner cuts the same batches, but they run one after the other, so nothing overlaps and
+        nothing is pinned. Sizes scale down there.
+        '''),
+        code("%load_ext cupy_magic"),
+        code(SETUP),
+        SETUP_NOTE,
+        code('''
+        from cupy_magic.planner import PROMISE, BatchOptions
+
+        N = 2**30 if ON_GPU else 2**24        # float32: 4 GiB on a GPU, 64 MiB on the CPU fallback
+        BATCH_SIZE = 2**25 if ON_GPU else 2**20   # rows per batch in the hand-written loop (128 MiB / 4 MiB)
+        BUDGET = "1GiB" if ON_GPU else "16MiB"    # a VRAM budget a quarter of the input
+        x = np.random.default_rng(0).random(N, dtype=np.float32)
+        print(f"x: {x.nbytes / 2**30:.2f} GiB of float32 in host RAM, {N:,} rows")
+
+        # The work done on every row: several element-wise operations, so there is compute to overlap.
+        KERNEL = "y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)"
+        '''),
+        md('''
+        ## 1. The guide's loop
+
+        Section 3A of the guide: never push the whole data set at once; loop over slices, and
+        drop the references at the end of each batch so the memory pool can reuse the blocks.
+        On a GPU the loop below runs exactly as the guide writes it, with CuPy (`cp.array`
+        uploads a batch, `.get()` brings the result back). On the CPU fallback the same loop
+        runs with the NumPy equivalents (a copy of the slice, and the result is already on the
+        host).
+        '''),
+        code('''
+        if ON_GPU:
+            import cupy as cp
+        xp = cp if ON_GPU else np
+
+
+        def complex_kernel(x):
+            """KERNEL as a function: the same operations, on CuPy (GPU) or NumPy (CPU fallback)."""
+            return xp.sqrt(xp.abs(xp.sin(x) * xp.cos(x))) * 2.0 + xp.exp(-x * x)
+
+
+        def guide_loop(data_cpu, batch_size):
+            results_cpu = []
+            if ON_GPU:
+                for i in range(0, len(data_cpu), batch_size):
+                    batch_gpu = cp.array(data_cpu[i:i + batch_size])   # upload this batch only
+                    res_gpu = complex_kernel(batch_gpu)                 # dense GPU compute
+                    results_cpu.append(res_gpu.get())                   # back to the CPU
+                    del batch_gpu, res_gpu                              # let the pool reuse memory
+            else:   # the CPU fallback: the same loop with the NumPy equivalents
+                for i in range(0, len(data_cpu), batch_size):
+                    batch = np.array(data_cpu[i:i + batch_size])        # copy this batch
+                    res = complex_kernel(batch)
+                    results_cpu.append(res)                             # already on the host
+                    del batch, res
+            return results_cpu
+
+
+        guide_loop(x[:BATCH_SIZE], BATCH_SIZE)      # warm-up: compile the kernels once
+        t0 = time.perf_counter()
+        results_cpu = guide_loop(x, BATCH_SIZE)
+        t_guide = time.perf_counter() - t0
+        cupy_magic.free_cached()                    # give the loop's cached blocks back to the device
+        print(f"guide loop: {len(results_cpu)} batches of {BATCH_SIZE:,} rows in {t_guide:.3f} s "
+              f"= {x.nbytes / t_guide / 1e9:.2f} GB/s of input, results on the host")
+        '''),
+        md('''
+        Each step of the loop waits for the one before: `cp.array` copies from ordinary
+        (pageable) host memory and returns when the copy is done, the kernels run, and `.get()`
+        waits for them before it copies the result back. While the bus is busy the GPU's
+        arithmetic units wait, and the other way round. That is the guide's section 3B: *by
+        default transfer and compute run one after the other*.
+
+        ## 2. `%%gpu` batches for you
+
+        Set a VRAM budget smaller than the input. A `%%gpu` cell whose NumPy inputs need more
+        than the budget leaves is batched automatically: same cell, no loop to write.
+        '''),
+        code('''
+        %vram_budget $BUDGET
+        '''),
+        code('''
+        %%gpu
+        y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
+        '''),
+        code('''
+        first_touch = cupy_magic.last_report()
+        plan = first_touch.batch
+        print(plan)
+        print()
+        print("y is", type(y).__module__, y.dtype, y.shape, "- the rows were gathered on the host")
+        ref = np.concatenate(results_cpu)
+        print(f"largest difference from the guide loop's result: {float(np.abs(y - ref).max()):.2e}")
+        del results_cpu, ref
+        '''),
+        md('''
+        The report's `batch` lines are the plan the cell followed (`cupy_magic.last_report().batch`
+        is the `BatchPlan` object):
+
+        - **why** it was batched: the inputs need more than the budget leaves;
+        - **the promise it relies on**: each row's results depend only on that row. The planner
+          cannot check this. `np.sin(x)` keeps it; `x - x.mean()` breaks it, because each batch
+          would subtract its own mean (exercise 2);
+        - **the plan**: a small first batch measures how many bytes per row the cell takes in
+          the pool (input, temporaries, result), then the other batches are sized so that the
+          batches in flight on the streams fit the budget;
+        - **the results**: `y` has one row per input row, so its rows are gathered into one
+          host array.
+
+        On a GPU each batch goes to one of several CUDA streams (`--streams K`, 3 by default):
+        while one stream computes, another uploads its batch and a third downloads its result.
+        '''),
+        code('''
+        print("the promise:", PROMISE)
+        print(f"{plan.batches} batches: first {plan.first_rows:,} rows, then {plan.rows:,} rows each, "
+              f"on {plan.streams} streams; sized by {plan.sized_by}")
+        '''),
+        md('''
+        ### A total needs a rule
+
+        A result with one row per input row is gathered. A result without a row axis, such as a
+        sum, has one value per batch, and the cell must say how to join them: `--reduce
+        total=sum` (or `min`, `max`, `mean`, `any`, `all`, `concat`). Without a rule the cell
+        stops and names the rule to add. `mean` weights each batch by its rows, so the mean of
+        the batches equals the mean of the whole.
+        '''),
+        code('''
+        %%gpu --reduce total=sum,top=max,avg=mean
+        y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
+        total = y.sum(dtype=np.float64)
+        top = y.max()
+        avg = y.mean(dtype=np.float64)
+        '''),
+        code('''
+        print(f"batched: sum {float(total):.6e}, max {float(top):.6f}, mean {float(avg):.6f}")
+        print(f"NumPy:   sum {y.sum(dtype=np.float64):.6e}, max {y.max():.6f}, mean {y.mean(dtype=np.float64):.6f}")
+        del total, top, avg
+        '''),
+        md('''
+        ## 3. Throughput: loop, whole array, batched
+
+        Every approach below reads the same input, computes the same kernel, and ends with the
+        result in host memory. The figure is **input bytes per second of the whole job**
+        (uploads, compute and downloads). The report's `in` line of a batched cell measures the
+        same kind of rate: its time covers the whole streamed run, because uploads, compute and
+        downloads overlap and cannot be told apart.
+
+        The first batched cell above was the first time `%%gpu` touched `x`: on a GPU it
+        page-locks (pins) `x`'s host memory in a helper thread while the first batches go
+        through pinned staging buffers. `x` stays pinned while it lives, so a second cell over
+        the same array starts pinned. (The result `y` is a new host array in every cell, pinned
+        the same way while the batches run, so the staged count below covers its rows too.)
+        Run the same cell once more:
+        '''),
+        code('''
+        %%gpu
+        y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
+        '''),
+        code('''
+        second = cupy_magic.last_report()
+        for label, r in [("first touch", first_touch), ("second cell", second)]:
+            m = r.inputs[0]
+            print(f"{label:12} {'pinned' if m.pinned else 'pageable':>9}, "
+                  f"{r.batch.staged_batches:3d} of {r.batch.batches} batches staged, "
+                  f"{x.nbytes / r.wall_seconds / 1e9:7.2f} GB/s")
+        '''),
+        md('''
+        For comparison, the whole array in one piece. That needs the budget off (on a GPU with
+        room for the input and its temporaries); the best of a few runs is kept.
+        '''),
+        code('''
+        %vram_budget off
+        whole = best_run(KERNEL, {"np": np, "x": x}, repeat=2, to_host=True, key="wall_seconds")
+        print(f"whole array: {'pinned' if whole.inputs[0].pinned else 'pageable'} upload, "
+              f"{x.nbytes / whole.wall_seconds / 1e9:.2f} GB/s end to end")
+        del y
+        '''),
+        code('''
+        %vram_budget $BUDGET
+        '''),
+        code('''
+        bars = {
+            "guide loop\\n(cp.array / .get())": x.nbytes / t_guide / 1e9,
+            "whole array\\n(one %%gpu cell)": x.nbytes / whole.wall_seconds / 1e9,
+            "%%gpu batched\\nfirst touch": x.nbytes / first_touch.wall_seconds / 1e9,
+            "%%gpu batched\\nsecond cell": x.nbytes / second.wall_seconds / 1e9,
+        }
+        for label, gbps in bars.items():
+            print(f"{label.replace(chr(10), ' '):40} {gbps:7.2f} GB/s  ({gbps / bars[next(iter(bars))]:.2f}x the guide loop)")
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        ax.bar(list(bars), list(bars.values()), color=["#999", "#69c", "#e93", "#c60"])
+        ax.set_ylabel("input GB/s, whole job (higher is better)")
+        ax.set_title(f"{x.nbytes / 2**20:,.0f} MiB of float32 on {info.name}, {time.strftime('%Y-%m-%d')}")
+        for i, v in enumerate(bars.values()):
+            ax.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+        plt.tight_layout()
+        plt.show()
+        '''),
+        md('''
+        How to read the chart on a GPU: the guide loop pays for every transfer from pageable
+        memory and waits between steps. The whole-array cell needs VRAM for the whole input and
+        its temporaries, which is exactly what you do not have when the data is larger than the
+        card. The batched cells stream the data within the budget; the second one starts with
+        `x` already pinned. On the CPU fallback every bar is NumPy in host RAM, and the
+        differences are the extra copies each approach makes.
+
+        ## 4. Pinned and pageable memory
+
+        The GPU copies over PCIe only from page-locked (*pinned*) host memory. From ordinary
+        *pageable* memory a copy first goes through a pinned staging buffer. `%%gpu` pins large
+        NumPy-owned inputs itself; memory owned by another object (here a `bytearray`, as in a
+        file read into a buffer) is left pageable, and its batches are staged every time. The
+        report says which one each input was (`report.inputs[i].pinned`).
+        '''),
+        code('''
+        x_pageable = np.frombuffer(bytearray(x.nbytes), dtype=np.float32)
+        x_pageable[:] = x
+        same_plan = BatchOptions(rows=plan.rows)
+        pin = {}
+        for label, arr in [("NumPy-owned (x)", x), ("bytearray-owned", x_pageable)]:
+            r = best_run(KERNEL, {"np": np, "x": arr}, repeat=2, key="wall_seconds", batch=same_plan)
+            pin[label] = (r.inputs[0].pinned, x.nbytes / r.wall_seconds / 1e9, r.batch.staged_batches)
+            print(f"{label:18} {'pinned' if r.inputs[0].pinned else 'pageable':>9}: {pin[label][1]:7.2f} GB/s, "
+                  f"{r.batch.staged_batches} of {r.batch.batches} batches staged")
+        (_, fast, _), (_, slow, _) = pin.values()
+        print(f"pinned / pageable: {fast / slow:.2f}x on {info.name}")
+        del x_pageable
+        '''),
+        md('''
+        On a GPU the pinned input streams faster, and the ratio printed above is what pinning
+        is worth for this cell on this machine. On the CPU fallback nothing is pinned and the
+        two runs do the same work, so the ratio stays near 1.
+
+        ## 5. Do the streams overlap?
+
+        The batch plan does not record per-batch timings, so we measure the parts separately,
+        with the same batches (`--batch-rows` set to the plan's size):
+
+        - **transfer only**: the batched cell `y = x` (upload each batch, download it again);
+        - **compute only**: the kernel on one batch already on the device, times the number of
+          batches;
+        - **streamed, 1 stream** (`--streams 1`) and **streamed, 3 streams** (the default): the
+          real batched cell.
+
+        Without overlap the streamed time would be the sum of the first two.
+        '''),
+        code('''
+        rows = plan.rows
+        t_transfer = best_run("y = x", {"np": np, "x": x}, key="wall_seconds",
+                              batch=BatchOptions(rows=rows)).wall_seconds
+
+        %vram_budget off
+        ns_dev = {"np": np, "x": x[:rows]}
+        cupy_magic.run_cell("x = x.copy()", ns_dev, syncs="off")   # ns_dev["x"]: one batch, on the device
+        t_compute = best_run(KERNEL, ns_dev, repeat=5).gpu_seconds * N / rows
+        del ns_dev
+        %vram_budget $BUDGET
+
+        t_stream = {}
+        for k in (1, 3):
+            t_stream[k] = best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
+                                   batch=BatchOptions(rows=rows, streams=k)).wall_seconds
+        print(f"transfer only {t_transfer:.3f} s, compute only {t_compute:.3f} s, "
+              f"sum {t_transfer + t_compute:.3f} s")
+        print(f"streamed: 1 stream {t_stream[1]:.3f} s, 3 streams {t_stream[3]:.3f} s")
+        hidden = (t_transfer + t_compute - t_stream[3]) / min(t_transfer, t_compute)
+        print(f"3 streams hid {max(hidden, 0):.0%} of the shorter part "
+              f"({'compute' if t_compute < t_transfer else 'transfer'})")
+        '''),
+        code('''
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        labels = ["transfer\\nonly", "compute\\nonly", "sum\\n(no overlap)", "streamed\\n1 stream", "streamed\\n3 streams"]
+        ax.bar(labels[0], t_transfer, color="#69c")
+        ax.bar(labels[1], t_compute, color="#e93")
+        ax.bar(labels[2], t_transfer, color="#69c")
+        ax.bar(labels[2], t_compute, bottom=t_transfer, color="#e93")
+        ax.bar(labels[3], t_stream[1], color="#999")
+        ax.bar(labels[4], t_stream[3], color="#c60")
+        ax.axhline(t_transfer + t_compute, color="grey", linestyle="--", linewidth=1)
+        ax.set_ylabel("seconds for the whole input (lower is better)")
+        ax.set_title(f"{plan.batches} batches of {rows:,} rows on {info.name}, {time.strftime('%Y-%m-%d')}")
+        plt.tight_layout()
+        plt.show()
+        '''),
+        md('''
+        On a GPU, a streamed bar below the dashed line (the sum) is overlap: the copies of one
+        batch ran while another batch computed. The printed line says how much of the shorter
+        part was hidden. With one stream each batch waits for the one before, as in the guide's
+        loop, so copies and compute do not overlap. On the CPU fallback the batches run one after
+        the other, so the streamed bars stay near the sum or above it.
+
+        ## 6. When a batch fails
+
+        A batched cell is still a transaction: if any batch raises, the streams are drained,
+        the buffers released, and **no** name the cell assigns is written back. The message
+        names the batch and its rows. Here the data has a bad value three quarters of the way
+        in, and the cell checks for it. This cell is meant to fail:
+        '''),
+        code('''
+        x_bad = x.copy()
+        x_bad[3 * N // 4] = np.nan
+        y_clean = None
+        '''),
+        fails('''
+        %%gpu --syncs off
+        if np.isnan(x_bad).any():
+            raise ValueError("NaN in the input")
+        y_clean = np.sqrt(x_bad)
+        '''),
+        code('''
+        print("y_clean after the failed cell:", y_clean, "- nothing was committed")
+        del x_bad, y_clean
+        '''),
+        md('''
+        The note under the error says which batch failed (its number and its rows) and that
+        nothing was committed: `y_clean` still holds the value it had before the cell, even
+        though the earlier batches ran without error.
+
+        ## Exercises
+
+        **Exercise 1: how many streams?** Measure the batched cell (`KERNEL` over `x`, budget
+        `BUDGET`) with 1, 2, 3 and 4 streams, and with batches half and twice the plan's size
+        (`BatchOptions(rows=..., streams=...)`, or `%%gpu --streams K --batch-rows N`). Which
+        is fastest on this machine?
+        '''),
+        exercise('''
+        # your code here: best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
+        #                          batch=BatchOptions(rows=..., streams=...))
+        '''),
+        solution('''
+        print(f"{'rows':>12} {'streams':>8} {'GB/s':>8}")
+        for r_rows in (plan.rows // 2, plan.rows, plan.rows * 2):
+            for k in (1, 2, 3, 4):
+                r = best_run(KERNEL, {"np": np, "x": x}, repeat=1, key="wall_seconds",
+                             batch=BatchOptions(rows=r_rows, streams=k))
+                print(f"{r_rows:12,} {k:8d} {x.nbytes / r.wall_seconds / 1e9:8.2f}")
+        print(f"on {info.name}")
+        '''),
+        md('''
+        **Exercise 2: a cell that breaks the promise.** `z = x - x.mean()` subtracts the mean of
+        the input. Run it batched and compare it with NumPy on the whole array: why does it
+        differ? Then get the right answer in two batched cells: the first computes the mean with
+        a rule, the second uses it.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        ns = {"np": np, "x": x}
+        cupy_magic.run_cell("z = x - x.mean()", ns, syncs="off")       # batched: each batch its own mean
+        print("one cell, batched: max error", float(np.abs(ns["z"] - (x - x.mean(dtype=np.float64))).max()))
+        cupy_magic.run_cell("m = x.mean(dtype=np.float64)", ns, syncs="off",
+                            batch=BatchOptions(reduce={"m": "mean"}))
+        cupy_magic.run_cell("z = x - m", ns, syncs="off")                # m is shared by every batch
+        print("two cells:         max error", float(np.abs(ns["z"] - (x - x.mean(dtype=np.float64))).max()))
+        del ns
+        '''),
+        code('''
+        %vram_budget off
+        print(f"released {cupy_magic.free_cached() / 2**20:.0f} MiB of cached blocks")
+        '''),
+        md('''
+        ## What you learned
+
+        - Data larger than VRAM is cut into batches along the first axis; the guide's loop does
+          it by hand, one step after the other.
+        - `%%gpu` batches a cell by itself when its inputs exceed the `%vram_budget`, sizes the
+          batches from a measured first batch, and says so in the report
+          (`cupy_magic.last_report().batch`).
+        - Batching relies on a promise: each row's results depend only on that row. Results
+          without a row axis need a rule (`--reduce total=sum`); a cell that mixes rows (such
+          as `x - x.mean()`) must be split.
+        - Pinned host memory streams faster than pageable memory; `%%gpu` pins large NumPy
+          inputs on first touch and keeps them pinned while they live (section 4 printed the
+          ratio here).
+        - CUDA streams overlap the transfers of one batch with the compute of another (section
+          5 measured how much); on the CPU fallback the batches run in order.
+        - A failing batch commits nothing, and the error names the batch.
+        '''),
+    ])
+
+
+# ---------------------------------------------------------------------------------------
 # 04 sync pitfalls
 # ---------------------------------------------------------------------------------------
 
@@ -1182,6 +1581,7 @@ def nb05():
 NOTEBOOKS = {
     "01_host_vs_device.ipynb": nb01,
     "02_vram_budget.ipynb": nb02,
+    "03_batching_streams.ipynb": nb03,
     "04_sync_pitfalls.ipynb": nb04,
     "05_checklist.ipynb": nb05,
 }
