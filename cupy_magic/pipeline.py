@@ -86,6 +86,7 @@ class _BatchRun:
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.out: dict[str, np.ndarray] = {}
         self.written: dict[str, int] = {}
+        self.constants: dict[str, tuple[Any, int]] = {}  # Python values: (value, first batch)
         self.partials: dict[str, list[tuple[Any, int]]] = {}
         self.tail: dict[str, Any] = {}
         self.first: list[tuple[str, Any]] = []
@@ -118,8 +119,10 @@ class _BatchRun:
                 continue
             is_array = isinstance(value, np.ndarray) or self.be.is_device_array(value)
             if not is_array:
-                if isinstance(value, _SCALARS):
+                if isinstance(value, np.generic):  # data: a per-batch reduction needs a rule
                     raise CellError(self._no_rule(name, value, rows))
+                if isinstance(value, _SCALARS):
+                    self._same_in_every_batch(name, value, i)
                 continue
             has_rows = value.ndim >= 1 and value.shape[0] == rows
             if i == 0 and has_rows:
@@ -144,6 +147,20 @@ class _BatchRun:
         for name in self.inputs:
             if name not in self.specs and name not in self.plan.stored:
                 self.tail[name] = self.namespace[name]
+
+    def _same_in_every_batch(self, name: str, value: Any, i: int) -> None:
+        """A Python value (a loop counter, a constant) is kept if every batch agrees on it."""
+        if name not in self.constants:
+            self.constants[name] = (value, i)
+            return
+        first, j = self.constants[name]
+        same = bool(value == first) or (value != value and first != first)  # NaN == NaN here
+        if not same:
+            raise CellError(
+                f"the cell's result {name!r} is {first!r} in batch {j + 1} but {value!r} in "
+                f"batch {i + 1}: it depends on the batch, so the batches' values cannot be "
+                f"joined; name a rule, e.g. --reduce {name}=sum (rules: "
+                f"{', '.join(planner.RULES)}), or compute it in a cell of its own")
 
     def _no_rule(self, name: str, value: Any, rows: int) -> str:
         shape = getattr(value, "shape", None)

@@ -236,3 +236,18 @@ def test_gpu_second_cell_finds_the_input_page_locked(ip, poisoned):
     second = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
     np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
     assert second.inputs[0].pinned and second.batch.staged_batches == 0
+
+
+def test_python_values_the_same_in_every_batch_are_kept(ip):
+    ip.user_ns["x"] = np.arange(1000.0).reshape(500, 2)
+    gpu(ip, "y = x\nfor k in range(3):\n    y = y + 1\nscale = 2.5\n", "--batch-rows 64")
+    assert ip.user_ns["k"] == 2 and ip.user_ns["scale"] == 2.5
+    np.testing.assert_array_equal(ip.user_ns["y"], ip.user_ns["x"] + 3)
+
+
+def test_python_values_that_differ_between_batches_are_refused(ip):
+    ip.user_ns["x"] = np.ones((500, 2))
+    with pytest.raises(UsageError, match=r"'n' is \d+ in batch 1 but \d+ in batch \d+: it depends "
+                                         r"on the batch"):
+        gpu(ip, "y = x * 2\nn = len(x)\n", "--batch-rows 64")
+    assert "y" not in ip.user_ns and "n" not in ip.user_ns
