@@ -234,7 +234,9 @@ class _BatchRun:
             report.inputs.append(InputMove(name, arr.size * self.dtypes[name].itemsize, seconds,
                                            eng.is_locked(arr), self.dtypes[name].name,
                                            arr.dtype.name if self.dtypes[name] != arr.dtype
-                                           else ""))
+                                           else "",
+                                           arr.nbytes - arr.size * self.dtypes[name].itemsize,
+                                           streamed=True))
         report.gpu_seconds = seconds
         return final, bp
 

@@ -22,6 +22,13 @@ class InputMove:
     dtype: str
     cast_from: str = ""
     saved_bytes: int = 0
+    streamed: bool = False  # batched: ``seconds`` is the whole pipelined run, not the upload
+
+    @property
+    def how(self) -> str:
+        """Pinned or pageable, and whether the time is the upload or the whole stream."""
+        kind = "pinned" if self.pinned else "pageable"
+        return f"{kind}, streamed: upload + compute + results" if self.streamed else kind
 
     @property
     def gbps(self) -> float:
@@ -80,11 +87,10 @@ class RunReport:
         out = [f"%%gpu on {self.device} [{self.backend}]"]
         if self.inputs:
             for m in self.inputs:
-                kind = "pinned" if m.pinned else "pageable"
                 cast = (f", cast {m.cast_from}->{m.dtype} saved {format_bytes(m.saved_bytes)}"
                         if m.cast_from else "")
                 out.append(f"  in   {m.name}: {format_bytes(m.nbytes)} in {m.seconds * 1e3:.1f} ms "
-                           f"({m.gbps:.1f} GB/s, {kind}){cast}")
+                           f"({m.gbps:.1f} GB/s, {m.how}){cast}")
         else:
             out.append("  in   no NumPy inputs moved")
         if self.warmup_seconds is not None:
@@ -122,11 +128,10 @@ class RunReport:
                         f"<td style='text-align:left'>{value}</td></tr>")
 
         for m in self.inputs:
-            kind = "pinned" if m.pinned else "pageable"
             cast = (f"; cast {esc(m.cast_from)}&rarr;{esc(m.dtype)} saved "
                     f"<b>{format_bytes(m.saved_bytes)}</b>" if m.cast_from else "")
             row(f"in {m.name}", f"{format_bytes(m.nbytes)} in {m.seconds * 1e3:.1f} ms "
-                f"(<b>{m.gbps:.1f} GB/s</b>, {kind}){cast}")
+                f"(<b>{m.gbps:.1f} GB/s</b>, {esc(m.how)}){cast}")
         if not self.inputs:
             row("in", "no NumPy inputs moved")
         if self.warmup_seconds is not None:

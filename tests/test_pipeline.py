@@ -251,3 +251,11 @@ def test_python_values_that_differ_between_batches_are_refused(ip):
                                          r"on the batch"):
         gpu(ip, "y = x * 2\nn = len(x)\n", "--batch-rows 64")
     assert "y" not in ip.user_ns and "n" not in ip.user_ns
+
+
+def test_streamed_inputs_say_their_time_is_the_whole_run_and_what_a_cast_saved(ip):
+    ip.user_ns["x"] = np.ones((400, 3))
+    gpu(ip, "y = x * 2\n", "--quiet --batch-rows 50 --dtype float32")
+    move = cupy_magic.last_report().inputs[0]
+    assert move.streamed and move.saved_bytes == 400 * 3 * 4
+    assert "streamed: upload + compute + results" in str(cupy_magic.last_report())
