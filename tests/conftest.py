@@ -54,12 +54,11 @@ def shell():
 BACKENDS = ["host", pytest.param("cupy", marks=pytest.mark.gpu)]
 
 
-@pytest.fixture(params=BACKENDS)
-def ip(request: pytest.FixtureRequest, shell, monkeypatch: pytest.MonkeyPatch) -> Iterator:
-    """A shell with the extension loaded on one backend (host always, cupy on a GPU)."""
+def loaded(shell, monkeypatch: pytest.MonkeyPatch, backend: str) -> Iterator:
+    """Load the extension on ``backend``; afterwards unload it and drop the test's names."""
     import numpy as np
 
-    monkeypatch.setenv("CUPY_MAGIC_BACKEND", request.param)
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", backend)
     shell.run_line_magic("load_ext", "cupy_magic")
     shell.user_ns["np"] = np
     keep = set(shell.user_ns)
@@ -67,6 +66,12 @@ def ip(request: pytest.FixtureRequest, shell, monkeypatch: pytest.MonkeyPatch) -
     shell.run_line_magic("unload_ext", "cupy_magic")
     for name in set(shell.user_ns) - keep:
         del shell.user_ns[name]
+
+
+@pytest.fixture(params=BACKENDS)
+def ip(request: pytest.FixtureRequest, shell, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """A shell with the extension loaded on one backend (host always, cupy on a GPU)."""
+    yield from loaded(shell, monkeypatch, request.param)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import gc
 
 import numpy as np
 import pytest
+from conftest import loaded
 
 import cupy_magic
 from cupy_magic import backend
@@ -15,14 +16,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def gip(shell, monkeypatch):
-    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "cupy")
-    shell.run_line_magic("load_ext", "cupy_magic")
-    shell.user_ns["np"] = np
-    keep = set(shell.user_ns)
-    yield shell
-    shell.run_line_magic("unload_ext", "cupy_magic")
-    for name in set(shell.user_ns) - keep:
-        del shell.user_ns[name]
+    yield from loaded(shell, monkeypatch, "cupy")
 
 
 def test_cuda_events_time_the_cell(gip):
