@@ -17,7 +17,7 @@ import threading
 import time
 import tracemalloc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType, ModuleType
 from typing import Any
@@ -226,9 +226,24 @@ class CupyBackend(Backend):
         if device not in _POOLS:
             _POOLS[device] = cupy.cuda.memory.SingleDeviceMemoryPool()
         self.pool = _POOLS[device]
-        cupy.cuda.set_allocator(self.pool.malloc)
+        cupy.cuda.set_allocator(self._malloc)
         self._registered: dict[int, weakref.finalize] = {}
         self._hook_base = importlib.import_module("cupy.cuda.memory_hook").MemoryHook
+
+    def _malloc(self, size: int) -> Any:
+        """Allocate from the pool; over the limit, release cached blocks once and retry.
+
+        CuPy's limit counts the pool's cached free blocks too, and it does not release them
+        before refusing: without this, memory a cell freed would still count against the
+        budget.
+        """
+        try:
+            return self.pool.malloc(size)
+        except self.cp.cuda.memory.OutOfMemoryError:
+            if not self.pool.free_bytes():
+                raise
+            self.pool.free_all_blocks()
+            return self.pool.malloc(size)
 
     def info(self) -> DeviceInfo:
         cp = self.cp
@@ -440,10 +455,15 @@ class HostBackend(Backend):
         self._resident.pop(id(array), None)
         return np.asarray(array)
 
+    def resident_bytes(self) -> int:
+        """Bytes of the arrays earlier cells left "on the device" (in host RAM here)."""
+        return sum(int(a.nbytes) for a in list(self._resident.values()))
+
     def pool_used(self) -> int:
-        if not tracemalloc.is_tracing():
-            return 0
-        return max(0, tracemalloc.get_traced_memory()[0] - getattr(self._local, "base", 0))
+        in_cell = 0
+        if tracemalloc.is_tracing() and getattr(self._local, "base", None) is not None:
+            in_cell = max(0, tracemalloc.get_traced_memory()[0] - self._local.base)
+        return self.resident_bytes() + in_cell
 
     def pool_held(self) -> int:
         return self.pool_used()
@@ -459,22 +479,25 @@ class HostBackend(Backend):
         base = tracemalloc.get_traced_memory()[0]
         self._local.base = base
         tracemalloc.reset_peak()
-        m = _Measurement()
+        held = self.resident_bytes()  # earlier cells' arrays count, as they do in a GPU pool
+        m = _Measurement(start_bytes=held, peak_bytes=held)
         limit = self._limit
 
         last_line: dict[int, int] = {}
 
         def local_trace(frame: FrameType, event: str, arg: Any) -> Any:
             if event in ("line", "return"):
-                peak = tracemalloc.get_traced_memory()[1] - base
+                peak = held + tracemalloc.get_traced_memory()[1] - base
                 culprit = last_line.get(id(frame), frame.f_lineno)
                 last_line[id(frame)] = frame.f_lineno
                 if limit is not None and peak > limit:
                     tracemalloc.reset_peak()
                     code = linecache.getline(code_filename, culprit).strip()
+                    earlier = (f", {format_bytes(held)} of it arrays from earlier cells"
+                               if held else "")
                     err = BudgetExceeded(
                         f"line {culprit} `{code}` took the cell to {format_bytes(peak)} of host "
-                        f"memory, over the budget of {format_bytes(limit)}"
+                        f"memory{earlier}, over the budget of {format_bytes(limit)}"
                     )
                     err.line = culprit  # type: ignore[attr-defined]
                     raise err
@@ -491,10 +514,10 @@ class HostBackend(Backend):
         finally:
             if limit is not None:
                 sys.settrace(old_trace)
-            m.peak_bytes = max(0, tracemalloc.get_traced_memory()[1] - base)
+            m.peak_bytes = held + max(0, tracemalloc.get_traced_memory()[1] - base)
             if started:
                 tracemalloc.stop()
-            self._local.base = 0
+            self._local.base = None
 
     @contextlib.contextmanager
     def time_device(self) -> Iterator[_Measurement]:
@@ -526,20 +549,23 @@ def select(prefer: str | None = None) -> tuple[Backend, str]:
     if prefer != "host":
         cupy, why = probe_cupy()
         if cupy is not None:
-            _switch(CupyBackend(cupy))
+            _switch(lambda: CupyBackend(cupy))
             return _live, ""  # type: ignore[return-value]
         if prefer == "cupy":
             raise RuntimeError(f"the CuPy backend cannot run: {why}")
         reason = why
-    _switch(HostBackend(reason))
+    _switch(lambda: HostBackend(reason))
     return _live, reason  # type: ignore[return-value]
 
 
-def _switch(new: Backend) -> None:
+def _switch(make: Callable[[], Backend]) -> None:
+    """Close the live backend, then make the new one (the order matters: closing the CuPy
+    backend restores CuPy's default allocator, which the new one may install again)."""
     global _live
     if _live is not None:
         _live.close()
-    _live = new
+        _live = None
+    _live = make()
 
 
 def current() -> Backend:

@@ -555,6 +555,14 @@ def nb02():
         np.sqrt(yb, out=yb)   # in place
         '''),
         md('''
+        Arrays that earlier cells left on the device count against the budget too, as they do
+        in the GPU's memory pool. `%vram_budget` shows them; `del` gives the memory back:
+        '''),
+        code('''
+        print(cupy_magic.budget_status())
+        del yb
+        '''),
+        md('''
         A budget larger than the device is refused at once (meant to fail):
         '''),
         fails("%vram_budget 100TB"),
@@ -571,9 +579,12 @@ def nb02():
         # your code here
         '''),
         solution('''
-        n_max = int((BUDGET_BYTES / (2 * 8)) ** 0.5)      # two n x n float64 arrays
+        cupy_magic.free_cached()                          # cached blocks count against the budget
+        free = BUDGET_BYTES - cupy_magic.budget_status().pool_used   # what earlier cells hold counts
+        n_max = int((free / (2 * 8)) ** 0.5)              # two n x n float64 arrays
         n = int(0.9 * n_max)                              # leave room for p and rounding
-        print(f"n_max = {n_max:,}; trying n = {n:,}:", cupy_magic.estimate(f"{n}x{n}", "float64"))
+        print(f"{free / 2**20:.0f} MiB of the budget free; n_max = {n_max:,}; trying n = {n:,}:",
+              cupy_magic.estimate(f"{n}x{n}", "float64"))
         p = np.random.default_rng(2).random(n)
         get_ipython().run_cell_magic("gpu", "--quiet", "d = np.abs(p[:, None] - p[None, :])")
         r = cupy_magic.last_report()
@@ -959,6 +970,7 @@ def nb03():
         #                          batch=BatchOptions(rows=..., streams=...))
         '''),
         solution('''
+        cupy_magic.set_budget(None)   # twice the plan's batch size may not fit the budget
         print(f"{'rows':>12} {'streams':>8} {'GB/s':>8}")
         for r_rows in (plan.rows // 2, plan.rows, plan.rows * 2):
             for k in (1, 2, 3, 4):
@@ -966,6 +978,7 @@ def nb03():
                              batch=BatchOptions(rows=r_rows, streams=k))
                 print(f"{r_rows:12,} {k:8d} {x.nbytes / r.wall_seconds / 1e9:8.2f}")
         print(f"on {info.name}")
+        cupy_magic.set_budget(BUDGET)
         '''),
         md('''
         **Exercise 2: a cell that breaks the promise.** `z = x - x.mean()` subtracts the mean of

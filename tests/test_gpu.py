@@ -23,7 +23,8 @@ def test_cuda_events_time_the_cell(gip):
     import cupy
 
     gip.user_ns["a"] = np.random.rand(2048, 2048).astype(np.float32)
-    gip.run_cell_magic("gpu", "--quiet --warmup", "for _ in range(20):\n    b = a @ a\n")
+    # a @ a.T also works on --warmup's 2-row slice (a @ a would not: 2x2048 @ 2x2048)
+    gip.run_cell_magic("gpu", "--quiet --warmup", "for _ in range(20):\n    b = a @ a.T\n")
     r = cupy_magic.last_report()
     assert isinstance(gip.user_ns["b"], cupy.ndarray)
     # 20 matmuls of 2048^3 are about 344 GFLOP: clearly above a millisecond and below wall time

@@ -431,3 +431,15 @@ def test_batched_cells_report_syncs_and_say_warmup_was_not_run(ip):
     assert [r.line for r in report.syncs] == [2]
     assert any("--warmup was not run" in n for n in report.notes)
     np.testing.assert_allclose(ip.user_ns["z"], ip.user_ns["x"] * 2 + 1)
+
+
+def test_arrays_left_by_earlier_cells_count_against_the_budget(ip):
+    ip.run_line_magic("vram_budget", "16MB")
+    gpu(ip, "y = np.ones(1_500_000)\n")  # 12 MB stays on the device
+    assert backend.current().pool_used() >= 12_000_000
+    with pytest.raises(BudgetExceeded):
+        gpu(ip, "z = np.ones(1_000_000)\n")  # 8 MB more does not fit
+    assert "z" not in ip.user_ns
+    del ip.user_ns["y"]
+    gpu(ip, "z = np.ones(1_000_000)\n")  # now it does
+    assert "z" in ip.user_ns
