@@ -101,6 +101,9 @@ def _history_svgs(history: Sequence[Sample], window: float) -> str:
     times = [h.time for h in history]
     last = history[-1]
     gpu = last.reading.total is not NA
+    # Until the history fills the window, show what there is (at least 10 s), so a fresh
+    # panel draws lines across its width instead of a sliver at the right edge.
+    window = min(window, max(10.0, times[-1] - times[0]))
 
     def num(v: Any) -> float | None:
         return float(v) if isinstance(v, (int, float)) else None

@@ -310,3 +310,12 @@ def test_magic_pause_resume_interval(magic_shell: object) -> None:
     assert not monitor.get_sampler().paused
     run("vram_panel", "--interval 2 --text")
     assert monitor.get_sampler().interval == 2.0
+
+
+def test_a_young_history_fills_the_sparkline_then_scrolls(vp: panel.VramPanel) -> None:
+    young = [sample(float(t)) for t in range(4)]
+    vp.update(young[-1], young)
+    assert "last 10 s" in vp.history.value
+    old = [sample(float(t)) for t in range(0, 300, 5)]
+    vp.update(old[-1], old)
+    assert f"last {vp.sampler.history_seconds:.0f} s" in vp.history.value
