@@ -104,7 +104,13 @@ class _BatchRun:
         with self.eng.on(slot):
             for name, arr in self.inputs.items():
                 work[name] = self.eng.upload(slot, name, arr, a, b, self.dtypes[name])
-            exec(self.plan.code, work)
+            try:
+                exec(self.plan.code, work)
+            except BaseException:
+                # The traceback keeps the cell's frame, whose globals are this dict: empty it
+                # so the batch's device arrays go back to the pool.
+                work.clear()
+                raise
             self.collect(i, a, b, slot, work)
         self.eng.record(slot)
 
