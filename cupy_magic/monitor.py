@@ -5,7 +5,7 @@ takes one immutable :class:`Sample` per watched device from its :class:`Sources`
 minutes of history and hands both to its subscribers (the panels). Errors of a source or a
 subscriber are written into the sample and a log, never raised into the user's cells.
 
-Only this module (besides :mod:`cupy_magic.backend`) touches CuPy, and only through the live
+The figures come from :mod:`cupy_magic._sources`, which reaches CuPy only through the live
 backend object; only :mod:`cupy_magic.nvml` touches NVML.
 """
 
@@ -22,8 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import nvml
-from .nvml import NA, DeviceReading
+from ._sources import (
+    LiveSources,
+    PoolFigures,
+    arena_figures,
+    pool_figures,
+    release_cached,
+    watch_stream,
+)
+from .nvml import DeviceReading
 from .progress import CellProgress
 
 __all__ = [
@@ -45,38 +52,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 0.5
 HISTORY_SECONDS = 120.0
-
-
-@dataclass(frozen=True)
-class PoolFigures:
-    """The backend's pool at one instant (bytes); arena figures may be :data:`NA`.
-
-    ``largest_free`` and ``arena_free`` come from the per-stream arenas of a pool that
-    exposes them; ``fragmentation_note`` says why they are missing otherwise.
-    """
-
-    used: int = 0
-    held: int = 0
-    limit: int | None = None
-    device_used: int = 0
-    device_total: int = 0
-    free_blocks: Any = NA
-    largest_free: Any = NA
-    arena_free: Any = NA
-    arenas: int = 0
-    pinned_free_blocks: Any = NA
-    fragmentation_note: str = ""
-
-    @property
-    def cached_free(self) -> int:
-        return max(0, self.held - self.used)
-
-    @property
-    def fragmentation(self) -> Any:
-        """1 - largest free block / free bytes: 0 when all free bytes form one block."""
-        if not isinstance(self.largest_free, int) or not isinstance(self.arena_free, int):
-            return NA
-        return 0.0 if self.arena_free == 0 else 1.0 - self.largest_free / self.arena_free
 
 
 @dataclass(frozen=True)
@@ -118,125 +93,6 @@ class Clock:
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
         return event.wait(timeout)
-
-
-# --- pool introspection (CuPy through the backend object) --------------------------------
-
-_watched_streams: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-
-def watch_stream(stream: Any) -> None:
-    """Include the arena of ``stream`` (a ``cupy.cuda.Stream``) in the fragmentation figure.
-
-    The pool keeps one arena per stream and does not list them; the legacy default stream
-    is always included. Streams are held weakly.
-    """
-    _watched_streams[int(stream.ptr)] = stream
-
-
-def _entry_size(entry: Any) -> int:
-    # CuPy 14 yields ((size, chunk_address), chunk) or (size, chunk): take the size.
-    head = entry[0]
-    return int(head[0] if isinstance(head, tuple) else head)
-
-
-def arena_figures(pool: Any, stream_idents: Sequence[int]) -> tuple[Any, Any, int, str]:
-    """Largest free block, free bytes and arena count over the given stream arenas.
-
-    Returns ``(largest, free, arenas, note)``; ``largest`` and ``free`` are NA with a note
-    when ``pool`` hides its arenas (CuPy's default ``MemoryPool`` does; a
-    ``SingleDeviceMemoryPool`` has ``_debug_arena_get_index`` from CuPy 14.1).
-    """
-    index_of = getattr(pool, "_debug_arena_get_index", None)
-    if index_of is None:
-        return NA, NA, 0, "CuPy's default pool hides its arenas"
-    largest, free, arenas = 0, 0, 0
-    for ident in dict.fromkeys(stream_idents):
-        sizes = [_entry_size(e) for e in index_of(ident)]
-        if sizes:
-            arenas += 1
-            largest = max(largest, max(sizes))
-            free += sum(sizes)
-    return largest, free, arenas, ""
-
-
-def pool_figures(be: Any, device: int) -> PoolFigures:
-    """Read the pool of ``device`` from the backend ``be`` (in any thread)."""
-    if not be.is_gpu:
-        st = be.stats()
-        return PoolFigures(st.used, st.held, st.limit, st.device_used, st.device_total,
-                           fragmentation_note="no device pool on the host backend")
-    cp = be.cp
-    # Pool figures are per current device, and the current device is per thread.
-    with cp.cuda.Device(device):
-        st = be.stats()
-        pool = be.pool
-        pinned = cp.get_default_pinned_memory_pool().n_free_blocks()
-        idents = [0, *_watched_streams.keys()]
-        largest, free, arenas, note = arena_figures(pool, idents)
-        return PoolFigures(st.used, st.held, st.limit, st.device_used, st.device_total,
-                           free_blocks=int(pool.n_free_blocks()), largest_free=largest,
-                           arena_free=free, arenas=arenas, pinned_free_blocks=int(pinned),
-                           fragmentation_note=note)
-
-
-class LiveSources:
-    """The real sources: the live backend, NVML, the session budget and the running cell."""
-
-    def __init__(self) -> None:
-        self._handles: dict[tuple[str, int], Any] = {}
-
-    def _backend(self) -> Any:
-        from . import backend
-
-        return backend.current()
-
-    def _handle(self, device: int) -> Any:
-        be = self._backend()
-        key = (be.name, device)
-        if key not in self._handles:
-            if be.is_gpu:
-                bus_id = be.cp.cuda.Device(device).pci_bus_id
-                self._handles[key] = nvml.handle_for(bus_id)
-            else:
-                handles = nvml.visible_handles()
-                self._handles[key] = handles[device] if device < len(handles) else NA
-        return self._handles[key]
-
-    def devices(self) -> list[str]:
-        be = self._backend()
-        count = be.cp.cuda.runtime.getDeviceCount() if be.is_gpu else len(nvml.visible_handles())
-        names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
-        if not names:
-            return [f"0: {be.info().name}"]
-        return [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
-
-    def reading(self, device: int) -> DeviceReading:
-        return nvml.read_device(self._handle(device))
-
-    def pool(self, device: int) -> PoolFigures:
-        return pool_figures(self._backend(), device)
-
-    def host(self) -> tuple[int, int]:
-        from .backend import HostBackend
-
-        return HostBackend().device_memory()
-
-    def budget(self) -> str:
-        from . import session
-
-        spec = session.budget_status().budget
-        return spec.describe() if spec is not None else "off"
-
-    def cell(self) -> CellProgress | None:
-        from . import progress
-
-        return progress.current()
-
-    def status(self) -> tuple[str, str, str]:
-        be = self._backend()
-        why = "" if be.is_gpu else (be.info().reason or "host backend chosen")
-        return be.name, why, nvml.reason()
 
 
 @dataclass(eq=False)
@@ -445,22 +301,3 @@ def shutdown() -> None:
         sampler, _shared = _shared, None
     if sampler is not None:
         sampler.stop()
-
-
-def release_cached(device: int = 0) -> tuple[int, int]:
-    """Free the pool's cached blocks on ``device`` and the pinned pool's free blocks.
-
-    Returns ``(device bytes released, pinned blocks released)`` (guide section 5).
-    """
-    from . import backend
-
-    be = backend.current()
-    if not be.is_gpu:
-        return be.free_cached(), 0
-    cp = be.cp
-    with cp.cuda.Device(device):
-        released = be.free_cached()
-    pinned_pool = cp.get_default_pinned_memory_pool()
-    before = pinned_pool.n_free_blocks()
-    pinned_pool.free_all_blocks()
-    return released, before - pinned_pool.n_free_blocks()
