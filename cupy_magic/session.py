@@ -20,6 +20,7 @@ __all__ = [
     "device_info",
     "free_cached",
     "last_report",
+    "memory_pool",
     "set_budget",
     "set_sync_mode",
     "use_backend",
@@ -150,6 +151,17 @@ def set_sync_mode(mode: str | None = None) -> str:
             raise ValueError(f"unknown sync mode {mode!r}; use warn, error or off")
         _state.syncs = mode
     return _state.syncs
+
+
+def memory_pool() -> Any:
+    """The CuPy memory pool the cells allocate from, or ``None`` on the host backend.
+
+    While the extension is loaded this is a ``cupy.cuda.SingleDeviceMemoryPool`` it installed
+    as CuPy's allocator (so the panel can read fragmentation), not
+    ``cupy.get_default_memory_pool()``; unloading restores CuPy's default allocator.
+    """
+    be = _backend.current()
+    return getattr(be, "pool", None) if be.is_gpu else None
 
 
 def free_cached() -> int:

@@ -443,3 +443,13 @@ def test_arrays_left_by_earlier_cells_count_against_the_budget(ip):
     del ip.user_ns["y"]
     gpu(ip, "z = np.ones(1_000_000)\n")  # now it does
     assert "z" in ip.user_ns
+
+
+def test_memory_pool_is_the_pool_cells_use(ip, xp):
+    pool = cupy_magic.memory_pool()
+    if backend.current().is_gpu:
+        before = pool.used_bytes()
+        gpu(ip, "y = np.ones(1_000_000)\n")
+        assert pool.used_bytes() - before >= 8_000_000
+    else:
+        assert pool is None
