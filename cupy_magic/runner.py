@@ -311,9 +311,13 @@ def run_cell(
 
 def _recorder(be: _backend.Backend, filename: str, source: str,
               syncs: str) -> SyncRecorder | contextlib.nullcontext:
-    """The runtime sync record: on the GPU only (the CPU fallback has no device to wait for)."""
+    """The runtime sync record: on the GPU only (the CPU fallback has no device to wait for).
+
+    It also times how long the host waits at each sync: the recorder finishes the current
+    stream's queued work itself, which the sync that follows would have waited for anyway.
+    """
     if be.is_gpu and syncs != "off":
-        return SyncRecorder(filename, source, syncs)
+        return SyncRecorder(filename, source, syncs, measure_wait=True)
     return contextlib.nullcontext()
 
 

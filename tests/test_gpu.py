@@ -81,3 +81,14 @@ def test_unload_undoes_registrations_and_the_pool_limit(shell, monkeypatch):
     shell.run_line_magic("unload_ext", "cupy_magic")
     del shell.user_ns["x"], shell.user_ns["y"]
     assert not be._registered and be.pool.get_limit() == 0
+
+
+def test_the_report_says_how_long_the_host_waited_at_a_sync(gip):
+    gip.user_ns["a"] = np.random.rand(4096, 4096).astype(np.float32)
+    gip.run_cell_magic("gpu", "--quiet",
+                       "b = a\nfor _ in range(30):\n    b = b @ a\ns = float(b.sum())\n")
+    rows = cupy_magic.last_report().syncs
+    assert [r.line for r in rows] == [4] and rows[0].count == 1
+    # 30 matmuls of 4096^3 are queued when float() asks for the value: the host waits for them
+    assert rows[0].wait_seconds is not None and rows[0].wait_seconds > 0.001
+    assert "ms waiting" in rows[0].describe()
