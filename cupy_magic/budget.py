@@ -81,6 +81,8 @@ def parse_size(text: str) -> int:
         raise SizeError(f"cannot read the size {text!r}; write a number and a unit, e.g. 8GB, "
                         "1.5GiB or 512MB")
     number, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(number) or number > 1e30:
+        raise SizeError(f"the size {text!r} is too large to mean anything; write e.g. 8GB")
     if unit not in _UNITS:
         raise SizeError(f"unknown unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB, TB or "
                         "KiB, MiB, GiB, TiB")
@@ -131,6 +133,9 @@ def parse_budget(text: str, device_total: int) -> BudgetSpec:
             raise SizeError(f"the device size is unknown, so {raw!r} cannot be resolved; give a "
                             "size such as 8GB")
         nbytes = int(device_total * fraction)
+        if nbytes < 1:
+            raise SizeError(f"a budget of {raw} is less than one byte of this device; write "
+                            "e.g. 8GB, 50% or 0.5")
     else:
         nbytes = parse_size(raw)
         if device_total > 0 and nbytes > device_total:
@@ -164,7 +169,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
         raise SizeError(f"cannot read the shape {text!r}; write e.g. 20000x20000")
     try:
         dims = tuple(int(float(p)) if "e" in p.lower() else int(p) for p in parts)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise SizeError(f"cannot read the shape {text!r}; write whole numbers joined by x, "
                         "e.g. 20000x20000") from None
     if any(d < 0 for d in dims):

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import ast
+import symtable
 from dataclasses import dataclass, field
 
 __all__ = ["CellNames", "analyse"]
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+# Methods and functions that change their array argument in place (NumPy and CuPy alike).
+_MUTATING_METHODS = {"sort", "fill", "put", "partition", "itemset", "resize", "setfield"}
+_MUTATING_FUNCTIONS = {"copyto", "put", "place", "putmask", "fill_diagonal", "put_along_axis",
+                       "shuffle"}
 
 
 @dataclass
@@ -25,21 +31,20 @@ class _Visitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.names = CellNames()
         self.depth = 0  # >0 inside a function, lambda or class body
+        self.nested_mutated: set[str] = set()  # kept only if global where they are mutated
 
     def _store(self, name: str) -> None:
         if self.depth == 0:
             self.names.assigned.add(name)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load):
-            self.names.loaded.add(node.id)
-        elif isinstance(node.ctx, ast.Store):
+        if isinstance(node.ctx, ast.Store):
             self._store(node.id)
         elif isinstance(node.ctx, ast.Del) and self.depth == 0:
             self.names.deleted.add(node.id)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        if isinstance(node.target, ast.Name):
+        if isinstance(node.target, ast.Name) and self.depth == 0:
             self.names.loaded.add(node.target.id)
         self.generic_visit(node)
 
@@ -47,7 +52,20 @@ class _Visitor(ast.NodeVisitor):
         while isinstance(target, (ast.Subscript, ast.Attribute)):
             target = target.value
         if isinstance(target, ast.Name):
-            self.names.mutated.add(target.id)
+            (self.names.mutated if self.depth == 0 else self.nested_mutated).add(target.id)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in _MUTATING_METHODS:
+                self._mutation_root(func.value)  # x.sort(), x.fill(0)
+            if func.attr in _MUTATING_FUNCTIONS and node.args:
+                self._mutation_root(node.args[0])  # np.copyto(x, ...), np.put(x, ...)
+        for kw in node.keywords:
+            if kw.arg == "out":  # np.add(a, b, out=x), also out=(x, y)
+                for target in kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value]:
+                    self._mutation_root(target)
+        self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -110,6 +128,9 @@ def analyse(tree: ast.Module) -> CellNames:
     for stmt in tree.body:
         visitor.visit(stmt)
     names = visitor.names
+    nested = _nested_global_reads(tree)
+    names.loaded |= _module_reads(tree) | nested
+    names.mutated |= visitor.nested_mutated & nested
     comp_targets = {
         n.id
         for node in ast.walk(tree)
@@ -153,3 +174,59 @@ def _walk_module_scope(node: ast.AST):
         if isinstance(child, (*_SCOPES, ast.comprehension)):
             continue
         yield from _walk_module_scope(child)
+
+
+def _module_reads(tree: ast.Module) -> set[str]:
+    """Names the module level of the cell reads (comprehension variables are their own)."""
+    reads: set[str] = set()
+
+    def visit(node: ast.AST, bound: frozenset[str]) -> None:
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id not in bound:
+                reads.add(node.id)
+            return
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            for expr in [*getattr(node, "decorator_list", []), *args.defaults,
+                         *(d for d in args.kw_defaults if d is not None)]:
+                visit(expr, bound)  # evaluated where the function is defined
+            return
+        if isinstance(node, ast.ClassDef):
+            for expr in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
+                visit(expr, bound)
+            return
+        if isinstance(node, _COMPREHENSIONS):
+            inner = set(bound)
+            for i, gen in enumerate(node.generators):
+                # The first iterable is evaluated in the enclosing scope, the rest inside.
+                visit(gen.iter, bound if i == 0 else frozenset(inner))
+                inner |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+                for cond in gen.ifs:
+                    visit(cond, frozenset(inner))
+            parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            for part in parts:
+                visit(part, frozenset(inner))
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, bound)
+
+    visit(tree, frozenset())
+    return reads
+
+
+def _nested_global_reads(tree: ast.Module) -> set[str]:
+    """Names that functions, lambdas and classes of the cell read as module globals."""
+    try:
+        top = symtable.symtable(ast.unparse(tree), "<cell>", "exec")
+    except SyntaxError:  # e.g. a misplaced nonlocal: the cell's run reports it
+        return set()
+    reads: set[str] = set()
+    stack = list(top.get_children())
+    while stack:
+        table = stack.pop()
+        stack.extend(table.get_children())
+        for sym in table.get_symbols():
+            if sym.is_referenced() and sym.is_global():
+                reads.add(sym.get_name())
+    return reads
+

@@ -114,3 +114,34 @@ def test_names_written_before_they_are_read():
 
 def test_global_in_a_cell_function_counts_as_assigned():
     assert "counter" in names("def bump():\n    global counter\n    counter = 1\n").assigned
+
+
+@pytest.mark.parametrize("text", ["1e309GB", "1e400", "1e40GB"])
+def test_absurd_sizes_are_refused_not_crashed(text):
+    with pytest.raises(SizeError, match=None):
+        parse_budget(text, 80 * GiB)
+
+
+@pytest.mark.parametrize("text", ["0.00000000000000001", "1e-12%"])
+def test_budgets_below_one_byte_are_refused(text):
+    with pytest.raises(SizeError, match="less than one byte"):
+        parse_budget(text, 80 * GiB)
+
+
+def test_absurd_shapes_are_refused():
+    with pytest.raises(SizeError, match="cannot read the shape"):
+        parse_shape("1e400x2")
+
+
+def test_names_local_to_functions_and_comprehensions_are_not_reads_of_globals():
+    n = names("def f(x):\n    y = x + 1\n    return y + w\nzz = [x * 2 for x in range(3)]\n"
+              "lam = lambda x: x + v\nclass C:\n    a = u\n    def m(self, x):\n        return x\n")
+    assert "x" not in n.loaded
+    assert {"w", "v", "u", "range"} <= n.loaded
+    assert "x" in names("zz = [x * 2 for x in x]\n").loaded  # the iterable is the global x
+
+
+def test_in_place_methods_and_out_arguments_count_as_mutations():
+    n = names("x.sort()\nnp.add(a, 1, out=b)\nnp.copyto(c, a)\ny.fill(0)\n"
+              "def f(d):\n    d.sort()\n    e[0] = 1\n")
+    assert n.mutated == {"x", "b", "c", "y", "e"}  # d is the function's own parameter

@@ -453,3 +453,19 @@ def test_memory_pool_is_the_pool_cells_use(ip, xp):
         assert pool.used_bytes() - before >= 8_000_000
     else:
         assert pool is None
+
+
+def test_a_parameter_or_comprehension_variable_named_like_an_array_is_not_moved(ip):
+    ip.user_ns["x"] = np.ones(10**6)
+    gpu(ip, "def f(x):\n    return x + 1\nz = f(np.ones(3))\nzz = [x * 2 for x in range(3)]\n")
+    assert cupy_magic.last_report().inputs == []
+    assert ip.user_ns["zz"] == [0, 2, 4]
+
+
+def test_inputs_changed_by_in_place_methods_come_back(ip, xp):
+    x = np.array([3.0, 1.0, 2.0])
+    ip.user_ns.update(x=x, b=np.zeros(3))
+    gpu(ip, "x.sort()\nnp.add(x, 1, out=b)\n")
+    assert [float(v) for v in ip.user_ns["x"]] == [1.0, 2.0, 3.0]
+    assert [float(v) for v in ip.user_ns["b"]] == [2.0, 3.0, 4.0]
+    assert list(x) == [3.0, 1.0, 2.0]  # the original NumPy array is not touched
