@@ -16,6 +16,7 @@ import itertools
 import linecache
 import time
 import traceback
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import CodeType, ModuleType, TracebackType
@@ -374,7 +375,7 @@ def _commit(plan: _Plan, work: dict[str, Any], namespace: dict[str, Any],
             be.keep_on_device(value)
         if be.is_device_array(value) and wants_host:
             value = be.to_host(value)
-        updates[name] = value
+        updates[name] = _rehome(value, plan.code.co_filename, namespace)
     removed = [n for n in namespace if n not in work and n != "__builtins__"]
     namespace.update(updates)
     for name in removed:
@@ -388,3 +389,34 @@ def _commit(plan: _Plan, work: dict[str, Any], namespace: dict[str, Any],
 
 
 _MISSING = object()
+
+
+def _rehome(value: Any, filename: str, namespace: dict[str, Any]) -> Any:
+    """Give functions and classes the cell defined the user namespace as their globals.
+
+    They were created in the cell's private copy of the namespace; without this they would
+    keep reading it (old values, ``np`` as CuPy, the device copies of the inputs) and write
+    their ``global`` names into it, after the cell is over.
+    """
+    if isinstance(value, types.FunctionType):
+        if value.__code__.co_filename != filename or value.__globals__ is namespace:
+            return value
+        new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                 value.__closure__)
+        new.__kwdefaults__ = value.__kwdefaults__
+        new.__qualname__ = value.__qualname__
+        new.__doc__ = value.__doc__
+        new.__dict__.update(value.__dict__)
+        new.__annotations__ = value.__annotations__
+        return new
+    if isinstance(value, type):  # only the methods the cell wrote are replaced
+        for key, attr in list(vars(value).items()):
+            if isinstance(attr, (staticmethod, classmethod)):
+                inner = _rehome(attr.__func__, filename, namespace)
+                if inner is not attr.__func__:
+                    setattr(value, key, type(attr)(inner))
+            elif isinstance(attr, types.FunctionType):
+                new = _rehome(attr, filename, namespace)
+                if new is not attr:
+                    setattr(value, key, new)
+    return value

@@ -469,3 +469,21 @@ def test_inputs_changed_by_in_place_methods_come_back(ip, xp):
     assert [float(v) for v in ip.user_ns["x"]] == [1.0, 2.0, 3.0]
     assert [float(v) for v in ip.user_ns["b"]] == [2.0, 3.0, 4.0]
     assert list(x) == [3.0, 1.0, 2.0]  # the original NumPy array is not touched
+
+
+def test_functions_and_classes_from_a_cell_live_in_the_user_namespace(ip):
+    import numpy
+
+    ip.user_ns["counter"] = 1
+    gpu(ip, "def f():\n    return counter\n"
+            "def g():\n    global gv\n    gv = 5\n"
+            "def which():\n    return np\n"
+            "class C:\n    def m(self):\n        return counter\n"
+            "    @staticmethod\n    def s():\n        return counter\n")
+    ip.user_ns["counter"] = 99
+    f, g, C = ip.user_ns["f"], ip.user_ns["g"], ip.user_ns["C"]
+    assert f() == 99 and C().m() == 99 and C.s() == 99
+    assert f.__globals__ is ip.user_ns
+    g()
+    assert ip.user_ns["gv"] == 5
+    assert ip.user_ns["which"]() is numpy  # outside the cell np is NumPy again
