@@ -13,6 +13,7 @@ import gc
 import sys
 import time
 import traceback
+import types
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,6 @@ from .runner import (
 
 __all__ = ["batch_reason", "run_batched"]
 
-_SCALARS = (int, float, complex, bool, np.generic)
 
 
 def _target_dtype(arr: np.ndarray, dtype: str | None) -> np.dtype:
@@ -127,7 +127,8 @@ class _BatchRun:
             if not is_array:
                 if isinstance(value, np.generic):  # data: a per-batch reduction needs a rule
                     raise CellError(self._no_rule(name, value, rows))
-                if isinstance(value, _SCALARS):
+                if not (callable(value) or isinstance(value, types.ModuleType)):
+                    # numbers, strings, lists...: kept only if every batch agrees on them
                     self._same_in_every_batch(name, value, i)
                 continue
             has_rows = value.ndim >= 1 and value.shape[0] == rows
@@ -160,7 +161,10 @@ class _BatchRun:
             self.constants[name] = (value, i)
             return
         first, j = self.constants[name]
-        same = bool(value == first) or (value != value and first != first)  # NaN == NaN here
+        try:
+            same = bool(value == first) or (value != value and first != first)  # NaN == NaN
+        except (ValueError, TypeError):  # e.g. lists of arrays: no single truth value
+            same = False
         if not same:
             raise CellError(
                 f"the cell's result {name!r} is {first!r} in batch {j + 1} but {value!r} in "

@@ -169,7 +169,11 @@ def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
     leading length equals the batch's rows is told apart from one that does not.
     """
     if fixed is not None:
-        return min(fixed, total)
+        # The later batches keep the size asked for; the first one only must not coincide
+        # with another axis length, or a reduction of that length would pass for rows.
+        rows = min(fixed, total)
+        fits = [r for r in (*range(rows, 0, -1), *range(rows + 1, total + 1)) if r not in avoid]
+        return fits[0] if fits else rows
     cap = PROBE_BYTES if free is None else min(PROBE_BYTES, max(free, 0) // PROBE_SHARE)
     rows = max(1, min(total, cap // max(row_bytes, 1), max(total // 8, 1)))
     while rows in avoid and rows < total:
