@@ -220,8 +220,9 @@ def run_cell(
     dtype
         ``"float32"`` downcasts float64 (and complex128) inputs on the way in.
     warmup
-        Run the cell once on a small leading slice of its inputs first (kernel compilation,
-        pool growth), and time only the real run.
+        Run the cell once on the first rows of its longest inputs first (kernel compilation,
+        pool growth), and time only the real run. The cell runs twice, so its side effects
+        (prints, appends to outside lists) happen twice; the warm-up commits nothing.
     syncs
         ``"warn"`` reports the host syncs found before the run (static check) and, on the
         GPU, those counted while it ran; ``"error"`` stops at the first one, naming its
@@ -334,7 +335,11 @@ def _attach_syncs(report: RunReport, syncs: str, findings: list,
 def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend,
             namespace: dict[str, Any]) -> float:
     __tracebackhide__ = True
-    small = {n: (a[:_WARMUP_ROWS] if a.ndim else a) for n, a in plan.inputs.items()}
+    # Only the inputs with the largest leading length are cut (the ones batching would cut):
+    # smaller ones, such as weights, keep their shape so that the cell's shapes still agree.
+    longest = max((a.shape[0] for a in plan.inputs.values() if a.ndim), default=0)
+    small = {n: (a[:_WARMUP_ROWS] if a.ndim and a.shape[0] == longest else a)
+             for n, a in plan.inputs.items()}
     slim = _Plan(plan.code, small, plan.overrides, plan.stored, plan.deleted)
     t0 = time.perf_counter()
     scratch: dict[str, Any] = {}

@@ -487,3 +487,9 @@ def test_functions_and_classes_from_a_cell_live_in_the_user_namespace(ip):
     g()
     assert ip.user_ns["gv"] == 5
     assert ip.user_ns["which"]() is numpy  # outside the cell np is NumPy again
+
+
+def test_warmup_cuts_only_the_longest_inputs(ip):
+    ip.user_ns.update(A=np.ones((100, 3)), W=np.eye(3))
+    gpu(ip, "z = A @ W\n", "--quiet --warmup")
+    assert ip.user_ns["z"].shape == (100, 3)
