@@ -204,6 +204,7 @@ class CupyBackend(Backend):
     def close(self) -> None:
         self.set_limit(None)
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
+        self.pool.free_all_blocks()  # give back what the cells freed; live arrays keep theirs
         for fin in list(self._registered.values()):
             fin()
 

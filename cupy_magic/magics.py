@@ -172,8 +172,9 @@ class GpuMagics(Magics):
     @magic_arguments()
     @argument("device", nargs="?", type=int, default=0,
               help="the CuPy device index to show first (default 0)")
-    @argument("--interval", type=float, default=monitor.DEFAULT_INTERVAL, metavar="SECONDS",
-              help=f"seconds between samples (default {monitor.DEFAULT_INTERVAL})")
+    @argument("--interval", type=float, default=None, metavar="SECONDS",
+              help=f"seconds between samples (default {monitor.DEFAULT_INTERVAL}, or what the "
+                   "running panels use)")
     @argument("--text", action="store_true", help="print a one-shot text summary instead")
     @argument("--pause", action="store_true", help="pause every panel")
     @argument("--resume", action="store_true", help="resume every panel")
@@ -203,7 +204,7 @@ class GpuMagics(Magics):
             {"pause": _panel.pause, "resume": _panel.resume, "stop": _panel.close_all}[
                 actions[0]]()
             return
-        if not args.interval > 0:
+        if args.interval is not None and not args.interval > 0:
             raise UsageError(f"--interval must be a positive number of seconds, got "
                              f"{args.interval}; e.g. %vram_panel --interval 0.5")
         try:

@@ -297,14 +297,15 @@ def _widget_frontend() -> bool:
     return False
 
 
-def show_panel(interval: float = monitor.DEFAULT_INTERVAL, device: int = 0,
+def show_panel(interval: float | None = None, device: int = 0,
                text: bool = False) -> VramPanel | None:
     """Display a live panel and return it; in a terminal (or with ``text``) print a summary.
 
     Parameters
     ----------
     interval
-        Seconds between samples (shared by every panel).
+        Seconds between samples (shared by every panel); ``None`` keeps the running
+        sampler's period (0.5 s for a new one).
     device
         The CuPy device index shown first.
     text
@@ -333,7 +334,7 @@ def show_panel(interval: float = monitor.DEFAULT_INTERVAL, device: int = 0,
 
 
 @contextlib.contextmanager
-def cell_panel(interval: float = monitor.DEFAULT_INTERVAL) -> Iterator[VramPanel | None]:
+def cell_panel(interval: float | None = None) -> Iterator[VramPanel | None]:
     """Show a live panel above a cell's output while it runs (``%%gpu --panel``).
 
     After the cell the panel keeps its last figures and stops updating. In a terminal

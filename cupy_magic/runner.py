@@ -159,9 +159,10 @@ def _explain_oom(exc: BaseException, be: _backend.Backend, peak: int) -> BaseExc
     else:
         head = (f"out of memory: {first}; the cell reached {format_bytes(peak)} in the pool, "
                 f"against {where}")
+    release = ", or cupy_magic.free_cached() to release cached blocks" if be.is_gpu else ""
     new = _backend.BudgetExceeded(
-        f"{head}. Try batching the data (smaller slices per cell), --dtype float32, a larger "
-        "%vram_budget, or cupy_magic.free_cached() to release cached blocks"
+        f"{head}. Try batching the data (smaller slices per cell), --dtype float32, deleting "
+        f"arrays earlier cells left on the device, a larger %vram_budget{release}"
     )
     new.explained = True  # type: ignore[attr-defined]
     return new

@@ -319,3 +319,13 @@ def test_a_young_history_fills_the_sparkline_then_scrolls(vp: panel.VramPanel) -
     old = [sample(float(t)) for t in range(0, 300, 5)]
     vp.update(old[-1], old)
     assert f"last {vp.sampler.history_seconds:.0f} s" in vp.history.value
+
+
+def test_a_cell_panel_keeps_the_interval_the_user_chose(magic_shell: object) -> None:
+    run = magic_shell.run_line_magic  # type: ignore[attr-defined]
+    run("vram_panel", "--interval 2 --text")
+    with panel.cell_panel():
+        pass
+    assert monitor.get_sampler().interval == 2.0
+    run("vram_panel", "--text")
+    assert monitor.get_sampler().interval == 2.0
