@@ -6,6 +6,7 @@ decides. Batches cut the leading axis of the batched inputs; everything else is 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,8 +173,8 @@ def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
         # The later batches keep the size asked for; the first one only must not coincide
         # with another axis length, or a reduction of that length would pass for rows.
         rows = min(fixed, total)
-        fits = [r for r in (*range(rows, 0, -1), *range(rows + 1, total + 1)) if r not in avoid]
-        return fits[0] if fits else rows
+        candidates = itertools.chain(range(rows, 0, -1), range(rows + 1, total + 1))
+        return next((r for r in candidates if r not in avoid), rows)
     cap = PROBE_BYTES if free is None else min(PROBE_BYTES, max(free, 0) // PROBE_SHARE)
     rows = max(1, min(total, cap // max(row_bytes, 1), max(total // 8, 1)))
     while rows in avoid and rows < total:
