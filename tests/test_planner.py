@@ -121,3 +121,11 @@ def test_combine_python_scalars():
     assert combine("sum", [(3, 2), (4, 5)], np) == 7
     assert combine("mean", [(1.0, 1), (4.0, 3)], np) == pytest.approx(3.25)
     assert combine("max", [(1, 1), (9, 1)], np) == 9
+
+
+def test_a_fixed_first_batch_steps_off_other_axis_lengths():
+    from cupy_magic.planner import probe_rows
+
+    assert probe_rows(10, 8, {3}, 3) == 2
+    assert probe_rows(10, 8, {1, 2, 3}, 3) == 4
+    assert probe_rows(2**30, 4, {7}, 2**25) == 2**25  # huge inputs: found at once
