@@ -25,22 +25,17 @@ from .budget import format_bytes
 from .planner import BatchOptions, BatchPlan
 from .report import InputMove, OutputInfo, RunReport
 from .runner import (
-    CAST_TARGETS,
     CellError,
     _cell_traceback,
     _commit,
     _explain_oom,
     _move_inputs,
     _Plan,
+    cast_target,
 )
 
 __all__ = ["batch_reason", "run_batched"]
 
-
-
-def _target_dtype(arr: np.ndarray, dtype: str | None) -> np.dtype:
-    target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
-    return np.dtype(target) if target else arr.dtype
 
 
 def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
@@ -52,7 +47,7 @@ def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
     limit = be.limit
     if limit is None or not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
         return ""
-    need = sum(a.size * _target_dtype(a, dtype).itemsize for a in inputs.values())
+    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
     free = limit - be.pool_used()
     if need <= free:
         return ""
@@ -78,7 +73,7 @@ class _BatchRun:
         self.plan, self.namespace, self.opts, self.be = plan, namespace, opts, be
         self.filename, self.dtype, self.total = filename, dtype, total
         self.inputs = {n: plan.inputs[n] for n in names}
-        self.dtypes = {n: _target_dtype(a, dtype) for n, a in self.inputs.items()}
+        self.dtypes = {n: cast_target(a, dtype) for n, a in self.inputs.items()}
         self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
                              for n, a in self.inputs.items())
         self.eng = make_engine(be, opts.streams, _empty_output)

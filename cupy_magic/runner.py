@@ -57,6 +57,12 @@ class _Plan:
     deleted: set[str]
 
 
+def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
+    """The dtype ``arr`` has on the device under ``--dtype`` (its own when not cast)."""
+    target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
+    return np.dtype(target) if target else arr.dtype
+
+
 def _check_input(name: str, arr: np.ndarray) -> None:
     if arr.dtype.kind in "OUSVMm":
         raise CellError(
@@ -109,8 +115,8 @@ def _move_inputs(plan: _Plan, dtype: str | None, be: _backend.Backend) -> tuple[
     moves: list[InputMove] = []
     for name, arr in plan.inputs.items():
         cast_from, saved, host = "", 0, arr
-        target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
-        if target:
+        target = cast_target(arr, dtype)
+        if target != arr.dtype:
             t0 = time.perf_counter()
             host = arr.astype(target)
             cast_from, saved = arr.dtype.name, arr.nbytes - host.nbytes
@@ -130,8 +136,7 @@ def _check_budget(plan: _Plan, dtype: str | None, be: _backend.Backend) -> None:
         return
     need = 0
     for arr in plan.inputs.values():
-        target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
-        need += arr.size * np.dtype(target).itemsize if target else arr.nbytes
+        need += arr.size * cast_target(arr, dtype).itemsize
     free = limit - be.pool_used()
     if need > free:
         sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
