@@ -10,7 +10,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import monitor, progress, session
+from . import monitor, progress, progressbar, session
 from .budget import SizeError, estimate
 from .planner import RULES, BatchOptions
 from .runner import CAST_TARGETS, SYNC_MODES, CellError, run_cell
@@ -102,7 +102,8 @@ class GpuMagics(Magics):
         filename = shell.compile.cache(cell, shell.execution_count)
         progress.start(f"In [{shell.execution_count}]")
         try:
-            with _cell_panel() if args.panel else contextlib.nullcontext():
+            with _cell_panel() if args.panel else contextlib.nullcontext(), \
+                    progressbar.for_cell(shell):
                 report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
                                   warmup=args.warmup, syncs=syncs, filename=filename,
                                   batch=batch)

@@ -213,8 +213,9 @@ class _BatchRun:
                        opts.streams, reason, first, rows if bounds else first, self.n_batches,
                        peak_row, sized_by, tuple(self.specs), dict(opts.reduce))
         running = progress.current()
-        progress.start(running.cell_label if running else self.filename, self.n_batches)
-        progress.step()
+        progress.start(running.cell_label if running else self.filename, self.n_batches,
+                       self.total * self.row_bytes)
+        progress.step(1, first * self.row_bytes)
         buffers = {f"in:{n}": (a, self.dtypes[n].itemsize * _row_len(a))
                    for n, a in self.inputs.items()}
         buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a)) for n, a in self.out.items()})
@@ -222,7 +223,7 @@ class _BatchRun:
         with be.track_memory(self.filename) as mem:
             for i, (a, b) in enumerate(bounds, start=1):
                 self.batch(i, a, b)
-                progress.step()
+                progress.step(1, (b - a) * self.row_bytes)
             eng.drain()
         self.peak = max(self.peak, mem.peak_bytes)
         seconds = time.perf_counter() - t0

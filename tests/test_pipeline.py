@@ -265,7 +265,7 @@ def test_streamed_inputs_say_their_time_is_the_whole_run_and_what_a_cast_saved(i
 
 def test_a_fixed_batch_size_equal_to_another_axis_does_not_pass_a_reduction_for_rows(ip):
     ip.user_ns["x"] = np.ones((9, 3))
-    with pytest.raises(UsageError, match="'s'.*has no row axis"):
+    with pytest.raises(UsageError, match=r"'s'.*has no row axis"):
         gpu(ip, "s = x.sum(axis=0)\n", "--batch-rows 3")
     gpu(ip, "s = x.sum(axis=0)\n", "--batch-rows 3 --reduce s=sum")
     assert [float(v) for v in ip.user_ns["s"]] == [9.0, 9.0, 9.0]
@@ -273,7 +273,7 @@ def test_a_fixed_batch_size_equal_to_another_axis_does_not_pass_a_reduction_for_
 
 def test_python_containers_that_differ_between_batches_are_refused(ip):
     ip.user_ns["x"] = np.arange(10.0)
-    with pytest.raises(UsageError, match="'lst' is .* in batch 1 but .* in batch"):
+    with pytest.raises(UsageError, match=r"'lst' is .* in batch 1 but .* in batch"):
         gpu(ip, "lst = [float(v) for v in x]\ny = x * 2\n", "--batch-rows 4")
     assert "lst" not in ip.user_ns and "y" not in ip.user_ns
     gpu(ip, "labels = ['a', 'b']\ny = x * 2\n", "--batch-rows 4")
