@@ -202,22 +202,20 @@ def test_error_in_batch_7_names_it_and_commits_nothing(ip, poisoned):
     assert be.pool_used() == start
 
 
-def test_keyboard_interrupt_between_batches(ip, poisoned, monkeypatch):
-    steps = []
-    real = progress.step
-
-    def step(n: int = 1) -> None:
-        real(n)
-        steps.append(n)
-        if len(steps) == 3:
+def test_keyboard_interrupt_between_batches(ip, poisoned):
+    def ctrl_c_after_batch_3(snap: progress.CellProgress) -> None:
+        if snap.batches_total and snap.batches_done == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(progress, "step", step)
     be = backend.current()
     start = be.pool_used()
     ip.user_ns.update(x=fresh((100, 3), "float64"))
-    with pytest.raises(KeyboardInterrupt) as info:
-        gpu(ip, "y = x + 1\n", "--batch --batch-rows 10")
+    progress.add_listener(ctrl_c_after_batch_3)
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            gpu(ip, "y = x + 1\n", "--batch --batch-rows 10")
+    finally:
+        progress.remove_listener(ctrl_c_after_batch_3)
     assert any("interrupted after batch 3 of 10" in note for note in info.value.__notes__)
     assert "y" not in ip.user_ns and progress.current() is None
     assert be.pool_used() == start
