@@ -22,12 +22,12 @@ from . import backend as _backend
 from . import planner, progress
 from ._engines import make_engine
 from .budget import format_bytes
+from .commit import commit
 from .planner import BatchOptions, BatchPlan
 from .report import InputMove, OutputInfo, RunReport
 from .runner import (
     CellError,
     _cell_traceback,
-    _commit,
     _explain_oom,
     _move_inputs,
     _Plan,
@@ -309,7 +309,7 @@ def run_batched(plan: _Plan, namespace: dict[str, Any], opts: BatchOptions | Non
         progress.finish()
         run.eng.close()
     report.peak_pool_bytes = run.peak
-    _commit(plan, final, namespace, to_host, be, report)
+    commit(plan, final, namespace, to_host, be, report)
     gathered = set(bp.gathered)
     for k, info in enumerate(report.outputs):
         if info.name in gathered and isinstance(namespace.get(info.name), np.ndarray):
