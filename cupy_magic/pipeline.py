@@ -32,6 +32,7 @@ from .runner import (
     _move_inputs,
     _Plan,
     cast_target,
+    input_shortfall,
 )
 
 __all__ = ["batch_reason", "run_batched"]
@@ -44,15 +45,14 @@ def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
     if opts is not None and opts.requested:
         return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
             (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
-    limit = be.limit
-    if limit is None or not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
+    if not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
         return ""
-    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
-    free = limit - be.pool_used()
-    if need <= free:
+    short = input_shortfall(inputs, dtype, be)
+    if short is None or be.limit is None:
         return ""
+    need, free = short
     return (f"the inputs need {format_bytes(need)} but the VRAM budget of "
-            f"{format_bytes(limit)} leaves {format_bytes(max(free, 0))}")
+            f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}")
 
 
 def _row_len(arr: np.ndarray) -> int:

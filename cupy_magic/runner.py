@@ -130,15 +130,21 @@ def _move_inputs(plan: _Plan, dtype: str | None, be: _backend.Backend) -> tuple[
     return moved, moves
 
 
+def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,
+                    be: _backend.Backend) -> tuple[int, int] | None:
+    """``(bytes the inputs need, bytes the budget leaves)`` when they do not fit, else None."""
+    if be.limit is None or not inputs:
+        return None
+    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
+    free = be.limit - be.pool_used()
+    return (need, free) if need > free else None
+
+
 def _check_budget(plan: _Plan, dtype: str | None, be: _backend.Backend) -> None:
     limit = be.limit
-    if limit is None or not plan.inputs:
-        return
-    need = 0
-    for arr in plan.inputs.values():
-        need += arr.size * cast_target(arr, dtype).itemsize
-    free = limit - be.pool_used()
-    if need > free:
+    short = input_shortfall(plan.inputs, dtype, be)
+    if short is not None and limit is not None:
+        need, free = short
         sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
         hint = "" if dtype else ", --dtype float32 to halve float64 inputs"
         err = _backend.BudgetExceeded(
