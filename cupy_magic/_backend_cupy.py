@@ -6,7 +6,6 @@ import contextlib
 import importlib
 import re
 import time
-import weakref
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -20,8 +19,8 @@ from ._backend_base import (
     _Measurement,
     _PeakTracker,
 )
-
-REGISTER_MIN_BYTES = 16 * 2**20  # below this a pageable copy beats registering the buffer
+from .hostmem import MIN_BYTES as REGISTER_MIN_BYTES  # noqa: F401 - re-exported
+from .hostmem import HostMemory
 
 
 def probe_cupy() -> tuple[ModuleType | None, str]:
@@ -63,7 +62,8 @@ class CupyBackend(Backend):
             _POOLS[device] = cupy.cuda.memory.SingleDeviceMemoryPool()
         self.pool = _POOLS[device]
         cupy.cuda.set_allocator(self._malloc)
-        self._registered: dict[int, weakref.finalize] = {}
+        self.host = HostMemory(cupy.cuda.runtime,
+                               on_thread=lambda: cupy.cuda.Device(device).use())
         self._hook_base = importlib.import_module("cupy.cuda.memory_hook").MemoryHook
 
     def _malloc(self, size: int) -> Any:
@@ -110,39 +110,25 @@ class CupyBackend(Backend):
     def to_device(self, array: np.ndarray) -> Transfer:
         cp = self.cp
         t0 = time.perf_counter()
-        contiguous = array.flags.c_contiguous or array.flags.f_contiguous
-        if contiguous and array.nbytes >= REGISTER_MIN_BYTES and self.register(array):
+        if self.host.lock(array) is not None:
             out = cp.empty(array.shape, array.dtype,
                            order="C" if array.flags.c_contiguous else "F")
             stream = cp.cuda.get_current_stream()
-            out.set(array, stream=stream)  # asynchronous from page-locked memory
-            stream.synchronize()
-            return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=True)
+            # Asynchronous from page-locked memory, chunk by chunk as the locking goes on.
+            if self.host.copy_in(out, array, stream):
+                stream.synchronize()
+                return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=True)
         out = cp.asarray(array)
         cp.cuda.get_current_stream().synchronize()
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
     def register(self, array: np.ndarray) -> bool:
-        """Page-lock the buffer that holds ``array`` (cudaHostRegister), once while it lives.
+        """Page-lock the buffer that holds ``array`` and wait until it is; False if it cannot be.
 
-        The registration is undone when the buffer's owner is collected, or at unload.
-        Returns False when the buffer cannot be registered (then copies are pageable).
+        Kept while the buffer lives (see :class:`cupy_magic.hostmem.HostMemory`).
         """
-        owner = array
-        while isinstance(owner.base, np.ndarray):
-            owner = owner.base
-        if owner.base is not None or not owner.flags.owndata:
-            return False  # memory owned by another object (mmap, bytes): leave it alone
-        ptr = owner.ctypes.data
-        if ptr in self._registered:
-            return True
-        try:
-            self.cp.cuda.runtime.hostRegister(ptr, owner.nbytes, 0)
-        except self.cp.cuda.runtime.CUDARuntimeError:
-            return False
-        self._registered[ptr] = weakref.finalize(owner, _unregister, self.cp, ptr,
-                                                 self._registered)
-        return True
+        region = self.host.lock(array)
+        return region is not None and self.host.wait(region, region.base, region.end)
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
@@ -205,16 +191,7 @@ class CupyBackend(Backend):
         self.set_limit(None)
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         self.pool.free_all_blocks()  # give back what the cells freed; live arrays keep theirs
-        for fin in list(self._registered.values()):
-            fin()
-
-
-def _unregister(cp: ModuleType, ptr: int, table: dict[int, Any]) -> None:
-    table.pop(ptr, None)
-    # The buffer is being freed or the extension unloaded: a failure here has no one to
-    # report to, and the pointer must not stay in the table either way.
-    with contextlib.suppress(cp.cuda.runtime.CUDARuntimeError):
-        cp.cuda.runtime.hostUnregister(ptr)
+        self.host.close()
 
 
 def _nvidia_driver_version() -> str:

@@ -20,7 +20,7 @@ __all__ = ["make_engine"]
 
 STAGE_THREADS = 8  # host copies into pinned buffers: one thread reaches 5-9 GB/s, 16 ~33
 _PARALLEL_MIN = 4 * 2**20
-Allocate = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+Allocate = Callable[..., np.ndarray]  # (shape, dtype, empty=np.empty) -> array
 
 
 class HostEngine:
@@ -44,7 +44,7 @@ class HostEngine:
         np.copyto(out[a:b], np.asarray(value))
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        return self._allocate(shape, np.dtype(dtype))
+        return self._allocate(shape, np.dtype(dtype), np.empty)
 
     def prefer_locked(self, arr: np.ndarray) -> None:
         pass
@@ -94,58 +94,34 @@ def _get_streams(be: _backend.CupyBackend, k: int) -> list[Any]:
     return streams[:k]
 
 
-def _owner(arr: np.ndarray) -> np.ndarray:
-    while isinstance(arr.base, np.ndarray):
-        arr = arr.base
-    return arr
-
-
 class CupyEngine:
     """CuPy: non-blocking streams, page-locked host memory, asynchronous copies, events.
 
-    Inputs and gathered outputs are page-locked with ``cudaHostRegister`` in a helper
-    thread (kept while the array lives, so a second cell finds them locked). Until that is
-    done, and for inputs that are cast or not contiguous, rows go through per-slot pinned
-    staging buffers filled by several host threads.
+    Inputs are page-locked chunk by chunk on helper threads (:mod:`cupy_magic.hostmem`;
+    kept while the array lives, so a second cell finds them locked) and each batch is
+    copied as soon as the chunks under it are locked. Gathered results go into locked
+    blocks that are reused across cells. Inputs that are cast or not contiguous, and small
+    results, go through per-slot pinned staging buffers filled by several host threads.
     """
 
     def __init__(self, be: _backend.CupyBackend, streams: int, allocate: Allocate) -> None:
-        self.be, self.cp = be, be.cp
+        self.be, self.cp, self.host = be, be.cp, be.host
         self.slots = streams
         self.streams = _get_streams(be, streams)
         self.events: list[Any] = [None] * streams
         self.pending: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(streams)]
         self.staging: dict[tuple[int, str], np.ndarray] = {}
         self._allocate = allocate
-        self._locking = cf.ThreadPoolExecutor(1, thread_name_prefix="cupy-magic-register")
         self._copier: cf.ThreadPoolExecutor | None = None
-        self._futures: dict[int, cf.Future] = {}
-        self._device = be.cp.cuda.Device().id
         self.staged_batches = 0
         self._staged_this: set[int] = set()
 
     # --- page-locking -------------------------------------------------------------------
     def is_locked(self, arr: np.ndarray) -> bool:
-        owner = _owner(arr)
-        return owner.ctypes.data in getattr(self.be, "_registered", {})
+        return self.host.locked(arr)
 
     def prefer_locked(self, arr: np.ndarray) -> None:
-        if self.is_locked(arr) or arr.nbytes < _backend.REGISTER_MIN_BYTES:
-            return
-        if not arr.flags.c_contiguous:
-            return
-
-        def lock() -> bool:
-            with self.cp.cuda.Device(self._device):
-                return self.be.register(arr)
-
-        self._futures[id(arr)] = self._locking.submit(lock)
-
-    def _ready(self, arr: np.ndarray) -> bool:
-        if self.is_locked(arr):
-            fut = self._futures.get(id(arr))
-            return fut is None or fut.done()
-        return False
+        self.host.lock(arr)  # chunks lock on helper threads; copies wait for their chunks
 
     # --- buffers ------------------------------------------------------------------------
     def _buffer(self, slot: int, key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -181,9 +157,8 @@ class CupyEngine:
         s = self.streams[slot]
         host = arr[a:b]
         dev = self.cp.empty(host.shape, dtype)  # from this stream's arena
-        if host.dtype == dtype and host.flags.c_contiguous and self._ready(arr):
-            dev.set(host, stream=s)  # asynchronous from page-locked memory
-            return dev
+        if host.dtype == dtype and host.flags.c_contiguous and self.host.copy_in(dev, host, s):
+            return dev  # asynchronous, from page-locked memory
         buf = self._buffer(slot, "in:" + name, host.shape, dtype)
         self._copy(buf, host)
         dev.set(buf, stream=s)
@@ -195,8 +170,10 @@ class CupyEngine:
         if isinstance(value, np.ndarray):
             np.copyto(out[a:b], value)
             return
-        if self._ready(out):
-            value.get(stream=s, out=out[a:b], blocking=False)
+        if not value.flags.c_contiguous:
+            value = self.cp.ascontiguousarray(value)  # on this stream, before the copy
+        # The pool reuses value's memory only for later work on this stream: after the copy.
+        if self.host.copy_out(out[a:b], value, s):
             return
         buf = self._buffer(slot, "out:" + name, out[a:b].shape, out.dtype)
         value.get(stream=s, out=buf, blocking=False)
@@ -204,9 +181,8 @@ class CupyEngine:
         self._staged_this.add(slot)
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        out = self._allocate(shape, np.dtype(dtype))
-        self.prefer_locked(out)
-        return out
+        """A full-length result array in page-locked memory (a block reused across cells)."""
+        return self._allocate(shape, np.dtype(dtype), self.host.empty)
 
     def warm(self, rows: int, peak_row: float,
              buffers: dict[str, tuple[np.ndarray, int]]) -> None:
@@ -223,7 +199,7 @@ class CupyEngine:
                     del block
         for slot in range(self.slots):
             for key, (arr, row_bytes) in buffers.items():
-                if not self._ready(arr):
+                if self.host.find(arr) is None:  # never locked: staged in every batch
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))
 
     def record(self, slot: int) -> None:
@@ -254,7 +230,6 @@ class CupyEngine:
                 self.streams[slot].synchronize()
 
     def close(self) -> None:
-        self._locking.shutdown(wait=True, cancel_futures=True)
         if self._copier is not None:
             self._copier.shutdown(wait=True)
         self.staging.clear()

@@ -37,6 +37,8 @@ class PoolFigures:
     arena_free: Any = NA
     arenas: int = 0
     pinned_free_blocks: Any = NA
+    host_locked: Any = NA  # bytes of page-locked host memory (inputs and result blocks)
+    host_cached: Any = NA  # of which result blocks kept for reuse
     fragmentation_note: str = ""
 
     @property
@@ -105,9 +107,11 @@ def pool_figures(be: Any, device: int) -> PoolFigures:
         pinned = cp.get_default_pinned_memory_pool().n_free_blocks()
         idents = [0, *_watched_streams.keys()]
         largest, free, arenas, note = arena_figures(pool, idents)
+        host = be.host.stats()
         return PoolFigures(st.used, st.held, st.limit, st.device_used, st.device_total,
                            free_blocks=int(pool.n_free_blocks()), largest_free=largest,
                            arena_free=free, arenas=arenas, pinned_free_blocks=int(pinned),
+                           host_locked=host["locked_bytes"], host_cached=host["cached_bytes"],
                            fragmentation_note=note)
 
 
@@ -170,20 +174,22 @@ class LiveSources:
         return be.name, why, nvml.reason()
 
 
-def release_cached(device: int = 0) -> tuple[int, int]:
-    """Free the pool's cached blocks on ``device`` and the pinned pool's free blocks.
+def release_cached(device: int = 0) -> tuple[int, int, int]:
+    """Free the pool's cached blocks on ``device``, the pinned pool's free blocks and the
+    page-locked result blocks kept for reuse (:mod:`cupy_magic.hostmem`).
 
-    Returns ``(device bytes released, pinned blocks released)`` (guide section 5).
+    Returns ``(device bytes, pinned blocks, page-locked host bytes)`` released (guide
+    section 5).
     """
     from . import backend
 
     be = backend.current()
     if not be.is_gpu:
-        return be.free_cached(), 0
+        return be.free_cached(), 0, 0
     cp = be.cp
     with cp.cuda.Device(device):
         released = be.free_cached()
     pinned_pool = cp.get_default_pinned_memory_pool()
     before = pinned_pool.n_free_blocks()
     pinned_pool.free_all_blocks()
-    return released, before - pinned_pool.n_free_blocks()
+    return released, before - pinned_pool.n_free_blocks(), be.host.release_cached()

@@ -65,6 +65,9 @@ def summary_lines(s: Sample) -> dict[str, str]:
     limit = f", limit {_b(p.limit)}" if p.limit else ""
     lines["pool"] = (f"used {_b(p.used)}, cached {_b(p.cached_free)}, held {_b(p.held)}{limit}; "
                      f"pinned pool {_num(p.pinned_free_blocks, ' cached blocks')}")
+    if isinstance(p.host_locked, int):
+        lines["pool"] += (f"; page-locked host memory {_b(p.host_locked)} "
+                          f"({_b(p.host_cached)} of result blocks kept for reuse)")
     if isinstance(p.fragmentation, float):
         lines["fragmentation"] = (f"{p.fragmentation:.0%}: largest free block "
                                   f"{_b(p.largest_free)} of {_b(p.arena_free)} free, "
@@ -247,9 +250,11 @@ class VramPanel:
         self.update(self.sampler.sample(self.device), self.sampler.history(self.device))
 
     def _on_release(self, _button: Any = None) -> int:
-        released, pinned = monitor.release_cached(self.device)
+        released, pinned, host = monitor.release_cached(self.device)
         self.released.value = (f"released {format_bytes(released)} of cached device memory"
-                               f" and {pinned} pinned block(s)")
+                               f", {pinned} pinned block(s)"
+                               + (f" and {format_bytes(host)} of page-locked result blocks"
+                                  if host else ""))
         self.refresh()
         return released
 

@@ -14,6 +14,7 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,13 @@ def _row_len(arr: np.ndarray) -> int:
     return int(np.prod(arr.shape[1:], dtype=np.int64))
 
 
-def _empty_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A full-length host array for a gathered result (tests poison it)."""
-    return np.empty(shape, dtype)
+def _empty_output(shape: tuple[int, ...], dtype: np.dtype,
+                  empty: Callable[..., np.ndarray] = np.empty) -> np.ndarray:
+    """A full-length host array for a gathered result, from the engine's ``empty``.
+
+    Tests replace this function to poison the array, so an unwritten row shows.
+    """
+    return empty(shape, dtype)
 
 
 class _BatchRun:

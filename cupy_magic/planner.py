@@ -264,7 +264,8 @@ class BatchPlan:
             out.append(f"  batch results: {', '.join(joined)}")
         if self.staged_batches:
             out.append(f"  batch {self.staged_batches} batches staged through pinned buffers "
-                       "while the inputs were being page-locked (first touch)")
+                       "(inputs cast or not contiguous, small results, or memory that could "
+                       "not be page-locked)")
         return out
 
     def __str__(self) -> str:

@@ -290,7 +290,7 @@ def test_real_figures_move_when_a_cell_allocates_and_frees(cupy_backend) -> None
     during = sampler.sample(0)
     del block
     freed = sampler.sample(0)
-    released, _ = monitor.release_cached(0)
+    released, _, _ = monitor.release_cached(0)
     after = sampler.sample(0)
     assert during.errors == () and during.backend == "cupy"
     assert during.pool.used - before.pool.used >= size

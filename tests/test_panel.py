@@ -182,15 +182,14 @@ def test_release_button_shows_what_it_released(monkeypatch: pytest.MonkeyPatch,
                                                vp: panel.VramPanel) -> None:
     calls: list[int] = []
 
-    def release(device: int) -> tuple[int, int]:
+    def release(device: int) -> tuple[int, int, int]:
         calls.append(device)
-        return 2 * GiB, 3
+        return 2 * GiB, 3, 0
 
     monkeypatch.setattr(monitor, "release_cached", release)
     vp.release_button.click()
     assert calls == [0]
-    assert vp.released.value == ("released 2.00 GiB of cached device memory and 3 pinned "
-                                 "block(s)")
+    assert vp.released.value == "released 2.00 GiB of cached device memory, 3 pinned block(s)"
     assert vp.updates == 1  # redrawn right away
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
@@ -34,8 +36,8 @@ def fresh(shape, dtype, seed=0):
 @pytest.fixture
 def poisoned(monkeypatch):
     """Gathered outputs start as garbage, so a row the pipeline never writes shows."""
-    def empty(shape, dtype):
-        out = np.empty(shape, dtype)
+    def empty(shape, dtype, alloc=np.empty):
+        out = alloc(shape, dtype)
         out.view(np.uint8)[...] = 0xA5
         return out
 
@@ -233,9 +235,50 @@ def test_gpu_second_cell_finds_the_input_page_locked(ip, poisoned):
     gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
     second = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
     np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
-    # The input stays page-locked, so no input batch is staged; only the first batch's result
-    # is, while the fresh output array is being page-locked.
-    assert second.inputs[0].pinned and second.batch.staged_batches <= 1
+    # The input stays page-locked and the result lands in a locked block: nothing is staged.
+    assert second.inputs[0].pinned and second.batch.staged_batches == 0
+    assert backend.current().host.locked(ip.user_ns["y"])
+
+
+@pytest.mark.gpu
+def test_gpu_inputs_and_results_across_several_lock_chunks(ip, poisoned):
+    """Copies are split where one 128 MiB registration ends and the next begins."""
+    if not backend.current().is_gpu:
+        pytest.skip("the page-locked path exists on the GPU only")
+    from cupy_magic.hostmem import CHUNK_BYTES
+
+    x = fresh((3 * CHUNK_BYTES // 8 // 3 + 4099, 3), "float64")  # 3+ chunks, rows of 24 B
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = x * 2 - 1\n", "--batch --batch-rows 1000003")
+    np.testing.assert_array_equal(ip.user_ns["y"], x * 2 - 1)
+    assert report.inputs[0].pinned and report.batch.staged_batches == 0
+    whole = gpu(ip, "z = x * 2 - 1\n", "--to-host")  # unbatched: one upload over all chunks
+    np.testing.assert_array_equal(ip.user_ns["z"], x * 2 - 1)
+    assert whole.inputs[0].pinned
+
+
+@pytest.mark.gpu
+def test_gpu_a_dropped_result_block_is_reused_by_the_next_cell(ip):
+    if not backend.current().is_gpu:
+        pytest.skip("the page-locked path exists on the GPU only")
+    host_mem = backend.current().host
+    x = fresh((40_000_000,), "float32")  # 160 MB
+    ip.user_ns["x"] = x
+    gpu(ip, "y = x + 1\n", "--batch")
+    ptr = ip.user_ns["y"].ctypes.data
+    del ip.user_ns["y"]
+    gc.collect()
+    assert host_mem.stats()["cached_bytes"] >= x.nbytes
+    gpu(ip, "y = x - 1\n", "--batch")
+    assert ip.user_ns["y"].ctypes.data == ptr  # the same locked block, no new first touch
+    np.testing.assert_array_equal(ip.user_ns["y"], x - 1)
+    assert host_mem.stats()["cached_bytes"] == 0
+    del ip.user_ns["y"]
+    gc.collect()
+    from cupy_magic import monitor
+
+    _, _, released = monitor.release_cached(0)  # the panel's button
+    assert released >= x.nbytes and host_mem.stats()["cached_bytes"] == 0
 
 
 def test_python_values_the_same_in_every_batch_are_kept(ip):
