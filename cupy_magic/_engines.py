@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,6 +31,8 @@ class HostEngine:
         self.slots = streams
         self._allocate = allocate
         self.staged_batches = 0
+        self.marks: list[tuple[int, float, float]] = []
+        self._started = 0.0
 
     @contextlib.contextmanager
     def on(self, slot: int) -> Iterator[None]:
@@ -56,8 +59,21 @@ class HostEngine:
              buffers: dict[str, tuple[np.ndarray, int]]) -> None:
         pass
 
+    def start(self, slot: int) -> None:
+        self._started = time.perf_counter()
+
     def record(self, slot: int) -> None:
-        pass
+        if self._started:
+            self.marks.append((slot, self._started, time.perf_counter()))
+            self._started = 0.0
+        elif self.marks:  # more work for the last batch (the first batch's results)
+            last = self.marks[-1]
+            self.marks[-1] = (last[0], last[1], time.perf_counter())
+
+    def timeline(self) -> list[tuple[int, float, float]]:
+        """``(slot, start, end)`` seconds of each batch since the first one started."""
+        t0 = self.marks[0][1] if self.marks else 0.0
+        return [(k, a - t0, b - t0) for k, a, b in self.marks]
 
     def wait(self, slot: int) -> None:
         pass
@@ -115,6 +131,8 @@ class CupyEngine:
         self._copier: cf.ThreadPoolExecutor | None = None
         self.staged_batches = 0
         self._staged_this: set[int] = set()
+        self._open: list[Any] = [None] * streams
+        self.marks: list[tuple[int, Any, Any]] = []  # (slot, start event, end event) per batch
 
     # --- page-locking -------------------------------------------------------------------
     def is_locked(self, arr: np.ndarray) -> bool:
@@ -202,10 +220,25 @@ class CupyEngine:
                 if self.host.find(arr) is None:  # never locked: staged in every batch
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))
 
+    def start(self, slot: int) -> None:
+        """Mark on the slot's stream where the next batch's work begins (a timing event)."""
+        event = self.cp.cuda.Event(block=True)
+        event.record(self.streams[slot])
+        self._open[slot] = event
+
     def record(self, slot: int) -> None:
-        event = self.events[slot] or self.cp.cuda.Event(block=True, disable_timing=True)
+        """Mark the end of the slot's batch; the host waits on this mark to reuse the slot."""
+        event = self.cp.cuda.Event(block=True)
         event.record(self.streams[slot])
         self.events[slot] = event
+        if self._open[slot] is not None:
+            self.marks.append((slot, self._open[slot], event))
+            self._open[slot] = None
+        else:  # more work for the slot's last batch (the first batch's results)
+            for k in range(len(self.marks) - 1, -1, -1):
+                if self.marks[k][0] == slot:
+                    self.marks[k] = (slot, self.marks[k][1], event)
+                    break
         if slot in self._staged_this:
             self.staged_batches += 1
             self._staged_this.discard(slot)
@@ -218,6 +251,18 @@ class CupyEngine:
         for out, buf in self.pending[slot]:
             self._copy(out, buf)
         self.pending[slot].clear()
+
+    def timeline(self) -> list[tuple[int, float, float]]:
+        """``(slot, start, end)`` seconds of each batch on the device since the first began.
+
+        Call after :meth:`drain`. Read from CUDA events recorded on the streams, so a start
+        is when the stream reached the batch's first copy, not when the host queued it.
+        """
+        if not self.marks:
+            return []
+        origin = self.marks[0][1]
+        elapsed = self.cp.cuda.get_elapsed_time
+        return [(k, elapsed(origin, a) / 1e3, elapsed(origin, b) / 1e3) for k, a, b in self.marks]
 
     def drain(self, quiet: bool = False) -> None:
         for slot in range(self.slots):

@@ -100,6 +100,7 @@ class _BatchRun:
         self.current = (i, a, b)
         slot = i % self.eng.slots
         self.eng.wait(slot)
+        self.eng.start(slot)
         work = dict(self.base)
         with self.eng.on(slot):
             for name, arr in self.inputs.items():
@@ -241,6 +242,7 @@ class _BatchRun:
         for name, parts in self.partials.items():
             final[name] = planner.combine(opts.reduce[name], parts, be.xp)
         bp.staged_batches = eng.staged_batches
+        bp.timeline = tuple(eng.timeline())
         for name, arr in self.inputs.items():
             report.inputs.append(InputMove(name, arr.size * self.dtypes[name].itemsize, seconds,
                                            eng.is_locked(arr), self.dtypes[name].name,

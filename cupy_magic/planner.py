@@ -239,6 +239,17 @@ class BatchPlan:
     gathered: tuple[str, ...] = ()
     reduced: dict[str, str] = field(default_factory=dict)
     staged_batches: int = 0
+    # (slot, start s, end s) of each batch: device time from CUDA events on a GPU
+    timeline: tuple[tuple[int, float, float], ...] = ()
+
+    @property
+    def overlap(self) -> float | None:
+        """Batches in flight on average: the batches' summed time over the run's span."""
+        if not self.timeline:
+            return None
+        span = max(e for _, _, e in self.timeline) - min(s for _, s, _ in self.timeline)
+        busy = sum(e - s for _, s, e in self.timeline)
+        return busy / span if span > 0 else None
 
     @property
     def in_flight_bytes(self) -> int:
@@ -262,6 +273,10 @@ class BatchPlan:
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:
             out.append(f"  batch results: {', '.join(joined)}")
+        if self.overlap is not None:
+            span = max(e for _, _, e in self.timeline)
+            out.append(f"  batch timeline: {len(self.timeline)} batches in {span:.3f} s, "
+                       f"{self.overlap:.1f} in flight on average (BatchPlan.timeline)")
         if self.staged_batches:
             out.append(f"  batch {self.staged_batches} batches staged through pinned buffers "
                        "(inputs cast or not contiguous, small results, or memory that could "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 
 import numpy as np
 import pytest
@@ -73,6 +74,23 @@ def test_batch_counts_last_batch_of_one_row_and_streams(ip, poisoned, rows, stre
                  f"--batch --batch-rows {rows} --streams {streams}")
     np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-12)
     assert report.batch.batches == batches and report.batch.streams == streams
+
+
+def test_the_plan_keeps_a_timeline_of_every_batch(ip):
+    x = fresh((1001, 2), "float64")
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 100 --streams 3")
+    line = report.batch.timeline
+    assert len(line) == report.batch.batches == 11
+    assert [slot for slot, _, _ in line] == [i % 3 for i in range(11)]
+    assert line[0][1] == 0.0 and all(0 <= a <= b for _, a, b in line)
+    # a slot's batches follow one another: the next starts after the last one ended
+    for slot in range(3):
+        mine = [(a, b) for k, a, b in line if k == slot]
+        assert all(b0 <= a1 + 1e-6 for (_, b0), (a1, _) in itertools.pairwise(mine))
+    if not backend.current().is_gpu:  # one after the other on the host
+        assert report.batch.overlap <= 1.0 + 1e-6
+    assert "in flight on average" in str(report.batch)
 
 
 @pytest.mark.parametrize("make", [
