@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     fig["gpu_first_touch"] = {"gbps": gb / t1, "seconds": t1, "plan": str(r1.batch),
                               "staged_batches": r1.batch.staged_batches}
     fig["gpu_second_cell"] = {"gbps": gb / t2, "seconds": t2, "plan": str(r2.batch),
-                              "correct": bool(ok)}
+                              "correct": bool(ok), "in_flight": r2.batch.overlap,
+                              "device_seconds": max(e for _, _, e in r2.batch.timeline)}
     # A new input (touched, not locked yet) while the result block of the last cell is free
     # to reuse: a user moving on to the next data set after dropping the last result.
     x2 = np.empty_like(x)
