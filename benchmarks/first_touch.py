@@ -289,6 +289,29 @@ def main(argv: list[str] | None = None) -> int:
         check(f"stage input through pinned buffers, {threads} threads",
               st.run(x, out, staged))
 
+    # What cupy_magic does: register the whole input in one call on a helper thread (a
+    # buffer registered in pieces breaks cupy.asarray over it) and stage batches with 16
+    # threads until the registration is done.
+    whole = cf.ThreadPoolExecutor(1)
+    job = whole.submit(rt.hostRegister, x.ctypes.data, x.nbytes, 0)
+    direct_batches = [0]
+
+    def stage_until_locked(i: int, a: int, b: int, k: int, s: Any) -> Any:
+        if job.done():
+            direct_batches[0] += 1
+            return direct(i, a, b, k, s)
+        buf = st.staging[k][: b - a]
+        _threaded(pool, 16, lambda p, q: np.copyto(buf[p:q], x[a + p:a + q]), b - a)
+        d = cp.empty(b - a, np.float32)
+        d.set(buf, stream=s)
+        return d
+    r = st.run(x, out, stage_until_locked)
+    r["direct_batches"] = direct_batches[0]
+    check("stage with 16 threads while the whole input locks on a helper thread", r)
+    job.result()
+    rt.hostUnregister(x.ctypes.data)
+    whole.shutdown()
+
     def pageable(i: int, a: int, b: int, k: int, s: Any) -> Any:
         return cp.asarray(x[a:b])
     check("pageable copies (cp.asarray per batch)", st.run(x, out, pageable))

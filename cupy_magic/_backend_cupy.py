@@ -110,12 +110,14 @@ class CupyBackend(Backend):
     def to_device(self, array: np.ndarray) -> Transfer:
         cp = self.cp
         t0 = time.perf_counter()
-        if self.host.lock(array) is not None:
+        region = self.host.lock(array)
+        # Locking then copying beats a pageable copy (21 + 55 GB/s against 7.5), and a later
+        # cell over the same array finds it locked.
+        if region is not None and self.host.wait(region):
             out = cp.empty(array.shape, array.dtype,
                            order="C" if array.flags.c_contiguous else "F")
             stream = cp.cuda.get_current_stream()
-            # Asynchronous from page-locked memory, chunk by chunk as the locking goes on.
-            if self.host.copy_in(out, array, stream):
+            if self.host.copy_in(out, array, stream):  # asynchronous from page-locked memory
                 stream.synchronize()
                 return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=True)
         out = cp.asarray(array)
@@ -128,7 +130,7 @@ class CupyBackend(Backend):
         Kept while the buffer lives (see :class:`cupy_magic.hostmem.HostMemory`).
         """
         region = self.host.lock(array)
-        return region is not None and self.host.wait(region, region.base, region.end)
+        return region is not None and self.host.wait(region)
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)

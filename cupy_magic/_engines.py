@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +20,9 @@ from . import backend as _backend
 
 __all__ = ["make_engine"]
 
-STAGE_THREADS = 8  # host copies into pinned buffers: one thread reaches 5-9 GB/s, 16 ~33
+# Host copies into pinned buffers: one thread reaches 5-9 GB/s, 16 about 33 (DESIGN.md); with
+# 16 threads a first touch streamed 25 GB/s on the H200, with 8 threads 20.
+STAGE_THREADS = min(16, os.cpu_count() or 1)
 _PARALLEL_MIN = 4 * 2**20
 Allocate = Callable[..., np.ndarray]  # (shape, dtype, empty=np.empty) -> array
 
@@ -54,6 +57,9 @@ class HostEngine:
 
     def is_locked(self, arr: np.ndarray) -> bool:
         return False
+
+    def settle(self, arr: np.ndarray) -> None:
+        pass
 
     def warm(self, rows: int, peak_row: float,
              buffers: dict[str, tuple[np.ndarray, int]]) -> None:
@@ -113,11 +119,11 @@ def _get_streams(be: _backend.CupyBackend, k: int) -> list[Any]:
 class CupyEngine:
     """CuPy: non-blocking streams, page-locked host memory, asynchronous copies, events.
 
-    Inputs are page-locked chunk by chunk on helper threads (:mod:`cupy_magic.hostmem`;
-    kept while the array lives, so a second cell finds them locked) and each batch is
-    copied as soon as the chunks under it are locked. Gathered results go into locked
-    blocks that are reused across cells. Inputs that are cast or not contiguous, and small
-    results, go through per-slot pinned staging buffers filled by several host threads.
+    Inputs are page-locked on a helper thread (:mod:`cupy_magic.hostmem`; kept while the
+    array lives, so a second cell finds them locked). Until that is done, and for inputs
+    that are cast or not contiguous, rows go through per-slot pinned staging buffers filled
+    by several host threads. Gathered results go into locked blocks reused across cells; a
+    fresh block is filled through staging and locked in the background after the run.
     """
 
     def __init__(self, be: _backend.CupyBackend, streams: int, allocate: Allocate) -> None:
@@ -139,7 +145,10 @@ class CupyEngine:
         return self.host.locked(arr)
 
     def prefer_locked(self, arr: np.ndarray) -> None:
-        self.host.lock(arr)  # chunks lock on helper threads; copies wait for their chunks
+        self.host.lock(arr)  # on a helper thread; batches are staged until it is done
+
+    def settle(self, arr: np.ndarray) -> None:
+        self.host.settle(arr)  # a fresh result block: lock it now that its rows are written
 
     # --- buffers ------------------------------------------------------------------------
     def _buffer(self, slot: int, key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -217,7 +226,7 @@ class CupyEngine:
                     del block
         for slot in range(self.slots):
             for key, (arr, row_bytes) in buffers.items():
-                if self.host.find(arr) is None:  # never locked: staged in every batch
+                if not self.host.locked(arr):  # staged until it is locked
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))
 
     def start(self, slot: int) -> None:

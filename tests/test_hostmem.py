@@ -1,9 +1,10 @@
-"""Chunked page-locking and the cache of locked result blocks (cupy_magic.hostmem).
+"""Background page-locking and the cache of locked result blocks (cupy_magic.hostmem).
 
 CUDA cannot run on this machine, so these tests drive HostMemory with a runtime that
 enforces what the H200 showed: a page belongs to at most one registration, and one copy
 may not span two registrations (CUDA answers "invalid argument"). Copies really move the
-bytes (device memory is host memory here). The GPU tests (test_gpu.py) run the real thing.
+bytes (device memory is host memory here). The GPU tests (test_pipeline.py, test_gpu.py)
+run the real thing.
 """
 
 from __future__ import annotations
@@ -17,20 +18,28 @@ import numpy as np
 import pytest
 
 from cupy_magic import hostmem
-from cupy_magic.hostmem import CHUNK_BYTES, MIN_BYTES, PAGE, HostMemory, Region
+from cupy_magic.hostmem import MIN_BYTES, HostMemory
+
+PAGE = 4096
+BIG = 8 * MIN_BYTES
 
 
 class StrictRuntime:
     """cudaHostRegister / cudaHostUnregister / cudaMemcpyAsync with CUDA's rules."""
 
-    def __init__(self, fail_after: int | None = None) -> None:
+    def __init__(self, fail_after: int | None = None, gate: threading.Event | None = None
+                 ) -> None:
+        self.gate = gate
         self.ranges: dict[int, int] = {}  # registered base -> end
         self.mutex = threading.Lock()
         self.registers = 0
+        self.unregisters = 0
         self.fail_after = fail_after
         self.copies: list[tuple[int, int]] = []
 
     def hostRegister(self, ptr: int, size: int, flags: int) -> None:
+        if self.gate is not None:
+            self.gate.wait(10)
         with self.mutex:
             self.registers += 1
             if self.fail_after is not None and self.registers > self.fail_after:
@@ -43,6 +52,7 @@ class StrictRuntime:
 
     def hostUnregister(self, ptr: int) -> None:
         with self.mutex:
+            self.unregisters += 1
             if ptr not in self.ranges:
                 raise RuntimeError("cudaErrorHostMemoryNotRegistered")
             del self.ranges[ptr]
@@ -75,56 +85,57 @@ def rt():
 
 @pytest.fixture
 def hm(rt):
-    mem = HostMemory(rt, cache_limit=4 * CHUNK_BYTES)
+    mem = HostMemory(rt, cache_limit=4 * BIG)
     yield mem
     mem.close()
 
 
-def big(nbytes: int, dtype: str = "float32", seed: int = 0) -> np.ndarray:
+def big(nbytes: int = BIG, dtype: str = "float32", seed: int = 0) -> np.ndarray:
     n = nbytes // np.dtype(dtype).itemsize
     return np.random.default_rng(seed).random(n).astype(dtype)
 
 
-def test_chunks_cover_the_buffer_and_inner_cuts_fall_on_pages():
-    base = 0x7F00_0000_0010  # NumPy's large buffers start 16 bytes into a page
-    region = Region.over(base, 3 * CHUNK_BYTES + 12345)
-    assert region.starts[0] == base and len(region.starts) == 4
-    assert all(s % PAGE == 0 for s in region.starts[1:])
-    assert region.chunk(3)[1] == base + 3 * CHUNK_BYTES + 12345
-    # A range across a cut becomes one piece per chunk; pieces tile the range.
-    cut = region.starts[2]
-    assert region.pieces(cut - 100, cut + 100) == [(cut - 100, cut), (cut, cut + 100)]
-    assert list(region.covering(cut - 100, cut + 100)) == [1, 2]
-    assert list(region.covering(cut, cut + 1)) == [2]
+def settled(mem: HostMemory, arr: np.ndarray) -> np.ndarray:
+    region = mem.find(arr)
+    assert region is not None and mem.wait(region)
+    return arr
 
 
-def test_copies_of_a_locked_input_split_at_chunks_and_move_every_byte(hm, rt):
-    x = big(2 * CHUNK_BYTES + 3 * PAGE + 8)  # three chunks, odd end
+def test_a_locked_input_is_one_registration_copied_in_one_piece(hm, rt):
+    x = big(BIG + 3 * PAGE + 8)
     region = hm.lock(x)
-    assert region is not None and len(region.starts) == 3
+    assert region is not None and hm.wait(region) and hm.locked(x)
+    assert rt.ranges == {x.ctypes.data: x.ctypes.data + x.nbytes}  # CuPy's own copies work
     dev = Dev(x.shape, "float32")
     assert hm.copy_in(dev, x, stream=0)
     np.testing.assert_array_equal(dev.arr, x)
-    # one copy per chunk; no copy crossed a registration (the runtime would have refused)
-    assert len(rt.copies) == 3 and sum(n for _, n in rt.copies) == x.nbytes
-    assert hm.locked(x) and rt.locked_bytes() == x.nbytes
-    # a slice in the middle, across a chunk boundary, copies back out
-    back = np.zeros(1000, np.float32)
-    start = (region.starts[1] - x.ctypes.data) // 4 - 500
-    assert not hm.copy_out(back, Dev((1000,), "float32"), 0)  # back is not locked: refused
-    part = x[start:start + 1000]
-    dev2 = Dev((1000,), "float32")
+    assert rt.copies == [(x.ctypes.data, x.nbytes)]
+    part = x[1000:3000]  # a slice of a locked array is locked too
+    dev2 = Dev(part.shape, "float32")
     assert hm.copy_in(dev2, part, 0)
     np.testing.assert_array_equal(dev2.arr, part)
 
 
+def test_copies_wait_for_nobody_until_the_lock_is_done():
+    gate = threading.Event()
+    rt = StrictRuntime(gate=gate)
+    mem = HostMemory(rt)
+    x = big()
+    region = mem.lock(x)
+    assert region is not None and not mem.locked(x)
+    assert not mem.copy_in(Dev(x.shape, "float32"), x, 0)  # pending: the caller stages
+    gate.set()
+    assert mem.wait(region) and mem.copy_in(Dev(x.shape, "float32"), x, 0)
+    mem.close()
+    assert rt.ranges == {}
+
+
 def test_a_second_lock_finds_the_registration_and_it_goes_with_the_buffer(hm, rt):
-    x = big(MIN_BYTES * 2)
+    x = big()
     first = hm.lock(x)
     assert hm.lock(x[10:]) is first  # a view finds its owner's registration
-    hm.wait(first, first.base, first.end)
-    before = rt.registers
-    assert hm.lock(x) is first and rt.registers == before  # not registered again
+    hm.wait(first)
+    assert hm.lock(x) is first and rt.registers == 1  # not registered again
     del x, first
     gc.collect()
     assert rt.ranges == {} and hm.stats()["locked_bytes"] == 0
@@ -132,32 +143,34 @@ def test_a_second_lock_finds_the_registration_and_it_goes_with_the_buffer(hm, rt
 
 def test_small_strided_and_foreign_buffers_are_not_locked(hm, rt):
     assert hm.lock(np.ones(1000)) is None  # below MIN_BYTES: a pageable copy is faster
-    assert hm.lock(big(MIN_BYTES * 2)[::2]) is None  # not contiguous
-    raw = bytearray(MIN_BYTES * 2)
+    assert hm.lock(big()[::2]) is None  # not contiguous
+    raw = bytearray(BIG)
     assert hm.lock(np.frombuffer(raw, np.uint8)) is None  # memory a bytearray owns
     assert rt.registers == 0
 
 
-def test_a_refused_chunk_makes_the_copy_fall_back(rt):
-    rt.fail_after = 1
+def test_a_refused_registration_is_reported_and_not_retried(rt):
+    rt.fail_after = 0
     mem = HostMemory(rt)
-    x = big(2 * CHUNK_BYTES + PAGE)
+    x = big()
     region = mem.lock(x)
-    dev = Dev(x.shape, "float32")
-    assert not mem.copy_in(dev, x, 0)  # the caller then copies another way
-    assert region.failed and not mem.locked(x)
-    assert mem.lock(x) is None  # not retried
+    assert not mem.wait(region) and "simulated refusal" in region.failed
+    assert not mem.copy_in(Dev(x.shape, "float32"), x, 0)  # the caller copies another way
+    assert mem.lock(x) is None and rt.registers == 1
     mem.close()
     assert rt.ranges == {}
 
 
-def test_result_blocks_are_locked_reused_after_collection_and_released(hm, rt):
-    y = hm.empty((CHUNK_BYTES // 4 + 77,), "float32")
+def test_a_result_block_is_locked_after_the_run_and_reused_by_the_next(hm, rt):
+    y = hm.empty((BIG // 4 + 77,), "float32")
     assert y.flags.writeable and y.flags.c_contiguous and y.dtype == np.float32
+    assert not hm.copy_out(y, Dev(y.shape, "float32"), 0)  # fresh: rows are staged
+    y[...] = 3.0
+    hm.settle(y)
+    settled(hm, y)
     dev = Dev(y.shape, "float32")
-    dev.arr[...] = 3.0
-    assert hm.copy_out(y, dev, 0)
-    assert (y == 3.0).all() and hm.locked(y)
+    dev.arr[...] = 4.0
+    assert hm.copy_out(y, dev, 0) and (y == 4.0).all()
     ptr = y.ctypes.data
     view = y[5:]  # a view keeps the block out of the cache
     del y
@@ -165,59 +178,63 @@ def test_result_blocks_are_locked_reused_after_collection_and_released(hm, rt):
     assert hm.stats()["cached_blocks"] == 0
     del view
     gc.collect()
-    assert hm.stats()["cached_blocks"] == 1
-    registers = rt.registers
-    z = hm.empty((CHUNK_BYTES // 4,), "float32")  # fits the cached block: reused as is
-    assert z.ctypes.data == ptr and rt.registers == registers and hm.locked(z)
+    assert hm.stats()["cached_blocks"] == 1 and hm.stats()["cached_bytes"] >= BIG
+    z = hm.empty((BIG // 4,), "float32")  # fits the cached block: reused, already locked
+    assert z.ctypes.data == ptr and rt.registers == 1 and hm.locked(z)
+    assert hm.copy_out(z, Dev(z.shape, "float32"), 0)
     assert hm.stats()["cached_blocks"] == 0
     del z
     gc.collect()
-    assert hm.release_cached() >= CHUNK_BYTES
-    assert rt.ranges == {}
+    assert hm.release_cached() >= BIG and rt.ranges == {}
+
+
+def test_a_block_dropped_before_it_was_settled_is_not_cached(hm, rt):
+    y = hm.empty((BIG // 4,), "float32")
+    del y  # e.g. a run interrupted before the end
+    gc.collect()
+    assert hm.stats()["cached_blocks"] == 0 and rt.ranges == {} and rt.registers == 0
 
 
 def test_a_much_smaller_result_does_not_take_a_big_block(hm, rt):
-    y = hm.empty((3 * CHUNK_BYTES // 4,), "float32")
-    assert hm.wait(hm.find(y), y.ctypes.data, y.ctypes.data + y.nbytes)
+    y = settled(hm, hm.empty((3 * BIG // 4,), "float32"))
     del y
     gc.collect()
     small = hm.empty((MIN_BYTES // 4,), "float32")
-    assert hm.stats()["cached_blocks"] == 1  # a fresh block instead of 3x the size
+    assert hm.stats()["cached_blocks"] == 1 and not hm.locked(small)
     del small
 
 
 def test_the_cache_keeps_at_most_its_limit(rt):
-    mem = HostMemory(rt, cache_limit=CHUNK_BYTES + 1)
-    a = mem.empty((CHUNK_BYTES // 4,), "float32")
-    b = mem.empty((CHUNK_BYTES // 4,), "float32")
+    mem = HostMemory(rt, cache_limit=BIG + 1)
+    a = mem.empty((BIG // 4,), "float32")
+    b = mem.empty((BIG // 4,), "float32")
     for arr in (a, b):
-        mem.wait(mem.find(arr), arr.ctypes.data, arr.ctypes.data + arr.nbytes)
+        mem.settle(arr)
+        settled(mem, arr)
     del a, b, arr
     gc.collect()
-    assert mem.stats()["cached_blocks"] == 1 and rt.locked_bytes() == CHUNK_BYTES
+    assert mem.stats()["cached_blocks"] == 1 and rt.locked_bytes() == BIG
     mem.close()
     assert rt.ranges == {}
-
-
-def test_a_block_dropped_while_still_locking_is_not_cached(hm, rt):
-    y = hm.empty((4 * CHUNK_BYTES // 4,), "float32")  # four chunks queued, not waited for
-    del y  # e.g. a run interrupted before its first copy
-    gc.collect()
-    assert hm.stats()["cached_blocks"] == 0 and rt.ranges == {}
 
 
 def test_small_results_are_plain_arrays(hm, rt):
     y = hm.empty((10, 3), "int64")
+    hm.settle(y)
     assert y.shape == (10, 3) and hm.find(y) is None and rt.registers == 0
 
 
-def test_close_undoes_user_registrations_and_later_collection_is_harmless(rt):
+def test_close_undoes_every_registration_and_later_collection_is_harmless(rt):
     mem = HostMemory(rt)
-    x = big(MIN_BYTES * 3)
-    region = mem.lock(x)
-    mem.wait(region, region.base, region.end)
-    assert rt.ranges
+    x = big()
+    y = mem.empty((BIG // 4,), "float32")
+    mem.settle(y)
+    mem.wait(mem.lock(x))
+    settled(mem, y)
+    assert len(rt.ranges) == 2
     mem.close()
-    assert rt.ranges == {}
-    del x
-    gc.collect()  # the finalizer was detached: no second unregister
+    assert rt.ranges == {} and rt.unregisters == 2
+    y[...] = 1.0  # the array stays usable, just not page-locked
+    del x, y
+    gc.collect()
+    assert rt.unregisters == 2  # nothing undone twice

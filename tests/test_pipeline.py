@@ -245,51 +245,22 @@ def test_keyboard_interrupt_between_batches(ip, poisoned):
 
 
 @pytest.mark.gpu
-def test_gpu_second_cell_finds_the_input_page_locked(ip, poisoned):
-    if not backend.current().is_gpu:
-        pytest.skip("the page-locked path exists on the GPU only")
-    x = fresh((6_000_000,), "float32")  # 24 MB: above the registration threshold
-    ip.user_ns["x"] = x
-    gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
-    second = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
-    np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
-    # The input stays page-locked and the result lands in a locked block: nothing is staged.
-    assert second.inputs[0].pinned and second.batch.staged_batches == 0
-    assert backend.current().host.locked(ip.user_ns["y"])
-
-
-@pytest.mark.gpu
-def test_gpu_inputs_and_results_across_several_lock_chunks(ip, poisoned):
-    """Copies are split where one 128 MiB registration ends and the next begins."""
-    if not backend.current().is_gpu:
-        pytest.skip("the page-locked path exists on the GPU only")
-    from cupy_magic.hostmem import CHUNK_BYTES
-
-    x = fresh((3 * CHUNK_BYTES // 8 // 3 + 4099, 3), "float64")  # 3+ chunks, rows of 24 B
-    ip.user_ns["x"] = x
-    report = gpu(ip, "y = x * 2 - 1\n", "--batch --batch-rows 1000003")
-    np.testing.assert_array_equal(ip.user_ns["y"], x * 2 - 1)
-    assert report.inputs[0].pinned and report.batch.staged_batches == 0
-    whole = gpu(ip, "z = x * 2 - 1\n", "--to-host")  # unbatched: one upload over all chunks
-    np.testing.assert_array_equal(ip.user_ns["z"], x * 2 - 1)
-    assert whole.inputs[0].pinned
-
-
-@pytest.mark.gpu
-def test_gpu_a_dropped_result_block_is_reused_by_the_next_cell(ip):
+def test_gpu_second_cell_finds_the_input_and_a_result_block_page_locked(ip, poisoned):
     if not backend.current().is_gpu:
         pytest.skip("the page-locked path exists on the GPU only")
     host_mem = backend.current().host
-    x = fresh((40_000_000,), "float32")  # 160 MB
+    x = fresh((6_000_000,), "float32")  # 24 MB: above the registration threshold
     ip.user_ns["x"] = x
-    gpu(ip, "y = x + 1\n", "--batch")
+    gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
     ptr = ip.user_ns["y"].ctypes.data
-    del ip.user_ns["y"]
+    del ip.user_ns["y"]  # its page-locked block goes back to the cache
     gc.collect()
     assert host_mem.stats()["cached_bytes"] >= x.nbytes
-    gpu(ip, "y = x - 1\n", "--batch")
-    assert ip.user_ns["y"].ctypes.data == ptr  # the same locked block, no new first touch
-    np.testing.assert_array_equal(ip.user_ns["y"], x - 1)
+    second = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
+    np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
+    # The input stays page-locked and the rows land in the reused block: nothing is staged.
+    assert second.inputs[0].pinned and second.batch.staged_batches == 0
+    assert ip.user_ns["y"].ctypes.data == ptr and host_mem.locked(ip.user_ns["y"])
     assert host_mem.stats()["cached_bytes"] == 0
     del ip.user_ns["y"]
     gc.collect()
@@ -297,6 +268,33 @@ def test_gpu_a_dropped_result_block_is_reused_by_the_next_cell(ip):
 
     _, _, released = monitor.release_cached(0)  # the panel's button
     assert released >= x.nbytes and host_mem.stats()["cached_bytes"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_arrays_the_extension_locked_still_work_with_plain_cupy(ip):
+    """One registration per buffer: CuPy's own copies over a locked array must not fail."""
+    if not backend.current().is_gpu:
+        pytest.skip("the page-locked path exists on the GPU only")
+    import cupy as cp
+
+    x = fresh((300 * 2**20 // 24, 3), "float64")  # 300 MiB
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = x * 2 - 1\n", "--batch --batch-rows 1000003")
+    y = ip.user_ns["y"]
+    np.testing.assert_array_equal(y, x * 2 - 1)
+    host_mem = backend.current().host
+    host_mem.wait(host_mem.find(x))
+    host_mem.wait(host_mem.find(y))
+    assert host_mem.locked(x) and host_mem.locked(y)
+    np.testing.assert_array_equal(cp.asarray(x).get(), x)  # plain CuPy, outside %%gpu
+    np.testing.assert_array_equal(cp.asarray(y).get(), y)
+    out = np.empty_like(y)
+    cp.asarray(y).get(out=out)
+    np.testing.assert_array_equal(out, y)
+    assert report.batch.batches > 3
+    whole = gpu(ip, "z = x * 2 - 1\n", "--to-host")  # unbatched: the locked upload
+    np.testing.assert_array_equal(ip.user_ns["z"], x * 2 - 1)
+    assert whole.inputs[0].pinned
 
 
 def test_python_values_the_same_in_every_batch_are_kept(ip):
