@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     gb = 4 * n / 1e9
     x = np.empty(n, np.float32)
     x[...] = np.random.default_rng(0).random(n // 1000 + 1, dtype=np.float32).repeat(1000)[:n]
-    fig["ceiling"] = duplex_ceiling(cp)
+    # Best of three, like the streamed cells below: the link's rate varies from run to run.
+    fig["ceiling"] = max((duplex_ceiling(cp) for _ in range(3)),
+                         key=lambda c: c["ceiling_input_gbps"])
     ceiling = fig["ceiling"]["ceiling_input_gbps"]
 
     cut = min(n, parse_size(args.cpu_slice) // 4)
@@ -152,14 +154,22 @@ def main(argv: list[str] | None = None) -> int:
 
     ns = {"np": np, "x": x}
     t1, r1 = cell(TRANSFER_CELL, ns)
-    ns.pop("y")
-    t2, r2 = cell(TRANSFER_CELL, ns)
+    ns.pop("y")  # the result's page-locked block is reused by the next cell
+    seconds = []
+    for _ in range(3):  # best of three second cells
+        t, r = cell(TRANSFER_CELL, ns)
+        seconds.append(t)
+        if t == min(seconds):
+            t2, r2 = t, r
+        y = ns.pop("y")
     step = max(1, n // 10_000)
-    ok = np.allclose(ns.pop("y")[::step], np.sqrt(x[::step] * x[::step] + 1))
+    ok = np.allclose(y[::step], np.sqrt(x[::step] * x[::step] + 1))
+    del y
     fig["gpu_first_touch"] = {"gbps": gb / t1, "seconds": t1, "plan": str(r1.batch),
                               "staged_batches": r1.batch.staged_batches}
     fig["gpu_second_cell"] = {"gbps": gb / t2, "seconds": t2, "plan": str(r2.batch),
                               "correct": bool(ok), "in_flight": r2.batch.overlap,
+                              "all_seconds": seconds,
                               "device_seconds": max(e for _, _, e in r2.batch.timeline)}
     # A new input (touched, not locked yet) while the result block of the last cell is free
     # to reuse: a user moving on to the next data set after dropping the last result.

@@ -788,12 +788,16 @@ def nb03():
         downloads overlap and cannot be told apart.
 
         The first batched cell above was the first time `%%gpu` touched `x`: on a GPU it
-        page-locks (pins) `x`'s host memory in a helper thread while the first batches go
-        through pinned staging buffers. `x` stays pinned while it lives, so a second cell over
-        the same array starts pinned. (The result `y` is a new host array in every cell, pinned
-        the same way while the batches run, so the staged count below covers its rows too.)
-        Run the same cell once more:
+        page-locks (pins) `x`'s host memory on a helper thread, in one piece, while the batches
+        go through pinned staging buffers filled by several host threads. `x` stays pinned
+        while it lives, so a second cell over the same array copies straight from it.
+
+        The result `y` is new host memory the first time: its rows arrive through staging, and
+        the extension pins it after the run. When you drop `y` (`del y`), its pinned block is
+        kept, and the next batched result of about the same size lands in it directly, with no
+        staging. Drop `y` and run the same cell once more:
         '''),
+        code("del y   # its pinned block goes back to the extension's cache"),
         code('''
         %%gpu
         y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
@@ -875,8 +879,8 @@ def nb03():
 
         ## 5. Do the streams overlap?
 
-        The batch plan does not record per-batch timings, so we measure the parts separately,
-        with the same batches (`--batch-rows` set to the plan's size):
+        First the parts on their own, with the same batches (`--batch-rows` set to the plan's
+        size):
 
         - **transfer only**: the batched cell `y = x` (upload each batch, download it again);
         - **compute only**: the kernel on one batch already on the device, times the number of
@@ -898,10 +902,11 @@ def nb03():
         del ns_dev
         %vram_budget $BUDGET
 
-        t_stream = {}
+        streamed = {}
         for k in (1, 3):
-            t_stream[k] = best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
-                                   batch=BatchOptions(rows=rows, streams=k)).wall_seconds
+            streamed[k] = best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
+                                   batch=BatchOptions(rows=rows, streams=k))
+        t_stream = {k: r.wall_seconds for k, r in streamed.items()}
         print(f"transfer only {t_transfer:.3f} s, compute only {t_compute:.3f} s, "
               f"sum {t_transfer + t_compute:.3f} s")
         print(f"streamed: 1 stream {t_stream[1]:.3f} s, 3 streams {t_stream[3]:.3f} s")
@@ -930,6 +935,37 @@ def nb03():
         part was hidden. With one stream each batch waits for the one before, as in the guide's
         loop, so copies and compute do not overlap. On the CPU fallback the batches run one after
         the other, so the streamed bars stay near the sum or above it.
+
+        ### The timeline
+
+        A batched run also records when each batch started and ended
+        (`report.batch.timeline`: one `(stream, start, end)` per batch; on a GPU read from CUDA
+        events on the streams, so it is device time). Drawn as one lane per stream, overlap
+        shows as bars of different lanes side by side in time; `report.batch.overlap` is the
+        number of batches in flight on average.
+        '''),
+        code('''
+        fig, axes = plt.subplots(2, 1, figsize=(8, 3.8), sharex=True)
+        for ax, k in zip(axes, (1, 3)):
+            line = streamed[k].batch.timeline
+            for lane, start, end in line:
+                ax.barh(lane, end - start, left=start, height=0.6, edgecolor="white", linewidth=0.3,
+                        color=["#69c", "#e93", "#c60"][lane % 3])
+            ax.set_yticks(range(k), [f"stream {j}" for j in range(k)])
+            ax.set_title(f"{k} stream(s): {len(line)} batches, "
+                         f"{streamed[k].batch.overlap:.1f} in flight on average", fontsize=10)
+        axes[-1].set_xlabel("seconds since the first batch started")
+        fig.suptitle(f"batch timeline on {info.name}, {time.strftime('%Y-%m-%d')}", fontsize=11)
+        plt.tight_layout()
+        plt.show()
+        for k in (1, 3):
+            print(f"{k} stream(s): {streamed[k].batch.overlap:.2f} batches in flight on average")
+        '''),
+        md('''
+        With one stream the bars follow one another: one batch at a time. With three, on a GPU,
+        the lanes overlap: while one batch computes, the next uploads and the one before
+        downloads; the printed averages say how much. On the CPU fallback the batches run one
+        after another whatever the number of streams (about 1.0 in flight).
 
         ## 6. When a batch fails
 
@@ -1015,10 +1051,11 @@ def nb03():
           without a row axis need a rule (`--reduce total=sum`); a cell that mixes rows (such
           as `x - x.mean()`) must be split.
         - Pinned host memory streams faster than pageable memory; `%%gpu` pins large NumPy
-          inputs on first touch and keeps them pinned while they live (section 4 printed the
-          ratio here).
+          inputs on first touch, keeps them pinned while they live, and reuses the pinned block
+          of a result you dropped (section 4 printed the ratio here).
         - CUDA streams overlap the transfers of one batch with the compute of another (section
-          5 measured how much); on the CPU fallback the batches run in order.
+          5 measured how much and drew the timeline); on the CPU fallback the batches run in
+          order.
         - A failing batch commits nothing, and the error names the batch.
         '''),
     ])
