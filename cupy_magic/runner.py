@@ -28,7 +28,7 @@ from . import backend as _backend
 if TYPE_CHECKING:
     from .planner import BatchOptions
 from .budget import format_bytes
-from .cellcode import analyse
+from .cellcode import CellNames, analyse
 from .commit import commit
 from .report import InputMove, RunReport
 from .sync_record import HostSyncError, SyncRecorder, merge
@@ -75,10 +75,24 @@ def _check_input(name: str, arr: np.ndarray) -> None:
                         f"{name}.filled(fill_value) and a separate mask")
 
 
+_NAMES: dict[str, CellNames] = {}
+
+
+def _names(source: str, tree: ast.Module) -> CellNames:
+    """The cell's names, analysed once per source text (a re-run cell skips the analysis)."""
+    names = _NAMES.get(source)
+    if names is None:
+        names = analyse(tree)
+        if len(_NAMES) >= 256:
+            _NAMES.pop(next(iter(_NAMES)))
+        _NAMES[source] = names
+    return names
+
+
 def _plan(source: str, namespace: dict[str, Any], filename: str, to_host: bool | Iterable[str],
           dtype: str | None, be: _backend.Backend) -> _Plan:
     tree = ast.parse(source, filename, "exec")
-    names = analyse(tree)
+    names = _names(source, tree)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype} is not supported; use --dtype float32 (or float16)")
     if not isinstance(to_host, bool):
