@@ -166,10 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and np.allclose(ns["y"][::step], np.sqrt(x[::step] * x[::step] + 1))
         del ns["y"]  # dropped before the next cell, so its block is reused
     fig["gpu_first_touch"] = {"gbps": gb / t1, "seconds": t1, "plan": str(r1.batch),
-                              "staged_batches": r1.batch.staged_batches}
+                              "staged_batches": r1.batch.staged_batches,
+                              "in_flight": r1.batch.overlap,
+                              "device_seconds": max(e for _, _, e in r1.batch.timeline),
+                              "timeline": [list(t) for t in r1.batch.timeline]}
     fig["gpu_second_cell"] = {"gbps": gb / t2, "seconds": t2, "plan": str(r2.batch),
                               "correct": bool(ok), "in_flight": r2.batch.overlap,
                               "all_seconds": seconds,
+                              "timeline": [list(t) for t in r2.batch.timeline],
                               "device_seconds": max(e for _, _, e in r2.batch.timeline)}
     # A new input (touched, not locked yet) while the result block of the last cell is free
     # to reuse: a user moving on to the next data set after dropping the last result.

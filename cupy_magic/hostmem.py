@@ -119,6 +119,8 @@ class HostMemory:
         self._blocks: dict[int, _Block] = {}  # result blocks by base, leased or cached
         self._pool: cf.ThreadPoolExecutor | None = None
         self._clock = 0.0
+        self._staging: list[np.ndarray] = []  # free page-locked staging buffers
+        self._staging_out = 0
 
     # --- registry -------------------------------------------------------------------------
     def find(self, arr: np.ndarray) -> Region | None:
@@ -267,6 +269,43 @@ class HostMemory:
         if region is not None and region.base in self._blocks:
             self._submit(region)
 
+    # --- staging buffers ------------------------------------------------------------------
+    def staging(self, nbytes: int, touch: Callable[[np.ndarray], None] | None = None
+                ) -> np.ndarray:
+        """A page-locked ``uint8`` buffer of at least ``nbytes`` for staged copies.
+
+        Reused across runs (give it back with :meth:`unstage`). A new one is NumPy memory,
+        touched by ``touch`` (e.g. on several threads) and registered in one call: on the H200
+        ``cudaHostAlloc`` gave 2.6 GB/s, registering touched memory 21 GB/s.
+        """
+        with self._mutex:
+            fits = [b for b in self._staging if nbytes <= b.nbytes <= 2 * max(nbytes, 1)]
+            if fits:
+                buf = min(fits, key=lambda b: b.nbytes)
+                self._staging.remove(buf)
+                self._staging_out += 1
+                return buf
+        buf = np.empty(max(nbytes, 1), np.uint8)
+        (touch or (lambda b: b.fill(0)))(buf)
+        self.rt.hostRegister(buf.ctypes.data, buf.nbytes, 0)
+        with self._mutex:
+            self._staging_out += 1
+        return buf
+
+    def unstage(self, buf: np.ndarray) -> None:
+        """Give back a buffer from :meth:`staging` (after the copies through it are done)."""
+        with self._mutex:
+            self._staging.append(buf)
+            self._staging_out -= 1
+
+    def _release_staging(self) -> int:
+        with self._mutex:
+            bufs, self._staging = self._staging, []
+        for buf in bufs:
+            with contextlib.suppress(Exception):
+                self.rt.hostUnregister(buf.ctypes.data)
+        return sum(b.nbytes for b in bufs)
+
     def _take(self, nbytes: int) -> _Block | None:
         with self._mutex:
             fits = [b for b in self._cache if nbytes <= b.region.nbytes <= 2 * nbytes]
@@ -306,7 +345,7 @@ class HostMemory:
             blocks, self._cache = self._cache, []
         for block in blocks:
             self._unlock(block.region)
-        return sum(b.region.nbytes for b in blocks)
+        return sum(b.region.nbytes for b in blocks) + self._release_staging()
 
     def stats(self) -> dict[str, int]:
         """Bytes page-locked now (user buffers and result blocks) and bytes cached for reuse."""
@@ -314,7 +353,9 @@ class HostMemory:
             regions = list(self._regions.values())
             cached = sum(b.region.nbytes for b in self._cache)
             n_cached = len(self._cache)
-        locked = sum(r.nbytes for r in regions if r.done())
+            staging = sum(b.nbytes for b in self._staging)
+        locked = sum(r.nbytes for r in regions if r.done()) + staging
+        cached += staging
         return {"locked_bytes": locked, "cached_bytes": cached, "cached_blocks": n_cached}
 
     def close(self) -> None:

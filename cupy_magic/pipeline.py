@@ -191,9 +191,8 @@ class _BatchRun:
                             self.plan.deleted)
         moved, report.inputs = _move_inputs(shared_plan, self.dtype, be)
         self.base = {**self.namespace, **self.plan.overrides, **moved}
-        for name, arr in self.inputs.items():
-            if self.dtypes[name] == arr.dtype:
-                eng.prefer_locked(arr)
+        for arr in self.inputs.values():
+            eng.prefer_locked(arr)  # finishes a page-locking still under way
         avoid = {d for a in self.plan.inputs.values() for d in a.shape[1:]}
         avoid |= {a.shape[0] for a in shared.values() if a.ndim}
         free = None if be.limit is None else be.limit - be.pool_used()
@@ -242,6 +241,11 @@ class _BatchRun:
         for name, parts in self.partials.items():
             final[name] = planner.combine(opts.reduce[name], parts, be.xp)
         bp.staged_batches = eng.staged_batches
+        # Page-lock, in the background, the inputs copied through staging and the fresh result
+        # blocks, so that the next cell over them copies directly.
+        for name, arr in self.inputs.items():
+            if self.dtypes[name] == arr.dtype:
+                eng.settle(arr)
         for arr in self.out.values():
             eng.settle(arr)
         bp.timeline = tuple(eng.timeline())

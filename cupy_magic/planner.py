@@ -279,8 +279,8 @@ class BatchPlan:
                        f"{self.overlap:.1f} in flight on average (BatchPlan.timeline)")
         if self.staged_batches:
             out.append(f"  batch {self.staged_batches} batches staged through pinned buffers "
-                       "(while inputs were being page-locked, for new result arrays, inputs "
-                       "cast or not contiguous, or memory that cannot be page-locked)")
+                       "(inputs not page-locked yet, locked after the run; new result arrays; "
+                       "inputs cast or not contiguous, or memory that cannot be page-locked)")
         return out
 
     def __str__(self) -> str:

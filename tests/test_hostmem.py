@@ -238,3 +238,19 @@ def test_close_undoes_every_registration_and_later_collection_is_harmless(rt):
     del x, y
     gc.collect()
     assert rt.unregisters == 2  # nothing undone twice
+
+
+def test_staging_buffers_are_registered_once_and_reused(hm, rt):
+    touched = []
+    buf = hm.staging(3 * PAGE + 5, touch=lambda b: touched.append(b.nbytes))
+    assert buf.nbytes >= 3 * PAGE + 5 and touched == [buf.nbytes]
+    assert rt.ranges == {buf.ctypes.data: buf.ctypes.data + buf.nbytes}
+    hm.unstage(buf)
+    again = hm.staging(3 * PAGE)  # fits: the same buffer, not registered again
+    assert again is buf and rt.registers == 1
+    hm.unstage(again)
+    other = hm.staging(64 * PAGE)  # bigger than twice: a new one
+    assert other is not buf and rt.registers == 2
+    hm.unstage(other)
+    assert hm.stats()["cached_bytes"] == buf.nbytes + other.nbytes
+    assert hm.release_cached() == buf.nbytes + other.nbytes and rt.ranges == {}
