@@ -282,7 +282,8 @@ class HostMemory:
             fits = [b for b in self._staging if nbytes <= b.nbytes <= 2 * max(nbytes, 1)]
             if fits:
                 buf = min(fits, key=lambda b: b.nbytes)
-                self._staging.remove(buf)
+                # by identity: list.remove would compare arrays element by element
+                del self._staging[next(i for i, b in enumerate(self._staging) if b is buf)]
                 self._staging_out += 1
                 return buf
         buf = np.empty(max(nbytes, 1), np.uint8)

@@ -252,5 +252,7 @@ def test_staging_buffers_are_registered_once_and_reused(hm, rt):
     other = hm.staging(64 * PAGE)  # bigger than twice: a new one
     assert other is not buf and rt.registers == 2
     hm.unstage(other)
+    assert hm.staging(40 * PAGE) is other  # found behind another free buffer
+    hm.unstage(other)
     assert hm.stats()["cached_bytes"] == buf.nbytes + other.nbytes
     assert hm.release_cached() == buf.nbytes + other.nbytes and rt.ranges == {}

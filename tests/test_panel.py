@@ -311,6 +311,19 @@ def test_magic_pause_resume_interval(magic_shell: object) -> None:
     assert monitor.get_sampler().interval == 2.0
 
 
+def test_the_history_is_redrawn_at_most_once_a_second(vp: panel.VramPanel) -> None:
+    history = [sample(float(t)) for t in range(10)]
+    vp.update(history[-1], history)
+    drawn = vp.history.value
+    later = [*history[1:], sample(9.5, pool=gpu_pool(used=7 * GiB))]
+    vp.update(later[-1], later)
+    assert vp.history.value == drawn  # half a second later: the figures only
+    assert "7.00 GiB" in vp.figures.value
+    later = [*later[1:], sample(10.0, pool=gpu_pool(used=7 * GiB))]
+    vp.update(later[-1], later)
+    assert vp.history.value != drawn
+
+
 def test_a_young_history_fills_the_sparkline_then_scrolls(vp: panel.VramPanel) -> None:
     young = [sample(float(t)) for t in range(4)]
     vp.update(young[-1], young)
