@@ -349,15 +349,16 @@ class HostMemory:
         return sum(b.region.nbytes for b in blocks) + self._release_staging()
 
     def stats(self) -> dict[str, int]:
-        """Bytes page-locked now (user buffers and result blocks) and bytes cached for reuse."""
+        """Bytes page-locked now (user buffers, result blocks, free staging buffers), bytes of
+        result blocks cached for reuse, and bytes of free staging buffers."""
         with self._mutex:
             regions = list(self._regions.values())
             cached = sum(b.region.nbytes for b in self._cache)
             n_cached = len(self._cache)
             staging = sum(b.nbytes for b in self._staging)
         locked = sum(r.nbytes for r in regions if r.done()) + staging
-        cached += staging
-        return {"locked_bytes": locked, "cached_bytes": cached, "cached_blocks": n_cached}
+        return {"locked_bytes": locked, "cached_bytes": cached, "cached_blocks": n_cached,
+                "staging_bytes": staging}
 
     def close(self) -> None:
         """Undo every registration and free the cache (at unload)."""
