@@ -137,6 +137,7 @@ class CupyEngine:
         self._copier: cf.ThreadPoolExecutor | None = None
         self.staged_batches = 0
         self._staged_this: set[int] = set()
+        self._staged: set[int] = set()  # batches (by number) with a staged copy
         self._open: list[Any] = [None] * streams
         self.marks: list[tuple[int, Any, Any]] = []  # (slot, start event, end event) per batch
 
@@ -257,6 +258,7 @@ class CupyEngine:
         event = self.cp.cuda.Event(block=True)
         event.record(self.streams[slot])
         self.events[slot] = event
+        batch = len(self.marks)
         if self._open[slot] is not None:
             self.marks.append((slot, self._open[slot], event))
             self._open[slot] = None
@@ -264,10 +266,12 @@ class CupyEngine:
             for k in range(len(self.marks) - 1, -1, -1):
                 if self.marks[k][0] == slot:
                     self.marks[k] = (slot, self.marks[k][1], event)
+                    batch = k
                     break
         if slot in self._staged_this:
-            self.staged_batches += 1
+            self._staged.add(batch)
             self._staged_this.discard(slot)
+        self.staged_batches = len(self._staged)
 
     def wait(self, slot: int) -> None:
         """Block until the slot's last batch is done, then finish its staged copies."""

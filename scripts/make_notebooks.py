@@ -787,10 +787,11 @@ def nb03():
         same kind of rate: its time covers the whole streamed run, because uploads, compute and
         downloads overlap and cannot be told apart.
 
-        The first batched cell above was the first time `%%gpu` touched `x`: on a GPU it
-        page-locks (pins) `x`'s host memory on a helper thread, in one piece, while the batches
-        go through pinned staging buffers filled by several host threads. `x` stays pinned
-        while it lives, so a second cell over the same array copies straight from it.
+        The first batched cell above was the first time `%%gpu` touched `x`: on a GPU its
+        batches went through pinned staging buffers filled by several host threads, and after
+        the run the extension page-locked (pinned) `x`'s host memory on a helper thread, in one
+        piece. `x` stays pinned while it lives, so a second cell over the same array copies
+        straight from it.
 
         The result `y` is new host memory the first time: its rows arrive through staging, and
         the extension pins it after the run. When you drop `y` (`del y`), its pinned block is

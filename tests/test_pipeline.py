@@ -251,7 +251,9 @@ def test_gpu_second_cell_finds_the_input_and_a_result_block_page_locked(ip, pois
     host_mem = backend.current().host
     x = fresh((6_000_000,), "float32")  # 24 MB: above the registration threshold
     ip.user_ns["x"] = x
-    gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
+    first = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
+    # first touch: every batch staged once (the input is page-locked after the run)
+    assert first.batch.staged_batches == first.batch.batches == 12
     ptr = ip.user_ns["y"].ctypes.data
     del ip.user_ns["y"]  # its page-locked block goes back to the cache
     gc.collect()
