@@ -77,6 +77,13 @@ def guide_loop(cp: Any, data_cpu: np.ndarray, batch_size: int) -> None:
         del batch_gpu, res_gpu                              # let the pool reuse memory
 
 
+def slot_idle_ms(timeline: Any, streams: int) -> dict[str, float]:
+    """Median and max ms between a batch's end and the next batch's start on its stream."""
+    idle = [(timeline[i][1] - timeline[i - streams][2]) * 1e3
+            for i in range(streams + 1, len(timeline))]
+    return {"median": statistics.median(idle), "max": max(idle)} if idle else {}
+
+
 def overhead_ms(cp: Any, reps: int = 50) -> dict[str, float]:
     """Median ms of a tiny cell through ``run_cell`` against a plain exec of the same code."""
     code = compile("y = a + 1\n", "<tiny>", "exec")
@@ -175,6 +182,23 @@ def main(argv: list[str] | None = None) -> int:
                               "all_seconds": seconds,
                               "timeline": [list(t) for t in r2.batch.timeline],
                               "device_seconds": max(e for _, _, e in r2.batch.timeline)}
+    # Where the second cell loses time: how long a slot stays idle between the end of its
+    # batch and the start of the next on the device, with the host blocking on the slot's
+    # event (the default) and polling it.
+    fig["gpu_second_cell"]["slot_idle_ms"] = slot_idle_ms(r2.batch.timeline, r2.batch.streams)
+    from cupy_magic import _engines
+
+    _engines.SPIN_WAIT = True
+    spin = []
+    for _ in range(3):
+        t, r = cell(TRANSFER_CELL, ns)
+        spin.append((t, r))
+        del ns["y"]
+    _engines.SPIN_WAIT = False
+    t_spin, r_spin = min(spin, key=lambda p: p[0])
+    fig["gpu_second_cell_spin_wait"] = {
+        "gbps": gb / t_spin, "seconds": t_spin, "in_flight": r_spin.batch.overlap,
+        "slot_idle_ms": slot_idle_ms(r_spin.batch.timeline, r_spin.batch.streams)}
     # A new input (touched, not locked yet) while the result block of the last cell is free
     # to reuse: a user moving on to the next data set after dropping the last result.
     x2 = np.empty_like(x)
@@ -234,6 +258,8 @@ def table(fig: dict[str, Any]) -> str:
             ("whole array: cp.asarray then .get()", fig["whole_array_cupy"]["gbps"]),
             ("%%gpu batched, first touch", fig["gpu_first_touch"]["gbps"]),
             ("%%gpu batched, second cell over the same array", fig["gpu_second_cell"]["gbps"]),
+            ("%%gpu batched, second cell, host polls slot events",
+             fig["gpu_second_cell_spin_wait"]["gbps"]),
             ("%%gpu batched, a new input, result block reused",
              fig["gpu_new_input_block_reused"]["gbps"])]
     lines = [f"`{fig['cells']['transfer'].strip()}` over {fig['input_bytes'] / 2**30:.1f} GiB "

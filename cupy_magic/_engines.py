@@ -24,6 +24,10 @@ __all__ = ["make_engine"]
 # 16 threads a first touch streamed 25 GB/s on the H200, with 8 threads 20.
 STAGE_THREADS = min(16, os.cpu_count() or 1)
 _PARALLEL_MIN = 4 * 2**20
+# How the host waits to reuse a slot: False blocks in cudaEventSynchronize (no core spent);
+# True polls the event. On the H200 a slot was refilled 2.5 ms (median) after its last batch
+# ended on the device, a quarter of each cycle; stream_bench.py measures both ways.
+SPIN_WAIT = False
 Allocate = Callable[..., np.ndarray]  # (shape, dtype, empty=np.empty) -> array
 
 
@@ -277,7 +281,11 @@ class CupyEngine:
         """Block until the slot's last batch is done, then finish its staged copies."""
         event = self.events[slot]
         if event is not None:
-            event.synchronize()
+            if SPIN_WAIT:
+                while not event.done:  # cudaEventQuery; sleep(0) lets other threads run
+                    time.sleep(0)
+            else:
+                event.synchronize()
         for out, buf in self.pending[slot]:
             self._copy(out, buf)
         self.pending[slot].clear()
