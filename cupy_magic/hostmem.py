@@ -2,11 +2,13 @@
 
 Copies between the GPU and page-locked ("pinned") host memory run asynchronously at PCIe
 speed; from pageable memory they go through a driver buffer on one host thread. Measured on
-the H200 (``benchmarks/first_touch.py``, 8 GiB float32):
+the H200 (``benchmarks/first_touch.py``, 8 GiB float32, two runs;
+``benchmarks/results/first-touch-2026-12-02.md``):
 
-- ``cudaHostRegister`` of touched memory in one call: 21 GB/s (0.4 s for 8 GiB); of untouched,
-  freshly allocated memory 4.8 GB/s, because the kernel faults every page in first.
-- Registering in 128 MiB chunks from 4 threads is faster (48 GB/s), but a buffer registered
+- ``cudaHostRegister`` of touched memory in one call: 21 to 23 GB/s (0.4 s for 8 GiB); of
+  untouched, freshly allocated memory 4.8 to 6.3 GB/s, because the kernel faults every page in
+  first. ``cudaHostAlloc``: 2.5 GB/s.
+- Registering in 128 MiB chunks is faster (37 to 57 GB/s), but a buffer registered
   in pieces breaks CuPy's own copies: ``cupy.asarray`` over it does one copy across two
   registrations and CUDA answers "invalid argument". A buffer the user can reach is therefore
   only ever registered in one piece.
@@ -276,7 +278,7 @@ class HostMemory:
 
         Reused across runs (give it back with :meth:`unstage`). A new one is NumPy memory,
         touched by ``touch`` (e.g. on several threads) and registered in one call: on the H200
-        ``cudaHostAlloc`` gave 2.6 GB/s, registering touched memory 21 GB/s.
+        ``cudaHostAlloc`` gave 2.5 GB/s, registering touched memory 21 to 23 GB/s.
         """
         with self._mutex:
             fits = [b for b in self._staging if nbytes <= b.nbytes <= 2 * max(nbytes, 1)]
