@@ -15,8 +15,9 @@ Each phase gets one sampler with one panel subscribed, its history pre-filled to
 (as a panel left open draws it); "without" runs pause that sampler, so both modes share the
 same thread, widgets and memory, and only the sampling itself differs. The widget update
 runs without a browser (no comm messages); the JSON encoding of the state a kernel would send
-is timed separately as an estimate. The CPU-bound cell's BLAS threads are pinned (default:
-min(4, half the cores)) through environment variables set before NumPy is imported.
+is timed separately as an estimate. The CPU-bound cell's BLAS threads are pinned (default 1,
+the cell most exposed to a sampler that needs the GIL) through environment variables set
+before NumPy is imported.
 
 Results (JSON and a Markdown table) are written to ``benchmarks/results/`` only on a GPU.
 Without one, the CPU-bound cell and the tick cost run on the host backend and are printed.
@@ -66,7 +67,10 @@ def pin_blas(requested: int | None) -> str:
         for var in BLAS_ENV[:2]:
             if os.environ.get(var):
                 return f"pinned by {var}={os.environ[var]} from the environment"
-        requested = max(1, min(4, (os.cpu_count() or 2) // 2))
+        # One thread: the cell most exposed to the sampler (it needs the GIL and one core
+        # throughout), and steadier than several BLAS threads on a shared machine (with 4 on
+        # the H200 the runs of one mode varied from 0.43 to 0.60 s).
+        requested = 1
     if requested <= 0:
         return "library default (not pinned)"
     for var in BLAS_ENV:
@@ -489,8 +493,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ticks", type=int, default=200,
                         help="ticks timed for the tick cost (default 200, at most 20 s)")
     parser.add_argument("--blas-threads", type=int, default=None,
-                        help="BLAS threads for the CPU-bound cell (default min(4, cores/2), "
-                             "or OPENBLAS_NUM_THREADS/OMP_NUM_THREADS if set; 0: not pinned)")
+                        help="BLAS threads for the CPU-bound cell (default 1, or "
+                             "OPENBLAS_NUM_THREADS/OMP_NUM_THREADS if set; 0: not pinned)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.ticks < 1 or args.seconds <= 0:
         parser.error("--repeats and --ticks must be >= 1 and --seconds > 0")
