@@ -206,8 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ns2 = {"np": np, "x": x2}
     t3, r3 = cell(TRANSFER_CELL, ns2)
     ok3 = np.allclose(ns2.pop("y")[::step], np.sqrt(x[::step] * x[::step] + 1))
-    fig["gpu_new_input_block_reused"] = {"gbps": gb / t3, "seconds": t3, "correct": bool(ok3),
-                                         "staged_batches": r3.batch.staged_batches}
+    fig["gpu_new_input_block_reused"] = {
+        "gbps": gb / t3, "seconds": t3, "correct": bool(ok3),
+        "staged_batches": r3.batch.staged_batches, "in_flight": r3.batch.overlap,
+        "device_seconds": max(e for _, _, e in r3.batch.timeline),
+        "slot_idle_ms": slot_idle_ms(r3.batch.timeline, r3.batch.streams),
+        "timeline": [list(t) for t in r3.batch.timeline]}
     del ns2, x2
 
     # Compute-bound: calibrate K on the device so that compute time ~ transfer time.
