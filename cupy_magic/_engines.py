@@ -65,8 +65,11 @@ class HostEngine:
     def settle(self, arr: np.ndarray) -> None:
         pass
 
+    def direct(self, arr: np.ndarray, dtype: np.dtype) -> bool:
+        return False
+
     def warm(self, rows: int, peak_row: float,
-             buffers: dict[str, tuple[np.ndarray, int]]) -> None:
+             buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:
         pass
 
     def start(self, slot: int) -> None:
@@ -149,6 +152,10 @@ class CupyEngine:
     def is_locked(self, arr: np.ndarray) -> bool:
         return self.host.locked(arr)
 
+    def direct(self, arr: np.ndarray, dtype: np.dtype) -> bool:
+        """Whether ``arr``'s batches copy straight from page-locked memory (no staging)."""
+        return arr.dtype == dtype and arr.flags.c_contiguous and self.host.locked(arr)
+
     def prefer_locked(self, arr: np.ndarray) -> None:
         """Wait for a page-locking of ``arr`` still under way (one a cell started).
 
@@ -172,6 +179,9 @@ class CupyEngine:
         buf = self.staging.get((slot, key))
         if buf is None or buf.nbytes < nbytes:
             if buf is not None:
+                # The slot's stream may still copy through it, and its staged rows may still
+                # wait to be copied out: finish both before anyone else may take it.
+                self.wait(slot)
                 self.host.unstage(buf)
             buf = self.host.staging(nbytes, touch=self._touch)
             self.staging[(slot, key)] = buf
@@ -234,11 +244,12 @@ class CupyEngine:
         return self._allocate(shape, np.dtype(dtype), self.host.empty)
 
     def warm(self, rows: int, peak_row: float,
-             buffers: dict[str, tuple[np.ndarray, int]]) -> None:
+             buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:
         """Grow each stream's pool arena, and the staging buffers still needed, before the loop.
 
         Pool growth (cudaMalloc) and pinned allocation synchronise the device. ``buffers``
-        maps ``"in:x"`` / ``"out:y"`` to the host array and its bytes per row.
+        maps ``"in:x"`` / ``"out:y"`` to the host array, its bytes per row on the device and
+        the dtype on the device.
         """
         per_batch = int(rows * peak_row)
         for s in self.streams:
@@ -247,8 +258,8 @@ class CupyEngine:
                     block = self.cp.empty(per_batch, np.uint8)
                     del block
         for slot in range(self.slots):
-            for key, (arr, row_bytes) in buffers.items():
-                if not self.host.locked(arr):  # staged until it is locked
+            for key, (arr, row_bytes, dtype) in buffers.items():
+                if not self.direct(arr, dtype):  # staged (until locked, or in every batch)
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))
 
     def start(self, slot: int) -> None:
@@ -315,7 +326,10 @@ class CupyEngine:
     def close(self) -> None:
         if self._copier is not None:
             self._copier.shutdown(wait=True)
-        for buf in self.staging.values():  # the streams are drained: free to reuse
+        for s in self.streams:  # drained already, unless a second Ctrl-C cut the drain short
+            with contextlib.suppress(self.cp.cuda.runtime.CUDARuntimeError):
+                s.synchronize()
+        for buf in self.staging.values():  # no stream reads them now: free to reuse
             self.host.unstage(buf)
         self.staging.clear()
         self.events = [None] * self.slots

@@ -32,6 +32,7 @@ API (``cupy.cuda.runtime``) and nothing else from CuPy.
 from __future__ import annotations
 
 import bisect
+import collections
 import concurrent.futures as cf
 import contextlib
 import ctypes
@@ -48,6 +49,7 @@ __all__ = ["MIN_BYTES", "HostMemory", "Region"]
 
 MIN_BYTES = 16 * 2**20  # below this a pageable copy beats locking the buffer
 LOCK_THREADS = 2
+STAGING_LIMIT = 2 * 2**30  # free page-locked staging buffers kept for later runs
 H2D, D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
 
 
@@ -123,6 +125,8 @@ class HostMemory:
         self._clock = 0.0
         self._staging: list[np.ndarray] = []  # free page-locked staging buffers
         self._staging_out = 0
+        self._returns: collections.deque[_Block] = collections.deque()  # collected leases
+        self._closed = False
 
     # --- registry -------------------------------------------------------------------------
     def find(self, arr: np.ndarray) -> Region | None:
@@ -145,12 +149,16 @@ class HostMemory:
             self._regions[region.base] = region
 
     def _submit(self, region: Region) -> None:
+        if region.released or self._closed:  # undone, or at unload: never register again
+            return
         if region.job is not None and not region.job.cancelled():
             return
-        if self._pool is None:
-            self._pool = cf.ThreadPoolExecutor(LOCK_THREADS, thread_name_prefix="cupy-magic-lock",
-                                               initializer=self._on_thread)
-        region.job = self._pool.submit(self.rt.hostRegister, region.base, region.nbytes, 0)
+        with self._mutex:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(
+                    LOCK_THREADS, thread_name_prefix="cupy-magic-lock",
+                    initializer=self._on_thread)
+            region.job = self._pool.submit(self.rt.hostRegister, region.base, region.nbytes, 0)
 
     # --- locking user buffers -------------------------------------------------------------
     def lock(self, arr: np.ndarray) -> Region | None:
@@ -184,9 +192,10 @@ class HostMemory:
         return region
 
     def wait(self, region: Region) -> bool:
-        """Block until ``region`` is registered; False if CUDA refused it."""
+        """Block until ``region`` is registered; False if CUDA refused it, or it was undone."""
         self._submit(region)
-        assert region.job is not None
+        if region.job is None or region.job.cancelled():
+            return False
         exc = region.job.exception()
         if exc is not None:
             region.failed = f"{type(exc).__name__}: {exc}".split("\n")[0]
@@ -243,6 +252,7 @@ class HostMemory:
         the background. When the array and every view of it are collected, the block goes
         back to the cache (if locked by then).
         """
+        self._handle_returns()
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         nbytes = count * dtype.itemsize
@@ -296,10 +306,19 @@ class HostMemory:
         return buf
 
     def unstage(self, buf: np.ndarray) -> None:
-        """Give back a buffer from :meth:`staging` (after the copies through it are done)."""
+        """Give back a buffer from :meth:`staging` (after the copies through it are done).
+
+        Free buffers beyond :data:`STAGING_LIMIT` bytes are unregistered, oldest first.
+        """
         with self._mutex:
             self._staging.append(buf)
             self._staging_out -= 1
+            drop = []
+            while sum(b.nbytes for b in self._staging) > STAGING_LIMIT and len(self._staging) > 1:
+                drop.append(self._staging.pop(0))
+        for old in drop:
+            with contextlib.suppress(Exception):
+                self.rt.hostUnregister(old.ctypes.data)
 
     def _release_staging(self) -> int:
         with self._mutex:
@@ -319,8 +338,29 @@ class HostMemory:
             return best
 
     def _give_back(self, block: _Block) -> None:
+        """A lease was collected (called from the garbage collector, on any thread).
+
+        Only queued here: a collection can run inside this object's own critical sections,
+        and waiting for a registration must not happen inside the collector. The queue is
+        handled at the next call that reads or changes the cache.
+        """
+        if not self._closed:  # after close nothing is registered and nothing will be reused
+            self._returns.append(block)
+
+    def _handle_returns(self) -> None:
+        while self._returns:
+            try:
+                block = self._returns.popleft()
+            except IndexError:
+                return
+            self._return_block(block)
+
+    def _return_block(self, block: _Block) -> None:
         block.leases -= 1
         if block.leases:
+            return
+        if block.region.released or self._closed:
+            self._unlock(block.region)
             return
         if block.region.job is None:  # never settled: an interrupted run
             self._unlock(block.region)
@@ -344,6 +384,7 @@ class HostMemory:
 
     def release_cached(self) -> int:
         """Unlock and free the cached result blocks; return the bytes given back."""
+        self._handle_returns()
         with self._mutex:
             blocks, self._cache = self._cache, []
         for block in blocks:
@@ -353,6 +394,7 @@ class HostMemory:
     def stats(self) -> dict[str, int]:
         """Bytes page-locked now (user buffers, result blocks, free staging buffers), bytes of
         result blocks cached for reuse, and bytes of free staging buffers."""
+        self._handle_returns()
         with self._mutex:
             regions = list(self._regions.values())
             cached = sum(b.region.nbytes for b in self._cache)
@@ -364,6 +406,9 @@ class HostMemory:
 
     def close(self) -> None:
         """Undo every registration and free the cache (at unload)."""
+        self._closed = True
+        if self._pool is not None:  # drop the queued registrations before waiting for any
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self.release_cached()
         with self._mutex:
             regions = list(self._regions.values())

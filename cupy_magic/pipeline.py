@@ -222,9 +222,10 @@ class _BatchRun:
         progress.start(running.cell_label if running else self.filename, self.n_batches,
                        self.total * self.row_bytes)
         progress.step(1, first * self.row_bytes)
-        buffers = {f"in:{n}": (a, self.dtypes[n].itemsize * _row_len(a))
+        buffers = {f"in:{n}": (a, self.dtypes[n].itemsize * _row_len(a), self.dtypes[n])
                    for n, a in self.inputs.items()}
-        buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a)) for n, a in self.out.items()})
+        buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a), a.dtype)
+                        for n, a in self.out.items()})
         eng.warm(rows, peak_row, buffers)
         with be.track_memory(self.filename) as mem:
             for i, (a, b) in enumerate(bounds, start=1):
@@ -245,11 +246,13 @@ class _BatchRun:
         bp.timeline = tuple(eng.timeline())
         # Page-locked after the run (see settle): the inputs copied through staging and the
         # fresh result blocks, so that the next cell over them copies directly.
-        self.to_settle = [a for n, a in self.inputs.items() if self.dtypes[n] == a.dtype]
+        self.to_settle = [a for n, a in self.inputs.items()
+                          if self.dtypes[n] == a.dtype and a.flags.c_contiguous]
         self.to_settle += list(self.out.values())
         for name, arr in self.inputs.items():
             report.inputs.append(InputMove(name, arr.size * self.dtypes[name].itemsize, seconds,
-                                           eng.is_locked(arr), self.dtypes[name].name,
+                                           eng.direct(arr, self.dtypes[name]),
+                                           self.dtypes[name].name,
                                            arr.dtype.name if self.dtypes[name] != arr.dtype
                                            else "",
                                            arr.nbytes - arr.size * self.dtypes[name].itemsize,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import threading
+import time
 import types
 
 import numpy as np
@@ -257,3 +258,21 @@ def test_staging_buffers_are_registered_once_and_reused(hm, rt):
     assert hm.stats()["staging_bytes"] == buf.nbytes + other.nbytes
     assert hm.stats()["cached_bytes"] == 0  # result blocks only
     assert hm.release_cached() == buf.nbytes + other.nbytes and rt.ranges == {}
+
+
+def test_a_registration_queued_at_close_never_happens():
+    class Slow(StrictRuntime):
+        def hostRegister(self, ptr: int, size: int, flags: int) -> None:
+            time.sleep(0.2)
+            super().hostRegister(ptr, size, flags)
+
+    rt = Slow()
+    mem = HostMemory(rt)
+    ys = [mem.empty((BIG // 4,), "float32") for _ in range(3)]
+    for y in ys:
+        mem.settle(y)  # two lock threads: the third registration waits in the queue
+    mem.close()  # cancels the queued one, waits for the two running, undoes them
+    del ys, y
+    gc.collect()
+    mem.stats()
+    assert rt.registers == 2 and rt.ranges == {}
