@@ -76,6 +76,17 @@ def test_batch_counts_last_batch_of_one_row_and_streams(ip, poisoned, rows, stre
     assert report.batch.batches == batches and report.batch.streams == streams
 
 
+def test_a_first_batch_smaller_than_the_rest_with_cast_rows(ip, poisoned):
+    """The first batch is cut short (1000 is an axis length) and its rows are staged: growing
+    the slot's staging buffers for the next batches must not reuse them too early."""
+    x = fresh((9_000, 1000), "float32")  # 36 MB: large enough to be staged on a GPU
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = x.astype(np.float64) * 2\n",
+                 "--batch --batch-rows 1000 --streams 2")
+    assert report.batch.first_rows < report.batch.rows == 1000
+    np.testing.assert_array_equal(ip.user_ns["y"], x.astype(np.float64) * 2)
+
+
 def test_the_plan_keeps_a_timeline_of_every_batch(ip):
     x = fresh((1001, 2), "float64")
     ip.user_ns["x"] = x
