@@ -19,7 +19,6 @@ from ._backend_base import (
     _Measurement,
     _PeakTracker,
 )
-from .hostmem import MIN_BYTES as REGISTER_MIN_BYTES  # noqa: F401 - re-exported
 from .hostmem import HostMemory
 
 
@@ -123,14 +122,6 @@ class CupyBackend(Backend):
         out = cp.asarray(array)
         cp.cuda.get_current_stream().synchronize()
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
-
-    def register(self, array: np.ndarray) -> bool:
-        """Page-lock the buffer that holds ``array`` and wait until it is; False if it cannot be.
-
-        Kept while the buffer lives (see :class:`cupy_magic.hostmem.HostMemory`).
-        """
-        region = self.host.lock(array)
-        return region is not None and self.host.wait(region)
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)

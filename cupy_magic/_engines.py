@@ -31,15 +31,62 @@ SPIN_WAIT = False
 Allocate = Callable[..., np.ndarray]  # (shape, dtype, empty=np.empty) -> array
 
 
-class HostEngine:
+class _Timeline:
+    """Start and end marks of each batch, for :attr:`BatchPlan.timeline`.
+
+    ``_mark(slot)`` makes one mark (a time on the host, an event on a GPU stream);
+    ``_seconds(a, b)`` turns two marks into seconds.
+    """
+
+    slots: int
+
+    def _init_timeline(self) -> None:
+        self._open: list[Any] = [None] * self.slots
+        self.marks: list[tuple[int, Any, Any]] = []  # (slot, start, end) per batch
+
+    def _mark(self, slot: int) -> Any:
+        raise NotImplementedError
+
+    def _seconds(self, a: Any, b: Any) -> float:
+        raise NotImplementedError
+
+    def start(self, slot: int) -> None:
+        """Mark where the slot's next batch begins."""
+        self._open[slot] = self._mark(slot)
+
+    def _end(self, slot: int) -> tuple[int, Any]:
+        """Mark the end of the slot's batch; return the batch's number and the mark."""
+        end = self._mark(slot)
+        if self._open[slot] is not None:
+            self.marks.append((slot, self._open[slot], end))
+            self._open[slot] = None
+            return len(self.marks) - 1, end
+        # more work for the slot's last batch (the first batch's results)
+        k = max(i for i, m in enumerate(self.marks) if m[0] == slot)
+        self.marks[k] = (slot, self.marks[k][1], end)
+        return k, end
+
+    def record(self, slot: int) -> None:
+        self._end(slot)
+
+    def timeline(self) -> list[tuple[int, float, float]]:
+        """``(slot, start, end)`` seconds of each batch since the first one began."""
+        if not self.marks:
+            return []
+        origin = self.marks[0][1]
+        return [(k, self._seconds(origin, a), self._seconds(origin, b))
+                for k, a, b in self.marks]
+
+
+class HostEngine(_Timeline):
     """The host backend: batches run one after the other, copies are plain NumPy copies."""
+
+    staged_batches = 0
 
     def __init__(self, streams: int, allocate: Allocate) -> None:
         self.slots = streams
         self._allocate = allocate
-        self.staged_batches = 0
-        self.marks: list[tuple[int, float, float]] = []
-        self._started = 0.0
+        self._init_timeline()
 
     @contextlib.contextmanager
     def on(self, slot: int) -> Iterator[None]:
@@ -56,13 +103,10 @@ class HostEngine:
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return self._allocate(shape, np.dtype(dtype), np.empty)
 
-    def prefer_locked(self, arr: np.ndarray) -> None:
+    def finish_locking(self, arr: np.ndarray) -> None:
         pass
 
-    def is_locked(self, arr: np.ndarray) -> bool:
-        return False
-
-    def settle(self, arr: np.ndarray) -> None:
+    def settle(self, arr: np.ndarray, dtype: np.dtype) -> None:
         pass
 
     def direct(self, arr: np.ndarray, dtype: np.dtype) -> bool:
@@ -72,21 +116,11 @@ class HostEngine:
              buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:
         pass
 
-    def start(self, slot: int) -> None:
-        self._started = time.perf_counter()
+    def _mark(self, slot: int) -> float:
+        return time.perf_counter()
 
-    def record(self, slot: int) -> None:
-        if self._started:
-            self.marks.append((slot, self._started, time.perf_counter()))
-            self._started = 0.0
-        elif self.marks:  # more work for the last batch (the first batch's results)
-            last = self.marks[-1]
-            self.marks[-1] = (last[0], last[1], time.perf_counter())
-
-    def timeline(self) -> list[tuple[int, float, float]]:
-        """``(slot, start, end)`` seconds of each batch since the first one started."""
-        t0 = self.marks[0][1] if self.marks else 0.0
-        return [(k, a - t0, b - t0) for k, a, b in self.marks]
+    def _seconds(self, a: float, b: float) -> float:
+        return b - a
 
     def wait(self, slot: int) -> None:
         pass
@@ -123,14 +157,15 @@ def _get_streams(be: _backend.CupyBackend, k: int) -> list[Any]:
     return streams[:k]
 
 
-class CupyEngine:
+class CupyEngine(_Timeline):
     """CuPy: non-blocking streams, page-locked host memory, asynchronous copies, events.
 
-    Inputs are page-locked on a helper thread (:mod:`cupy_magic.hostmem`; kept while the
-    array lives, so a second cell finds them locked). Until that is done, and for inputs
-    that are cast or not contiguous, rows go through per-slot pinned staging buffers filled
-    by several host threads. Gathered results go into locked blocks reused across cells; a
-    fresh block is filled through staging and locked in the background after the run.
+    An input a cell reads for the first time goes through per-slot pinned staging buffers
+    filled by several host threads, and is page-locked on a helper thread after the run
+    (:mod:`cupy_magic.hostmem`; kept while the array lives, so a second cell copies straight
+    from it). Inputs that are cast or not C-ordered are staged in every batch. Gathered
+    results go into locked blocks reused across cells; a fresh block is filled through
+    staging and locked after the run too.
     """
 
     def __init__(self, be: _backend.CupyBackend, streams: int, allocate: Allocate) -> None:
@@ -142,21 +177,25 @@ class CupyEngine:
         self.staging: dict[tuple[int, str], np.ndarray] = {}
         self._allocate = allocate
         self._copier: cf.ThreadPoolExecutor | None = None
-        self.staged_batches = 0
         self._staged_this: set[int] = set()
         self._staged: set[int] = set()  # batches (by number) with a staged copy
-        self._open: list[Any] = [None] * streams
-        self.marks: list[tuple[int, Any, Any]] = []  # (slot, start event, end event) per batch
+        self._init_timeline()
+
+    @property
+    def staged_batches(self) -> int:
+        return len(self._staged)
 
     # --- page-locking -------------------------------------------------------------------
-    def is_locked(self, arr: np.ndarray) -> bool:
-        return self.host.locked(arr)
+    @staticmethod
+    def _directable(arr: np.ndarray, dtype: np.dtype) -> bool:
+        """Whether ``arr``'s batches can copy straight from it once it is page-locked."""
+        return arr.dtype == dtype and arr.flags.c_contiguous
 
     def direct(self, arr: np.ndarray, dtype: np.dtype) -> bool:
         """Whether ``arr``'s batches copy straight from page-locked memory (no staging)."""
-        return arr.dtype == dtype and arr.flags.c_contiguous and self.host.locked(arr)
+        return self._directable(arr, dtype) and self.host.locked(arr)
 
-    def prefer_locked(self, arr: np.ndarray) -> None:
+    def finish_locking(self, arr: np.ndarray) -> None:
         """Wait for a page-locking of ``arr`` still under way (one a cell started).
 
         A run never starts one: registering while the batches stream slows the staged copies
@@ -166,12 +205,11 @@ class CupyEngine:
         if region is not None and not region.done():
             self.host.wait(region)
 
-    def settle(self, arr: np.ndarray) -> None:
-        """After the run: page-lock ``arr`` (an input or a fresh result block) in the background."""
-        if self.host.find(arr) is None:
+    def settle(self, arr: np.ndarray, dtype: np.dtype) -> None:
+        """After the run: page-lock ``arr`` (an input or a fresh result block) in the
+        background, if its batches could then copy straight from it."""
+        if self._directable(arr, dtype):
             self.host.lock(arr)
-        else:
-            self.host.settle(arr)
 
     # --- buffers ------------------------------------------------------------------------
     def _buffer(self, slot: int, key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -187,23 +225,28 @@ class CupyEngine:
             self.staging[(slot, key)] = buf
         return buf[:nbytes].view(dtype).reshape(shape)
 
-    def _touch(self, buf: np.ndarray) -> None:
-        """Fault a fresh buffer's pages in on several threads (before it is page-locked)."""
-        self._copy(buf, np.zeros(1, buf.dtype))
-
-    def _copy(self, dst: np.ndarray, src: np.ndarray) -> None:
-        if dst.nbytes < _PARALLEL_MIN or dst.ndim == 0 or len(dst) < 2:
-            np.copyto(dst, src, casting="same_kind")
+    def _split(self, arr: np.ndarray, job: Callable[[int, int], Any]) -> None:
+        """Run ``job(p, q)`` over row ranges of ``arr`` on the staging threads (one call when
+        ``arr`` is small)."""
+        if arr.nbytes < _PARALLEL_MIN or arr.ndim == 0 or len(arr) < 2:
+            job(0, len(arr) if arr.ndim else 1)
             return
         if self._copier is None:
             self._copier = cf.ThreadPoolExecutor(STAGE_THREADS,
                                                  thread_name_prefix="cupy-magic-stage")
-        edges = np.linspace(0, len(dst), min(STAGE_THREADS, len(dst)) + 1).astype(int)
-        jobs = [self._copier.submit(np.copyto, dst[p:q], src[p:q] if len(src) > 1 else src,
-                                    casting="same_kind")
-                for p, q in itertools.pairwise(edges)]
-        for job in jobs:
-            job.result()
+        edges = np.linspace(0, len(arr), min(STAGE_THREADS, len(arr)) + 1).astype(int)
+        for done in [self._copier.submit(job, p, q) for p, q in itertools.pairwise(edges)]:
+            done.result()
+
+    def _touch(self, buf: np.ndarray) -> None:
+        """Fault a fresh buffer's pages in on several threads (before it is page-locked)."""
+        self._split(buf, lambda p, q: buf[p:q].fill(0))
+
+    def _copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        if dst.ndim == 0:
+            np.copyto(dst, src, casting="same_kind")
+            return
+        self._split(dst, lambda p, q: np.copyto(dst[p:q], src[p:q], casting="same_kind"))
 
     # --- one batch ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -262,31 +305,21 @@ class CupyEngine:
                 if not self.direct(arr, dtype):  # staged (until locked, or in every batch)
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))
 
-    def start(self, slot: int) -> None:
-        """Mark on the slot's stream where the next batch's work begins (a timing event)."""
+    def _mark(self, slot: int) -> Any:
+        """A timing event recorded on the slot's stream."""
         event = self.cp.cuda.Event(block=True)
         event.record(self.streams[slot])
-        self._open[slot] = event
+        return event
+
+    def _seconds(self, a: Any, b: Any) -> float:
+        return self.cp.cuda.get_elapsed_time(a, b) / 1e3
 
     def record(self, slot: int) -> None:
         """Mark the end of the slot's batch; the host waits on this mark to reuse the slot."""
-        event = self.cp.cuda.Event(block=True)
-        event.record(self.streams[slot])
-        self.events[slot] = event
-        batch = len(self.marks)
-        if self._open[slot] is not None:
-            self.marks.append((slot, self._open[slot], event))
-            self._open[slot] = None
-        else:  # more work for the slot's last batch (the first batch's results)
-            for k in range(len(self.marks) - 1, -1, -1):
-                if self.marks[k][0] == slot:
-                    self.marks[k] = (slot, self.marks[k][1], event)
-                    batch = k
-                    break
+        batch, self.events[slot] = self._end(slot)
         if slot in self._staged_this:
             self._staged.add(batch)
             self._staged_this.discard(slot)
-        self.staged_batches = len(self._staged)
 
     def wait(self, slot: int) -> None:
         """Block until the slot's last batch is done, then finish its staged copies."""
@@ -300,18 +333,6 @@ class CupyEngine:
         for out, buf in self.pending[slot]:
             self._copy(out, buf)
         self.pending[slot].clear()
-
-    def timeline(self) -> list[tuple[int, float, float]]:
-        """``(slot, start, end)`` seconds of each batch on the device since the first began.
-
-        Call after :meth:`drain`. Read from CUDA events recorded on the streams, so a start
-        is when the stream reached the batch's first copy, not when the host queued it.
-        """
-        if not self.marks:
-            return []
-        origin = self.marks[0][1]
-        elapsed = self.cp.cuda.get_elapsed_time
-        return [(k, elapsed(origin, a) / 1e3, elapsed(origin, b) / 1e3) for k, a, b in self.marks]
 
     def drain(self, quiet: bool = False) -> None:
         for slot in range(self.slots):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ._backend_base import Backend, BudgetExceeded, DeviceInfo, PoolStats, Transfer
-from ._backend_cupy import REGISTER_MIN_BYTES, CupyBackend, probe_cupy
+from ._backend_cupy import CupyBackend, probe_cupy
 from ._backend_host import HostBackend
+from .hostmem import MIN_BYTES as REGISTER_MIN_BYTES
 
 __all__ = [
     "REGISTER_MIN_BYTES",

@@ -21,7 +21,7 @@ locked), and undone when the buffer is collected or at :meth:`HostMemory.close`.
 
 :meth:`HostMemory.empty` gives a result array in a locked block when a block of a fitting size
 was given back earlier (its arrays were collected); otherwise in fresh memory, which
-:meth:`HostMemory.settle` locks in the background once the rows are written. Blocks go back
+:meth:`HostMemory.lock` locks in the background once the rows are written. Blocks go back
 to the cache when their arrays are collected, up to :attr:`HostMemory.cache_limit` bytes;
 :meth:`HostMemory.release_cached` gives them back to the system.
 
@@ -95,6 +95,17 @@ def _bytes_at(ptr: int, nbytes: int) -> Any:
     return (ctypes.c_char * nbytes).from_address(ptr)
 
 
+def _best_fit(items: list[Any], nbytes: int, size: Callable[[Any], int],
+              mutex: threading.RLock) -> Any:
+    """Take out of ``items`` the smallest one of ``nbytes`` to ``2 * nbytes``, or None."""
+    with mutex:
+        fits = [i for i, item in enumerate(items) if nbytes <= size(item) <= 2 * nbytes]
+        if not fits:
+            return None
+        # by position: list.remove would compare NumPy arrays element by element
+        return items.pop(min(fits, key=lambda i: size(items[i])))
+
+
 class HostMemory:
     """Background page-locking of NumPy buffers and a cache of locked result blocks.
 
@@ -120,11 +131,9 @@ class HostMemory:
         self._regions: dict[int, Region] = {}
         self._finalizers: dict[int, weakref.finalize] = {}
         self._cache: list[_Block] = []
-        self._blocks: dict[int, _Block] = {}  # result blocks by base, leased or cached
         self._pool: cf.ThreadPoolExecutor | None = None
         self._clock = 0.0
         self._staging: list[np.ndarray] = []  # free page-locked staging buffers
-        self._staging_out = 0
         self._returns: collections.deque[_Block] = collections.deque()  # collected leases
         self._closed = False
 
@@ -170,7 +179,7 @@ class HostMemory:
         """
         found = self.find(arr)
         if found is not None:
-            self._submit(found)  # a job cancelled at close starts again
+            self._submit(found)  # a fresh result block: its rows are written, lock it now
             return found
         if arr.nbytes < MIN_BYTES or not (arr.flags.c_contiguous or arr.flags.f_contiguous):
             return None
@@ -219,7 +228,6 @@ class HostMemory:
                 del self._regions[region.base]
                 self._bases.remove(region.base)
             self._finalizers.pop(region.base, None)
-            self._blocks.pop(region.base, None)
 
     # --- copies ---------------------------------------------------------------------------
     def copy_in(self, dev: Any, host: np.ndarray, stream: Any) -> bool:
@@ -248,9 +256,10 @@ class HostMemory:
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A C-ordered array for gathered results: a locked block from the cache if one fits.
 
-        Otherwise fresh memory; call :meth:`settle` once its rows are written to lock it in
-        the background. When the array and every view of it are collected, the block goes
-        back to the cache (if locked by then).
+        Otherwise fresh memory; call :meth:`lock` once its rows are written to lock it in the
+        background (touched memory registers four times faster than untouched memory, and
+        doing it after the run keeps it off the copies). When the array and every view of it
+        are collected, the block goes back to the cache (if locked by then).
         """
         self._handle_returns()
         dtype = np.dtype(dtype)
@@ -258,28 +267,15 @@ class HostMemory:
         nbytes = count * dtype.itemsize
         if nbytes < MIN_BYTES:
             return np.empty(shape, dtype)
-        block = self._take(nbytes)
+        block = _best_fit(self._cache, nbytes, lambda b: b.region.nbytes, self._mutex)
         if block is None:
             owner = np.empty(nbytes, np.uint8)
             block = _Block(owner, Region(owner.ctypes.data, owner.ctypes.data + nbytes))
             self._add(block.region)
-            with self._mutex:
-                self._blocks[block.region.base] = block
         block.leases += 1
         lease = _bytes_at(block.owner.ctypes.data, nbytes)
         weakref.finalize(lease, self._give_back, block).atexit = False
         return np.frombuffer(lease, dtype, count).reshape(shape)
-
-    def settle(self, arr: np.ndarray) -> None:
-        """Lock the fresh result block under ``arr`` in the background (rows written).
-
-        Registering touched memory is four times faster than untouched memory, and doing it
-        after the run keeps it off the copies; the next cell that reuses the block finds it
-        locked.
-        """
-        region = self.find(arr)
-        if region is not None and region.base in self._blocks:
-            self._submit(region)
 
     # --- staging buffers ------------------------------------------------------------------
     def staging(self, nbytes: int, touch: Callable[[np.ndarray], None] | None = None
@@ -290,19 +286,11 @@ class HostMemory:
         touched by ``touch`` (e.g. on several threads) and registered in one call: on the H200
         ``cudaHostAlloc`` gave 2.5 GB/s, registering touched memory 21 to 23 GB/s.
         """
-        with self._mutex:
-            fits = [b for b in self._staging if nbytes <= b.nbytes <= 2 * max(nbytes, 1)]
-            if fits:
-                buf = min(fits, key=lambda b: b.nbytes)
-                # by identity: list.remove would compare arrays element by element
-                del self._staging[next(i for i, b in enumerate(self._staging) if b is buf)]
-                self._staging_out += 1
-                return buf
-        buf = np.empty(max(nbytes, 1), np.uint8)
-        (touch or (lambda b: b.fill(0)))(buf)
-        self.rt.hostRegister(buf.ctypes.data, buf.nbytes, 0)
-        with self._mutex:
-            self._staging_out += 1
+        buf = _best_fit(self._staging, max(nbytes, 1), lambda b: b.nbytes, self._mutex)
+        if buf is None:
+            buf = np.empty(max(nbytes, 1), np.uint8)
+            (touch or (lambda b: b.fill(0)))(buf)
+            self.rt.hostRegister(buf.ctypes.data, buf.nbytes, 0)
         return buf
 
     def unstage(self, buf: np.ndarray) -> None:
@@ -312,7 +300,6 @@ class HostMemory:
         """
         with self._mutex:
             self._staging.append(buf)
-            self._staging_out -= 1
             drop = []
             while sum(b.nbytes for b in self._staging) > STAGING_LIMIT and len(self._staging) > 1:
                 drop.append(self._staging.pop(0))
@@ -327,15 +314,6 @@ class HostMemory:
             with contextlib.suppress(Exception):
                 self.rt.hostUnregister(buf.ctypes.data)
         return sum(b.nbytes for b in bufs)
-
-    def _take(self, nbytes: int) -> _Block | None:
-        with self._mutex:
-            fits = [b for b in self._cache if nbytes <= b.region.nbytes <= 2 * nbytes]
-            if not fits:
-                return None
-            best = min(fits, key=lambda b: b.region.nbytes)
-            self._cache.remove(best)
-            return best
 
     def _give_back(self, block: _Block) -> None:
         """A lease was collected (called from the garbage collector, on any thread).
@@ -359,13 +337,9 @@ class HostMemory:
         block.leases -= 1
         if block.leases:
             return
-        if block.region.released or self._closed:
-            self._unlock(block.region)
-            return
-        if block.region.job is None:  # never settled: an interrupted run
-            self._unlock(block.region)
-            return
-        if not self.wait(block.region):  # still locking: finish, it is worth keeping
+        # Kept only if locked: never locked means an interrupted run; one still locking is
+        # waited for (worth keeping); one undone at close or refused is let go.
+        if block.region.job is None or not self.wait(block.region):
             self._unlock(block.region)
             return
         with self._mutex:

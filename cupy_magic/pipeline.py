@@ -88,11 +88,10 @@ class _BatchRun:
         self.written: dict[str, int] = {}
         self.constants: dict[str, tuple[Any, int]] = {}  # Python values: (value, first batch)
         self.partials: dict[str, list[tuple[Any, int]]] = {}
-        self.tail: dict[str, Any] = {}
+        self.last_work: dict[str, Any] = {}
         self.first: list[tuple[str, Any]] = []
         self.current = (0, 0, 0)
         self.n_batches = 0
-        self.to_settle: list[np.ndarray] = []
         self.peak = be.pool_used()
 
     # --- one batch ----------------------------------------------------------------------
@@ -151,11 +150,20 @@ class _BatchRun:
             else:
                 self.eng.download(slot, name, value, self.out[name], a, b)
             self.written[name] += rows
-        self.tail = {k: v for k, v in work.items()
-                     if k not in self.specs and k not in self.opts.reduce}
+        # The other names are kept from the last batch (see tail). Row and reduced results
+        # are dropped now, so that their device memory goes back to the slot's pool arena.
+        for name in (*self.specs, *self.opts.reduce):
+            work.pop(name, None)
+        self.last_work = work
+
+    def tail(self) -> dict[str, Any]:
+        """What the last batch left besides gathered and reduced results; batched inputs the
+        cell did not rebind are the user's host arrays, not the last batch's rows."""
+        kept = dict(self.last_work)
         for name in self.inputs:
             if name not in self.specs and name not in self.plan.stored:
-                self.tail[name] = self.namespace[name]
+                kept[name] = self.namespace[name]
+        return kept
 
     def _same_in_every_batch(self, name: str, value: Any, i: int) -> None:
         """A Python value (a loop counter, a constant) is kept if every batch agrees on it."""
@@ -193,7 +201,7 @@ class _BatchRun:
         moved, report.inputs = _move_inputs(shared_plan, self.dtype, be)
         self.base = {**self.namespace, **self.plan.overrides, **moved}
         for arr in self.inputs.values():
-            eng.prefer_locked(arr)  # finishes a page-locking still under way
+            eng.finish_locking(arr)  # one a previous run started
         avoid = {d for a in self.plan.inputs.values() for d in a.shape[1:]}
         avoid |= {a.shape[0] for a in shared.values() if a.ndim}
         free = None if be.limit is None else be.limit - be.pool_used()
@@ -238,17 +246,12 @@ class _BatchRun:
         if unwritten:
             raise CellError(f"the cell assigned {', '.join(unwritten)} in some batches only, "
                             "so rows would be missing; assign it in every batch")
-        final = dict(self.tail)
+        final = self.tail()
         final.update(self.out)
         for name, parts in self.partials.items():
             final[name] = planner.combine(opts.reduce[name], parts, be.xp)
         bp.staged_batches = eng.staged_batches
         bp.timeline = tuple(eng.timeline())
-        # Page-locked after the run (see settle): the inputs copied through staging and the
-        # fresh result blocks, so that the next cell over them copies directly.
-        self.to_settle = [a for n, a in self.inputs.items()
-                          if self.dtypes[n] == a.dtype and a.flags.c_contiguous]
-        self.to_settle += list(self.out.values())
         for name, arr in self.inputs.items():
             report.inputs.append(InputMove(name, arr.size * self.dtypes[name].itemsize, seconds,
                                            eng.direct(arr, self.dtypes[name]),
@@ -261,16 +264,18 @@ class _BatchRun:
         return final, bp
 
     def settle(self) -> None:
-        """Start page-locking what the run staged, as the run's very last step.
+        """Start page-locking the inputs and the fresh result blocks, so that the next cell
+        over them copies directly; the run's very last step.
 
         A ``cudaHostRegister`` on another thread seems to hold up this thread's CUDA calls
         while it runs (0.4 s for 8 GiB on the H200): staged copies slowed from 26.5 to 20.7 GB/s
         during one, and a first-touch cell spent 0.56 s outside its batches after settling
         before it read its timeline's events. So nothing of the run calls CUDA after this.
         """
-        for arr in self.to_settle:
-            self.eng.settle(arr)
-        self.to_settle.clear()
+        for name, arr in self.inputs.items():
+            self.eng.settle(arr, self.dtypes[name])
+        for arr in self.out.values():
+            self.eng.settle(arr, arr.dtype)
 
     def where(self, exc: BaseException) -> str:
         i, a, b = self.current
@@ -284,7 +289,7 @@ class _BatchRun:
     def abort(self) -> None:
         self.eng.drain(quiet=True)
         self.first.clear()
-        for table in (self.partials, self.out, self.tail, self.base):
+        for table in (self.partials, self.out, self.last_work, self.base):
             table.clear()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import itertools
 import linecache
@@ -75,24 +76,16 @@ def _check_input(name: str, arr: np.ndarray) -> None:
                         f"{name}.filled(fill_value) and a separate mask")
 
 
-_NAMES: dict[str, CellNames] = {}
-
-
-def _names(source: str, tree: ast.Module) -> CellNames:
+@functools.lru_cache(maxsize=256)
+def _names(source: str) -> CellNames:
     """The cell's names, analysed once per source text (a re-run cell skips the analysis)."""
-    names = _NAMES.get(source)
-    if names is None:
-        names = analyse(tree)
-        if len(_NAMES) >= 256:
-            _NAMES.pop(next(iter(_NAMES)))
-        _NAMES[source] = names
-    return names
+    return analyse(ast.parse(source))
 
 
 def _plan(source: str, namespace: dict[str, Any], filename: str, to_host: bool | Iterable[str],
           dtype: str | None, be: _backend.Backend) -> _Plan:
     tree = ast.parse(source, filename, "exec")
-    names = _names(source, tree)
+    names = _names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype} is not supported; use --dtype float32 (or float16)")
     if not isinstance(to_host, bool):

@@ -167,7 +167,7 @@ def test_a_result_block_is_locked_after_the_run_and_reused_by_the_next(hm, rt):
     assert y.flags.writeable and y.flags.c_contiguous and y.dtype == np.float32
     assert not hm.copy_out(y, Dev(y.shape, "float32"), 0)  # fresh: rows are staged
     y[...] = 3.0
-    hm.settle(y)
+    hm.lock(y)
     settled(hm, y)
     dev = Dev(y.shape, "float32")
     dev.arr[...] = 4.0
@@ -210,7 +210,7 @@ def test_the_cache_keeps_at_most_its_limit(rt):
     a = mem.empty((BIG // 4,), "float32")
     b = mem.empty((BIG // 4,), "float32")
     for arr in (a, b):
-        mem.settle(arr)
+        mem.lock(arr)
         settled(mem, arr)
     del a, b, arr
     gc.collect()
@@ -221,7 +221,7 @@ def test_the_cache_keeps_at_most_its_limit(rt):
 
 def test_small_results_are_plain_arrays(hm, rt):
     y = hm.empty((10, 3), "int64")
-    hm.settle(y)
+    hm.lock(y)
     assert y.shape == (10, 3) and hm.find(y) is None and rt.registers == 0
 
 
@@ -229,7 +229,7 @@ def test_close_undoes_every_registration_and_later_collection_is_harmless(rt):
     mem = HostMemory(rt)
     x = big()
     y = mem.empty((BIG // 4,), "float32")
-    mem.settle(y)
+    mem.lock(y)
     mem.wait(mem.lock(x))
     settled(mem, y)
     assert len(rt.ranges) == 2
@@ -270,7 +270,7 @@ def test_a_registration_queued_at_close_never_happens():
     mem = HostMemory(rt)
     ys = [mem.empty((BIG // 4,), "float32") for _ in range(3)]
     for y in ys:
-        mem.settle(y)  # two lock threads: the third registration waits in the queue
+        mem.lock(y)  # two lock threads: the third registration waits in the queue
     mem.close()  # cancels the queued one, waits for the two running, undoes them
     del ys, y
     gc.collect()
