@@ -145,13 +145,15 @@ def profile_cell(x: np.ndarray) -> str:
     out = []
     for label in ("first cell (x not locked, fresh result)", "second cell"):
         prof = cProfile.Profile()
-        t = _timed(lambda prof=prof: prof.runcall(
+        reports = []
+        t = _timed(lambda prof=prof, reports=reports: reports.append(prof.runcall(
             run_cell, "y = np.sqrt(x * x + 1)\n", ns, batch=BatchOptions(forced=True),
-            syncs="off"))
+            syncs="off")))
         ns.pop("y")  # dropped: its page-locked block goes back for the next cell
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(15)
-        out.append(f"{label}: {t:.3f} s\n{buf.getvalue()}")
+        phases = ", ".join(f"{k} {v:.3f} s" for k, v in reports[0].batch.phases.items())
+        out.append(f"{label}: {t:.3f} s (phases: {phases})\n{buf.getvalue()}")
     return "\n".join(out)
 
 

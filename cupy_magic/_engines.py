@@ -24,25 +24,25 @@ __all__ = ["make_engine"]
 # 16 threads a first touch streamed 25 GB/s on the H200, with 8 threads 20.
 STAGE_THREADS = min(16, os.cpu_count() or 1)
 _PARALLEL_MIN = 4 * 2**20
-# How the host waits to reuse a slot: False blocks in cudaEventSynchronize (no core spent);
-# True polls the event. On the H200 a slot was refilled 2.5 ms (median) after its last batch
-# ended on the device, a quarter of each cycle; stream_bench.py measures both ways.
-SPIN_WAIT = False
 Allocate = Callable[..., np.ndarray]  # (shape, dtype, empty=np.empty) -> array
 
 
 class _Timeline:
-    """Start and end marks of each batch, for :attr:`BatchPlan.timeline`.
+    """Batch numbers per slot, and with ``timed`` the start and end marks of each batch, for
+    :attr:`BatchPlan.timeline`.
 
-    ``_mark(slot)`` makes one mark (a time on the host, an event on a GPU stream);
+    ``_mark(slot)`` makes one mark (a time on the host, a timing event on a GPU stream);
     ``_seconds(a, b)`` turns two marks into seconds.
     """
 
     slots: int
 
-    def _init_timeline(self) -> None:
+    def _init_timeline(self, timed: bool) -> None:
+        self.timed = timed
+        self._count = 0
+        self._current: list[int] = [0] * self.slots  # the batch each slot runs last
         self._open: list[Any] = [None] * self.slots
-        self.marks: list[tuple[int, Any, Any]] = []  # (slot, start, end) per batch
+        self.marks: dict[int, tuple[int, Any, Any]] = {}  # batch: (slot, start, end)
 
     def _mark(self, slot: int) -> Any:
         raise NotImplementedError
@@ -51,31 +51,30 @@ class _Timeline:
         raise NotImplementedError
 
     def start(self, slot: int) -> None:
-        """Mark where the slot's next batch begins."""
-        self._open[slot] = self._mark(slot)
+        """A new batch begins on the slot."""
+        self._current[slot] = self._count
+        self._count += 1
+        if self.timed:
+            self._open[slot] = self._mark(slot)
 
-    def _end(self, slot: int) -> tuple[int, Any]:
-        """Mark the end of the slot's batch; return the batch's number and the mark."""
-        end = self._mark(slot)
-        if self._open[slot] is not None:
-            self.marks.append((slot, self._open[slot], end))
-            self._open[slot] = None
-            return len(self.marks) - 1, end
-        # more work for the slot's last batch (the first batch's results)
-        k = max(i for i, m in enumerate(self.marks) if m[0] == slot)
-        self.marks[k] = (slot, self.marks[k][1], end)
-        return k, end
+    def _end(self, slot: int) -> int:
+        """Mark the end of the slot's batch (again, for more work of it); return its number."""
+        batch = self._current[slot]
+        if self.timed:
+            begun = self._open[slot] if batch not in self.marks else self.marks[batch][1]
+            self.marks[batch] = (slot, begun, self._mark(slot))
+        return batch
 
     def record(self, slot: int) -> None:
         self._end(slot)
 
     def timeline(self) -> list[tuple[int, float, float]]:
-        """``(slot, start, end)`` seconds of each batch since the first one began."""
+        """``(slot, start, end)`` seconds of each batch since the first one began (timed only)."""
         if not self.marks:
             return []
-        origin = self.marks[0][1]
-        return [(k, self._seconds(origin, a), self._seconds(origin, b))
-                for k, a, b in self.marks]
+        marks = [self.marks[k] for k in sorted(self.marks)]
+        origin = marks[0][1]
+        return [(k, self._seconds(origin, a), self._seconds(origin, b)) for k, a, b in marks]
 
 
 class HostEngine(_Timeline):
@@ -83,10 +82,10 @@ class HostEngine(_Timeline):
 
     staged_batches = 0
 
-    def __init__(self, streams: int, allocate: Allocate) -> None:
+    def __init__(self, streams: int, allocate: Allocate, timed: bool = False) -> None:
         self.slots = streams
         self._allocate = allocate
-        self._init_timeline()
+        self._init_timeline(timed)
 
     @contextlib.contextmanager
     def on(self, slot: int) -> Iterator[None]:
@@ -168,7 +167,8 @@ class CupyEngine(_Timeline):
     staging and locked after the run too.
     """
 
-    def __init__(self, be: _backend.CupyBackend, streams: int, allocate: Allocate) -> None:
+    def __init__(self, be: _backend.CupyBackend, streams: int, allocate: Allocate,
+                 timed: bool = False) -> None:
         self.be, self.cp, self.host = be, be.cp, be.host
         self.slots = streams
         self.streams = _get_streams(be, streams)
@@ -179,7 +179,7 @@ class CupyEngine(_Timeline):
         self._copier: cf.ThreadPoolExecutor | None = None
         self._staged_this: set[int] = set()
         self._staged: set[int] = set()  # batches (by number) with a staged copy
-        self._init_timeline()
+        self._init_timeline(timed)
 
     @property
     def staged_batches(self) -> int:
@@ -306,7 +306,13 @@ class CupyEngine(_Timeline):
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))
 
     def _mark(self, slot: int) -> Any:
-        """A timing event recorded on the slot's stream."""
+        """A timing event recorded on the slot's stream (only for ``timed`` runs).
+
+        The GPU writes a timing event's time only once the work queued ahead of it is done,
+        on every stream: on the H200 a second cell streamed 36.6 GB/s when every batch had
+        two of them, 47.9 GB/s with none and 42.4 with --timeline (benchmarks/stream_bench.py,
+        where the slot waits now use events without timing).
+        """
         event = self.cp.cuda.Event(block=True)
         event.record(self.streams[slot])
         return event
@@ -315,8 +321,11 @@ class CupyEngine(_Timeline):
         return self.cp.cuda.get_elapsed_time(a, b) / 1e3
 
     def record(self, slot: int) -> None:
-        """Mark the end of the slot's batch; the host waits on this mark to reuse the slot."""
-        batch, self.events[slot] = self._end(slot)
+        """Mark the end of the slot's batch with an event the host waits on to reuse the slot."""
+        batch = self._end(slot)
+        event = self.cp.cuda.Event(block=True, disable_timing=True)
+        event.record(self.streams[slot])
+        self.events[slot] = event
         if slot in self._staged_this:
             self._staged.add(batch)
             self._staged_this.discard(slot)
@@ -325,11 +334,9 @@ class CupyEngine(_Timeline):
         """Block until the slot's last batch is done, then finish its staged copies."""
         event = self.events[slot]
         if event is not None:
-            if SPIN_WAIT:
-                while not event.done:  # cudaEventQuery; sleep(0) lets other threads run
-                    time.sleep(0)
-            else:
-                event.synchronize()
+            # A blocking-sync event: the host sleeps instead of spinning. Polling it was no
+            # faster on the H200 (36.6 against 36.7 GB/s in a second cell).
+            event.synchronize()
         for out, buf in self.pending[slot]:
             self._copy(out, buf)
         self.pending[slot].clear()
@@ -356,8 +363,9 @@ class CupyEngine(_Timeline):
         self.events = [None] * self.slots
 
 
-def make_engine(be: _backend.Backend, streams: int, allocate: Allocate) -> Any:
-    """The engine for the live backend."""
+def make_engine(be: _backend.Backend, streams: int, allocate: Allocate,
+                timed: bool = False) -> Any:
+    """The engine for the live backend; ``timed`` records each batch's start and end."""
     if isinstance(be, _backend.CupyBackend):
-        return CupyEngine(be, streams, allocate)
-    return HostEngine(streams, allocate)
+        return CupyEngine(be, streams, allocate, timed)
+    return HostEngine(streams, allocate, timed)

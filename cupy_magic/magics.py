@@ -49,6 +49,9 @@ class GpuMagics(Magics):
     @argument("--streams", default=None, metavar="K", help="CUDA streams (batches in flight), 3")
     @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
               help=f"join a result without a row axis over the batches; rules: {', '.join(RULES)}")
+    @argument("--timeline", action="store_true",
+              help="record each batch's start and end on the device (report.batch.timeline) "
+                   "and the run's phases; slows the overlap of streams a little")
     @cell_magic
     def gpu(self, line: str, cell: str) -> None:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
@@ -94,7 +97,7 @@ class GpuMagics(Magics):
             raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
         try:
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
-                                       args.streams, args.reduce)
+                                       args.streams, args.reduce, args.timeline)
         except CellError as exc:
             raise UsageError(str(exc)) from None
         shell = self.shell

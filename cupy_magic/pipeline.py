@@ -81,7 +81,8 @@ class _BatchRun:
         self.dtypes = {n: cast_target(a, dtype) for n, a in self.inputs.items()}
         self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
                              for n, a in self.inputs.items())
-        self.eng = make_engine(be, opts.streams, _empty_output)
+        self.eng = make_engine(be, opts.streams, _empty_output, opts.timeline)
+        self.clock = [("", time.perf_counter())]  # (phase that ended, when)
         self.base: dict[str, Any] = {}
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.out: dict[str, np.ndarray] = {}
@@ -207,6 +208,7 @@ class _BatchRun:
         free = None if be.limit is None else be.limit - be.pool_used()
         first = planner.probe_rows(self.total, self.row_bytes, avoid, opts.rows, free)
         t0 = time.perf_counter()
+        self.tick("setup")
         with be.track_memory(self.filename) as mem:
             self.batch(0, 0, first)
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
@@ -234,12 +236,15 @@ class _BatchRun:
                    for n, a in self.inputs.items()}
         buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a), a.dtype)
                         for n, a in self.out.items()})
+        self.tick("first batch")
         eng.warm(rows, peak_row, buffers)
+        self.tick("warm-up")
         with be.track_memory(self.filename) as mem:
             for i, (a, b) in enumerate(bounds, start=1):
                 self.batch(i, a, b)
                 progress.step(1, (b - a) * self.row_bytes)
             eng.drain()
+        self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)
         seconds = time.perf_counter() - t0
         unwritten = [n for n, w in self.written.items() if w != self.total]
@@ -262,6 +267,14 @@ class _BatchRun:
                                            streamed=True))
         report.gpu_seconds = seconds
         return final, bp
+
+    def tick(self, phase: str) -> None:
+        """Note the end of a phase of the run (BatchPlan.phases; a report line with --timeline)."""
+        self.clock.append((phase, time.perf_counter()))
+
+    def phases(self) -> dict[str, float]:
+        """Host seconds of each phase noted with :meth:`tick`."""
+        return {name: t - self.clock[k][1] for k, (name, t) in enumerate(self.clock[1:])}
 
     def settle(self) -> None:
         """Start page-locking the inputs and the fresh result blocks, so that the next cell
@@ -349,5 +362,7 @@ def run_batched(plan: _Plan, namespace: dict[str, Any], opts: BatchOptions | Non
                                            "host (rows gathered)", info.nbytes)
     report.batch = bp  # type: ignore[attr-defined]
     report.wall_seconds = time.perf_counter() - wall0
+    run.tick("finish")
+    bp.phases = run.phases()
     run.settle()
     return report

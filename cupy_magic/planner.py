@@ -55,6 +55,11 @@ class BatchOptions:
         CUDA streams (batches in flight).
     reduce
         ``{result name: rule}`` for results without a row axis; rules are :data:`RULES`.
+    timeline
+        Record each batch's start and end on the device (:attr:`BatchPlan.timeline`), and
+        report them and the run's phases. On a GPU this uses CUDA timing events, and the GPU
+        waits for the work ahead of each to finish before it writes the time: batches on
+        different streams then overlap less, so leave it off when speed matters.
     """
 
     names: tuple[str, ...] | None = None
@@ -63,6 +68,7 @@ class BatchOptions:
     nbytes: int | None = None
     streams: int = DEFAULT_STREAMS
     reduce: dict[str, str] = field(default_factory=dict)
+    timeline: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.streams, int) or self.streams < 1:
@@ -87,7 +93,7 @@ class BatchOptions:
     @classmethod
     def parse(cls, batch: str | None = None, rows: str | None = None,
               nbytes: str | None = None, streams: str | None = None,
-              reduce: list[str] | None = None) -> BatchOptions:
+              reduce: list[str] | None = None, timeline: bool = False) -> BatchOptions:
         """Build options from the text of the magic's arguments.
 
         ``batch`` is ``None`` (not given), ``"*"`` (``--batch`` alone) or ``"a,b"``.
@@ -121,7 +127,13 @@ class BatchOptions:
                     raise CellError(f"--reduce takes NAME=RULE, got {part!r}; e.g. "
                                     "--reduce total=sum")
                 rules[name] = rule
-        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules)
+        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline)
+
+    def batch_only(self) -> list[str]:
+        """The options given that only a batched run uses (for the note when a cell ran whole)."""
+        given = [f"--streams {self.streams}"] if self.streams != DEFAULT_STREAMS else []
+        given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
+        return given + (["--timeline"] if self.timeline else [])
 
 
 def _whole(flag: str, text: str, example: str) -> int:
@@ -239,8 +251,12 @@ class BatchPlan:
     gathered: tuple[str, ...] = ()
     reduced: dict[str, str] = field(default_factory=dict)
     staged_batches: int = 0
-    # (slot, start s, end s) of each batch: device time from CUDA events on a GPU
+    # (slot, start s, end s) of each batch: device time from CUDA events on a GPU; recorded
+    # only with --timeline (BatchOptions.timeline), like the phases
     timeline: tuple[tuple[int, float, float], ...] = ()
+    # host seconds of the run's phases: setup, first batch, warm-up, batches, finish (a
+    # report line with --timeline)
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def overlap(self) -> float | None:
@@ -277,6 +293,9 @@ class BatchPlan:
             span = max(e for _, _, e in self.timeline)
             out.append(f"  batch timeline: {len(self.timeline)} batches in {span:.3f} s, "
                        f"{self.overlap:.1f} in flight on average (BatchPlan.timeline)")
+        if self.phases and self.timeline:
+            out.append("  batch phases: " + ", ".join(f"{k} {v:.3f} s"
+                                                       for k, v in self.phases.items()))
         if self.staged_batches:
             out.append(f"  batch {self.staged_batches} batches staged through pinned buffers "
                        "(inputs not page-locked yet, locked after the run; new result arrays; "

@@ -287,6 +287,9 @@ def run_cell(
     _check_budget(plan, dtype, be)
     info = be.info()
     report = RunReport(backend=be.name, device=info.name, budget_bytes=be.limit)
+    if batch is not None and batch.batch_only():
+        report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and this "
+                            "cell ran whole (its inputs fit the budget); add --batch to batch it")
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
     moved: dict[str, Any] = {}

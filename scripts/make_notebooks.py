@@ -766,6 +766,23 @@ def nb03():
         stops and names the rule to add. `mean` weights each batch by its rows, so the mean of
         the batches equals the mean of the whole.
         '''),
+        md('''
+        The first call of each reduction compiles its GPU kernel (notebook 04 shows warm-up in
+        detail), and in a batched cell that happens in the first batch, inside the timed run.
+        So the cell below runs once on a small slice first, which fits the budget and is not
+        batched:
+        '''),
+        code('''
+        REDUCE = """
+        y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
+        total = y.sum(dtype=np.float64)
+        top = y.max()
+        avg = y.mean(dtype=np.float64)
+        """
+        t0 = time.perf_counter()
+        cupy_magic.run_cell(REDUCE, {"np": np, "x": x[:1024]}, syncs="off")
+        print(f"warm-up on 1,024 rows (compiles the reductions): {time.perf_counter() - t0:.2f} s")
+        '''),
         code('''
         %%gpu --reduce total=sum,top=max,avg=mean
         y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
@@ -903,11 +920,9 @@ def nb03():
         del ns_dev
         %vram_budget $BUDGET
 
-        streamed = {}
-        for k in (1, 3):
-            streamed[k] = best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
-                                   batch=BatchOptions(rows=rows, streams=k))
-        t_stream = {k: r.wall_seconds for k, r in streamed.items()}
+        t_stream = {k: best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
+                                batch=BatchOptions(rows=rows, streams=k)).wall_seconds
+                    for k in (1, 3)}
         print(f"transfer only {t_transfer:.3f} s, compute only {t_compute:.3f} s, "
               f"sum {t_transfer + t_compute:.3f} s")
         print(f"streamed: 1 stream {t_stream[1]:.3f} s, 3 streams {t_stream[3]:.3f} s")
@@ -939,11 +954,23 @@ def nb03():
 
         ### The timeline
 
-        A batched run also records when each batch started and ended
-        (`report.batch.timeline`: one `(stream, start, end)` per batch; on a GPU read from CUDA
-        events on the streams, so it is device time). Drawn as one lane per stream, overlap
-        shows as bars of different lanes side by side in time; `report.batch.overlap` is the
-        number of batches in flight on average.
+        With `--timeline` (`BatchOptions(timeline=True)`) a batched run also records when each
+        batch started and ended (`report.batch.timeline`: one `(stream, start, end)` per batch;
+        on a GPU read from CUDA timing events on the streams, so it is device time). Drawn as
+        one lane per stream, overlap shows as bars of different lanes side by side in time;
+        `report.batch.overlap` is the number of batches in flight on average.
+
+        Measuring has a cost here. The GPU writes a timing event's time only once the work
+        queued ahead of it is done, so the streams overlap less while a timeline is recorded.
+        That is why it is off by default; the cell below measures how much it costs.
+        '''),
+        code('''
+        streamed = {k: best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
+                                batch=BatchOptions(rows=rows, streams=k, timeline=True))
+                    for k in (1, 3)}
+        for k in (1, 3):
+            print(f"{k} stream(s): {x.nbytes / t_stream[k] / 1e9:6.2f} GB/s, "
+                  f"{x.nbytes / streamed[k].wall_seconds / 1e9:6.2f} GB/s with --timeline")
         '''),
         code('''
         fig, axes = plt.subplots(2, 1, figsize=(8, 3.8), sharex=True)

@@ -433,6 +433,17 @@ def test_batched_cells_report_syncs_and_say_warmup_was_not_run(ip):
     np.testing.assert_allclose(ip.user_ns["z"], ip.user_ns["x"] * 2 + 1)
 
 
+def test_batch_options_on_a_cell_that_ran_whole_are_named_in_a_note(ip):
+    ip.user_ns["x"] = np.arange(10.0)
+    gpu(ip, "y = x * 2\n", "--quiet --to-host y --streams 2 --reduce t=sum --timeline")
+    report = cupy_magic.last_report()
+    assert report.batch is None
+    assert report.notes == ["--streams 2 --reduce t=sum --timeline: for batched runs only, and "
+                            "this cell ran whole (its inputs fit the budget); add --batch to "
+                            "batch it"]
+    np.testing.assert_array_equal(ip.user_ns["y"], np.arange(10.0) * 2)
+
+
 def test_arrays_left_by_earlier_cells_count_against_the_budget(ip):
     ip.run_line_magic("vram_budget", "16MB")
     gpu(ip, "y = np.ones(1_500_000)\n")  # 12 MB stays on the device

@@ -87,10 +87,26 @@ def test_a_first_batch_smaller_than_the_rest_with_cast_rows(ip, poisoned):
     np.testing.assert_array_equal(ip.user_ns["y"], x.astype(np.float64) * 2)
 
 
+def test_timeline_only_when_asked(ip):
+    x = fresh((1001, 2), "float64")
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 100")
+    assert report.batch.timeline == () and report.batch.overlap is None
+    assert "timeline" not in str(report.batch) and "phases" not in str(report.batch)
+    assert list(report.batch.phases) == ["setup", "first batch", "warm-up", "batches", "finish"]
+
+
 def test_the_plan_keeps_a_timeline_of_every_batch(ip):
     x = fresh((1001, 2), "float64")
     ip.user_ns["x"] = x
-    report = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 100 --streams 3")
+    report = gpu(ip, "y = np.sqrt(x * x + 1)\n",
+                 "--batch --batch-rows 100 --streams 3 --timeline")
+    np.testing.assert_array_equal(ip.user_ns["y"], np.sqrt(x * x + 1))
+    phases = report.batch.phases
+    assert list(phases) == ["setup", "first batch", "warm-up", "batches", "finish"]
+    assert all(v >= 0 for v in phases.values())
+    assert sum(phases.values()) <= report.wall_seconds + 0.05
+    assert "batch phases: setup" in str(report.batch)
     line = report.batch.timeline
     assert len(line) == report.batch.batches == 11
     assert [slot for slot, _, _ in line] == [i % 3 for i in range(11)]
