@@ -83,6 +83,7 @@ class HostEngine(_Timeline):
     staged_batches = 0
 
     def __init__(self, streams: int, allocate: Allocate, timed: bool = False) -> None:
+        self.staged_why: dict[str, str] = {}  # nothing is staged on the host
         self.slots = streams
         self._allocate = allocate
         self._init_timeline(timed)
@@ -179,6 +180,7 @@ class CupyEngine(_Timeline):
         self._copier: cf.ThreadPoolExecutor | None = None
         self._staged_this: set[int] = set()
         self._staged: set[int] = set()  # batches (by number) with a staged copy
+        self.staged_why: dict[str, str] = {}  # what was staged, and why (the report says)
         self._init_timeline(timed)
 
     @property
@@ -265,6 +267,10 @@ class CupyEngine(_Timeline):
         self._copy(buf, host)
         dev.set(buf, stream=s)
         self._staged_this.add(slot)
+        if name not in self.staged_why:
+            self.staged_why[name] = (f"input cast to {dtype}" if host.dtype != dtype else
+                                     "input not C-contiguous" if not host.flags.c_contiguous
+                                     else "input not page-locked (yet)")
         return dev
 
     def download(self, slot: int, name: str, value: Any, out: np.ndarray, a: int, b: int) -> None:
@@ -281,6 +287,7 @@ class CupyEngine(_Timeline):
         value.get(stream=s, out=buf, blocking=False)
         self.pending[slot].append((out[a:b], buf))
         self._staged_this.add(slot)
+        self.staged_why.setdefault(name, "result in new host memory")
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A full-length result array in page-locked memory (a block reused across cells)."""

@@ -256,6 +256,7 @@ class _BatchRun:
         for name, parts in self.partials.items():
             final[name] = planner.combine(opts.reduce[name], parts, be.xp)
         bp.staged_batches = eng.staged_batches
+        bp.staged = dict(eng.staged_why)
         bp.timeline = tuple(eng.timeline())
         for name, arr in self.inputs.items():
             report.inputs.append(InputMove(name, arr.size * self.dtypes[name].itemsize, seconds,

@@ -251,6 +251,8 @@ class BatchPlan:
     gathered: tuple[str, ...] = ()
     reduced: dict[str, str] = field(default_factory=dict)
     staged_batches: int = 0
+    # what went through the staging buffers, and why: {"x": "input not page-locked (yet)"}
+    staged: dict[str, str] = field(default_factory=dict)
     # (slot, start s, end s) of each batch: device time from CUDA events on a GPU; recorded
     # only with --timeline (BatchOptions.timeline), like the phases
     timeline: tuple[tuple[int, float, float], ...] = ()
@@ -297,9 +299,9 @@ class BatchPlan:
             out.append("  batch phases: " + ", ".join(f"{k} {v:.3f} s"
                                                        for k, v in self.phases.items()))
         if self.staged_batches:
-            out.append(f"  batch {self.staged_batches} batches staged through pinned buffers "
-                       "(inputs not page-locked yet, locked after the run; new result arrays; "
-                       "inputs cast or not contiguous, or memory that cannot be page-locked)")
+            why = "; ".join(f"{n}: {w}" for n, w in self.staged.items())
+            out.append(f"  batch {self.staged_batches} batches staged through pinned buffers"
+                       + (f" ({why})" if why else ""))
         return out
 
     def __str__(self) -> str:

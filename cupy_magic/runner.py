@@ -315,7 +315,10 @@ def run_cell(
         traceback.clear_frames(exc.__traceback__)
         gc.collect()
         new = _explain_oom(exc, be, peak)
-        cell_tb = _cell_traceback(exc.__traceback__, filename, trim_below=new is not exc)
+        # Our own errors end at the cell's line: the frames below it (CuPy's, the recorder's
+        # hook) say nothing to the user.
+        cell_tb = _cell_traceback(exc.__traceback__, filename,
+                                  trim_below=new is not exc or isinstance(exc, HostSyncError))
         raise new.with_traceback(cell_tb) from None
     _attach_syncs(report, syncs, findings, recorder)
     commit(plan, work, namespace, to_host, be, report)

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Write the workshop notebooks 01 to 05 (without outputs) from the source below.
+"""Write the workshop notebooks 00 to 05 (without outputs) from the source below.
 
 Usage: scripts/make_notebooks.py [--out DIR]      (default: notebooks/)
 
 Edit the cells here, run this script, then run them with scripts/run-notebooks. Conventions:
 every speed figure is printed by a cell, never written in the prose; sizes scale down when
 `cupy_magic.device_info().backend` is not "cupy"; cells meant to fail carry the
-`raises-exception` tag; solution cells are hidden (`source_hidden`) and tagged `solution`,
-and they run.
+`raises-exception` tag; solution cells are collapsed (`source_hidden` and `outputs_hidden`,
+so a workshop leader reveals them) and tagged `solution`, and they run.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def exercise(text: str):
 def solution(text: str):
     """A solution a workshop leader can reveal: collapsed in JupyterLab, and it runs."""
     cell = new_code_cell(_src(text))
-    cell.metadata["jupyter"] = {"source_hidden": True}
+    cell.metadata["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
     cell.metadata["tags"] = ["solution"]
     return cell
 
@@ -99,6 +99,204 @@ SETUP_NOTE = md('''
 (`cupy_magic.run_cell`), so a loop can time many variants: it runs a cell a few times and keeps
 the fastest report. `cupy_magic.use_backend("host")` is `%gpu_backend host`.
 ''')
+
+
+# ---------------------------------------------------------------------------------------
+# 00 tour
+# ---------------------------------------------------------------------------------------
+
+def nb00():
+    return notebook([
+        md('''
+        # cupy_magic in ten minutes
+
+        Moving NumPy code to the GPU is mostly about **data movement**: the PCIe bridge between
+        host RAM and GPU memory is narrow, GPU memory is small, and harmless-looking Python can
+        force the GPU to stop and copy data back. `cupy_magic` runs a cell on the GPU with CuPy
+        and *shows* you what it cost: what moved, how fast, how long the GPU worked, and how
+        much memory it took.
+
+        This notebook runs on a GPU and, without one, on the CPU fallback (NumPy), with smaller
+        sizes. Notebooks 01 to 05 teach each part in depth.
+        '''),
+        code("%load_ext cupy_magic"),
+        code('''
+        import time
+        import numpy as np
+        import cupy_magic
+
+        info = cupy_magic.device_info()
+        ON_GPU = info.backend == "cupy"
+        N = 50_000_000 if ON_GPU else 2_000_000      # sizes scale down on the CPU fallback
+        print(f"running on {info.name} ({info.backend}); N = {N:,}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+        '''),
+        md('''
+        ## 1. Estimate before you allocate (guide 2B)
+
+        VRAM (GiB) = elements x bytes per element / 1024³. The guide's example, a 20000 x 20000
+        float32 matrix:
+        '''),
+        code("%vram_budget --estimate 20000x20000 float32"),
+        code('''
+        x = np.random.default_rng(0).random(N)          # a NumPy array on the host, float64
+        %vram_budget --estimate x
+        '''),
+        md('''
+        ## 2. Run a cell on the GPU
+
+        Inside `%%gpu`, `np` means CuPy and the NumPy arrays the cell reads are copied to the
+        device. The names the cell assigns come back when it succeeds, and stay **on the
+        device** (guide 1: keep the data loop closed on the GPU). The report under the cell
+        says what moved, how fast, the GPU time and the memory the cell took.
+        '''),
+        code('''
+        %%gpu
+        y = np.sqrt(x * x + 1)
+        total = y.sum()
+        '''),
+        code('''
+        print(type(x).__module__, type(y).__module__)   # x is still NumPy; y lives on the device
+        r = cupy_magic.last_report()
+        print(f"moved {r.moved_bytes / 1e6:.0f} MB at {r.inputs[0].gbps:.1f} GB/s; the cell ran {r.gpu_seconds * 1e3:.2f} ms")
+        '''),
+        md('''
+        `--to-host` brings results back as NumPy arrays (all of them, or the names you list):
+        '''),
+        code('''
+        %%gpu --to-host total
+        y = np.sqrt(x * x + 1)
+        total = y.sum()
+        '''),
+        code("type(total), float(total)"),
+        md('''
+        ## 3. float64 or float32? (guide 2A)
+
+        `--dtype float32` converts float64 inputs on the way in: half the bytes over PCIe and in
+        VRAM. The report's `in` line says how much it saved:
+        '''),
+        code('''
+        %%gpu --dtype float32
+        y32 = np.sqrt(x * x + 1)
+        '''),
+        code('''
+        r = cupy_magic.last_report()
+        print(f"{r.inputs[0].name}: {r.inputs[0].cast_from} -> {r.inputs[0].dtype}, saved {r.saved_bytes / 1e6:.0f} MB")
+        '''),
+        md('''
+        ## 4. A VRAM budget
+
+        `%vram_budget` sets a limit that the memory pool enforces. A cell that needs more stops
+        with a message that says what it asked for and what to try; your variables stay as they
+        were. This cell is meant to fail:
+        '''),
+        code('''
+        BUDGET = "2GB" if ON_GPU else "256MB"   # the GPU already holds the arrays made above
+        %vram_budget $BUDGET
+        '''),
+        fails('''
+        %%gpu
+        big = np.ones((N, 32))   # far more than the budget: refused, nothing is committed
+        '''),
+        code('''
+        print("big" in dir())
+        %vram_budget off
+        '''),
+        md('''
+        ## 5. Warm-up (guide 4B)
+
+        The first call of a kernel compiles and initialises it. `--warmup` runs the cell once on
+        a small slice first and times only the real run.
+        '''),
+        code('''
+        %%gpu --warmup
+        z = np.tanh(x) ** 2 + np.cos(x)
+        '''),
+        md('''
+        ## 6. Compare with the CPU
+
+        `%gpu_backend host` runs the same cells with NumPy, so you can see what the GPU buys you
+        on this machine (compute time only, warmed up):
+        '''),
+        code('''
+        timings = {}
+        for name in ["host", "cupy"] if ON_GPU else ["host"]:
+            %gpu_backend $name
+            get_ipython().run_cell_magic("gpu", "--quiet --warmup", "z = np.tanh(x) ** 2 + np.cos(x)")
+            timings[name] = cupy_magic.last_report().gpu_seconds
+        %gpu_backend {"cupy" if ON_GPU else "host"}
+        for name, s in timings.items():
+            print(f"{name:5}: {s * 1e3:8.2f} ms")
+        '''),
+        md('''
+        ## 7. Host syncs (guide 4A)
+
+        Harmless-looking Python forces the GPU to stop and copy data back: `print(y)`,
+        `float(y)`, `if y.max() > 0:`. `%%gpu` finds these before the cell runs and, on a GPU,
+        counts the ones that really happen, per line. This loop decides on the host at every
+        step (`--warmup` keeps the kernels' compilation out of the time):
+        '''),
+        code('''
+        %%gpu --warmup
+        y = np.sqrt(x)
+        for step in range(50):
+            if y.max() > 0.5:      # the GPU stops here, every step
+                y = y * 0.99
+        '''),
+        md('''
+        The same decision kept on the device: `np.where` (CuPy's `where` inside `%%gpu`) picks
+        the factor without asking the host, so nothing waits and the report has no sync line:
+        '''),
+        code('''
+        %%gpu --warmup
+        y = np.sqrt(x)
+        for step in range(50):
+            y = y * np.where(y.max() > 0.5, 0.99, 1.0)
+        '''),
+        md('''
+        ## Exercises
+
+        **Exercise 1: estimate, then check.** How much VRAM does a 10000 x 10000 `complex128`
+        array take? And how much would `x` take on the device as float32? Estimate both with
+        `%vram_budget --estimate`, then check the second against the report of a
+        `%%gpu --dtype float32` cell.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        %vram_budget --estimate 10000x10000 complex128
+        print(cupy_magic.estimate(x.shape, "float32"))
+        get_ipython().run_cell_magic("gpu", "--quiet --dtype float32", "x32 = x + 0")
+        print(f"x32 on the device: {x32.nbytes / 1e6:,.0f} MB "
+              f"(the report: {cupy_magic.last_report().inputs[0].nbytes / 1e6:,.0f} MB moved)")
+        del x32
+        '''),
+        md('''
+        **Exercise 2: bring back only what you need.** Compute the mean of `np.sin(x) ** 2` on
+        the GPU and bring back only the mean, as a NumPy value, leaving the big intermediate
+        array on the device.
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        %%gpu --to-host m
+        s2 = np.sin(x) ** 2
+        m = s2.mean()
+        '''),
+        solution('''
+        print(type(m).__module__, float(m), "|", type(s2).__module__, "(s2 stayed on the device)")
+        del s2
+        '''),
+        md('''
+        ## What you learned
+        - `%%gpu` moves a cell's NumPy inputs to the GPU and reports the transfer and the GPU time.
+        - Results stay on the device unless you ask for them with `--to-host`.
+        - Estimate memory with `%vram_budget --estimate`; set a budget and read its errors.
+        - `--dtype float32` halves memory and transfers; `--warmup` keeps compilation out of timings.
+        - The report names the lines that make the host wait for the GPU, and what to write instead.
+        '''),
+    ])
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,12 +410,15 @@ def nb01():
         plt.show()
         '''),
         md('''
-        How to read the plot on a GPU: for tiny arrays every line is flat, because fixed costs
-        (launching work on the device, a transfer's latency) dominate, and the host is
-        fastest. As arrays grow, the device's compute-only line stays far below the host's, but
-        the line with transfers follows the PCIe bandwidth: for work this light the bridge, not
-        the arithmetic, sets the price. On the CPU fallback all three lines are NumPy, and the
-        "with transfers" line pays for an extra copy.
+        How to read the plot on a GPU: for tiny arrays the device lines are flat, because fixed
+        costs (launching work on the device, a transfer's latency) dominate, and the host is
+        fastest, even against the device's compute alone. As arrays grow, the device's
+        compute-only line falls far below the host's, but the line with transfers stays far
+        above it: for work this light, moving the data, not the arithmetic, sets the price. Of
+        that price the way back is the larger part here: the result lands in new host memory,
+        which the operating system must map page by page as it is written (exercise 2 measures
+        the download). On the CPU fallback all three lines are NumPy, and the "with transfers"
+        line pays for an extra copy.
 
         ## 3. When the GPU wins: compute density
 
@@ -328,6 +529,7 @@ def nb01():
         md('''
         **Exercise 2: the way back.** The report times the upload only. Measure the download:
         run `y = x.copy()` with and without `to_host=True` and turn the difference into GB/s.
+        Compare it with the upload: what is different about the host memory at each end?
         '''),
         exercise('''
         # your code here
@@ -339,6 +541,18 @@ def nb01():
         if down > 0 and ON_GPU:
             print(f"download: {x.nbytes / 2**20:.0f} MiB in {down * 1e3:.1f} ms = {x.nbytes / down / 1e9:.1f} GB/s "
                   f"(upload was {keep.inputs[0].gbps:.1f} GB/s)")
+            # The upload reads x, which is pinned; the download writes a new NumPy array, whose
+            # pages the operating system maps one by one as the copy first touches them.
+            ns = {"np": np, "x": x}
+            cupy_magic.run_cell("y = x.copy()", ns, syncs="off")     # ns["y"]: on the device
+            touched = np.ones_like(x)                                # every page mapped already
+            for label, get in [("into new host memory", lambda: ns["y"].get()),
+                               ("into touched host memory", lambda: ns["y"].get(out=touched))]:
+                t0 = time.perf_counter()
+                get()
+                t = time.perf_counter() - t0
+                print(f"  .get() {label:25} {t * 1e3:7.1f} ms = {x.nbytes / t / 1e9:5.1f} GB/s")
+            del ns, touched
         else:
             print("no download to measure: on the CPU fallback the result already lives in host RAM")
         '''),
@@ -403,8 +617,9 @@ def nb02():
         ### Temporaries count too
 
         An expression such as `np.sqrt(x * x + 1)` makes a new array for every intermediate
-        result. The report's *peak pool* is the most memory the cell held at once, input
-        included:
+        result. The report's *peak pool* is the most memory the GPU's memory pool held while the
+        cell ran, arrays that earlier cells left on the device included. The cell's own share is
+        the peak minus what the pool held when the cell started (`report.start_pool_bytes`):
         '''),
         code('''
         %%gpu
@@ -417,7 +632,9 @@ def nb02():
         '''),
         md('''
         So estimate the input, then multiply by the number of arrays alive at the worst moment
-        of the cell (here: the input, `x * x`, then `x * x + 1`, then the result).
+        of the cell. Here that is three: while `x * x + 1` is computed, `x` and `x * x` are
+        alive; `x * x` is freed once the sum exists, and the square root is written while `x`
+        and `x * x + 1` are alive. Three arrays the size of the input: the ratio printed above.
 
         ## 2. float64 or float32?
 
@@ -435,13 +652,20 @@ def nb02():
               f"(ratio {peak / peak32:.2f}); saved on the way in: {r32.saved_bytes / 2**20:.0f} MiB")
         '''),
         md('''
+        What float32 halves is the bytes held and moved. The `in` line's time, though, includes
+        the conversion: NumPy first writes a float32 copy of `x` into new host memory, then that
+        copy crosses the bus. So its GB/s is lower than a plain upload of the same array; cast
+        once and keep the float32 copy (`x32 = x.astype(np.float32)`) when a notebook uploads it
+        again and again.
+        '''),
+        md('''
         ### Speed depends on the hardware
 
         Two kinds of work behave differently:
 
-        - **Memory-bound** work, such as `v * 2 + 1`, reads and writes each element once; its
-          time follows the bytes moved, so float32 should take about half the time of float64
-          on any device.
+        - **Memory-bound** work, such as `v * 2 + 1`, reads and writes each element once. If the
+          memory's bandwidth sets its time, float32 takes half the time of float64: half the
+          bytes. Whether it does is a question to measure, below.
         - **Compute-bound** work, such as a matrix product, follows the arithmetic units. Here
           the kind of GPU matters. Data-centre GPUs such as the H100 and H200 are built with
           strong FP64: by NVIDIA's specifications their FP64 rate is half their FP32 rate, and
@@ -474,16 +698,61 @@ def nb02():
             t32 = best_run(c32, repeat=5).gpu_seconds
             rows.append((label, t64, t32, work))
         for label, t64, t32, work in rows:
-            rate = (f"   ({work / t64 / 1e12:.2f} vs {work / t32 / 1e12:.2f} TFLOP/s)" if work else "")
-            print(f"{label:32} float64 {t64 * 1e3:9.3f} ms   float32 {t32 * 1e3:9.3f} ms   "
-                  f"float32 is {t64 / t32:.2f}x faster{rate}")
+            if work:   # a matrix product: 2 n^3 operations
+                rate = f"{work / t64 / 1e12:.2f} vs {work / t32 / 1e12:.2f} TFLOP/s"
+            else:      # v * 2 + 1 is two kernels, each reading and writing every element
+                rate = (f"{4 * v64.nbytes / t64 / 1e9:,.0f} vs {4 * v32.nbytes / t32 / 1e9:,.0f} GB/s, "
+                        f"{2 * N_VEC / t64 / 1e9:.3g} vs {2 * N_VEC / t32 / 1e9:.3g} G elements/s")
+            print(f"{label:30} float64 {t64 * 1e3:8.3f} ms  float32 {t32 * 1e3:8.3f} ms  "
+                  f"float32 {'faster' if t32 < t64 else 'slower'} by {max(t64, t32) / min(t64, t32):.2f}x  ({rate})")
         print(f"measured on {info.name}, {time.strftime('%Y-%m-%d')}")
         '''),
         md('''
-        Read the two lines against the hardware: the memory-bound line should show close to a
-        factor of two on any machine. The matrix-product line depends on the FP64 units: on a
-        data-centre GPU the two precisions come out close; on a consumer GPU float32 wins by a
-        wide margin; on the CPU fallback it is what the CPU's vector units give.
+        For comparison, the plain copy of the same vectors within device memory: on a GPU a
+        `cudaMemcpy`, which does no arithmetic at all and shows what the memory itself can do;
+        on the CPU fallback a NumPy copy.
+        '''),
+        code('''
+        if ON_GPU:
+            import cupy as cp
+            from cupyx.profiler import benchmark
+
+            def plain_copy_seconds(v):
+                dst = cp.empty_like(v)
+                run = benchmark(cp.cuda.runtime.memcpy, (dst.data.ptr, v.data.ptr, v.nbytes,
+                                cp.cuda.runtime.memcpyDeviceToDevice), n_repeat=10)
+                return float(np.median(run.gpu_times))
+        else:
+            def plain_copy_seconds(v):
+                dst = np.empty_like(v)
+                return min(timed(lambda: np.copyto(dst, v)) for _ in range(5))
+
+            def timed(fn):
+                t0 = time.perf_counter()
+                fn()
+                return time.perf_counter() - t0
+        for v in (v64, v32):
+            t = plain_copy_seconds(v)
+            print(f"plain copy, {str(v.dtype):8} {t * 1e3:8.3f} ms  {2 * v.nbytes / t / 1e9:8,.0f} GB/s  "
+                  f"{N_VEC / t / 1e9:6.3g} G elements/s")
+        del v
+        '''),
+        md('''
+        Read the lines against the hardware:
+
+        - **The memory-bound line.** Compare its rates. If float32 reached about twice the GB/s
+          of float64, bandwidth set the time and float32 halved it. If instead both precisions
+          processed about the same number of elements per second, the kernel's work per element
+          (its index arithmetic, one element per GPU thread) set the time, not the bytes: float32
+          then saves memory and transfers but no kernel time. The plain copy tells the two apart:
+          it moves bytes with no per-element work, so when it reaches far more GB/s than the
+          element-wise kernel, the memory was not the limit. On the H200 this notebook was run
+          on, CuPy's element-wise kernels processed about the same number of elements per second
+          in every precision (`benchmarks/dtype_elementwise.py` measures float16 too).
+        - **The matrix-product line** depends on the FP64 units: on a data-centre GPU the two
+          precisions come out close (and float64, which uses the FP64 tensor cores, can even be
+          the faster); on a consumer GPU float32 wins by a wide margin; on the CPU fallback it
+          is what the CPU's vector units give.
 
         float32 has about 7 significant digits, float64 about 16. That is why physics codes that
         add tiny corrections to large values keep float64:
@@ -613,8 +882,9 @@ def nb02():
         - Memory = elements x bytes per element / 1024³ (`%vram_budget --estimate`), and a cell
           needs that for every array alive at once, temporaries included (the peak pool).
         - float32 halves memory and transfers (`--dtype float32`). Whether it also speeds up the
-          arithmetic depends on the GPU: data-centre GPUs are built with strong FP64, consumer
-          GPUs are not. The table in section 2 shows what this machine does.
+          work depends on what limits it: an element-wise kernel bound by elements per second
+          gains nothing, and matrix products depend on the GPU (data-centre GPUs are built with
+          strong FP64, consumer GPUs are not). The table in section 2 shows what this machine does.
         - float32 keeps about 7 digits: keep float64 where the problem needs it.
         - A cell over budget stops with a `BudgetExceeded` that says what was asked, the budget,
           and what to try; your variables stay as they were. In-place operations (`out=`, `+=`)
@@ -768,9 +1038,10 @@ def nb03():
         '''),
         md('''
         The first call of each reduction compiles its GPU kernel (notebook 04 shows warm-up in
-        detail), and in a batched cell that happens in the first batch, inside the timed run.
-        So the cell below runs once on a small slice first, which fits the budget and is not
-        batched:
+        detail), and in a batched cell that happens in the first batch, inside the timed run
+        (`--warmup` is not run in a batched cell: its first, small batch warms the pool, but a
+        compilation still counts). So the next cell runs the same code once on the first 1,024
+        rows, which fit the budget and are not batched:
         '''),
         code('''
         REDUCE = """
@@ -838,6 +1109,8 @@ def nb03():
         print(f"whole array: {'pinned' if whole.inputs[0].pinned else 'pageable'} upload, "
               f"{x.nbytes / whole.wall_seconds / 1e9:.2f} GB/s end to end")
         del y
+        print(f"released {cupy_magic.free_cached() / 2**30:.2f} GiB of cached blocks "
+              "(they would count against the budget set next)")
         '''),
         code('''
         %vram_budget $BUDGET
@@ -864,8 +1137,11 @@ def nb03():
         How to read the chart on a GPU: the guide loop pays for every transfer from pageable
         memory and waits between steps. The whole-array cell needs VRAM for the whole input and
         its temporaries, which is exactly what you do not have when the data is larger than the
-        card. The batched cells stream the data within the budget; the second one starts with
-        `x` already pinned. On the CPU fallback every bar is NumPy in host RAM, and the
+        card; and nothing in it overlaps: the upload, then the kernels, then one download of the
+        whole result into new host memory, whose pages the operating system maps as the copy
+        writes them (notebook 01, exercise 2, measures how much that costs). The batched cells
+        stream the data within the budget; the second one starts with `x` already pinned and
+        its result lands in the pinned block the first one left. On the CPU fallback every bar is NumPy in host RAM, and the
         differences are the extra copies each approach makes.
 
         ## 4. Pinned and pageable memory
@@ -927,7 +1203,7 @@ def nb03():
               f"sum {t_transfer + t_compute:.3f} s")
         print(f"streamed: 1 stream {t_stream[1]:.3f} s, 3 streams {t_stream[3]:.3f} s")
         hidden = (t_transfer + t_compute - t_stream[3]) / min(t_transfer, t_compute)
-        print(f"3 streams hid {max(hidden, 0):.0%} of the shorter part "
+        print(f"3 streams hid {min(max(hidden, 0), 1):.0%} of the shorter part "
               f"({'compute' if t_compute < t_transfer else 'transfer'})")
         '''),
         code('''
@@ -948,8 +1224,9 @@ def nb03():
         md('''
         On a GPU, a streamed bar below the dashed line (the sum) is overlap: the copies of one
         batch ran while another batch computed. The printed line says how much of the shorter
-        part was hidden. With one stream each batch waits for the one before, as in the guide's
-        loop, so copies and compute do not overlap. On the CPU fallback the batches run one after
+        part was hidden (at most all of it). With one stream each batch waits for the one
+        before, as in the guide's loop, so copies and compute do not overlap, and the bar can
+        stand at or above the dashed line: each batch also pays its own launch and wait. On the CPU fallback the batches run one after
         the other, so the streamed bars stay near the sum or above it.
 
         ### The timeline
@@ -1132,10 +1409,11 @@ def nb04():
 
         The loop asks the device "is the maximum above 0.5?" at every step. The report names
         the line, says why it syncs and what to write instead; on a GPU it also says how many
-        times it happened.
+        times it happened. (`--warmup` runs the cell once on a tiny slice first, so that the
+        report's GPU time leaves out compiling the kernels: section 6 says more.)
         '''),
         code('''
-        %%gpu
+        %%gpu --warmup
         y = np.sqrt(x)
         for step in range(STEPS):
             if y.max() > 0.5:          # the host waits for the device here
@@ -1146,7 +1424,7 @@ def nb04():
         picks between the two results without asking the host. The report has no sync row:
         '''),
         code('''
-        %%gpu
+        %%gpu --warmup
         y = np.sqrt(x)
         for step in range(STEPS):
             y = np.where(y.max() > 0.5, y * 0.999, y)
@@ -1204,14 +1482,14 @@ def nb04():
         as a device array and let `np.where` use it:
         '''),
         code('''
-        %%gpu
+        %%gpu --warmup
         y = x - 0.5
         for step in range(STEPS):
             if np.any(y < 0):
                 y = y + 0.01
         '''),
         code('''
-        %%gpu
+        %%gpu --warmup
         y = x - 0.5
         for step in range(STEPS):
             y = np.where(np.any(y < 0), y + 0.01, y)
@@ -1324,7 +1602,7 @@ def nb04():
         a = x + 1.0     # values in [1, 2)
         '''),
         code('''
-        %%gpu
+        %%gpu --warmup
         r = np.ones_like(a)
         err = 1.0
         while err > 1e-6:
@@ -1336,7 +1614,7 @@ def nb04():
         # your code here
         '''),
         solution('''
-        %%gpu
+        %%gpu --warmup
         r = np.ones_like(a)
         for it in range(20):              # enough steps for float32; no decision on the host
             r = 0.5 * (r + a / r)
@@ -1357,7 +1635,7 @@ def nb04():
         # your code here
         '''),
         solution('''
-        %%gpu --to-host
+        %%gpu --to-host pos_mean_2
         keep = x > 0.5                                  # the mask stays on the device
         pos_mean_2 = np.where(keep, x, 0).sum() / keep.sum()
         '''),
@@ -1393,7 +1671,7 @@ def nb05():
         | vectorise | replace Python `for` loops with array operations | very high |
         | coalesced access | neighbouring threads read neighbouring addresses: structure of arrays | high |
         | memory pool | give cached blocks back (`cupy_magic.free_cached()`) | avoids out-of-memory in long runs |
-        | pinned memory | page-locked host memory for transfers | faster uploads and downloads |
+        | pinned memory | page-locked host memory for transfers | faster transfers (section 4 measures uploads) |
 
         Each section measures one row on the machine running this notebook. On a machine
         without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
@@ -1541,6 +1819,11 @@ def nb05():
         script), `%vram_panel --text` prints one summary.
         '''),
         code("%vram_panel"),
+        md('''
+        The panel's device total comes from NVML, the driver's management library, and is the
+        device's physical memory; the total CUDA reports (printed by the setup cell, and used by
+        `%vram_budget`) leaves out what the driver reserves for itself, so it is a little smaller.
+        '''),
         code('''
         %%gpu --quiet
         blocks = [np.empty(int(BLOCK * (1 + i % 5)), dtype=np.float32) for i in range(40)]
@@ -1566,7 +1849,8 @@ def nb05():
         '''),
         code('''
         import cupy_magic.backend
-        print(f"on a GPU, inputs of {cupy_magic.backend.REGISTER_MIN_BYTES / 2**20:.0f} MiB or more are page-locked")
+        print(f"on a GPU, contiguous NumPy-owned inputs of {cupy_magic.backend.REGISTER_MIN_BYTES / 2**20:.0f} MiB "
+              "or more are page-locked")
         big = 2**28 if ON_GPU else 2**24            # float32 elements: 1 GiB on a GPU
         rng = np.random.default_rng(1)
         inputs = {
@@ -1657,6 +1941,7 @@ def nb05():
 
 
 NOTEBOOKS = {
+    "00_tour.ipynb": nb00,
     "01_host_vs_device.ipynb": nb01,
     "02_vram_budget.ipynb": nb02,
     "03_batching_streams.ipynb": nb03,

@@ -388,9 +388,12 @@ def test_syncs_error_stops_at_the_first_and_commits_nothing(ip):
     from cupy_magic.sync_record import HostSyncError
 
     ip.user_ns["x"] = np.arange(10.0)
-    with pytest.raises(HostSyncError, match=r"line 3: `if y.max\(\) > 0:`"):
+    with pytest.raises(HostSyncError, match=r"line 3: `if y.max\(\) > 0:`") as info:
         gpu(ip, SYNC_CELL, "--quiet --syncs error")
     assert "y" not in ip.user_ns and "n" not in ip.user_ns
+    if backend.current().is_gpu:  # raised while the cell runs: the traceback ends at its line
+        last = list(_walk(info.tb))[-1]
+        assert last.tb_lineno == 3 and "cupy_magic" not in last.tb_frame.f_code.co_filename
 
 
 def test_syncs_off_and_session_default(ip):

@@ -281,6 +281,9 @@ def test_gpu_second_cell_finds_the_input_and_a_result_block_page_locked(ip, pois
     first = gpu(ip, "y = np.sqrt(x * x + 1)\n", "--batch --batch-rows 500000")
     # first touch: every batch staged once (the input is page-locked after the run)
     assert first.batch.staged_batches == first.batch.batches == 12
+    assert first.batch.staged == {"x": "input not page-locked (yet)",
+                                  "y": "result in new host memory"}
+    assert "(x: input not page-locked (yet); y: result in new host memory)" in str(first.batch)
     ptr = ip.user_ns["y"].ctypes.data
     del ip.user_ns["y"]  # its page-locked block goes back to the cache
     gc.collect()
@@ -289,6 +292,7 @@ def test_gpu_second_cell_finds_the_input_and_a_result_block_page_locked(ip, pois
     np.testing.assert_allclose(ip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
     # The input stays page-locked and the rows land in the reused block: nothing is staged.
     assert second.inputs[0].pinned and second.batch.staged_batches == 0
+    assert second.batch.staged == {} and "staged" not in str(second.batch)
     assert ip.user_ns["y"].ctypes.data == ptr and host_mem.locked(ip.user_ns["y"])
     assert host_mem.stats()["cached_bytes"] == 0
     del ip.user_ns["y"]
@@ -347,6 +351,9 @@ def test_streamed_inputs_say_their_time_is_the_whole_run_and_what_a_cast_saved(i
     move = cupy_magic.last_report().inputs[0]
     assert move.streamed and move.saved_bytes == 400 * 3 * 4
     assert "streamed: upload + compute + results" in str(cupy_magic.last_report())
+    staged = cupy_magic.last_report().batch.staged  # what went through staging, and why
+    assert staged == ({"x": "input cast to float32", "y": "result in new host memory"}
+                      if backend.current().is_gpu else {})
 
 
 def test_a_fixed_batch_size_equal_to_another_axis_does_not_pass_a_reduction_for_rows(ip):

@@ -1,0 +1,62 @@
+"""The workshop notebooks: what scripts/make_notebooks.py writes is what is committed, and each
+notebook has exercises, collapsed solutions and a "what you learned" (issue 6).
+
+Running them is `scripts/run-notebooks` (CI runs every notebook on the CPU fallback; the GPU
+check runs them on the H200); these tests read them only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _maker():
+    spec = importlib.util.spec_from_file_location("make_notebooks",
+                                                  ROOT / "scripts" / "make_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_committed_notebook_is_written_by_the_script():
+    maker = _maker()
+    assert sorted(maker.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        committed = nbformat.read(path, as_version=4)
+        built = maker.NOTEBOOKS[path.name]()
+        assert [(c.cell_type, c.source) for c in committed.cells] == \
+            [(c.cell_type, c.source) for c in built.cells], \
+            f"{path.name} differs from scripts/make_notebooks.py: run it, then the notebooks"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_have_collapsed_solutions_and_a_summary(path):
+    nb = nbformat.read(path, as_version=4)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert sum("exercise" in t for t in tags) >= 2
+    solutions = [c for c, t in zip(nb.cells, tags, strict=True) if "solution" in t]
+    assert solutions
+    for cell in solutions:
+        assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    assert nb.cells[-1].cell_type == "markdown"
+    assert nb.cells[-1].source.startswith("## What you learned")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_outputs_come_from_a_gpu_and_say_when(path):
+    """Committed outputs are a GPU run's (readers see real figures), with its date printed."""
+    nb = nbformat.read(path, as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    if not text:
+        pytest.skip(f"{path.name} has no outputs yet (written by the script, not run)")
+    assert "NVIDIA" in text and "CPU (NumPy)" not in text
+    assert re.search(r"\b20\d\d-\d\d-\d\d\b", text)
