@@ -33,7 +33,8 @@ class GpuMagics(Magics):
     @argument("--dtype", default=None, metavar="DTYPE",
               help=f"downcast float64 inputs on the way in; one of {', '.join(CAST_TARGETS)}")
     @argument("--warmup", action="store_true",
-              help="run once on a small slice of the inputs first, then time the real run")
+              help="run once on the first rows of the inputs (at least 4,096 elements) first, then "
+                   "time the real run")
     @argument("--quiet", action="store_true", help="show no report")
     @argument("--panel", action="store_true",
               help="show a live VRAM panel above the cell's output while it runs")

@@ -341,7 +341,7 @@ def run_batched(plan: _Plan, namespace: dict[str, Any], opts: BatchOptions | Non
         run.abort()
         traceback.clear_frames(exc.__traceback__)
         gc.collect()
-        new = _explain_oom(exc, be, run.peak)
+        new = _explain_oom(exc, be, run.peak, filename)
         if hasattr(new, "add_note"):  # Python 3.11+
             new.add_note(run.where(exc))
         else:

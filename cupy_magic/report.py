@@ -59,6 +59,7 @@ class RunReport:
     gpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     warmup_seconds: float | None = None
+    warmup_rows: int = 0
     peak_pool_bytes: int = 0
     start_pool_bytes: int = 0
     budget_bytes: int | None = None
@@ -79,6 +80,10 @@ class RunReport:
         return {o.name: o for o in self.outputs}
 
     # --- text ---------------------------------------------------------------------------
+    def _warmup_slice(self) -> str:
+        return (f"the first {self.warmup_rows:,} rows" if self.warmup_rows
+                else "the whole cell (no input to slice)")
+
     def _timing_label(self) -> str:
         return "GPU time (CUDA events)" if self.backend == "cupy" else "CPU time (host fallback)"
 
@@ -94,8 +99,8 @@ class RunReport:
         else:
             out.append("  in   no NumPy inputs moved")
         if self.warmup_seconds is not None:
-            out.append(f"  warm-up run on a small slice: {self.warmup_seconds * 1e3:.1f} ms "
-                       "(not counted below)")
+            out.append(f"  warm-up run on {self._warmup_slice()}: "
+                       f"{self.warmup_seconds * 1e3:.1f} ms (not counted below)")
         out.append(f"  run  {self._timing_label()}: {self.gpu_seconds * 1e3:.2f} ms; "
                    f"wall {self.wall_seconds * 1e3:.1f} ms")
         budget = (f" of budget {format_bytes(self.budget_bytes)}"
@@ -135,7 +140,7 @@ class RunReport:
         if not self.inputs:
             row("in", "no NumPy inputs moved")
         if self.warmup_seconds is not None:
-            row("warm-up", f"{self.warmup_seconds * 1e3:.1f} ms on a small slice")
+            row("warm-up", f"{self.warmup_seconds * 1e3:.1f} ms on {self._warmup_slice()}")
         row(self._timing_label(), f"<b>{self.gpu_seconds * 1e3:.2f} ms</b> "
             f"(wall {self.wall_seconds * 1e3:.1f} ms)")
         if self.budget_bytes:

@@ -15,6 +15,7 @@ import functools
 import gc
 import itertools
 import linecache
+import re
 import time
 import traceback
 from collections.abc import Iterable
@@ -41,7 +42,11 @@ SYNC_MODES = ("warn", "error", "off")
 
 CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
                 "float16": {"float64": "float16", "float32": "float16"}}
-_WARMUP_ROWS = 2
+# The --warmup slice: at least this many elements of each cut input (and 2 rows). CuPy compiles
+# a reduction for the block size it picks from the reduced length, up to 512 threads once more
+# than 1,024 elements are reduced (its CUB path): a 2-element slice compiled other kernels
+# than the full run, which then compiled its own inside the timed run (4-5 s each on the H200).
+_WARMUP_ELEMENTS = 4096
 _counter = itertools.count(1)
 
 
@@ -164,16 +169,40 @@ def _check_budget(plan: _Plan, dtype: str | None, be: _backend.Backend) -> None:
         raise err
 
 
-def _explain_oom(exc: BaseException, be: _backend.Backend, peak: int) -> BaseException:
+_CUPY_OOM = re.compile(
+    r"Out of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes")
+
+
+def _cell_line(tb: TracebackType | None, filename: str | None) -> str:
+    """``line N `code` `` for the cell's innermost frame in ``tb``, or ``""``."""
+    found = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            found = tb.tb_lineno
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = linecache.getline(filename or "", found).strip()
+    return f"line {found} `{code}` " if code else f"line {found} "
+
+
+def _explain_oom(exc: BaseException, be: _backend.Backend, peak: int,
+                 filename: str | None = None) -> BaseException:
     """Turn an out-of-memory error into one that says what was asked and what to try."""
     if not isinstance(exc, MemoryError) or getattr(exc, "explained", False):
         return exc
     limit = be.limit
     where = (f"the VRAM budget of {format_bytes(limit)} (set with %vram_budget)"
              if limit else "the device's free memory")
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    first = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
+    asked = _CUPY_OOM.search(first)
     if hasattr(exc, "line"):
         head = f"over the budget: {first}"
+    elif asked:
+        size, held = (int(g.replace(",", "")) for g in asked.groups())
+        head = (f"{_cell_line(exc.__traceback__, filename)}asked the pool for "
+                f"{format_bytes(size)} ({size:,} bytes) while it held {format_bytes(held)}: "
+                f"over {where}; the cell had reached {format_bytes(peak)} in the pool")
     else:
         head = (f"out of memory: {first}; the cell reached {format_bytes(peak)} in the pool, "
                 f"against {where}")
@@ -271,18 +300,22 @@ def run_cell(
     if syncs == "error" and findings and not be.is_gpu:
         first = findings[0]
         raise HostSyncError(first.line, first.code)
-    from . import pipeline  # imports this module: keep it out of the module's top
+    from . import pipeline, planner  # they import this module: keep them out of its top
 
     reason = pipeline.batch_reason(plan.inputs, batch, be, dtype)
     if reason:
+        warm = None
+        if warmup:  # unbatched on a slice of the batched inputs, then the --reduce rules once
+            names, _ = planner.select_inputs(plan.inputs, batch or planner.BatchOptions())
+            warm = _warmup(plan, dtype, be, namespace, set(names),
+                           batch.reduce if batch is not None else {})
         recorder = _recorder(be, filename, source, syncs)
         with recorder:
             report = pipeline.run_batched(plan, namespace, batch, reason, to_host=to_host,
                                           dtype=dtype, filename=filename, be=be)
         _attach_syncs(report, syncs, findings, recorder)
-        if warmup:
-            report.notes.append("--warmup was not run: in a batched run the first, small "
-                                "batch compiles the kernels and warms the pool before the rest")
+        if warm is not None:
+            report.warmup_seconds, report.warmup_rows = warm
         return report
     _check_budget(plan, dtype, be)
     info = be.info()
@@ -296,7 +329,7 @@ def run_cell(
     mem = None
     try:
         if warmup:
-            report.warmup_seconds = _warmup(plan, dtype, be, namespace)
+            report.warmup_seconds, report.warmup_rows = _warmup(plan, dtype, be, namespace)
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
             moved, report.inputs = _move_inputs(plan, dtype, be)
@@ -314,7 +347,7 @@ def run_cell(
         moved.clear()
         traceback.clear_frames(exc.__traceback__)
         gc.collect()
-        new = _explain_oom(exc, be, peak)
+        new = _explain_oom(exc, be, peak, filename)
         # Our own errors end at the cell's line: the frames below it (CuPy's, the recorder's
         # hook) say nothing to the user.
         cell_tb = _cell_traceback(exc.__traceback__, filename,
@@ -347,14 +380,32 @@ def _attach_syncs(report: RunReport, syncs: str, findings: list,
     report.syncs = merge(findings, counts)
 
 
-def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend,
-            namespace: dict[str, Any]) -> float:
+def warmup_rows(inputs: dict[str, np.ndarray], cut: set[str] | None = None) -> int:
+    """Rows of the ``--warmup`` slice: 2, or enough for ``_WARMUP_ELEMENTS`` elements of
+    every cut input, so that CuPy compiles the kernels the full-size run uses."""
+    arrays = [a for n, a in inputs.items() if a.ndim and (cut is None or n in cut)]
+    if not arrays:
+        return 0
+    longest = max(a.shape[0] for a in arrays)
+    per_row = min(max(1, int(np.prod(a.shape[1:], dtype=np.int64))) for a in arrays
+                  if a.shape[0] == longest)
+    return min(longest, max(2, -(-_WARMUP_ELEMENTS // per_row)))
+
+
+def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend, namespace: dict[str, Any],
+            cut: set[str] | None = None,
+            reduce: dict[str, str] | None = None) -> tuple[float, int]:
+    """Run the cell once on the first rows of the inputs it would cut (by default those with
+    the largest leading length), commit nothing, and apply the ``reduce`` rules to its
+    results once (their kernels compile too). Returns the seconds it took and its rows."""
     __tracebackhide__ = True
     # Only the inputs with the largest leading length are cut (the ones batching would cut):
     # smaller ones, such as weights, keep their shape so that the cell's shapes still agree.
-    longest = max((a.shape[0] for a in plan.inputs.values() if a.ndim), default=0)
-    small = {n: (a[:_WARMUP_ROWS] if a.ndim and a.shape[0] == longest else a)
-             for n, a in plan.inputs.items()}
+    if cut is None:
+        longest = max((a.shape[0] for a in plan.inputs.values() if a.ndim), default=0)
+        cut = {n for n, a in plan.inputs.items() if a.ndim and a.shape[0] == longest}
+    rows = warmup_rows(plan.inputs, cut)
+    small = {n: (a[:rows] if n in cut else a) for n, a in plan.inputs.items()}
     slim = _Plan(plan.code, small, plan.overrides, plan.stored, plan.deleted)
     t0 = time.perf_counter()
     scratch: dict[str, Any] = {}
@@ -362,13 +413,19 @@ def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend,
         moved, _ = _move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
         exec(plan.code, scratch)
+        from . import planner  # imports this module
+
+        for name, rule in (reduce or {}).items():
+            if name in scratch:
+                planner.combine(rule, [(scratch[name], rows), (scratch[name], rows)], be.xp)
         be.synchronize()
     except Exception as exc:
+        what = f"the first {rows:,} rows of {', '.join(sorted(cut))}" if rows else "the cell"
         raise CellError(
-            f"the --warmup run on the first {_WARMUP_ROWS} rows of the inputs failed with "
+            f"the --warmup run on {what} failed with "
             f"{type(exc).__name__}: {exc}; run without --warmup, or make the cell work on "
             "any number of rows"
         ) from exc
     finally:
         scratch.clear()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, rows

@@ -264,7 +264,7 @@ def nb00():
         # your code here
         '''),
         solution('''
-        %vram_budget --estimate 10000x10000 complex128
+        print(cupy_magic.estimate("10000x10000", "complex128"))  # %vram_budget --estimate ... as a value
         print(cupy_magic.estimate(x.shape, "float32"))
         get_ipython().run_cell_magic("gpu", "--quiet --dtype float32", "x32 = x + 0")
         print(f"x32 on the device: {x32.nbytes / 1e6:,.0f} MB "
@@ -414,7 +414,8 @@ def nb01():
         costs (launching work on the device, a transfer's latency) dominate, and the host is
         fastest, even against the device's compute alone. As arrays grow, the device's
         compute-only line falls far below the host's, but the line with transfers stays far
-        above it: for work this light, moving the data, not the arithmetic, sets the price. Of
+        above the compute-only one, within a small factor of the host's (the table's last
+        column): for work this light, moving the data, not the arithmetic, sets the price. Of
         that price the way back is the larger part here: the result lands in new host memory,
         which the operating system must map page by page as it is written (exercise 2 measures
         the download). On the CPU fallback all three lines are NumPy, and the "with transfers"
@@ -792,9 +793,9 @@ def nb02():
         '''),
         md('''
         How to read it: the last line of the traceback is a `BudgetExceeded` (a `MemoryError`).
-        It says what took the cell over the budget (on a GPU, the allocation CuPy was asked for
-        and what the pool already held; on the CPU fallback, the line and the memory it reached),
-        the budget, and what to try. The cell is a transaction: nothing it assigned reached your
+        It names the line that took the cell over the budget and what it asked for (on a GPU,
+        the allocation and what the memory pool already held; on the CPU fallback, the memory
+        the cell reached), the budget, and what to try. The cell is a transaction: nothing it assigned reached your
         variables.
         '''),
         code('''
@@ -1038,24 +1039,12 @@ def nb03():
         '''),
         md('''
         The first call of each reduction compiles its GPU kernel (notebook 04 shows warm-up in
-        detail), and in a batched cell that happens in the first batch, inside the timed run
-        (`--warmup` is not run in a batched cell: its first, small batch warms the pool, but a
-        compilation still counts). So the next cell runs the same code once on the first 1,024
-        rows, which fit the budget and are not batched:
+        detail); in a batched cell that would happen in the first batch, inside the timed run.
+        `--warmup` runs the cell once, unbatched, on the first rows of `x`, and joins its
+        results with the rules once, so that the timed run compiles nothing:
         '''),
         code('''
-        REDUCE = """
-        y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
-        total = y.sum(dtype=np.float64)
-        top = y.max()
-        avg = y.mean(dtype=np.float64)
-        """
-        t0 = time.perf_counter()
-        cupy_magic.run_cell(REDUCE, {"np": np, "x": x[:1024]}, syncs="off")
-        print(f"warm-up on 1,024 rows (compiles the reductions): {time.perf_counter() - t0:.2f} s")
-        '''),
-        code('''
-        %%gpu --reduce total=sum,top=max,avg=mean
+        %%gpu --warmup --reduce total=sum,top=max,avg=mean
         y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)
         total = y.sum(dtype=np.float64)
         top = y.max()
@@ -1237,9 +1226,10 @@ def nb03():
         one lane per stream, overlap shows as bars of different lanes side by side in time;
         `report.batch.overlap` is the number of batches in flight on average.
 
-        Measuring has a cost here. The GPU writes a timing event's time only once the work
-        queued ahead of it is done, so the streams overlap less while a timeline is recorded.
-        That is why it is off by default; the cell below measures how much it costs.
+        Measuring can cost something. The GPU writes a timing event's time only once the work
+        queued ahead of it is done, which can make the streams overlap less while a timeline is
+        recorded; that is why it is off by default. The cell below measures what it costs on
+        this machine (on the CPU fallback there are no events, and any difference is noise).
         '''),
         code('''
         streamed = {k: best_run(KERNEL, {"np": np, "x": x}, key="wall_seconds",
@@ -1247,7 +1237,8 @@ def nb03():
                     for k in (1, 3)}
         for k in (1, 3):
             print(f"{k} stream(s): {x.nbytes / t_stream[k] / 1e9:6.2f} GB/s, "
-                  f"{x.nbytes / streamed[k].wall_seconds / 1e9:6.2f} GB/s with --timeline")
+                  f"{x.nbytes / streamed[k].wall_seconds / 1e9:6.2f} GB/s with --timeline "
+                  f"({streamed[k].wall_seconds / t_stream[k] - 1:+.0%} time)")
         '''),
         code('''
         fig, axes = plt.subplots(2, 1, figsize=(8, 3.8), sharex=True)
@@ -1319,6 +1310,7 @@ def nb03():
                              batch=BatchOptions(rows=r_rows, streams=k))
                 print(f"{r_rows:12,} {k:8d} {x.nbytes / r.wall_seconds / 1e9:8.2f}")
         print(f"on {info.name}")
+        cupy_magic.free_cached()      # blocks cached by the larger batches would count against it
         cupy_magic.set_budget(BUDGET)
         '''),
         md('''
@@ -1400,7 +1392,7 @@ def nb04():
         code(SETUP),
         SETUP_NOTE,
         code('''
-        N = 2**22 if ON_GPU else 2**18
+        N = 2**25 if ON_GPU else 2**18   # float32: 128 MiB on a GPU, 1 MiB on the CPU fallback
         STEPS = 200
         x = np.random.default_rng(0).random(N, dtype=np.float32)
         '''),
@@ -1409,7 +1401,7 @@ def nb04():
 
         The loop asks the device "is the maximum above 0.5?" at every step. The report names
         the line, says why it syncs and what to write instead; on a GPU it also says how many
-        times it happened. (`--warmup` runs the cell once on a tiny slice first, so that the
+        times it happened. (`--warmup` runs the cell once on a small slice first, so that the
         report's GPU time leaves out compiling the kernels: section 6 says more.)
         '''),
         code('''
@@ -1421,13 +1413,16 @@ def nb04():
         '''),
         md('''
         The fix keeps the decision on the device: `np.where` (CuPy's `where` inside `%%gpu`)
-        picks between the two results without asking the host. The report has no sync row:
+        picks the factor, 0.999 or 1, without asking the host, and the multiplication always
+        runs. The two factors are float32, like `y`: with Python floats `np.where` would return
+        a float64 value, and `y * value` would then be computed in float64. The report has no
+        sync row:
         '''),
         code('''
         %%gpu --warmup
         y = np.sqrt(x)
         for step in range(STEPS):
-            y = np.where(y.max() > 0.5, y * 0.999, y)
+            y = y * np.where(y.max() > 0.5, np.float32(0.999), np.float32(1.0))
         '''),
         code('''
         BAD = """
@@ -1439,7 +1434,7 @@ def nb04():
         GOOD = """
         y = np.sqrt(x)
         for step in range(STEPS):
-            y = np.where(y.max() > 0.5, y * 0.999, y)
+            y = y * np.where(y.max() > 0.5, np.float32(0.999), np.float32(1.0))
         """
         t_bad = best_run(BAD).gpu_seconds
         t_good = best_run(GOOD).gpu_seconds
@@ -1447,9 +1442,15 @@ def nb04():
               f"host-decides / device-decides = {t_bad / t_good:.2f} ({info.name})")
         '''),
         md('''
-        On a GPU the ratio is above 1: the `where` version does a little more arithmetic, but
-        the device never stops to wait for Python. On the CPU fallback there is no queue, so the
-        ratio shows only the extra arithmetic of `where` (it can be below 1).
+        Both versions do the same work on the device, plus one tiny `where` on a single value in
+        the second. What differs is the waiting. At each sync the device finishes its queue
+        and then sits idle while Python, told the answer, queues the next step; without syncs
+        Python runs ahead and the queue never empties. So a ratio above 1 is the device's idle
+        time at the syncs. It is largest when a step's device work takes about as long as
+        Python takes to queue it; with much more work per step the idle gaps matter less, and
+        with much less (tiny arrays) both versions wait for Python anyway. On the CPU fallback
+        there is no queue and nothing waits: the ratio shows only the cost of the extra `where`
+        call (below 1).
 
         ## 2. `print` in a loop
 
@@ -1547,7 +1548,7 @@ def nb04():
         %%gpu --quiet
         y = np.sqrt(x)
         for step in range(STEPS):
-            y = np.where(y.max() > 0.5, y * 0.999, y)
+            y = y * np.where(y.max() > 0.5, np.float32(0.999), np.float32(1.0))
         '''),
         code('''
         %gpu_syncs warn
@@ -1579,8 +1580,10 @@ def nb04():
         and the two runs take about the same time.
 
         Before timing or a long production run, run once on small data. `--warmup` does that for
-        you: it runs the cell on the first 2 rows of its inputs, then times the real run. Again
-        with functions not used before:
+        you: it runs the cell on the first rows of its inputs, then times the real run. It takes
+        at least 4,096 elements: CuPy compiles a reduction (a sum, a maximum) for the number of
+        GPU threads it picks from the reduced length, so on a much smaller slice it would
+        compile other kernels than the real run needs. Again with functions not used before:
         '''),
         code('''
         %%gpu --warmup
@@ -1588,8 +1591,8 @@ def nb04():
         '''),
         code('''
         r = cupy_magic.last_report()
-        print(f"warm-up on 2 elements {r.warmup_seconds * 1e3:.2f} ms; the timed run on {N:,} elements "
-              f"{r.gpu_seconds * 1e3:.2f} ms")
+        print(f"warm-up on {r.warmup_rows:,} elements {r.warmup_seconds * 1e3:.2f} ms; "
+              f"the timed run on {N:,} elements {r.gpu_seconds * 1e3:.2f} ms")
         '''),
         md('''
         ## Exercises

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import uuid
 
 import numpy as np
 import pytest
@@ -23,7 +24,8 @@ def test_cuda_events_time_the_cell(gip):
     import cupy
 
     gip.user_ns["a"] = np.random.rand(2048, 2048).astype(np.float32)
-    # a @ a.T also works on --warmup's 2-row slice (a @ a would not: 2x2048 @ 2x2048)
+    # a @ a.T also works on --warmup's 2-row slice (a @ a would not: 2x2048 @ 2x2048; 2 rows
+    # of 2,048 make the 4,096 elements a warm-up needs)
     gip.run_cell_magic("gpu", "--quiet --warmup", "for _ in range(20):\n    b = a @ a.T\n")
     r = cupy_magic.last_report()
     assert isinstance(gip.user_ns["b"], cupy.ndarray)
@@ -50,7 +52,9 @@ def test_pool_limit_raises_and_is_explained(gip):
     with pytest.raises(backend.BudgetExceeded) as info:
         gip.run_cell_magic("gpu", "--quiet", "big = np.ones((512, 1024, 1024), dtype=np.float32)")
     msg = str(info.value)
-    assert "Out of memory allocating 2,147,483,648 bytes" in msg
+    assert msg.startswith("line 1 `big = np.ones((512, 1024, 1024), dtype=np.float32)` asked "
+                          "the pool for 2.00 GiB (2,147,483,648 bytes) while it held ")
+    assert ".;" not in msg and "Out of memory" not in msg
     assert "VRAM budget of 244.14 MiB" in msg and "Try batching" in msg
 
 
@@ -92,3 +96,30 @@ def test_the_report_says_how_long_the_host_waited_at_a_sync(gip):
     # 30 matmuls of 4096^3 are queued when float() asks for the value: the host waits for them
     assert rows[0].wait_seconds is not None and rows[0].wait_seconds > 0.001
     assert "ms waiting" in rows[0].describe()
+
+
+def test_warmup_compiles_the_reduction_kernels_the_full_run_uses(gip):
+    # A reduction kernel of its own (a new name, so nothing is cached on disk or in memory),
+    # over 4M elements. CuPy compiles a reduction for the block size it picks from the reduced
+    # length: a warm-up over 2 elements compiled a different kernel, and the real one (seconds
+    # through CUB) was then compiled inside the timed run.
+    name = f"sq_sum_{uuid.uuid4().hex[:10]}"
+    x = np.random.rand(2**22).astype(np.float32)
+    gip.user_ns["x"] = x
+    kernel = f"k = cp.ReductionKernel('T x', 'T y', 'x * x', 'a + b', 'y = a', '0', '{name}')\n"
+    gip.run_cell_magic("gpu", "--quiet --warmup", kernel + "s = k(x)\n")
+    r = cupy_magic.last_report()
+    assert r.warmup_rows == 4096 and r.warmup_seconds > 0.05  # it compiled
+    assert r.gpu_seconds < 0.5, f"the timed run compiled again: {r.gpu_seconds:.2f} s"
+    assert float(gip.user_ns["s"]) == pytest.approx(float((x.astype(np.float64) ** 2).sum()),
+                                                    rel=1e-4)
+    # The same in a batched run: the warm-up is unbatched on the slice, then the rules join.
+    name = f"sq_sum_{uuid.uuid4().hex[:10]}"
+    kernel = f"k = cp.ReductionKernel('T x', 'T y', 'x * x', 'a + b', 'y = a', '0', '{name}')\n"
+    gip.run_cell_magic("gpu", "--quiet --warmup --batch-rows 1048576 --reduce s=sum",
+                       kernel + "s = k(x)\n")
+    r = cupy_magic.last_report()
+    assert r.batch is not None and r.batch.batches >= 4 and r.warmup_rows == 4096
+    assert r.gpu_seconds < 0.5, f"the batched run compiled again: {r.gpu_seconds:.2f} s"
+    assert float(gip.user_ns["s"]) == pytest.approx(float((x.astype(np.float64) ** 2).sum()),
+                                                    rel=1e-4)

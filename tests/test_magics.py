@@ -167,18 +167,36 @@ def test_dtype_float32_downcasts_and_reports_saved_bytes(ip, xp):
 
 
 def test_warmup_runs_first_on_a_slice_and_times_the_real_run(ip):
-    ip.user_ns["x"] = np.arange(100.0)
+    ip.user_ns["x"] = np.arange(10_000.0)
     ip.user_ns["calls"] = []
     gpu(ip, "calls.append(len(x))\ny = x * 2\n", "--quiet --warmup")
-    assert ip.user_ns["calls"] == [2, 100]
-    assert cupy_magic.last_report().warmup_seconds is not None
-    assert float(ip.user_ns["y"][-1]) == 198.0
+    # 4,096 elements: CuPy's reductions compile the same kernels as for the full length
+    assert ip.user_ns["calls"] == [4096, 10_000]
+    report = cupy_magic.last_report()
+    assert report.warmup_seconds is not None and report.warmup_rows == 4096
+    assert "warm-up run on the first 4,096 rows" in str(report)
+    assert float(ip.user_ns["y"][-1]) == 19_998.0
+
+
+def test_warmup_slice_has_enough_elements_and_at_least_two_rows(ip):
+    ip.user_ns["m"] = np.ones((1000, 1500))
+    ip.user_ns["calls"] = []
+    gpu(ip, "calls.append(m.shape)\ns = m.sum(axis=1)\n", "--quiet --warmup")
+    assert ip.user_ns["calls"] == [(3, 1500), (1000, 1500)]  # 3 x 1,500 >= 4,096
+    ip.user_ns["w"] = np.ones((10, 5000))
+    ip.user_ns["calls"] = []
+    gpu(ip, "calls.append(w.shape)\n", "--quiet --warmup")
+    assert ip.user_ns["calls"] == [(2, 5000), (10, 5000)]
+    ip.user_ns["small"] = np.arange(10.0)
+    ip.user_ns["calls"] = []
+    gpu(ip, "calls.append(len(small))\n", "--quiet --warmup")
+    assert ip.user_ns["calls"] == [10, 10]  # shorter than the slice: the warm-up is whole
 
 
 def test_warmup_failure_names_the_fix(ip):
-    ip.user_ns["x"] = np.arange(100.0)
-    with pytest.raises(UsageError, match="--warmup run on the first 2 rows"):
-        gpu(ip, "assert len(x) == 100\n", "--quiet --warmup")
+    ip.user_ns["x"] = np.arange(10_000.0)
+    with pytest.raises(UsageError, match="--warmup run on the first 4,096 rows of x failed"):
+        gpu(ip, "assert len(x) == 10_000\n", "--quiet --warmup")
 
 
 def test_report_is_an_object_and_printed_unless_quiet(ip, capsys):
@@ -231,6 +249,23 @@ def test_cell_over_the_budget_stops_explains_and_changes_nothing(ip):
     assert "Try batching" in msg and "--dtype float32" in msg
     assert ip.user_ns["keep"] == 1 and "big" not in ip.user_ns
     assert backend.current().pool_used() == used
+
+
+def test_a_pool_out_of_memory_error_is_rewritten_to_name_the_line_and_sizes(ip):
+    # CuPy's own message, as its pool raises it when a limit is set (a MemoryError subclass)
+    ip.run_line_magic("vram_budget", "16MB")
+    ip.user_ns["keep"] = 1
+    cupy_text = ("Out of memory allocating 2,000,000,000 bytes (allocated so far: 800,000,000 "
+                 "bytes, limit set to: 1,000,000,000 bytes).")
+    ip.user_ns["oom"] = MemoryError(cupy_text)
+    with pytest.raises(BudgetExceeded) as info:
+        gpu(ip, "keep = 2\nraise oom\n")
+    msg = str(info.value)
+    assert msg.startswith("line 2 `raise oom` asked the pool for 1.86 GiB")
+    assert "asked the pool for 1.86 GiB (2,000,000,000 bytes) while it held 762.94 MiB: over " \
+           "the VRAM budget of 15.26 MiB (set with %vram_budget)" in msg
+    assert ".;" not in msg and "Out of memory allocating" not in msg and "Try batching" in msg
+    assert ip.user_ns["keep"] == 1
 
 
 def test_inputs_over_the_budget_are_refused_before_moving(ip):
@@ -426,14 +461,35 @@ def test_gpu_panel_option_runs_the_cell_under_a_panel(ip, capsys):
     assert progress.current() is None
 
 
-def test_batched_cells_report_syncs_and_say_warmup_was_not_run(ip):
+def test_batched_cells_report_syncs(ip):
     ip.user_ns["x"] = np.random.rand(1000, 4)
-    gpu(ip, "y = x * 2\nif y.max() > 0:\n    z = y + 1\n", "--quiet --batch-rows 100 --warmup")
+    gpu(ip, "y = x * 2\nif y.max() > 0:\n    z = y + 1\n", "--quiet --batch-rows 100")
     report = cupy_magic.last_report()
     assert report.batch is not None
     assert [r.line for r in report.syncs] == [2]
-    assert any("--warmup was not run" in n for n in report.notes)
     np.testing.assert_allclose(ip.user_ns["z"], ip.user_ns["x"] * 2 + 1)
+
+
+def test_batched_warmup_runs_a_slice_whole_then_the_batches(ip):
+    x = np.random.rand(20_000)
+    ip.user_ns.update(x=x, calls=[])
+    gpu(ip, "calls.append(len(x))\ny = x * 2\ns = y.sum()\nm = y.mean()\n",
+        "--quiet --batch-rows 5000 --warmup --reduce s=sum,m=mean")
+    calls = ip.user_ns["calls"]
+    assert calls[0] == 4096 and sum(calls[1:]) == 20_000 and len(calls) >= 5
+    report = cupy_magic.last_report()
+    assert report.batch is not None and report.warmup_rows == 4096
+    assert report.warmup_seconds is not None and not report.notes
+    assert float(ip.user_ns["s"]) == pytest.approx(2 * x.sum())
+    assert float(ip.user_ns["m"]) == pytest.approx(2 * x.mean())
+    np.testing.assert_array_equal(ip.user_ns["y"], 2 * x)
+
+
+def test_batched_warmup_cuts_the_inputs_named_by_batch(ip):
+    ip.user_ns.update(a=np.ones((3000, 2)), b=np.ones((8000,)), calls=[])
+    gpu(ip, "calls.append((len(a), len(b)))\nc = a * 2\n", "--quiet --batch a --batch-rows 1000 "
+        "--warmup")
+    assert ip.user_ns["calls"][0] == (2048, 8000)  # a cut to 2,048 rows of 2; b whole
 
 
 def test_batch_options_on_a_cell_that_ran_whole_are_named_in_a_note(ip):
