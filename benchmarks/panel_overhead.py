@@ -24,6 +24,7 @@ Without one, the CPU-bound cell and the tick cost run on the host backend and ar
 
     python benchmarks/panel_overhead.py [--repeats 20] [--interval 0.5] [--seconds 0.75]
                                         [--ticks 200] [--blas-threads N]
+                                        [--workloads cpu_bound,gpu_bound]
 """
 
 from __future__ import annotations
@@ -492,12 +493,20 @@ def main(argv: list[str] | None = None) -> None:
                         help="length of one run, calibrated per workload (default 0.75)")
     parser.add_argument("--ticks", type=int, default=200,
                         help="ticks timed for the tick cost (default 200, at most 20 s)")
+    parser.add_argument("--workloads", default="cpu_bound,gpu_bound",
+                        help="comma-separated workloads to pair (default cpu_bound,gpu_bound; "
+                             "gpu_bound needs a GPU)")
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="BLAS threads for the CPU-bound cell (default 1, or "
                              "OPENBLAS_NUM_THREADS/OMP_NUM_THREADS if set; 0: not pinned)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.ticks < 1 or args.seconds <= 0:
         parser.error("--repeats and --ticks must be >= 1 and --seconds > 0")
+    chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = sorted(set(chosen) - {"cpu_bound", "gpu_bound"})
+    if unknown or not chosen:
+        parser.error(f"--workloads {args.workloads!r}: choose from cpu_bound, gpu_bound, "
+                     "e.g. --workloads cpu_bound")
     started = time.perf_counter()
     blas_note = pin_blas(args.blas_threads)
 
@@ -530,9 +539,10 @@ def main(argv: list[str] | None = None) -> None:
     print_tick(tick)
     # Before each run, wait for a tick in flight to end (both modes wait the same).
     settle = min(0.25, max(0.05, 2e-3 * tick["tick"]["wall_ms_p90"]))
-    workloads: dict[str, tuple[Callable[[int], None], str]] = {
-        "cpu_bound": (cpu_workload(np), f"NumPy, {threads} BLAS thread(s)")}
-    if be.is_gpu:
+    workloads: dict[str, tuple[Callable[[int], None], str]] = {}
+    if "cpu_bound" in chosen:
+        workloads["cpu_bound"] = (cpu_workload(np), f"NumPy, {threads} BLAS thread(s)")
+    if "gpu_bound" in chosen and be.is_gpu:
         workloads["gpu_bound"] = (gpu_workload(be.cp), "CuPy matmuls, synchronised")
     for name, (work, note) in workloads.items():
         steps = calibrate(work, args.seconds)
