@@ -1497,6 +1497,14 @@ def nb04():
             y = y + np.where(np.any(y < 0), np.float32(0.01), np.float32(0.0))
         '''),
         md('''
+        Compare the two `run` lines with care. The loop with `if` stops adding once no value is
+        negative: `y` starts at -0.5 and gains 0.01 a step, so after 50 steps the condition is
+        false and the other 150 steps add nothing. The `where` version adds at every step
+        (0.01, then 0). The two cells do different work on the device, so their times do not
+        measure the syncs alone (section 1 compares equal work); what the second one removes
+        is the 200 waits that the first report counted.
+        '''),
+        md('''
         ## 4. Element by element: vectorise
 
         A Python loop over elements launches a tiny device operation for each one, and
@@ -1646,6 +1654,12 @@ def nb04():
         '''),
         solution('''
         print(pos_mean, pos_mean_2, "same:", np.isclose(pos_mean, pos_mean_2))
+        '''),
+        md('''
+        About the timings in exercise 2: both cells use kernels for the first time in this
+        notebook (the mask, `where`, the sums) and neither has `--warmup`, so both GPU times
+        include compiling them (section 6 shows what that costs); they do not compare the two
+        versions. Add `--warmup` to both to compare them warm.
         '''),
         md('''
         ## What you learned
