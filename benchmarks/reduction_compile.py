@@ -12,12 +12,19 @@ Recorded on the H200: ``results/reduction-compile-2026-12-03.txt``.
 """
 
 import os
+import sys
 import tempfile
 import time
 
 os.environ["CUPY_CACHE_DIR"] = tempfile.mkdtemp()  # before CuPy is imported
-import cupy as cp
-from cupy._core import _accelerator
+try:
+    import cupy as cp
+    from cupy._core import _accelerator
+
+    cp.cuda.runtime.getDeviceCount()
+except Exception as exc:  # no CuPy, no driver or no device
+    print(f"no GPU here ({type(exc).__name__}: {exc}); this benchmark runs on a GPU only")
+    sys.exit(0)
 
 print("reduction accelerators", _accelerator.get_reduction_accelerators(),
       "routine", _accelerator.get_routine_accelerators())
