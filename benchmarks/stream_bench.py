@@ -294,15 +294,13 @@ def table(fig: dict[str, Any]) -> str:
     for key in ("gpu_first_touch", "gpu_second_cell", "gpu_new_input_block_reused"):
         lines.append(f"{key} phases (s): " + ", ".join(
             f"{k} {v:.3f}" for k, v in fig[key]["phases"].items()))
-    if "phases" in cb:
-        tl = cb["timeline_run"]
-        lines.append("compute_bound phases (s): " + ", ".join(
-            f"{k} {v:.3f}" for k, v in cb["phases"].items()))
-        lines.append(f"compute_bound with --timeline: {tl['seconds']:.3f} s, "
-                     f"{tl.get('in_flight', 0):.2f} batches in flight on average, device "
-                     f"{tl.get('device_seconds', 0):.3f} s from the first batch's start, a "
-                     f"stream idle {tl.get('slot_idle_ms', {}).get('median', 0):.2f} ms "
-                     "(median) between its batches")
+    tl = cb["timeline_run"]
+    lines.append("compute_bound phases (s): " + ", ".join(
+        f"{k} {v:.3f}" for k, v in cb["phases"].items()))
+    lines.append(f"compute_bound with --timeline: {tl['seconds']:.3f} s, {tl['in_flight']:.2f} "
+                 f"batches in flight on average, device {tl['device_seconds']:.3f} s from the "
+                 f"first batch's start, a stream idle {tl['slot_idle_ms'].get('median', 0):.2f} ms "
+                 "(median) between its batches")
     return "\n".join(lines)
 
 

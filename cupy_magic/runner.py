@@ -15,6 +15,7 @@ import functools
 import gc
 import itertools
 import linecache
+import math
 import re
 import time
 import traceback
@@ -173,17 +174,23 @@ _CUPY_OOM = re.compile(
     r"Out of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes")
 
 
-def _cell_line(tb: TracebackType | None, filename: str | None) -> str:
-    """``line N `code` `` for the cell's innermost frame in ``tb``, or ``""``."""
-    found = None
+def _last_cell_entry(tb: TracebackType | None, filename: str | None) -> TracebackType | None:
+    """The innermost entry of ``tb`` in the cell's own code, or None."""
+    last = None
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == filename:
-            found = tb.tb_lineno
+            last = tb
         tb = tb.tb_next
-    if found is None:
+    return last
+
+
+def _cell_line(tb: TracebackType | None, filename: str | None) -> str:
+    """``line N `code` `` for the cell's innermost frame in ``tb``, or ``""``."""
+    last = _last_cell_entry(tb, filename)
+    if last is None:
         return ""
-    code = linecache.getline(filename or "", found).strip()
-    return f"line {found} `{code}` " if code else f"line {found} "
+    code = linecache.getline(filename or "", last.tb_lineno).strip()
+    return f"line {last.tb_lineno} `{code}` " if code else f"line {last.tb_lineno} "
 
 
 def _explain_oom(exc: BaseException, be: _backend.Backend, peak: int,
@@ -224,12 +231,7 @@ def _cell_traceback(tb: TracebackType | None, filename: str, *,
     if cur is None:
         return None if trim_below else tb
     if trim_below:
-        last, probe = cur, cur
-        while probe is not None:
-            if probe.tb_frame.f_code.co_filename == filename:
-                last = probe
-            probe = probe.tb_next
-        last.tb_next = None
+        _last_cell_entry(cur, filename).tb_next = None
     return cur
 
 
@@ -306,9 +308,9 @@ def run_cell(
     if reason:
         warm = None
         if warmup:  # unbatched on a slice of the batched inputs, then the --reduce rules once
-            names, _ = planner.select_inputs(plan.inputs, batch or planner.BatchOptions())
-            warm = _warmup(plan, dtype, be, namespace, set(names),
-                           batch.reduce if batch is not None else {})
+            opts = batch or planner.BatchOptions()
+            names, _ = planner.select_inputs(plan.inputs, opts)
+            warm = _warmup(plan, dtype, be, namespace, set(names), opts.reduce)
         recorder = _recorder(be, filename, source, syncs)
         with recorder:
             report = pipeline.run_batched(plan, namespace, batch, reason, to_host=to_host,
@@ -380,16 +382,14 @@ def _attach_syncs(report: RunReport, syncs: str, findings: list,
     report.syncs = merge(findings, counts)
 
 
-def warmup_rows(inputs: dict[str, np.ndarray], cut: set[str] | None = None) -> int:
-    """Rows of the ``--warmup`` slice: 2, or enough for ``_WARMUP_ELEMENTS`` elements of
-    every cut input, so that CuPy compiles the kernels the full-size run uses."""
-    arrays = [a for n, a in inputs.items() if a.ndim and (cut is None or n in cut)]
-    if not arrays:
+def _warmup_rows(cut: list[np.ndarray]) -> int:
+    """Rows of the ``--warmup`` slice of ``cut`` (arrays of one leading length): 2, or enough
+    for ``_WARMUP_ELEMENTS`` elements of each, so that CuPy compiles the kernels the full-size
+    run uses; all rows if there are fewer."""
+    if not cut:
         return 0
-    longest = max(a.shape[0] for a in arrays)
-    per_row = min(max(1, int(np.prod(a.shape[1:], dtype=np.int64))) for a in arrays
-                  if a.shape[0] == longest)
-    return min(longest, max(2, -(-_WARMUP_ELEMENTS // per_row)))
+    per_row = min(max(1, math.prod(a.shape[1:])) for a in cut)
+    return min(cut[0].shape[0], max(2, -(-_WARMUP_ELEMENTS // per_row)))
 
 
 def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend, namespace: dict[str, Any],
@@ -399,12 +399,14 @@ def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend, namespace: dic
     the largest leading length), commit nothing, and apply the ``reduce`` rules to its
     results once (their kernels compile too). Returns the seconds it took and its rows."""
     __tracebackhide__ = True
+    from . import planner  # imports this module
+
     # Only the inputs with the largest leading length are cut (the ones batching would cut):
     # smaller ones, such as weights, keep their shape so that the cell's shapes still agree.
     if cut is None:
         longest = max((a.shape[0] for a in plan.inputs.values() if a.ndim), default=0)
         cut = {n for n, a in plan.inputs.items() if a.ndim and a.shape[0] == longest}
-    rows = warmup_rows(plan.inputs, cut)
+    rows = _warmup_rows([plan.inputs[n] for n in sorted(cut)])
     small = {n: (a[:rows] if n in cut else a) for n, a in plan.inputs.items()}
     slim = _Plan(plan.code, small, plan.overrides, plan.stored, plan.deleted)
     t0 = time.perf_counter()
@@ -413,8 +415,6 @@ def _warmup(plan: _Plan, dtype: str | None, be: _backend.Backend, namespace: dic
         moved, _ = _move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
         exec(plan.code, scratch)
-        from . import planner  # imports this module
-
         for name, rule in (reduce or {}).items():
             if name in scratch:
                 planner.combine(rule, [(scratch[name], rows), (scratch[name], rows)], be.xp)
