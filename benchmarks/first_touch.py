@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from cupy_magic import backend
-from cupy_magic.budget import parse_size
+from cupy_magic.units import parse_size
 
 PAGE = 4096
 BATCH_BYTES = 128 * 2**20
@@ -137,8 +137,7 @@ def profile_cell(x: np.ndarray) -> str:
     import io
     import pstats
 
-    from cupy_magic.planner import BatchOptions
-    from cupy_magic.runner import run_cell
+    from cupy_magic import BatchOptions, run_cell
 
     backend.select("cupy")
     ns = {"np": np, "x": x}

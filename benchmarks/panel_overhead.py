@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 # monitor does not import NumPy (pin_blas says so if that ever changes); panel and backend do.
-from cupy_magic import monitor
+from cupy_magic.monitor import sampler as monitor
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_PCT = 1.0
@@ -183,7 +183,7 @@ def quantile(values: list[float], q: float) -> float:
 class ShiftClock:
     """Monotonic time, shifted for the calling thread only while the history is pre-filled.
 
-    A :class:`cupy_magic.monitor.Clock` (same two methods); the sampler thread always sees
+    A :class:`cupy_magic.monitor.sampler.Clock` (same two methods); the sampler thread always sees
     the true time, so its schedule is untouched.
     """
 

@@ -27,10 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from cupy_magic import backend
-from cupy_magic.budget import parse_size
-from cupy_magic.planner import BatchOptions
-from cupy_magic.runner import run_cell
+from cupy_magic import BatchOptions, backend, run_cell
+from cupy_magic.units import parse_size
 
 TRANSFER_CELL = "y = np.sqrt(x * x + 1)\n"
 COMPUTE_CELL = "y = x\nfor _ in range(K):\n    y = np.sin(y) * 1.0001 + 0.0001\n"

@@ -1,6 +1,6 @@
 """Overhead of the runtime host-sync record on a cell of 10,000 small device operations.
 
-Runs the same compiled cell with and without :class:`cupy_magic.sync_record.SyncRecorder`,
+Runs the same compiled cell with and without :class:`cupy_magic.syncs.record.SyncRecorder`,
 alternating, and reports the median of each and the relative overhead (target: < 5%). The
 cell launches small kernels and syncs a few times (every 1,000 operations), so both the
 installed hook's pass-through cost and the per-sync frame walk are inside the timing.
@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cupy_magic.sync_record import SyncRecorder  # noqa: E402
+from cupy_magic.syncs.record import SyncRecorder  # noqa: E402
 
 CELL_FILENAME = "<sync-overhead-cell>"
 CELL = """

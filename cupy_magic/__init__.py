@@ -1,20 +1,20 @@
 """cupy_magic: move NumPy notebook cells onto the GPU with CuPy, and see what it costs.
 
-``%load_ext cupy_magic`` registers ``%%gpu``, ``%vram_budget`` and ``%gpu_backend``. Every
-magic is a parser in front of a function that can be called from plain Python, exported
-here. Importing the package is cheap and needs neither IPython nor CuPy.
+``%load_ext cupy_magic`` registers ``%%gpu``, ``%vram_budget``, ``%vram_panel``,
+``%gpu_syncs`` and ``%gpu_backend``. Every magic is a parser in front of a function that can
+be called from plain Python, exported here (they live in :mod:`cupy_magic.session`).
+Importing the package is cheap and needs neither IPython nor CuPy.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchOptions",
     "__version__",
     "budget_status",
     "device_info",
@@ -32,55 +32,37 @@ __all__ = [
     "use_backend",
 ]
 
-if TYPE_CHECKING:
-    from .report import RunReport
-
-_LAZY = {
-    "budget_status": "session",
-    "device_info": "session",
-    "set_budget": "session",
-    "set_sync_mode": "session",
-    "free_cached": "session",
-    "memory_pool": "session",
-    "use_backend": "session",
-    "estimate": "budget",
-    "run_cell": "runner",
-    "show_panel": "panel",
-    "panel_summary": "panel",
-}
-
-# Callables run at unload, newest first: stop threads, remove hooks, close widgets.
-_cleanups: list[Callable[[], None]] = []
+_LAZY = {name: "session" for name in __all__[2:] if "ipython_extension" not in name}
+_LAZY["BatchOptions"] = "run.batching"
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cupy_magic' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
-def on_unload(func: Callable[[], None]) -> None:
-    """Register ``func`` to run when the extension is unloaded."""
-    _cleanups.append(func)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def load_ipython_extension(ip: Any) -> None:
     """Register the magics and print one line about the GPU (or why there is none).
 
-    The backend is CuPy when a GPU works, else NumPy on the host; set the environment
-    variable ``CUPY_MAGIC_BACKEND=host`` (or ``cupy``) to force one.
+    The settings come from IPython's configuration (``c.CupyMagic.budget = "8GB"``, ...;
+    see :mod:`cupy_magic.config`); the environment variable ``CUPY_MAGIC_BACKEND=host`` (or
+    ``cupy``) forces a backend.
     """
-    from . import session
+    from . import config, lifecycle, session
     from .magics import GpuMagics
 
-    prefer = os.environ.get("CUPY_MAGIC_BACKEND", "").strip().lower() or None
-    if prefer not in (None, "cupy", "host"):
-        raise ValueError(f"CUPY_MAGIC_BACKEND={prefer!r} is not a backend; use 'cupy' or 'host'")
-    session.use_backend(prefer)
+    settings = config.use_config(ip.config)
+    session.apply_settings()
     ip.register_magics(GpuMagics)
+    if settings not in ip.configurables:
+        ip.configurables.append(settings)
+    lifecycle.on_unload(session.reset)
     print(session.describe_device())
 
 
@@ -89,13 +71,9 @@ def unload_ipython_extension(ip: Any) -> None:
 
     Safe to call twice.
     """
-    from . import session
+    from . import config, lifecycle
 
-    while _cleanups:
-        _cleanups.pop()()
-    nvml = sys.modules.get("cupy_magic.nvml")
-    if nvml is not None:
-        nvml.shutdown()
+    lifecycle.teardown()
     manager = ip.magics_manager
     instance = manager.registry.pop("GpuMagics", None)
     for kind, names in (instance.magics.items() if instance is not None else ()):
@@ -104,11 +82,6 @@ def unload_ipython_extension(ip: Any) -> None:
             bound = table.get(name)
             if bound is not None and getattr(bound, "__self__", None) is instance:
                 del table[name]
-    session.reset()
-
-
-def last_report() -> RunReport | None:
-    """The report of the last ``%%gpu`` cell that succeeded, or ``None``."""
-    from .session import last_report as _last
-
-    return _last()
+    live = config.settings()
+    if live in ip.configurables:
+        ip.configurables.remove(live)

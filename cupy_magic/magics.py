@@ -1,19 +1,37 @@
-"""The IPython magics: thin parsers in front of :mod:`cupy_magic.session` and the runner."""
+"""The IPython magics: parsers in front of :mod:`cupy_magic.session`, and nothing else.
+
+``%%gpu`` (:func:`~cupy_magic.session.run_cell`), ``%vram_budget``
+(:func:`~cupy_magic.session.set_budget`, :func:`~cupy_magic.session.budget_status`,
+:func:`~cupy_magic.units.estimate`), ``%vram_panel`` (:func:`~cupy_magic.session.show_panel`),
+``%gpu_syncs`` (:func:`~cupy_magic.session.set_sync_mode`) and ``%gpu_backend``
+(:func:`~cupy_magic.session.use_backend`). Every default in their help is read from the
+constant the code uses.
+"""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import (
+    argument,
+    argument_group,
+    magic_arguments,
+    parse_argstring,
+)
 from IPython.display import display
 
-from . import monitor, progress, progressbar, session
-from .budget import SizeError, estimate
-from .planner import RULES, BatchOptions
-from .runner import CAST_TARGETS, SYNC_MODES, CellError, run_cell
+from . import session
+from .config import BACKENDS
+from .monitor.sampler import DEFAULT_INTERVAL
+from .run.batching import DEFAULT_STREAMS, BatchOptions
+from .run.cell import SYNC_MODES
+from .run.errors import CellError
+from .run.plan import CAST_TARGETS
+from .run.reduce import RULES
+from .run.whole import WARMUP_ELEMENTS
+from .units import SizeError, estimate
 
 __all__ = ["GpuMagics"]
 
@@ -22,37 +40,62 @@ def _names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
+def _to_host(text: str | None) -> bool | list[str]:
+    """``--to-host`` as :func:`~cupy_magic.session.run_cell` takes it."""
+    if text is None:
+        return False
+    if text == "*":
+        return True
+    names = _names(text)
+    if not names or any(not n.isidentifier() for n in names):
+        raise UsageError(f"--to-host takes comma-separated variable names, got {text!r}; "
+                         "e.g. %%gpu --to-host y,total")
+    return names
+
+
+def _modes(values: tuple[str, ...]) -> str:
+    return f"{', '.join(values[:-1])} or {values[-1]}"
+
+
 @magics_class
 class GpuMagics(Magics):
-    """``%%gpu``, ``%vram_budget`` and ``%gpu_backend``."""
+    """``%%gpu``, ``%vram_budget``, ``%vram_panel``, ``%gpu_syncs`` and ``%gpu_backend``."""
 
     @magic_arguments()
+    @argument_group("transfer")
     @argument("--to-host", nargs="?", const="*", default=None, metavar="NAMES",
               help="bring the arrays the cell assigns back as NumPy: all of them, or the "
                    "comma-separated NAMES")
     @argument("--dtype", default=None, metavar="DTYPE",
-              help=f"downcast float64 inputs on the way in; one of {', '.join(CAST_TARGETS)}")
+              help=f"downcast inputs on the way in: {_modes(tuple(CAST_TARGETS))}")
+    @argument_group("timing")
     @argument("--warmup", action="store_true",
-              help="run once on the first rows of the inputs (at least 4,096 elements) first, then "
-                   "time the real run")
-    @argument("--quiet", action="store_true", help="show no report")
-    @argument("--panel", action="store_true",
-              help="show a live VRAM panel above the cell's output while it runs")
+              help=f"run once on the first rows of the inputs (at least "
+                   f"{WARMUP_ELEMENTS:,} elements) first, then time the real run")
+    @argument("--timeline", action="store_true",
+              help="record each batch's start and end on the device (report.batch.timeline) "
+                   "and the run's phases; slows the overlap of streams a little")
+    @argument_group("host syncs")
     @argument("--syncs", default=None, metavar="MODE",
-              help="host syncs: warn (report them), error (stop at the first), off; "
-                   "the default is set with %%gpu_syncs")
+              help=f"{_modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
+                   "for none; the default is set with %%gpu_syncs")
+    @argument_group("batching")
     @argument("--batch", nargs="?", const="*", default=None, metavar="NAMES",
               help="run batch by batch over the leading axis: of the largest inputs, or of "
                    "the comma-separated NAMES (default: only when the inputs exceed the budget)")
     @argument("--batch-rows", default=None, metavar="N", help="rows per batch")
     @argument("--batch-bytes", default=None, metavar="SIZE",
               help="input bytes per batch, e.g. 512MB")
-    @argument("--streams", default=None, metavar="K", help="CUDA streams (batches in flight), 3")
+    @argument("--streams", default=None, metavar="K",
+              help=f"CUDA streams (batches in flight); default {DEFAULT_STREAMS} "
+                   "(c.CupyMagic.streams)")
     @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
-              help=f"join a result without a row axis over the batches; rules: {', '.join(RULES)}")
-    @argument("--timeline", action="store_true",
-              help="record each batch's start and end on the device (report.batch.timeline) "
-                   "and the run's phases; slows the overlap of streams a little")
+              help=f"join a result without a row axis over the batches; rules: "
+                   f"{', '.join(RULES)}")
+    @argument_group("display")
+    @argument("--quiet", action="store_true", help="show no report")
+    @argument("--panel", action="store_true",
+              help="show a live VRAM panel above the cell's output while it runs")
     @cell_magic
     def gpu(self, line: str, cell: str) -> None:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
@@ -60,7 +103,7 @@ class GpuMagics(Magics):
         Inside the cell every name bound to the numpy module means cupy, and ``cp`` is cupy.
         Names the cell assigns are written back only if it succeeds; device arrays stay on
         the device unless ``--to-host`` is given. A report follows the cell; the last one is
-        ``cupy_magic.last_report()``.
+        ``cupy_magic.last_report()``. From Python: ``cupy_magic.run_cell``.
 
         Examples
         --------
@@ -78,39 +121,22 @@ class GpuMagics(Magics):
         """
         __tracebackhide__ = True
         args = parse_argstring(self.gpu, line)
-        if args.to_host is None:
-            to_host: bool | list[str] = False
-        elif args.to_host == "*":
-            to_host = True
-        else:
-            to_host = _names(args.to_host)
-            bad = [n for n in to_host if not n.isidentifier()]
-            if bad or not to_host:
-                raise UsageError(f"--to-host takes comma-separated variable names, got "
-                                 f"{args.to_host!r}; e.g. %%gpu --to-host y,total")
-        if args.dtype is not None and args.dtype not in CAST_TARGETS:
-            raise UsageError(f"--dtype {args.dtype} is not supported; use "
-                             f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
-        syncs = args.syncs or session.set_sync_mode()
-        if syncs not in SYNC_MODES:
-            raise UsageError(f"--syncs {syncs} is not a mode; use --syncs warn, error or off")
         if not cell.strip():
             raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
-        try:
-            batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
-                                       args.streams, args.reduce, args.timeline)
-        except CellError as exc:
-            raise UsageError(str(exc)) from None
+        if args.syncs is not None and args.syncs not in SYNC_MODES:
+            raise UsageError(f"--syncs {args.syncs} is not a mode; use --syncs "
+                             f"{_modes(SYNC_MODES)}")
         shell = self.shell
         assert shell is not None
-        filename = shell.compile.cache(cell, shell.execution_count)
-        progress.start(f"In [{shell.execution_count}]")
         try:
-            with _cell_panel() if args.panel else contextlib.nullcontext(), \
-                    progressbar.for_cell(shell):
-                report = run_cell(cell, shell.user_ns, to_host=to_host, dtype=args.dtype,
-                                  warmup=args.warmup, syncs=syncs, filename=filename,
-                                  batch=batch)
+            batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
+                                       args.streams, args.reduce, args.timeline,
+                                       default_streams=session.settings().streams)
+            report = session.run_cell(
+                cell, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
+                warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
+                filename=shell.compile.cache(cell, shell.execution_count),
+                label=f"In [{shell.execution_count}]")
         except SyntaxError as exc:
             raise UsageError(
                 f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "
@@ -118,9 +144,6 @@ class GpuMagics(Magics):
             ) from None
         except CellError as exc:
             raise UsageError(str(exc)) from None
-        finally:
-            progress.finish()
-        session.record(report)
         if not args.quiet:
             display(report)
 
@@ -153,15 +176,15 @@ class GpuMagics(Magics):
             raise UsageError(f"a shape cannot have negative lengths, got {words[1]!r}; "
                              "e.g. --estimate 20000x20000 float32")
         args = parse_argstring(self.vram_budget, line)
-        args.budget = " ".join(args.budget) if args.budget else None
+        budget = " ".join(args.budget) if args.budget else None
         try:
             if args.estimate is not None:
-                if args.budget is not None:
+                if budget is not None:
                     raise UsageError("give either a budget or --estimate, not both")
                 return self._estimate(args.estimate)
-            if args.budget is None:
+            if budget is None:
                 return session.budget_status()
-            return session.set_budget(args.budget)
+            return session.set_budget(budget)
         except SizeError as exc:
             raise UsageError(str(exc)) from None
 
@@ -178,8 +201,8 @@ class GpuMagics(Magics):
     @argument("device", nargs="?", type=int, default=0,
               help="the CuPy device index to show first (default 0)")
     @argument("--interval", type=float, default=None, metavar="SECONDS",
-              help=f"seconds between samples (default {monitor.DEFAULT_INTERVAL}, or what the "
-                   "running panels use)")
+              help=f"seconds between samples (default {DEFAULT_INTERVAL}, "
+                   "c.CupyMagic.panel_interval, or what the running panels use)")
     @argument("--text", action="store_true", help="print a one-shot text summary instead")
     @argument("--pause", action="store_true", help="pause every panel")
     @argument("--resume", action="store_true", help="resume every panel")
@@ -198,25 +221,25 @@ class GpuMagics(Magics):
 
         In [3]: %vram_panel --pause          # also --resume, --stop, --text
         """
-        from . import panel as _panel
-
         args = parse_argstring(self.vram_panel, line)
         actions = [name for name in ("pause", "resume", "stop") if getattr(args, name)]
         if len(actions) > 1:
             raise UsageError(f"give one of --pause, --resume, --stop, got "
                              f"{' '.join('--' + a for a in actions)}")
         if actions:
-            {"pause": _panel.pause, "resume": _panel.resume, "stop": _panel.close_all}[
-                actions[0]]()
+            getattr(session, f"{actions[0]}_panels")()
             return
         if args.interval is not None and not args.interval > 0:
             raise UsageError(f"--interval must be a positive number of seconds, got "
-                             f"{args.interval}; e.g. %vram_panel --interval 0.5")
+                             f"{args.interval}; e.g. %vram_panel --interval {DEFAULT_INTERVAL}")
         try:
-            _panel.show_panel(interval=args.interval, device=args.device, text=args.text)
+            session.show_panel(interval=args.interval, device=args.device, text=args.text)
         except ValueError as exc:
             raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
 
+    @magic_arguments()
+    @argument("mode", nargs="?", default=None, type=str.lower,
+              help=f"{_modes(SYNC_MODES)}; none: show the mode")
     @line_magic
     def gpu_syncs(self, line: str) -> str:
         """Show or set the default ``--syncs`` mode of ``%%gpu`` cells for this session.
@@ -227,14 +250,17 @@ class GpuMagics(Magics):
 
         In [2]: %gpu_syncs          # show the mode
         """
-        choice = line.strip().lower() or None
-        if choice is not None and choice not in SYNC_MODES:
-            raise UsageError(f"unknown sync mode {line.strip()!r}; use %gpu_syncs warn, error "
-                             "or off")
-        return session.set_sync_mode(choice)
+        args = parse_argstring(self.gpu_syncs, line)
+        if args.mode is not None and args.mode not in SYNC_MODES:
+            raise UsageError(f"unknown sync mode {args.mode!r}; use %gpu_syncs "
+                             f"{_modes(SYNC_MODES)}")
+        return session.set_sync_mode(args.mode)
 
+    @magic_arguments()
+    @argument("backend", nargs="?", default=None, type=str.lower,
+              help=f"{_modes(BACKENDS)}; none: show the backend")
     @line_magic
-    def gpu_backend(self, line: str) -> Any:
+    def gpu_backend(self, line: str) -> None:
         """Show or choose the backend: ``cupy`` (GPU) or ``host`` (NumPy on the CPU).
 
         Examples
@@ -243,22 +269,13 @@ class GpuMagics(Magics):
 
         In [2]: %gpu_backend cupy
         """
-        choice = line.strip().lower()
-        if not choice:
-            print(session.describe_device())
-            return None
-        if choice not in ("cupy", "host"):
-            raise UsageError(f"unknown backend {line.strip()!r}; use %gpu_backend cupy or "
-                             "%gpu_backend host")
-        try:
-            session.use_backend(choice)
-        except RuntimeError as exc:
-            raise UsageError(f"{exc}; stay on %gpu_backend host") from None
+        args = parse_argstring(self.gpu_backend, line)
+        if args.backend is not None:
+            if args.backend not in BACKENDS:
+                raise UsageError(f"unknown backend {args.backend!r}; use "
+                                 f"{' or '.join('%gpu_backend ' + b for b in BACKENDS)}")
+            try:
+                session.use_backend(args.backend)
+            except RuntimeError as exc:
+                raise UsageError(f"{exc}; stay on %gpu_backend host") from None
         print(session.describe_device())
-        return None
-
-
-def _cell_panel() -> Any:
-    from . import panel as _panel
-
-    return _panel.cell_panel()

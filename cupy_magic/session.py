@@ -1,64 +1,85 @@
-"""The extension's state in this process, and the functions users call from Python.
+"""The functions users call from Python; the magics are thin parsers in front of them.
 
-The magics are thin parsers in front of these functions: ``%vram_budget 8GB`` is
-``set_budget("8GB")``, ``%gpu_backend host`` is ``use_backend("host")``.
+``%%gpu`` is :func:`run_cell`, ``%vram_budget 8GB`` is :func:`set_budget`, ``%gpu_backend
+host`` is :func:`use_backend`, ``%gpu_syncs error`` is :func:`set_sync_mode`,
+``%vram_panel`` is :func:`show_panel`. The settings they default to live in
+:mod:`cupy_magic.config`; the budget in force is the live backend's.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from . import backend as _backend
-from .budget import BudgetSpec, Estimate, estimate, estimate_array, format_bytes, parse_budget
-from .report import RunReport
+from .backend import BudgetSpec, DeviceInfo, PoolStats, parse_budget
+from .config import BACKENDS, settings
+from .monitor.sampler import shared_sampler
+from .run import progress
+from .run.batching import DEFAULT_STREAMS, BatchOptions
+from .run.cell import SYNC_MODES
+from .run.cell import run_cell as _run_cell
+from .run.report import RunReport
+from .units import Estimate, SizeError, estimate, estimate_array, format_bytes
+from .view import panel as _panel
+from .view import progressbar
 
 __all__ = [
     "BudgetStatus",
     "budget_status",
     "describe_device",
     "device_info",
+    "estimate",
+    "estimate_name",
     "free_cached",
     "last_report",
     "memory_pool",
+    "panel_summary",
+    "pause_panels",
+    "resume_panels",
+    "run_cell",
     "set_budget",
     "set_sync_mode",
+    "settings",
+    "show_panel",
+    "stop_panels",
     "use_backend",
 ]
 
-
-@dataclass
-class _State:
-    budget: BudgetSpec | None = None
-    last: RunReport | None = None
-    syncs: str = "warn"
-
-
-_state = _State()
+_last: list[RunReport] = []  # the last report, kept here only
 
 
 @dataclass(frozen=True)
-class BudgetStatus:
-    """The budget and what the pool and the device hold now."""
+class BudgetStatus(PoolStats):
+    """The budget and what the pool and the device hold now (``%vram_budget``)."""
 
-    backend: str
-    budget: BudgetSpec | None
-    pool_used: int
-    pool_held: int
-    device_used: int
-    device_total: int
+    backend: str = ""
+    budget: BudgetSpec | None = None
 
     @property
     def budget_bytes(self) -> int | None:
+        """The budget's bytes, or ``None`` without one."""
         return self.budget.nbytes if self.budget else None
+
+    @property
+    def pool_used(self) -> int:
+        """Bytes the cells' arrays hold in the pool."""
+        return self.used
+
+    @property
+    def pool_held(self) -> int:
+        """Bytes the pool holds from the device (used and cached)."""
+        return self.held
 
     def __str__(self) -> str:
         unit = "VRAM" if self.backend == "cupy" else "host memory (CPU fallback)"
         budget = self.budget.describe() if self.budget else "off (no limit)"
         return (
             f"budget: {budget}\n"
-            f"pool: {format_bytes(self.pool_used)} used, {format_bytes(self.pool_held)} held "
-            f"({format_bytes(self.pool_held - self.pool_used)} cached)\n"
+            f"pool: {format_bytes(self.used)} used, {format_bytes(self.held)} held "
+            f"({format_bytes(self.cached_free)} cached)\n"
             f"{unit}: {format_bytes(self.device_used)} used of {format_bytes(self.device_total)}"
         )
 
@@ -69,8 +90,9 @@ class BudgetStatus:
 def budget_status() -> BudgetStatus:
     """Return the budget, pool used/held and device used/total."""
     be = _backend.current()
-    used, total = be.device_memory()
-    return BudgetStatus(be.name, _state.budget, be.pool_used(), be.pool_held(), used, total)
+    st = be.stats()
+    return BudgetStatus(st.used, st.held, st.limit, st.device_used, st.device_total,
+                        backend=be.name, budget=be.budget)
 
 
 def set_budget(budget: str | int | None) -> BudgetStatus:
@@ -84,44 +106,31 @@ def set_budget(budget: str | int | None) -> BudgetStatus:
 
     Raises
     ------
-    cupy_magic.budget.SizeError
+    cupy_magic.units.SizeError
         For a value that cannot be read, is not positive, or exceeds the device.
     """
     be = _backend.current()
     if budget is None or (isinstance(budget, str) and budget.strip().lower() == "off"):
-        _state.budget = None
-        be.set_limit(None)
+        be.set_budget(None)
         return budget_status()
-    total = be.info().total_bytes
     text = f"{budget}B" if isinstance(budget, int) and not isinstance(budget, bool) else budget
-    spec = parse_budget(str(text), total)
-    be.set_limit(spec.nbytes)
-    _state.budget = spec
+    be.set_budget(parse_budget(str(text), be.info().total_bytes))
     return budget_status()
 
 
-def _reapply_budget() -> None:
-    be = _backend.current()
-    spec = _state.budget
-    if spec is None:
-        be.set_limit(None)
-        return
-    try:
-        spec = parse_budget(spec.text, be.info().total_bytes)
-    except ValueError:
-        spec = BudgetSpec(spec.text, min(spec.nbytes, be.info().total_bytes))
-    _state.budget = spec
-    be.set_limit(spec.nbytes)
+def use_backend(name: str | None) -> DeviceInfo:
+    """Switch the backend: ``"cupy"``, ``"host"``, or ``None`` for CuPy when a GPU works.
 
-
-def use_backend(name: str | None) -> _backend.DeviceInfo:
-    """Switch the backend: ``"cupy"``, ``"host"``, or ``None`` for CuPy when a GPU works."""
+    The budget in force moves to the new backend. Raises ``ValueError`` for an unknown name
+    and ``RuntimeError`` when ``"cupy"`` cannot run (the message says why).
+    """
+    if name is not None and name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; use {' or '.join(map(repr, BACKENDS))}")
     _backend.select(name)
-    _reapply_budget()
     return _backend.current().info()
 
 
-def device_info() -> _backend.DeviceInfo:
+def device_info() -> DeviceInfo:
     """What the cells run on: backend ("cupy" or "host"), device name, memory, versions."""
     return _backend.current().info()
 
@@ -130,7 +139,7 @@ def describe_device() -> str:
     """The one line printed at load: GPU, VRAM, driver, CUDA runtime, CuPy, budget."""
     be = _backend.current()
     info = be.info()
-    budget = _state.budget.describe() if _state.budget else "off"
+    budget = be.budget.describe() if be.budget else "off"
     if info.backend == "cupy":
         return (f"cupy_magic: {info.name}, {format_bytes(info.total_bytes)} VRAM, driver "
                 f"{info.driver}, CUDA runtime {info.runtime}, CuPy {info.cupy_version}, "
@@ -144,13 +153,12 @@ def describe_device() -> str:
 
 def set_sync_mode(mode: str | None = None) -> str:
     """Set (or, with ``None``, show) the default ``--syncs`` mode: warn, error or off."""
-    from .runner import SYNC_MODES
-
     if mode is not None:
         if mode not in SYNC_MODES:
-            raise ValueError(f"unknown sync mode {mode!r}; use warn, error or off")
-        _state.syncs = mode
-    return _state.syncs
+            raise ValueError(f"unknown sync mode {mode!r}; use "
+                             f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
+        settings().syncs = mode
+    return settings().syncs
 
 
 def memory_pool() -> Any:
@@ -170,30 +178,137 @@ def free_cached() -> int:
 
 
 def last_report() -> RunReport | None:
-    """The report of the last ``%%gpu`` cell that succeeded in this process."""
-    return _state.last
-
-
-def record(report: RunReport) -> None:
-    _state.last = report
+    """The report of the last ``%%gpu`` cell (or :func:`run_cell`) that succeeded."""
+    return _last[-1] if _last else None
 
 
 def estimate_name(name: str, namespace: dict[str, Any]) -> Estimate:
     """Estimate what the array bound to ``name`` takes on the device."""
     if name not in namespace:
-        from .budget import SizeError
-
         raise SizeError(f"no variable named {name!r}; give a defined array or a shape such as "
                         "20000x20000 float32")
     return estimate_array(namespace[name], label=name)
 
 
+def show_panel(interval: float | None = None, device: int = 0,
+               text: bool = False) -> Any:
+    """Display the live VRAM panel (``%vram_panel``); in a terminal print a summary.
+
+    ``interval`` defaults to the period of the sampler the panels share, or, before the
+    first panel, ``CupyMagic.panel_interval``.
+    """
+    if interval is None and shared_sampler() is None:
+        interval = settings().panel_interval
+    return _panel.show_panel(interval=interval, device=device, text=text)
+
+
+def panel_summary(device: int = 0) -> str:
+    """The panel's figures as text (``%vram_panel --text``)."""
+    return _panel.panel_summary(device)
+
+
+def pause_panels() -> None:
+    """Pause every panel's sampling (``%vram_panel --pause``)."""
+    _panel.pause()
+
+
+def resume_panels() -> None:
+    """Resume every panel's sampling (``%vram_panel --resume``)."""
+    _panel.resume()
+
+
+def stop_panels() -> None:
+    """Close every panel and stop sampling (``%vram_panel --stop``)."""
+    _panel.close_all()
+
+
+def run_cell(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    to_host: bool | Iterable[str] = False,
+    dtype: str | None = None,
+    warmup: bool = False,
+    syncs: str | None = None,
+    batch: BatchOptions | None = None,
+    panel: bool = False,
+    filename: str | None = None,
+    label: str | None = None,
+) -> RunReport:
+    """Run ``source`` on the GPU against ``namespace``, as a transaction (``%%gpu``).
+
+    Parameters
+    ----------
+    source
+        The cell's code.
+    namespace
+        The user namespace: read for inputs, written only if the cell succeeds.
+    to_host
+        ``True`` brings every device array the cell assigns back as NumPy; a list of names
+        brings back those; ``False`` (default) leaves results on the device.
+    dtype
+        ``"float32"`` downcasts float64 (and complex128) inputs on the way in; ``"float16"``
+        downcasts float64 and float32 inputs.
+    warmup
+        Run the cell once on the first rows of its longest inputs first (kernel compilation,
+        pool growth), and time only the real run. The cell runs twice, so its side effects
+        (prints, appends to outside lists) happen twice; the warm-up commits nothing.
+    syncs
+        ``"warn"`` reports the host syncs found before the run (static check) and, on the
+        GPU, those counted while it ran; ``"error"`` stops at the first one, naming its
+        line (on the CPU fallback: at the first one the static check finds, before running);
+        ``"off"`` looks for none. ``None``: the session's mode (:func:`set_sync_mode`).
+    batch
+        How to batch the cell over the leading axis of its inputs
+        (:class:`~cupy_magic.run.batching.BatchOptions`); without it a cell is batched only
+        when its NumPy inputs do not fit the VRAM budget.
+    panel
+        Show a live VRAM panel above the cell's output while it runs (in a notebook).
+    filename
+        The name the cell's code is compiled under (tracebacks show it with the cell's lines).
+    label
+        What the panel and the progress bar call the cell (``In [3]``).
+
+    Returns
+    -------
+    RunReport
+        What moved, how long the device worked, peak pool bytes, and what was committed;
+        also kept as :func:`last_report`.
+
+    Raises
+    ------
+    cupy_magic.run.errors.CellError
+        For inputs CuPy cannot hold or options that do not fit the cell.
+    cupy_magic.backend.BudgetExceeded
+        When the inputs or the cell's allocations do not fit the VRAM budget.
+    BaseException
+        Whatever the cell raised, with a traceback that starts at the cell's own lines.
+    """
+    __tracebackhide__ = True
+    if batch is None and settings().streams != DEFAULT_STREAMS:
+        batch = BatchOptions(streams=settings().streams)
+    progress.start(label or filename or "%%gpu cell")
+    try:
+        with _panel.cell_panel() if panel else contextlib.nullcontext(), \
+                progressbar.for_cell():
+            report = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
+                               warmup_run=warmup, syncs=syncs or settings().syncs,
+                               filename=filename, batch=batch)
+    finally:
+        progress.finish()
+    _last[:] = [report]
+    return report
+
+
+def apply_settings() -> None:
+    """Put the configured backend and budget in force (at load)."""
+    conf = settings()
+    use_backend(conf.preferred_backend())
+    if conf.budget:
+        set_budget(conf.budget)
+
+
 def reset() -> None:
-    """Forget the budget and the last report and close the backend (used at unload)."""
-    _state.budget = None
-    _state.last = None
-    _state.syncs = "warn"
+    """Forget the last report and close the backend (an unload step)."""
+    _last.clear()
     _backend.reset()
-
-
-__all__ += ["estimate", "estimate_name"]

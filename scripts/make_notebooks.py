@@ -920,7 +920,7 @@ def nb03():
         code(SETUP),
         SETUP_NOTE,
         code('''
-        from cupy_magic.planner import PROMISE, BatchOptions
+        from cupy_magic.run.batching import PROMISE, BatchOptions
 
         N = 2**30 if ON_GPU else 2**24        # float32: 4 GiB on a GPU, 64 MiB on the CPU fallback
         BATCH_SIZE = 2**25 if ON_GPU else 2**20   # rows per batch in the hand-written loop (128 MiB / 4 MiB)

@@ -420,7 +420,7 @@ def test_sync_report_names_lines_and_counts_on_the_gpu(ip):
 
 
 def test_syncs_error_stops_at_the_first_and_commits_nothing(ip):
-    from cupy_magic.sync_record import HostSyncError
+    from cupy_magic.syncs.record import HostSyncError
 
     ip.user_ns["x"] = np.arange(10.0)
     with pytest.raises(HostSyncError, match=r"line 3: `if y.max\(\) > 0:`") as info:
@@ -447,7 +447,8 @@ def test_syncs_off_and_session_default(ip):
 
 
 def test_gpu_panel_option_runs_the_cell_under_a_panel(ip, capsys):
-    from cupy_magic import monitor, progress
+    from cupy_magic.monitor import sampler as monitor
+    from cupy_magic.run import progress
 
     seen = []
     ip.user_ns["seen"] = seen

@@ -1,0 +1,96 @@
+"""The one place that knows whether CuPy on a GPU or NumPy on the host runs the cells.
+
+Both backends implement :class:`Backend`: move arrays in and out, time the device work,
+account for pool memory, and enforce the VRAM budget. Every other module asks the live
+backend (:func:`current`) and never imports CuPy itself. The implementations live in
+``cupy.py`` and ``host.py`` (their protocol in ``base.py``); this module chooses between
+them. The live backend owns the VRAM budget in force; a switch carries it over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .base import Backend, BudgetExceeded, DeviceInfo, PoolStats, Transfer
+from .budget import BudgetSpec, parse_budget
+from .cupy import CupyBackend, probe_cupy
+from .host import HostBackend
+from .hostmem import MIN_BYTES as REGISTER_MIN_BYTES
+
+__all__ = [
+    "REGISTER_MIN_BYTES",
+    "Backend",
+    "BudgetExceeded",
+    "BudgetSpec",
+    "CupyBackend",
+    "DeviceInfo",
+    "HostBackend",
+    "PoolStats",
+    "Transfer",
+    "current",
+    "parse_budget",
+    "probe_cupy",
+    "reset",
+    "select",
+]
+
+
+_live: Backend | None = None
+
+
+def select(prefer: str | None = None) -> tuple[Backend, str]:
+    """Choose the backend: ``"cupy"``, ``"host"``, or ``None`` for CuPy when a GPU works.
+
+    Returns the backend and, when it is the host one, the reason a GPU is not used.
+    Raises ``RuntimeError`` when ``"cupy"`` is asked for and cannot run.
+    """
+    global _live
+    if prefer not in (None, "cupy", "host"):
+        raise ValueError(f"unknown backend {prefer!r}; choose 'cupy' or 'host'")
+    reason = "host backend chosen"
+    if prefer != "host":
+        cupy, why = probe_cupy()
+        if cupy is not None:
+            _switch(lambda: CupyBackend(cupy))
+            return _live, ""  # type: ignore[return-value]
+        if prefer == "cupy":
+            raise RuntimeError(f"the CuPy backend cannot run: {why}")
+        reason = why
+    _switch(lambda: HostBackend(reason))
+    return _live, reason  # type: ignore[return-value]
+
+
+def _switch(make: Callable[[], Backend]) -> None:
+    """Close the live backend, then make the new one (the order matters: closing the CuPy
+    backend restores CuPy's default allocator, which the new one may install again). The
+    budget in force moves over, resolved against the new device (a share stays a share)."""
+    global _live
+    spec = None
+    if _live is not None:
+        spec = _live.budget
+        _live.close()
+        _live = None
+    _live = make()
+    if spec is not None:
+        total = _live.info().total_bytes
+        try:
+            spec = parse_budget(spec.text, total)
+        except ValueError:  # larger than the new device: keep as much as it has
+            spec = BudgetSpec(spec.text, min(spec.nbytes, total) if total > 0 else spec.nbytes)
+        _live.set_budget(spec)
+
+
+def current() -> Backend:
+    """Return the live backend, choosing one on first use."""
+    if _live is None:
+        select()
+    assert _live is not None
+    return _live
+
+
+def reset() -> None:
+    """Close the live backend and forget it (used at unload)."""
+    global _live
+    if _live is not None:
+        _live.close()
+    _live = None

@@ -1,0 +1,191 @@
+"""The backend protocol and the types both backends share (see :mod:`cupy_magic.backend`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .budget import BudgetSpec
+
+
+class BudgetExceeded(MemoryError):
+    """A cell asked for more memory than the VRAM budget allows.
+
+    Parameters
+    ----------
+    message
+        What was asked, the budget, and what to try.
+    line
+        The cell line that went over the budget, when the backend knows it.
+    explained
+        The message already says what to try, so the runner passes it on unchanged.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None,
+                 explained: bool = False) -> None:
+        super().__init__(message)
+        self.line = line
+        self.explained = explained
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the live backend runs on, for the load line and the reports."""
+
+    backend: str
+    name: str
+    total_bytes: int
+    driver: str = ""
+    runtime: str = ""
+    cupy_version: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """Memory pool figures at one instant (bytes): the one record of them.
+
+    The panel's :class:`~cupy_magic.monitor.sources.PoolFigures` and ``%vram_budget``'s
+    :class:`~cupy_magic.session.BudgetStatus` extend it with what they add.
+    """
+
+    used: int = 0
+    held: int = 0
+    limit: int | None = None
+    device_used: int = 0
+    device_total: int = 0
+
+    @property
+    def cached_free(self) -> int:
+        """Bytes the pool holds in cached free blocks."""
+        return max(0, self.held - self.used)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One array moved to the device."""
+
+    array: Any
+    seconds: float
+    nbytes: int
+    pinned: bool
+
+
+class _PeakTracker:
+    """Running current/peak of pool bytes, fed by allocation callbacks."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.current = start
+        self.peak = start
+
+    def add(self, nbytes: int) -> None:
+        self.current += nbytes
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def sub(self, nbytes: int) -> None:
+        self.current -= nbytes
+
+
+class Backend:
+    """The protocol shared by the CuPy and host backends."""
+
+    name: str = ""
+    is_gpu: bool = False
+    xp: ModuleType = np
+
+    def __init__(self) -> None:
+        self._budget: BudgetSpec | None = None
+
+    # --- description -------------------------------------------------------------------
+    def info(self) -> DeviceInfo:
+        raise NotImplementedError
+
+    def device_memory(self) -> tuple[int, int]:
+        """Return ``(used, total)`` bytes of the device (host RAM for the host backend)."""
+        raise NotImplementedError
+
+    # --- arrays -------------------------------------------------------------------------
+    def is_device_array(self, obj: object) -> bool:
+        raise NotImplementedError
+
+    def to_device(self, array: np.ndarray) -> Transfer:
+        raise NotImplementedError
+
+    def to_host(self, array: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def keep_on_device(self, obj: object) -> None:
+        """Note that a result of a cell lives on the device (the GPU does this by itself)."""
+
+    # --- pool ---------------------------------------------------------------------------
+    def pool_used(self) -> int:
+        raise NotImplementedError
+
+    def pool_held(self) -> int:
+        raise NotImplementedError
+
+    def free_cached(self) -> int:
+        """Release cached blocks to the device; return the bytes released."""
+        raise NotImplementedError
+
+    # --- the budget: this backend owns the one in force ----------------------------------
+    def set_budget(self, spec: BudgetSpec | None) -> None:
+        """Put ``spec`` in force (``None`` removes the budget) and enforce it."""
+        self._budget = spec
+        self._enforce(None if spec is None else spec.nbytes)
+
+    def _enforce(self, nbytes: int | None) -> None:
+        """Apply a limit of ``nbytes`` to the pool (the CuPy backend sets the pool's)."""
+
+    @property
+    def budget(self) -> BudgetSpec | None:
+        """The budget in force, as the user wrote it, or ``None``."""
+        return self._budget
+
+    @property
+    def limit(self) -> int | None:
+        """The budget's bytes, or ``None`` without a budget."""
+        return None if self._budget is None else self._budget.nbytes
+
+    def budget_left(self) -> int | None:
+        """Bytes the budget leaves the pool now (negative when over), or None without one."""
+        limit = self.limit
+        return None if limit is None else limit - self.pool_used()
+
+    def stats(self) -> PoolStats:
+        used, total = self.device_memory()
+        return PoolStats(self.pool_used(), self.pool_held(), self.limit, used, total)
+
+    # --- running ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def track_memory(self, code_filename: str) -> Iterator[_Measurement]:
+        """Follow the peak pool bytes of a block (and enforce the budget in it)."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    @contextlib.contextmanager
+    def time_device(self) -> Iterator[_Measurement]:
+        """Time the device work of a block (CUDA events on the GPU)."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def synchronize(self) -> None:
+        pass
+
+    def close(self) -> None:
+        """Undo what this backend changed in the process (pool limit, hooks)."""
+        self.set_budget(None)
+
+
+@dataclass
+class _Measurement:
+    seconds: float = 0.0
+    peak_bytes: int = 0
+    start_bytes: int = 0

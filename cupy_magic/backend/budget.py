@@ -1,0 +1,83 @@
+"""The VRAM budget as the user wrote it, resolved against a device size.
+
+The backend owns the budget in force (:meth:`Backend.set_budget`); this module only reads
+what the user wrote. Pure functions: the caller passes the device's total bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..units import SizeError, format_bytes, parse_size
+
+__all__ = ["BudgetSpec", "parse_budget"]
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A budget as the user wrote it, resolved against a device size."""
+
+    text: str
+    nbytes: int
+    fraction: float | None = None
+
+    def describe(self) -> str:
+        if self.fraction is not None:
+            return f"{format_bytes(self.nbytes)} ({self.fraction:.0%} of the device)"
+        exact = format_bytes(self.nbytes)
+        return exact if exact.replace(" ", "") == self.text.replace(" ", "") else \
+            f"{self.text} = {exact}"
+
+
+def parse_budget(text: str, device_total: int) -> BudgetSpec:
+    """Parse a budget: a size (``8GB``), a percentage (``50%``) or a fraction (``0.5``).
+
+    Parameters
+    ----------
+    text
+        What the user wrote.
+    device_total
+        Bytes of the device the budget applies to; a budget above it is refused.
+    """
+    raw = (text or "").strip()
+    if not raw:
+        raise SizeError("no budget given; write e.g. %vram_budget 8GB, 80% or 0.5")
+    if raw.startswith("-"):
+        raise SizeError(f"a budget cannot be negative ({raw!r}); write e.g. 8GB, or 'off' to "
+                        "remove the budget")
+    fraction: float | None = None
+    if raw.endswith("%"):
+        try:
+            fraction = float(raw[:-1]) / 100
+        except ValueError:
+            raise SizeError(f"cannot read the percentage {raw!r}; write e.g. 80%") from None
+        if not 0 < fraction <= 1:
+            raise SizeError(f"a percentage budget must be above 0% and at most 100%, got {raw!r}; "
+                            "e.g. 80%")
+    elif re.fullmatch(r"[0-9]*\.?[0-9]+", raw):
+        value = float(raw)
+        if value == 0:
+            raise SizeError(f"a budget of {raw} would refuse every allocation; write e.g. 8GB, "
+                            "0.5 or 'off' to remove the budget")
+        if value > 1:
+            raise SizeError(f"{raw!r} has no unit: a bare number is a fraction of the device "
+                            f"(0 to 1); for a size write {raw}GB or {raw}GiB")
+        fraction = value
+    if fraction is not None:
+        if device_total <= 0:
+            raise SizeError(f"the device size is unknown, so {raw!r} cannot be resolved; give a "
+                            "size such as 8GB")
+        nbytes = int(device_total * fraction)
+        if nbytes < 1:
+            raise SizeError(f"a budget of {raw} is less than one byte of this device; write "
+                            "e.g. 8GB, 50% or 0.5")
+    else:
+        nbytes = parse_size(raw)
+        if device_total > 0 and nbytes > device_total:
+            raise SizeError(
+                f"a budget of {raw} ({format_bytes(nbytes)}) is larger than the device "
+                f"({format_bytes(device_total)}); give at most {format_bytes(device_total)} "
+                "or a percentage such as 90%"
+            )
+    return BudgetSpec(raw, nbytes, fraction)

@@ -1,0 +1,157 @@
+"""NumPy on the host: the fallback without a GPU, and a baseline to compare against."""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import sys
+import threading
+import time
+import tracemalloc
+import weakref
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from ..units import format_bytes
+from .base import (
+    Backend,
+    BudgetExceeded,
+    DeviceInfo,
+    Transfer,
+    _Measurement,
+)
+
+
+def _host_ram_total() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _host_ram_used() -> int:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            fields = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in fh if ":" in ln}
+        return fields["MemTotal"] - fields.get("MemAvailable", fields.get("MemFree", 0))
+    except (OSError, KeyError, ValueError, IndexError):
+        return 0
+
+
+class HostBackend(Backend):
+    """NumPy on the CPU: the fallback without a GPU, and a baseline to compare against.
+
+    The "pool" is the memory the cell's Python and NumPy allocations hold, followed with
+    :mod:`tracemalloc` while a cell runs; the budget is enforced at every line of the cell.
+    """
+
+    name = "host"
+    is_gpu = False
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__()
+        self.xp = np
+        self.reason = reason
+        self._local = threading.local()
+        # Arrays that cells produced stand for device arrays: they are not moved again.
+        self._resident: weakref.WeakValueDictionary[int, np.ndarray] = \
+            weakref.WeakValueDictionary()
+
+    def info(self) -> DeviceInfo:
+        return DeviceInfo(backend=self.name, name="CPU (NumPy)", total_bytes=_host_ram_total(),
+                          reason=self.reason)
+
+    def device_memory(self) -> tuple[int, int]:
+        return _host_ram_used(), _host_ram_total()
+
+    def is_device_array(self, obj: object) -> bool:
+        return isinstance(obj, np.ndarray) and self._resident.get(id(obj)) is obj
+
+    def keep_on_device(self, obj: object) -> None:
+        if isinstance(obj, np.ndarray):
+            self._resident[id(obj)] = obj
+
+    def to_device(self, array: np.ndarray) -> Transfer:
+        t0 = time.perf_counter()
+        # A copy, like an upload: in-place changes in the cell must not reach the user's array.
+        out = np.array(array, copy=True, order="K")
+        return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        self._resident.pop(id(array), None)
+        return np.asarray(array)
+
+    def resident_bytes(self) -> int:
+        """Bytes of the arrays earlier cells left "on the device" (in host RAM here)."""
+        return sum(int(a.nbytes) for a in list(self._resident.values()))
+
+    def pool_used(self) -> int:
+        in_cell = 0
+        if tracemalloc.is_tracing() and getattr(self._local, "base", None) is not None:
+            in_cell = max(0, tracemalloc.get_traced_memory()[0] - self._local.base)
+        return self.resident_bytes() + in_cell
+
+    def pool_held(self) -> int:
+        return self.pool_used()
+
+    def free_cached(self) -> int:
+        return 0
+
+    @contextlib.contextmanager
+    def track_memory(self, code_filename: str) -> Iterator[_Measurement]:
+        started = not tracemalloc.is_tracing()
+        if started:
+            tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        self._local.base = base
+        tracemalloc.reset_peak()
+        held = self.resident_bytes()  # earlier cells' arrays count, as they do in a GPU pool
+        m = _Measurement(start_bytes=held, peak_bytes=held)
+        limit = self.limit
+
+        last_line: dict[int, int] = {}
+
+        def local_trace(frame: FrameType, event: str, arg: Any) -> Any:
+            if event in ("line", "return"):
+                peak = held + tracemalloc.get_traced_memory()[1] - base
+                culprit = last_line.get(id(frame), frame.f_lineno)
+                last_line[id(frame)] = frame.f_lineno
+                if limit is not None and peak > limit:
+                    tracemalloc.reset_peak()
+                    code = linecache.getline(code_filename, culprit).strip()
+                    earlier = (f", {format_bytes(held)} of it arrays from earlier cells"
+                               if held else "")
+                    raise BudgetExceeded(
+                        f"line {culprit} `{code}` took the cell to {format_bytes(peak)} of host "
+                        f"memory{earlier}, over the budget of {format_bytes(limit)}",
+                        line=culprit)
+            return local_trace
+
+        def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
+            return local_trace if frame.f_code.co_filename == code_filename else None
+
+        old_trace = sys.gettrace()
+        if limit is not None:
+            sys.settrace(global_trace)
+        try:
+            yield m
+        finally:
+            if limit is not None:
+                sys.settrace(old_trace)
+            m.peak_bytes = held + max(0, tracemalloc.get_traced_memory()[1] - base)
+            if started:
+                tracemalloc.stop()
+            self._local.base = None
+
+    @contextlib.contextmanager
+    def time_device(self) -> Iterator[_Measurement]:
+        m = _Measurement()
+        t0 = time.perf_counter()
+        try:
+            yield m
+        finally:
+            m.seconds = time.perf_counter() - t0

@@ -1,0 +1,82 @@
+"""The extension's settings, through IPython's configuration system.
+
+``c.CupyMagic.budget = "8GB"`` (and ``syncs``, ``backend``, ``streams``,
+``panel_interval``) in ``ipython_config.py``, a kernel spec's ``--CupyMagic.budget=8GB``
+argument, or ``%config CupyMagic.syncs = "error"`` at run time. The environment variable
+``CUPY_MAGIC_BACKEND`` still chooses the backend, and wins over the configuration (it is how
+a launcher forces the CPU fallback). Defaults are read from the constants the code uses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from traitlets import Enum, Float, Int, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+from .monitor.sampler import DEFAULT_INTERVAL
+from .run.batching import DEFAULT_STREAMS
+from .run.cell import SYNC_MODES
+
+__all__ = ["BACKENDS", "CupyMagic", "settings", "use_config"]
+
+BACKENDS = ("cupy", "host")
+ENV_BACKEND = "CUPY_MAGIC_BACKEND"
+
+
+class CupyMagic(Configurable):
+    """Settings of ``cupy_magic``, read from IPython's configuration at load."""
+
+    budget = Unicode("", help="VRAM budget applied at load: 8GB, 1.5GiB, 80%, 0.5, or empty "
+                              "for none (%vram_budget changes it later)").tag(config=True)
+    syncs = Enum(SYNC_MODES, default_value=SYNC_MODES[0],
+                 help="default --syncs mode of %%gpu cells (%gpu_syncs changes it)"
+                 ).tag(config=True)
+    backend = Enum(("auto", *BACKENDS), default_value="auto",
+                   help="cupy (GPU), host (NumPy on the CPU) or auto (CuPy when a GPU works); "
+                        f"the environment variable {ENV_BACKEND} wins over it").tag(config=True)
+    streams = Int(DEFAULT_STREAMS, help="default --streams of batched %%gpu cells"
+                  ).tag(config=True)
+    panel_interval = Float(DEFAULT_INTERVAL, help="seconds between the panel's samples"
+                           ).tag(config=True)
+
+    @validate("streams")
+    def _check_streams(self, proposal: Any) -> int:
+        if proposal["value"] < 1:
+            raise TraitError(f"CupyMagic.streams must be at least 1, got {proposal['value']}; "
+                             f"e.g. c.CupyMagic.streams = {DEFAULT_STREAMS}")
+        return proposal["value"]
+
+    @validate("panel_interval")
+    def _check_interval(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if not 0.05 <= value <= 3600:
+            raise TraitError(f"CupyMagic.panel_interval must be 0.05 to 3600 seconds, got "
+                             f"{value}; e.g. c.CupyMagic.panel_interval = {DEFAULT_INTERVAL}")
+        return value
+
+    def preferred_backend(self) -> str | None:
+        """The backend to load: the environment variable's, else the configured one."""
+        env = os.environ.get(ENV_BACKEND, "").strip().lower()
+        if env:
+            if env not in BACKENDS:
+                raise ValueError(f"{ENV_BACKEND}={env!r} is not a backend; use "
+                                 f"{ENV_BACKEND}=cupy or {ENV_BACKEND}=host, or unset it")
+            return env
+        return None if self.backend == "auto" else self.backend
+
+
+_settings: CupyMagic | None = None
+
+
+def use_config(config: Any = None) -> CupyMagic:
+    """Make the live settings from ``config`` (an IPython ``Config``); used at load."""
+    global _settings
+    _settings = CupyMagic(config=config) if config is not None else CupyMagic()
+    return _settings
+
+
+def settings() -> CupyMagic:
+    """The live settings (the defaults until the extension loads with a configuration)."""
+    return _settings if _settings is not None else use_config()

@@ -1,0 +1,172 @@
+"""Where the sampler's figures come from: the live backend's pool, NVML, the running cell.
+
+:class:`LiveSources` is what :class:`cupy_magic.monitor.sampler.Sampler` reads by default;
+tests give the sampler sources of their own. CuPy is reached only through the live backend object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .. import backend
+from ..backend import HostBackend, PoolStats
+from ..backend.streams import batch_streams
+from ..run import progress
+from ..run.progress import CellProgress
+from . import nvml
+from .nvml import NA, DeviceReading
+
+__all__ = ["LiveSources", "PoolFigures", "arena_figures", "pool_figures", "release_cached"]
+
+
+@dataclass(frozen=True)
+class PoolFigures(PoolStats):
+    """The backend's pool at one instant (bytes), with what the panel adds; arena figures
+    may be :data:`NA`.
+
+    ``largest_free`` and ``arena_free`` come from the per-stream arenas of a pool that
+    exposes them (the legacy stream's and the batch streams'); ``fragmentation_note`` says
+    why they are missing otherwise.
+    """
+
+    free_blocks: Any = NA
+    largest_free: Any = NA
+    arena_free: Any = NA
+    arenas: int = 0
+    pinned_free_blocks: Any = NA
+    host_locked: Any = NA  # bytes of page-locked host memory (inputs and result blocks)
+    host_cached: Any = NA  # of which result blocks kept for reuse
+    fragmentation_note: str = ""
+
+    @property
+    def fragmentation(self) -> Any:
+        """1 - largest free block / free bytes: 0 when all free bytes form one block."""
+        if not isinstance(self.largest_free, int) or not isinstance(self.arena_free, int):
+            return NA
+        return 0.0 if self.arena_free == 0 else 1.0 - self.largest_free / self.arena_free
+
+
+# --- pool introspection (CuPy through the backend object) --------------------------------
+
+def _entry_size(entry: Any) -> int:
+    # CuPy 14 yields ((size, chunk_address), chunk) or (size, chunk): take the size.
+    head = entry[0]
+    return int(head[0] if isinstance(head, tuple) else head)
+
+
+def arena_figures(pool: Any, stream_idents: Sequence[int]) -> tuple[Any, Any, int, str]:
+    """Largest free block, free bytes and arena count over the given stream arenas.
+
+    Returns ``(largest, free, arenas, note)``; ``largest`` and ``free`` are NA with a note
+    when ``pool`` hides its arenas (CuPy's default ``MemoryPool`` does; a
+    ``SingleDeviceMemoryPool`` has ``_debug_arena_get_index`` from CuPy 14.1).
+    """
+    index_of = getattr(pool, "_debug_arena_get_index", None)
+    if index_of is None:
+        return NA, NA, 0, "CuPy's default pool hides its arenas"
+    largest, free, arenas = 0, 0, 0
+    for ident in dict.fromkeys(stream_idents):
+        sizes = [_entry_size(e) for e in index_of(ident)]
+        if sizes:
+            arenas += 1
+            largest = max(largest, max(sizes))
+            free += sum(sizes)
+    return largest, free, arenas, ""
+
+
+def _stats(be: Any) -> dict[str, Any]:
+    """The backend's :class:`PoolStats` as keyword arguments of :class:`PoolFigures`."""
+    st = be.stats()
+    return {f.name: getattr(st, f.name) for f in fields(PoolStats)}
+
+
+def pool_figures(be: Any, device: int) -> PoolFigures:
+    """Read the pool of ``device`` from the backend ``be`` (in any thread)."""
+    if not be.is_gpu:
+        return PoolFigures(**_stats(be), fragmentation_note="no device pool on the host backend")
+    cp = be.cp
+    # Pool figures are per current device, and the current device is per thread.
+    with cp.cuda.Device(device):
+        pool = be.pool
+        pinned = cp.get_default_pinned_memory_pool().n_free_blocks()
+        # the legacy stream's arena and those of the streams batched cells ran on
+        idents = [0, *(int(s.ptr) for s in batch_streams(device))]
+        largest, free, arenas, note = arena_figures(pool, idents)
+        host = be.host.stats()
+        return PoolFigures(**_stats(be), free_blocks=int(pool.n_free_blocks()),
+                           largest_free=largest,
+                           arena_free=free, arenas=arenas, pinned_free_blocks=int(pinned),
+                           host_locked=host["locked_bytes"], host_cached=host["cached_bytes"],
+                           fragmentation_note=note)
+
+
+class LiveSources:
+    """The real sources: the live backend, NVML, the session budget and the running cell."""
+
+    def __init__(self) -> None:
+        self._handles: dict[tuple[str, int], Any] = {}
+
+    def _backend(self) -> Any:
+        return backend.current()
+
+    def _handle(self, device: int) -> Any:
+        be = self._backend()
+        key = (be.name, device)
+        if key not in self._handles:
+            if be.is_gpu:
+                bus_id = be.cp.cuda.Device(device).pci_bus_id
+                self._handles[key] = nvml.handle_for(bus_id)
+            else:
+                handles = nvml.visible_handles()
+                self._handles[key] = handles[device] if device < len(handles) else NA
+        return self._handles[key]
+
+    def devices(self) -> list[str]:
+        be = self._backend()
+        count = be.cp.cuda.runtime.getDeviceCount() if be.is_gpu else len(nvml.visible_handles())
+        names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
+        if not names:
+            return [f"0: {be.info().name}"]
+        return [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
+
+    def reading(self, device: int) -> DeviceReading:
+        return nvml.read_device(self._handle(device))
+
+    def pool(self, device: int) -> PoolFigures:
+        return pool_figures(self._backend(), device)
+
+    def host(self) -> tuple[int, int]:
+        return HostBackend().device_memory()
+
+    def budget(self) -> str:
+        spec = self._backend().budget
+        return spec.describe() if spec is not None else "off"
+
+    def cell(self) -> CellProgress | None:
+        return progress.current()
+
+    def status(self) -> tuple[str, str, str]:
+        be = self._backend()
+        why = "" if be.is_gpu else (be.info().reason or "host backend chosen")
+        return be.name, why, nvml.reason()
+
+
+def release_cached(device: int = 0) -> tuple[int, int, int]:
+    """Free the pool's cached blocks on ``device``, the pinned pool's free blocks and the
+    page-locked result blocks kept for reuse (:mod:`cupy_magic.backend.hostmem`).
+
+    Returns ``(device bytes, pinned blocks, page-locked host bytes)`` released (guide
+    section 5).
+    """
+    be = backend.current()
+    if not be.is_gpu:
+        return be.free_cached(), 0, 0
+    cp = be.cp
+    with cp.cuda.Device(device):
+        released = be.free_cached()
+    pinned_pool = cp.get_default_pinned_memory_pool()
+    before = pinned_pool.n_free_blocks()
+    pinned_pool.free_all_blocks()
+    return released, before - pinned_pool.n_free_blocks(), be.host.release_cached()

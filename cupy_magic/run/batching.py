@@ -1,0 +1,308 @@
+"""Which inputs of a ``%%gpu`` cell are batched, how big the batches are, and how results join.
+
+Pure logic, no device access: :mod:`cupy_magic.run.batched` measures and runs, this module
+decides (:mod:`cupy_magic.run.reduce` joins the results). Batches cut the leading axis of
+the batched inputs; everything else is shared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..units import SizeError, format_bytes, parse_size
+from .errors import CellError
+from .reduce import RULES
+
+__all__ = [
+    "DEFAULT_STREAMS",
+    "PROMISE",
+    "RULES",
+    "BatchOptions",
+    "BatchPlan",
+    "probe_rows",
+    "select_inputs",
+    "size_rows",
+]
+
+DEFAULT_STREAMS = 3
+# Measured on the H200 (DESIGN.md): 128 MiB batches with 3 streams streamed fastest; larger
+# batches fill and drain the pipeline more slowly.
+TARGET_BATCH_BYTES = 128 * 2**20
+PROBE_BYTES = 4 * 2**20  # the first, measuring batch: small, yet large enough to time
+PROBE_SHARE = 16  # the first batch's inputs take at most 1/16 of the free budget
+MARGIN = 0.8  # share of the free budget the batches in flight may take
+PROMISE = "each row's results depend only on that row (the promise batching relies on)"
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How the user asked a cell to be batched (``%%gpu --batch ...``).
+
+    Parameters
+    ----------
+    names
+        The inputs to batch; ``None`` lets the planner choose.
+    forced
+        Batch even when the inputs fit the budget.
+    rows, nbytes
+        A fixed batch size in rows or in input bytes per batch (at most one of them).
+    streams
+        CUDA streams (batches in flight).
+    reduce
+        ``{result name: rule}`` for results without a row axis; rules are :data:`RULES`.
+    timeline
+        Record each batch's start and end on the device (:attr:`BatchPlan.timeline`), and
+        report them and the run's phases. On a GPU this uses CUDA timing events, and the GPU
+        waits for the work ahead of each to finish before it writes the time: batches on
+        different streams then overlap less, so leave it off when speed matters.
+    """
+
+    names: tuple[str, ...] | None = None
+    forced: bool = False
+    rows: int | None = None
+    nbytes: int | None = None
+    streams: int = DEFAULT_STREAMS
+    reduce: dict[str, str] = field(default_factory=dict)
+    timeline: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.streams, int) or self.streams < 1:
+            raise CellError(f"--streams must be at least 1, got {self.streams}; "
+                            f"try %%gpu --streams {DEFAULT_STREAMS}")
+        if self.rows is not None and self.rows < 1:
+            raise CellError(f"--batch-rows must be at least 1, got {self.rows}; "
+                            "e.g. %%gpu --batch-rows 100000")
+        if self.rows is not None and self.nbytes is not None:
+            raise CellError(f"give --batch-rows ({self.rows}) or --batch-bytes "
+                            f"({format_bytes(self.nbytes)}), not both")
+        for name, rule in self.reduce.items():
+            if rule not in RULES:
+                raise CellError(f"--reduce {name}={rule}: unknown rule {rule!r}; choose one of "
+                                f"{', '.join(RULES)}, e.g. --reduce {name}=sum")
+
+    @property
+    def requested(self) -> bool:
+        """Whether the user asked for batching (rather than the budget forcing it)."""
+        return self.forced or self.rows is not None or self.nbytes is not None
+
+    @classmethod
+    def parse(cls, batch: str | None = None, rows: str | None = None,
+              nbytes: str | None = None, streams: str | None = None,
+              reduce: list[str] | None = None, timeline: bool = False,
+              default_streams: int = DEFAULT_STREAMS) -> BatchOptions:
+        """Build options from the text of the magic's arguments.
+
+        ``batch`` is ``None`` (not given), ``"*"`` (``--batch`` alone) or ``"a,b"``;
+        ``default_streams`` is used when ``streams`` is not given.
+        Raises :class:`CellError` with a one-line message naming the value and the fix.
+        """
+        names: tuple[str, ...] | None = None
+        if batch not in (None, "*"):
+            names = tuple(n.strip() for n in batch.split(",") if n.strip())
+            bad = [n for n in names if not n.isidentifier()]
+            if bad or not names:
+                raise CellError(f"--batch takes comma-separated input names, got {batch!r}; "
+                                "e.g. %%gpu --batch x,y")
+        n_rows = _whole("--batch-rows", rows, "100000") if rows is not None else None
+        n_bytes = None
+        if nbytes is not None:
+            try:
+                n_bytes = parse_size(nbytes)
+            except SizeError as exc:
+                raise CellError(f"--batch-bytes {nbytes}: {exc}; e.g. --batch-bytes 512MB") \
+                    from None
+        n_streams = (_whole("--streams", streams, str(DEFAULT_STREAMS))
+                     if streams is not None else default_streams)
+        rules: dict[str, str] = {}
+        for item in reduce or []:
+            for part in (p.strip() for p in item.split(",")):
+                if not part:
+                    continue
+                name, eq, rule = part.partition("=")
+                name, rule = name.strip(), rule.strip().lower()
+                if not eq or not name.isidentifier() or not rule:
+                    raise CellError(f"--reduce takes NAME=RULE, got {part!r}; e.g. "
+                                    "--reduce total=sum")
+                rules[name] = rule
+        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline)
+
+    def batch_only(self) -> list[str]:
+        """The options given that only a batched run uses (for the note when a cell ran whole)."""
+        given = [f"--streams {self.streams}"] if self.streams != DEFAULT_STREAMS else []
+        given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
+        return given + (["--timeline"] if self.timeline else [])
+
+
+def _whole(flag: str, text: str, example: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise CellError(f"{flag} takes a whole number, got {text!r}; e.g. %%gpu {flag} "
+                        f"{example}") from None
+
+
+def select_inputs(inputs: dict[str, np.ndarray], opts: BatchOptions) -> tuple[list[str], int]:
+    """Choose the batched inputs and their common leading length.
+
+    By default every input whose leading length is the largest among the inputs is batched;
+    the others are uploaded once and shared by every batch.
+    """
+    with_rows = {n: a for n, a in inputs.items() if a.ndim >= 1}
+    if opts.names is not None:
+        listed = ", ".join(f"{n} {a.shape}" for n, a in inputs.items()) or "none"
+        for name in opts.names:
+            if name not in inputs:
+                raise CellError(f"--batch names {name!r}, which is not a NumPy input of the "
+                                f"cell; its NumPy inputs are: {listed}")
+            if inputs[name].ndim == 0:
+                raise CellError(f"--batch {name}: {name!r} is 0-d and has no rows to batch; "
+                                "batch inputs with a leading axis")
+        lengths = {inputs[n].shape[0] for n in opts.names}
+        if len(lengths) > 1:
+            shapes = ", ".join(f"{n} {inputs[n].shape}" for n in opts.names)
+            raise CellError(f"--batch {','.join(opts.names)}: the inputs have different "
+                            f"leading lengths ({shapes}); batch inputs whose rows match")
+        return list(opts.names), lengths.pop()
+    if not with_rows:
+        raise CellError("the cell has no NumPy input with a leading axis to batch over; "
+                        "remove --batch, or pass an array input")
+    total = max(a.shape[0] for a in with_rows.values())
+    return [n for n, a in with_rows.items() if a.shape[0] == total], total
+
+
+def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
+               free: int | None = None) -> int:
+    """Rows of the first, measuring batch.
+
+    Small (a few MiB, and a small share of the free budget: temporaries are not known yet),
+    and different from every other length among the inputs' axes, so that a result whose
+    leading length equals the batch's rows is told apart from one that does not.
+    """
+    if fixed is not None:
+        # The later batches keep the size asked for; the first one only must not coincide
+        # with another axis length, or a reduction of that length would pass for rows.
+        rows = min(fixed, total)
+        candidates = itertools.chain(range(rows, 0, -1), range(rows + 1, total + 1))
+        return next((r for r in candidates if r not in avoid), rows)
+    cap = PROBE_BYTES if free is None else min(PROBE_BYTES, max(free, 0) // PROBE_SHARE)
+    rows = max(1, min(total, cap // max(row_bytes, 1), max(total // 8, 1)))
+    while rows in avoid and rows < total:
+        rows += 1
+    return rows
+
+
+def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | None,
+              streams: int, opts: BatchOptions) -> tuple[int, str]:
+    """Rows per batch after the first, and how that size was chosen.
+
+    Parameters
+    ----------
+    total
+        Rows of the batched inputs.
+    row_bytes
+        Input bytes per row (all batched inputs).
+    peak_row_bytes
+        Peak pool bytes per row measured on the first batch (inputs, temporaries, outputs).
+    free
+        Budget bytes left (``None``: no budget).
+    streams
+        Batches in flight.
+    opts
+        The user's options; a fixed size wins.
+    """
+    if opts.rows is not None:
+        return max(1, min(opts.rows, total)), "--batch-rows"
+    if opts.nbytes is not None:
+        return max(1, min(total, opts.nbytes // max(row_bytes, 1))), "--batch-bytes"
+    target = max(1, TARGET_BATCH_BYTES // max(row_bytes, 1))
+    if free is None:
+        return min(total, target), "128 MiB of input per batch (fastest measured on the H200)"
+    fit = int(free * MARGIN / (streams * max(peak_row_bytes, 1.0)))
+    if fit < 1:
+        raise CellError(
+            f"one row of the batched inputs needs {format_bytes(peak_row_bytes)} in the pool "
+            f"(measured) and {streams} streams need {format_bytes(streams * peak_row_bytes)}, "
+            f"but the budget leaves {format_bytes(free)}; try --streams 1, --dtype float32 or "
+            "a larger %vram_budget")
+    if fit < target:
+        return min(total, fit), (f"measured {format_bytes(peak_row_bytes)} per row in the pool; "
+                                 f"{streams} batches in flight fit {MARGIN:.0%} of the free budget")
+    return min(total, target), "128 MiB of input per batch (the budget allows more)"
+
+
+@dataclass
+class BatchPlan:
+    """What a batched run did: inputs, batch sizes, streams, and how results were joined."""
+
+    batched: tuple[str, ...]
+    shared: tuple[str, ...]
+    total_rows: int
+    row_bytes: int
+    streams: int
+    reason: str
+    first_rows: int = 0
+    rows: int = 0
+    batches: int = 0
+    peak_row_bytes: float = 0.0
+    sized_by: str = ""
+    gathered: tuple[str, ...] = ()
+    reduced: dict[str, str] = field(default_factory=dict)
+    staged_batches: int = 0
+    # what went through the staging buffers, and why: {"x": "input not page-locked (yet)"}
+    staged: dict[str, str] = field(default_factory=dict)
+    # (slot, start s, end s) of each batch: device time from CUDA events on a GPU; recorded
+    # only with --timeline (BatchOptions.timeline), like the phases
+    timeline: tuple[tuple[int, float, float], ...] = ()
+    # host seconds of the run's phases: setup, first batch, warm-up, batches, finish (a
+    # report line with --timeline)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def overlap(self) -> float | None:
+        """Batches in flight on average: the batches' summed time over the run's span."""
+        if not self.timeline:
+            return None
+        span = max(e for _, _, e in self.timeline) - min(s for _, s, _ in self.timeline)
+        busy = sum(e - s for _, s, e in self.timeline)
+        return busy / span if span > 0 else None
+
+    @property
+    def in_flight_bytes(self) -> int:
+        """Pool bytes the batches in flight may take (measured bytes per row x rows)."""
+        per_row = max(self.peak_row_bytes, float(self.row_bytes))
+        return int(min(self.streams, self.batches) * self.rows * per_row)
+
+    def lines(self) -> list[str]:
+        """The plan as plain-text report lines."""
+        both = ", ".join(self.batched)
+        out = [f"  batch {both} over the leading axis ({self.total_rows:,} rows, "
+               f"{format_bytes(self.row_bytes * self.total_rows)}): {self.reason}",
+               f"  batch relies on: {PROMISE}",
+               f"  batch plan: first batch {self.first_rows:,} rows (measured "
+               f"{format_bytes(self.peak_row_bytes)}/row peak in the pool), then "
+               f"{self.rows:,} rows per batch; {self.batches} batches, {self.streams} streams, "
+               f"{format_bytes(self.in_flight_bytes)} in flight; sized by {self.sized_by}"]
+        if self.shared:
+            out.append(f"  batch shared by every batch (uploaded once): {', '.join(self.shared)}")
+        joined = [f"{n} (rows gathered on the host)" for n in self.gathered]
+        joined += [f"{n} ({r})" for n, r in self.reduced.items()]
+        if joined:
+            out.append(f"  batch results: {', '.join(joined)}")
+        if self.overlap is not None:
+            span = max(e for _, _, e in self.timeline)
+            out.append(f"  batch timeline: {len(self.timeline)} batches in {span:.3f} s, "
+                       f"{self.overlap:.1f} in flight on average (BatchPlan.timeline)")
+        if self.phases and self.timeline:
+            out.append("  batch phases: " + ", ".join(f"{k} {v:.3f} s"
+                                                       for k, v in self.phases.items()))
+        if self.staged_batches:
+            why = "; ".join(f"{n}: {w}" for n, w in self.staged.items())
+            out.append(f"  batch {self.staged_batches} batches staged through pinned buffers"
+                       + (f" ({why})" if why else ""))
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(line.strip() for line in self.lines())

@@ -1,0 +1,117 @@
+"""Run one cell on the live backend, as a transaction.
+
+The cell runs in a shallow copy of the user namespace in which every name bound to the
+NumPy module means the backend's array module (CuPy on a GPU) and every NumPy array the cell
+reads is replaced by a device copy. Only when the cell succeeds are the names it bound
+written back; when it fails, the copy is dropped, so the user's variables and the pool are
+as they were. This module decides how the cell runs (whole or in batches) and attaches the
+host-sync findings; :mod:`~cupy_magic.run.whole` and :mod:`~cupy_magic.run.batched` run it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+from .. import backend as _backend
+from ..backend import Backend
+from ..syncs.lint import SyncFinding, lint_cell
+from ..syncs.record import HostSyncError, SyncRecorder, merge
+from .batched import batch_reason, run_batched
+from .batching import BatchOptions, select_inputs
+from .errors import CellError
+from .plan import CellPlan, plan_cell, register_source
+from .report import RunReport
+from .whole import run_whole, warmup
+
+__all__ = ["SYNC_MODES", "run_cell"]
+
+SYNC_MODES = ("warn", "error", "off")
+_counter = itertools.count(1)
+
+
+def run_cell(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    to_host: bool | Iterable[str] = False,
+    dtype: str | None = None,
+    warmup_run: bool = False,
+    syncs: str = "warn",
+    filename: str | None = None,
+    batch: BatchOptions | None = None,
+) -> RunReport:
+    """Run ``source`` on the live backend against ``namespace``, as a transaction.
+
+    The engine under :func:`cupy_magic.run_cell`, which documents the parameters (there
+    ``warmup_run`` is ``warmup``); this one records no report and drives no progress.
+
+    Raises
+    ------
+    CellError
+        For inputs CuPy cannot hold or options that do not fit the cell.
+    BudgetExceeded
+        When the inputs or the cell's allocations do not fit the VRAM budget.
+    BaseException
+        Whatever the cell raised, with a traceback that starts at the cell's own lines.
+    """
+    __tracebackhide__ = True
+    be = _backend.current()
+    filename = filename or f"<gpu-cell-{next(_counter)}>"
+    register_source(source, filename)
+    if syncs not in SYNC_MODES:
+        raise CellError(f"--syncs {syncs} is not a mode; use --syncs "
+                        f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
+    plan = plan_cell(source, namespace, filename, to_host, dtype, be)
+    findings = _lint(source, plan, namespace, syncs, be)
+    recorder = _recorder(be, filename, source, syncs)
+    reason = batch_reason(plan.inputs, batch, be, dtype)
+    report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
+    if reason:
+        opts = batch or BatchOptions()
+        if warmup_run:  # unbatched on a slice of the batched inputs, then --reduce once
+            cut, _ = select_inputs(plan.inputs, opts)
+            report.warmup_seconds, report.warmup_rows = warmup(
+                plan, dtype, be, namespace, set(cut), opts.reduce)
+        with recorder:
+            run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
+                        filename=filename, be=be)
+    else:
+        if batch is not None and batch.batch_only():
+            report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
+                                "this cell ran whole (its inputs fit the budget); add --batch "
+                                "to batch it")
+        run_whole(plan, namespace, report, to_host=to_host, dtype=dtype, warm=warmup_run,
+                  recorder=recorder, filename=filename, be=be)
+    if syncs != "off":
+        counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
+            else None
+        report.syncs = merge(findings, counts)
+    return report
+
+
+def _lint(source: str, plan: CellPlan, namespace: dict[str, Any], syncs: str,
+          be: Backend) -> list[SyncFinding]:
+    """The static sync check, before anything runs; ``--syncs error`` stops at the first
+    finding here on the CPU fallback (the GPU's record stops at the first real sync)."""
+    if syncs == "off":
+        return []
+    device_names = [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))]
+    findings = lint_cell(source, device_names, {*plan.overrides, "np", "numpy", "cp", "cupy"})
+    if syncs == "error" and findings and not be.is_gpu:
+        raise HostSyncError(findings[0].line, findings[0].code)
+    return findings
+
+
+def _recorder(be: Backend, filename: str, source: str,
+              syncs: str) -> SyncRecorder | contextlib.nullcontext:
+    """The runtime sync record: on the GPU only (the CPU fallback has no device to wait for).
+
+    It also times how long the host waits at each sync: the recorder finishes the current
+    stream's queued work itself, which the sync that follows would have waited for anyway.
+    """
+    if be.is_gpu and syncs != "off":
+        return SyncRecorder(filename, source, syncs, measure_wait=True)
+    return contextlib.nullcontext()

@@ -1,0 +1,100 @@
+"""Writing a successful cell's names back into the user namespace.
+
+Shared by the plain and the batched run: which names changed, bringing arrays to the host
+when asked, re-homing functions and classes the cell defined, and the report's output rows.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..backend import Backend
+from .report import OutputInfo, RunReport
+
+if TYPE_CHECKING:
+    from .plan import CellPlan
+
+__all__ = ["commit"]
+
+
+def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
+    if be.is_device_array(value):
+        where = "device" if be.is_gpu else "device (CPU fallback: host RAM)"
+        return f"{type(value).__module__.split('.')[0]}.ndarray {value.dtype} {value.shape}", \
+            where, int(value.nbytes)
+    if isinstance(value, np.ndarray):
+        return f"numpy.ndarray {value.dtype} {value.shape}", "host", int(value.nbytes)
+    return type(value).__name__, "python", 0
+
+
+
+def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
+            to_host: bool | Iterable[str], be: Backend, report: RunReport) -> None:
+    host_names = None if isinstance(to_host, bool) else set(to_host)
+    updates: dict[str, Any] = {}
+    for name, value in work.items():
+        if name == "__builtins__" and name not in namespace:
+            continue
+        if value is namespace.get(name, _MISSING):
+            continue
+        original = plan.overrides.get(name, namespace.get(name, _MISSING))
+        if name in plan.inputs:
+            original = _MISSING if name in plan.stored else value
+        if value is original:
+            continue
+        if name in plan.overrides and value is plan.overrides[name]:
+            continue
+        wants_host = to_host is True or (host_names is not None and name in host_names)
+        if isinstance(value, np.ndarray) and not wants_host:
+            be.keep_on_device(value)
+        if be.is_device_array(value) and wants_host:
+            value = be.to_host(value)
+        updates[name] = _rehome(value, plan.code.co_filename, namespace)
+    removed = [n for n in namespace if n not in work and n != "__builtins__"]
+    namespace.update(updates)
+    for name in removed:
+        del namespace[name]
+        report.outputs.append(OutputInfo(name, "deleted", "deleted"))
+    for name, value in updates.items():
+        kind, where, nbytes = _describe(value, be)
+        report.outputs.append(OutputInfo(name, kind, where, nbytes))
+    if to_host is True or host_names:
+        be.synchronize()
+
+
+_MISSING = object()
+
+
+def _rehome(value: Any, filename: str, namespace: dict[str, Any]) -> Any:
+    """Give functions and classes the cell defined the user namespace as their globals.
+
+    They were created in the cell's private copy of the namespace; without this they would
+    keep reading it (old values, ``np`` as CuPy, the device copies of the inputs) and write
+    their ``global`` names into it, after the cell is over.
+    """
+    if isinstance(value, types.FunctionType):
+        if value.__code__.co_filename != filename or value.__globals__ is namespace:
+            return value
+        new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                 value.__closure__)
+        new.__kwdefaults__ = value.__kwdefaults__
+        new.__qualname__ = value.__qualname__
+        new.__doc__ = value.__doc__
+        new.__dict__.update(value.__dict__)
+        new.__annotations__ = value.__annotations__
+        return new
+    if isinstance(value, type):  # only the methods the cell wrote are replaced
+        for key, attr in list(vars(value).items()):
+            if isinstance(attr, (staticmethod, classmethod)):
+                inner = _rehome(attr.__func__, filename, namespace)
+                if inner is not attr.__func__:
+                    setattr(value, key, type(attr)(inner))
+            elif isinstance(attr, types.FunctionType):
+                new = _rehome(attr, filename, namespace)
+                if new is not attr:
+                    setattr(value, key, new)
+    return value

@@ -1,0 +1,176 @@
+"""What a cell needs before it runs: its code, its NumPy inputs, the names it binds, and
+the copies of its inputs on the device.
+
+Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
+:mod:`cupy_magic.run.batched`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from types import CodeType, ModuleType
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend, BudgetExceeded
+from ..units import format_bytes
+from .errors import CellError
+from .names import CellNames, analyse
+from .report import InputMove
+
+__all__ = [
+    "CAST_TARGETS",
+    "CellPlan",
+    "cast_target",
+    "check_budget",
+    "input_shortfall",
+    "move_inputs",
+    "plan_cell",
+    "register_source",
+]
+
+CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
+                "float16": {"float64": "float16", "float32": "float16"}}
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """A cell ready to run: its compiled code, its NumPy inputs, the names it binds.
+
+    Attributes
+    ----------
+    code
+        The cell compiled under its filename (tracebacks show the cell's lines).
+    inputs
+        The NumPy arrays the cell reads, by name; they move to the device for the cell.
+    overrides
+        Names that mean the backend's array module inside the cell (``np``, ``cp``, ...).
+    stored, deleted
+        Names the cell assigns (or changes in place), and names it deletes.
+    """
+
+    code: CodeType
+    inputs: dict[str, np.ndarray]
+    overrides: dict[str, Any]
+    stored: set[str]
+    deleted: set[str]
+
+    def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
+        """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
+        return replace(self, inputs=inputs)
+
+
+def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
+    """The dtype ``arr`` has on the device under ``--dtype`` (its own when not cast)."""
+    target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
+    return np.dtype(target) if target else arr.dtype
+
+
+def _check_input(name: str, arr: np.ndarray) -> None:
+    if arr.dtype.kind in "OUSVMm":
+        raise CellError(
+            f"input {name!r} is a NumPy array of dtype {arr.dtype}, which CuPy cannot hold; "
+            f"convert it first (e.g. {name} = {name}.astype(float)) or keep it out of the "
+            "%%gpu cell"
+        )
+    if isinstance(arr, np.ma.MaskedArray):
+        raise CellError(f"input {name!r} is a masked array; CuPy has none: pass "
+                        f"{name}.filled(fill_value) and a separate mask")
+
+
+@functools.lru_cache(maxsize=256)
+def _names(source: str) -> CellNames:
+    """The cell's names, analysed once per source text (a re-run cell skips the analysis)."""
+    return analyse(ast.parse(source))
+
+
+def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
+    if isinstance(to_host, bool):
+        return
+    missing = [n for n in to_host if n not in names.assigned | names.mutated]
+    if missing:
+        bound = ", ".join(sorted(names.assigned)) or "nothing"
+        raise CellError(f"--to-host names {', '.join(missing)}, which the cell never assigns; "
+                        f"it assigns: {bound}")
+
+
+def plan_cell(source: str, namespace: dict[str, Any], filename: str,
+              to_host: bool | Iterable[str], dtype: str | None, be: Backend) -> CellPlan:
+    """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options."""
+    tree = ast.parse(source, filename, "exec")
+    names = _names(source)
+    if dtype is not None and dtype not in CAST_TARGETS:
+        raise CellError(f"--dtype {dtype} is not supported; use "
+                        f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
+    _check_to_host(to_host, names)
+    numpy_names = {k for k, v in namespace.items() if v is np}
+    overrides: dict[str, Any] = {k: be.xp for k in numpy_names}
+    if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
+        overrides["cp"] = be.xp
+    inputs: dict[str, np.ndarray] = {}
+    for name in sorted((names.loaded | names.mutated) - names.written_first):
+        value = namespace.get(name)
+        if (isinstance(value, np.ndarray) and name not in numpy_names
+                and not be.is_device_array(value)):
+            _check_input(name, value)
+            inputs[name] = value
+    code = compile(tree, filename, "exec")
+    return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted)
+
+
+def register_source(source: str, filename: str) -> None:
+    """Let tracebacks and messages quote the cell's lines (``linecache``)."""
+    if filename not in linecache.cache:
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def move_inputs(plan: CellPlan, dtype: str | None,
+                be: Backend) -> tuple[dict[str, Any], list[InputMove]]:
+    """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
+    moved: dict[str, Any] = {}
+    moves: list[InputMove] = []
+    for name, arr in plan.inputs.items():
+        cast_from, saved, host, cast_s = "", 0, arr, 0.0
+        target = cast_target(arr, dtype)
+        if target != arr.dtype:
+            t0 = time.perf_counter()
+            host = arr.astype(target)
+            cast_from, saved = arr.dtype.name, arr.nbytes - host.nbytes
+            cast_s = time.perf_counter() - t0
+        t = be.to_device(host)
+        moved[name] = t.array
+        moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, host.dtype.name,
+                               cast_from, saved))
+    return moved, moves
+
+
+def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,
+                    be: Backend) -> tuple[int, int] | None:
+    """``(bytes the inputs need, bytes the budget leaves)`` when they do not fit, else None."""
+    free = be.budget_left()
+    if free is None or not inputs:
+        return None
+    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
+    return (need, free) if need > free else None
+
+
+def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
+    """Refuse, before anything moves, a whole cell whose inputs do not fit the budget."""
+    short = input_shortfall(plan.inputs, dtype, be)
+    if short is None or be.limit is None:
+        return
+    need, free = short
+    sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
+    hint = "" if dtype else ", --dtype float32 to halve float64 inputs"
+    raise BudgetExceeded(
+        f"the cell's inputs {sizes} need {format_bytes(need)} but the VRAM budget "
+        f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}; try batching the "
+        f"data{hint}, a larger %vram_budget, or releasing cached blocks "
+        "(cupy_magic.free_cached())",
+        explained=True)

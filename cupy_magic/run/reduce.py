@@ -1,0 +1,34 @@
+"""Joining the per-batch partial results of a ``--reduce`` rule, on the device."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RULES", "combine"]
+
+RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
+
+
+def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:
+    """Join per-batch partial results with ``rule``; ``parts`` holds ``(value, rows)`` pairs.
+
+    Device partials stay on the device (``xp`` is the backend's array module); Python
+    scalars give a Python or NumPy scalar, like an unbatched cell would.
+    """
+    values = [v for v, _ in parts]
+    on_device = all(hasattr(v, "shape") for v in values)
+    mod = xp if on_device else np
+    if rule == "concat":
+        return mod.concatenate([mod.atleast_1d(v) for v in values], axis=0)
+    stack = mod.stack([mod.asarray(v) for v in values])
+    if rule == "mean":
+        rows = mod.asarray([r for _, r in parts], dtype=np.float64)
+        shape = (len(parts),) + (1,) * (stack.ndim - 1)
+        total = (stack * rows.reshape(shape)).sum(axis=0) / math.fsum(r for _, r in parts)
+        return total if on_device else total[()]
+    fn = {"sum": mod.sum, "min": mod.min, "max": mod.max, "any": mod.any, "all": mod.all}[rule]
+    result = fn(stack, axis=0)
+    return result if on_device else result[()]

@@ -1,0 +1,108 @@
+"""A cell run whole: its inputs moved once, its code run once, timed on the device."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from .commit import commit
+from .errors import CellError, fail
+from .plan import CellPlan, check_budget, move_inputs
+from .reduce import combine
+from .report import RunReport
+
+__all__ = ["WARMUP_ELEMENTS", "run_whole", "warmup", "warmup_rows"]
+
+# The --warmup slice: at least this many elements of each cut input (and 2 rows). CuPy compiles
+# a reduction for the block size it picks from the reduced length, up to 512 threads once more
+# than 1,024 elements are reduced (its CUB path): a 2-element slice compiled other kernels
+# than the full run, which then compiled its own inside the timed run (4-5 s each on the H200).
+WARMUP_ELEMENTS = 4096
+
+
+def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
+              to_host: Any, dtype: str | None, warm: bool, recorder: Any,
+              filename: str, be: Backend) -> None:
+    """Run the planned cell once over device copies of its inputs; commit if it succeeds."""
+    __tracebackhide__ = True
+    check_budget(plan, dtype, be)
+    wall0 = time.perf_counter()
+    work: dict[str, Any] = {}
+    mem = None
+    try:
+        if warm:
+            report.warmup_seconds, report.warmup_rows = warmup(plan, dtype, be, namespace)
+        with be.track_memory(filename) as mem:
+            report.start_pool_bytes = mem.start_bytes
+            moved, report.inputs = move_inputs(plan, dtype, be)
+            work = {**namespace, **plan.overrides, **moved}
+            del moved
+            with be.time_device() as timing, recorder:
+                exec(plan.code, work)
+        report.gpu_seconds = timing.seconds
+        report.peak_pool_bytes = mem.peak_bytes
+    except BaseException as exc:
+        work.clear()
+        raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename) from None
+    commit(plan, work, namespace, to_host, be, report)
+    report.wall_seconds = time.perf_counter() - wall0
+
+
+def warmup_rows(cut: list[np.ndarray]) -> int:
+    """Rows of the ``--warmup`` slice of ``cut`` (arrays of one leading length): 2, or enough
+    for :data:`WARMUP_ELEMENTS` elements of each, so that CuPy compiles the kernels the
+    full-size run uses; all rows if there are fewer."""
+    if not cut:
+        return 0
+    per_row = min(max(1, math.prod(a.shape[1:])) for a in cut)
+    return min(cut[0].shape[0], max(2, -(-WARMUP_ELEMENTS // per_row)))
+
+
+def _longest(plan: CellPlan) -> set[str]:
+    """The inputs batching would cut: those with the largest leading length. Smaller ones,
+    such as weights, keep their shape so that the cell's shapes still agree."""
+    longest = max((a.shape[0] for a in plan.inputs.values() if a.ndim), default=0)
+    return {n for n, a in plan.inputs.items() if a.ndim and a.shape[0] == longest}
+
+
+def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, Any],
+           cut: set[str] | None = None,
+           reduce: dict[str, str] | None = None) -> tuple[float, int]:
+    """Run the cell once on the first rows of the inputs it would cut, commit nothing, and
+    apply the ``reduce`` rules to its results once (their kernels compile too).
+
+    Returns
+    -------
+    tuple
+        The seconds it took and its rows.
+    """
+    __tracebackhide__ = True
+    cut = _longest(plan) if cut is None else cut
+    rows = warmup_rows([plan.inputs[n] for n in sorted(cut)])
+    slim = plan.with_inputs({n: (a[:rows] if n in cut else a) for n, a in plan.inputs.items()})
+    t0 = time.perf_counter()
+    scratch: dict[str, Any] = {}
+    try:
+        moved, _ = move_inputs(slim, dtype, be)
+        scratch = {**namespace, **plan.overrides, **moved}
+        exec(plan.code, scratch)
+        for name, rule in (reduce or {}).items():
+            if name in scratch:
+                combine(rule, [(scratch[name], rows), (scratch[name], rows)], be.xp)
+        be.synchronize()
+    except Exception as exc:
+        what = f"the first {rows:,} rows of {', '.join(sorted(cut))}" if rows else "the cell"
+        raise CellError(
+            f"the --warmup run on {what} failed with "
+            f"{type(exc).__name__}: {exc}; run without --warmup, or make the cell work on "
+            "any number of rows"
+        ) from exc
+    finally:
+        scratch.clear()
+    return time.perf_counter() - t0, rows
+
+

@@ -1,0 +1,178 @@
+"""Sizes, shapes and bytes: parsing, formatting, and the guide's estimate (section 2B).
+
+Pure functions, no device access: every part of the package reads and writes sizes here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Estimate",
+    "GiB",
+    "SizeError",
+    "estimate",
+    "estimate_array",
+    "format_bytes",
+    "parse_shape",
+    "parse_size",
+]
+
+GiB = 1024**3
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+}
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+class SizeError(ValueError):
+    """A size, budget or shape that cannot be understood; the message says the fix."""
+
+
+def parse_size(text: str) -> int:
+    """Parse a size with a unit into bytes.
+
+    ``GB``/``MB`` are powers of 1000 and ``GiB``/``MiB`` powers of 1024, as on the box of
+    a disk and in ``nvidia-smi`` respectively.
+
+    Examples
+    --------
+    >>> parse_size("8GB"), parse_size("1.5GiB"), parse_size("512MB")
+    (8000000000, 1610612736, 512000000)
+    """
+    m = _SIZE_RE.match(text or "")
+    if not m:
+        raise SizeError(f"cannot read the size {text!r}; write a number and a unit, e.g. 8GB, "
+                        "1.5GiB or 512MB")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(number) or number > 1e30:
+        raise SizeError(f"the size {text!r} is too large to mean anything; write e.g. 8GB")
+    if unit not in _UNITS:
+        raise SizeError(f"unknown unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB, TB or "
+                        "KiB, MiB, GiB, TiB")
+    if unit in ("", "b") and number != int(number):
+        raise SizeError(f"{text!r} is a fraction of a byte; give whole bytes or a unit like MB")
+    nbytes = round(number * _UNITS[unit])
+    if nbytes <= 0:
+        raise SizeError(f"the size {text!r} must be more than 0 bytes, e.g. 512MB")
+    return nbytes
+
+
+def format_bytes(nbytes: float) -> str:
+    """Format bytes with binary units and the unit named exactly (``1.49 GiB``)."""
+    value = float(nbytes)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{sign}{int(value)} B"
+            return f"{sign}{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """Parse ``20000x20000`` (or ``20000,20000`` / ``(20000, 20000)``) into a shape."""
+    raw = (text or "").strip().strip("()[]")
+    parts = [p for p in re.split(r"\s*[x×,*]\s*", raw) if p != ""]
+    if not parts:
+        raise SizeError(f"cannot read the shape {text!r}; write e.g. 20000x20000")
+    try:
+        dims = tuple(int(float(p)) if "e" in p.lower() else int(p) for p in parts)
+    except (ValueError, OverflowError):
+        raise SizeError(f"cannot read the shape {text!r}; write whole numbers joined by x, "
+                        "e.g. 20000x20000") from None
+    if any(d < 0 for d in dims):
+        raise SizeError(f"a shape cannot have negative lengths, got {text!r}")
+    return dims
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The guide's estimate: elements x bytes per element / 1024^3."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+    nbytes: int
+    label: str = ""
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def gib(self) -> float:
+        return self.nbytes / GiB
+
+    @property
+    def gb(self) -> float:
+        return self.nbytes / 1e9
+
+    def formula(self) -> str:
+        dims = " x ".join(f"{d:,}" for d in self.shape) or "1 (a scalar)"
+        return (f"{dims} = {self.elements:,} elements x {self.itemsize} bytes ({self.dtype}) "
+                f"= {self.nbytes:,} bytes / 1024^3 = {self.gib:.2f} GiB ({self.gb:.2f} GB)")
+
+    def __str__(self) -> str:
+        head = f"{self.label}: " if self.label else ""
+        return head + self.formula()
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def _dtype(name: str) -> np.dtype:
+    try:
+        dt = np.dtype(name)
+    except TypeError:
+        raise SizeError(f"unknown dtype {name!r}; use e.g. float32, float64, int8, complex64") \
+            from None
+    if dt.kind in "OUSV" or dt.itemsize == 0:
+        raise SizeError(f"dtype {name!r} has no fixed size on the GPU; CuPy arrays hold numbers "
+                        "and booleans (e.g. float32)")
+    return dt
+
+
+def estimate(shape: tuple[int, ...] | str, dtype: str = "float64") -> Estimate:
+    """Estimate the memory of an array from its shape and dtype (guide 2B).
+
+    Examples
+    --------
+    >>> round(estimate("20000x20000", "float32").gib, 2)
+    1.49
+    """
+    dims = parse_shape(shape) if isinstance(shape, str) else tuple(int(d) for d in shape)
+    dt = _dtype(dtype)
+    return Estimate(dims, dt.name, dt.itemsize, math.prod(dims) * dt.itemsize)
+
+
+def estimate_array(array: object, label: str = "") -> Estimate:
+    """Estimate what an existing array (NumPy or CuPy) takes on the device."""
+    shape = getattr(array, "shape", None)
+    dtype = getattr(array, "dtype", None)
+    if shape is None or dtype is None:
+        raise SizeError(f"{label or 'the value'} is a {type(array).__name__}, not an array; "
+                        "give an array or a shape such as 20000x20000 float32")
+    dt = _dtype(str(dtype))
+    return Estimate(tuple(shape), dt.name, dt.itemsize, math.prod(shape) * dt.itemsize, label)

@@ -1,0 +1,131 @@
+"""The batch planner: options, which inputs are batched, batch sizes, joining partial results."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from cupy_magic.run.batching import (
+    PROMISE,
+    RULES,
+    BatchOptions,
+    BatchPlan,
+    probe_rows,
+    select_inputs,
+    size_rows,
+)
+from cupy_magic.run.errors import CellError
+from cupy_magic.run.reduce import combine
+
+
+def test_parse_defaults_and_lists():
+    opts = BatchOptions.parse()
+    assert not opts.requested and opts.streams == 3 and opts.names is None
+    opts = BatchOptions.parse("*", reduce=["total=sum,lo=min", "m=MEAN"])
+    assert opts.requested and opts.names is None
+    assert opts.reduce == {"total": "sum", "lo": "min", "m": "mean"}
+    opts = BatchOptions.parse("x, y", rows="1_000", streams="2")
+    assert opts.names == ("x", "y") and opts.rows == 1000 and opts.streams == 2
+    assert BatchOptions.parse(nbytes="512MB").nbytes == 512_000_000
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"streams": "0"}, ["--streams must be at least 1, got 0", "--streams 3"]),
+    ({"streams": "two"}, ["'two'", "--streams 3"]),
+    ({"rows": "0"}, ["--batch-rows must be at least 1, got 0", "--batch-rows 100000"]),
+    ({"rows": "1.5"}, ["'1.5'", "--batch-rows 100000"]),
+    ({"nbytes": "12XB"}, ["--batch-bytes 12XB", "512MB"]),
+    ({"rows": "10", "nbytes": "1MB"}, ["not both"]),
+    ({"reduce": ["total"]}, ["'total'", "--reduce total=sum"]),
+    ({"reduce": ["total=avg"]}, ["'avg'", "sum, min, max, mean, any, all, concat"]),
+    ({"batch": "1x"}, ["'1x'", "--batch x,y"]),
+])
+def test_bad_options_name_the_value_and_the_fix(kwargs, words):
+    with pytest.raises(CellError) as info:
+        BatchOptions.parse(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_default_batches_the_inputs_with_the_largest_leading_length():
+    inputs = {"x": np.zeros((100, 3)), "y": np.zeros(100), "w": np.zeros((3, 3)),
+              "s": np.zeros(())}
+    names, total = select_inputs(inputs, BatchOptions())
+    assert sorted(names) == ["x", "y"] and total == 100
+
+
+def test_explicit_batch_names_are_checked():
+    inputs = {"x": np.zeros((100, 3)), "k": np.zeros((50, 3)), "s": np.zeros(())}
+    assert select_inputs(inputs, BatchOptions(names=("k",))) == (["k"], 50)
+    with pytest.raises(CellError, match=r"'z', which is not a NumPy input.*x \(100, 3\)"):
+        select_inputs(inputs, BatchOptions(names=("z",)))
+    with pytest.raises(CellError, match="different leading lengths"):
+        select_inputs(inputs, BatchOptions(names=("x", "k")))
+    with pytest.raises(CellError, match="0-d"):
+        select_inputs(inputs, BatchOptions(names=("s",)))
+
+
+def test_probe_rows_are_small_and_avoid_other_lengths():
+    assert probe_rows(10_000_000, 4, set(), None) == 2**20  # 4 MiB of rows
+    assert probe_rows(100, 8, {12}, None) == 13  # 100 // 8 = 12 is a length of another axis
+    assert probe_rows(100, 8, set(), 7) == 7
+    assert probe_rows(5, 8, set(), 70) == 5
+    assert probe_rows(10_000, 1000, set(), None, free=160_000) == 10  # 1/16 of the budget
+
+
+def test_size_rows_fits_the_budget_with_a_margin():
+    rows, why = size_rows(1_000_000, 8, 40.0, 12_000_000, 3, BatchOptions())
+    assert rows == int(12_000_000 * 0.8 / (3 * 40)) and "measured" in why
+    assert 3 * rows * 40 <= 12_000_000 * 0.8
+    rows, why = size_rows(10**9, 4, 12.0, None, 3, BatchOptions())
+    assert rows == 128 * 2**20 // 4 and "128 MiB" in why
+    assert size_rows(100, 8, 1.0, None, 3, BatchOptions(rows=7))[0] == 7
+    assert size_rows(100, 8, 1.0, None, 3, BatchOptions(nbytes=80))[0] == 10
+    with pytest.raises(CellError, match="one row of the batched inputs needs"):
+        size_rows(100, 8, 1e6, 1000, 3, BatchOptions())
+
+
+def test_plan_text_says_why_the_promise_and_the_plan():
+    plan = BatchPlan(("x",), ("w",), 1000, 8, 3, "the inputs need 8 KiB", 20, 100, 11, 24.0,
+                     "measured", ("y",), {"t": "sum"})
+    text = str(plan)
+    for word in ("x over the leading axis", "1,000 rows", "the inputs need 8 KiB", PROMISE,
+                 "first batch 20 rows", "100 rows per batch", "11 batches", "3 streams",
+                 "in flight", "w", "y (rows gathered", "t (sum)"):
+        assert word in text
+    assert plan.in_flight_bytes == 3 * 100 * 24
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_combine_matches_numpy_on_the_whole(rule):
+    rng = np.random.default_rng(1)
+    data = rng.random((37, 4)) - 0.3
+    cuts = [0, 5, 6, 20, 37]
+    parts = []
+    for a, b in itertools.pairwise(cuts):
+        block = data[a:b]
+        part = {"sum": block.sum(0), "min": block.min(0), "max": block.max(0),
+                "mean": block.mean(0), "any": (block > 0.6).any(0),
+                "all": (block > -0.2).all(0), "concat": block[block[:, 0] > 0.5, 0]}[rule]
+        parts.append((part, b - a))
+    whole = {"sum": data.sum(0), "min": data.min(0), "max": data.max(0), "mean": data.mean(0),
+             "any": (data > 0.6).any(0), "all": (data > -0.2).all(0),
+             "concat": data[data[:, 0] > 0.5, 0]}[rule]
+    np.testing.assert_allclose(combine(rule, parts, np), whole)
+
+
+def test_combine_python_scalars():
+    assert combine("sum", [(3, 2), (4, 5)], np) == 7
+    assert combine("mean", [(1.0, 1), (4.0, 3)], np) == pytest.approx(3.25)
+    assert combine("max", [(1, 1), (9, 1)], np) == 9
+
+
+def test_a_fixed_first_batch_steps_off_other_axis_lengths():
+    from cupy_magic.run.batching import probe_rows
+
+    assert probe_rows(10, 8, {3}, 3) == 2
+    assert probe_rows(10, 8, {1, 2, 3}, 3) == 4
+    assert probe_rows(2**30, 4, {7}, 2**25) == 2**25  # huge inputs: found at once

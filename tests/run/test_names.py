@@ -1,0 +1,54 @@
+"""The names a cell reads, binds, deletes and changes in place (cupy_magic.run.names)."""
+
+from __future__ import annotations
+
+import ast
+
+from cupy_magic.run.names import analyse
+
+
+def names(src: str):
+    return analyse(ast.parse(src))
+
+
+def test_cell_names():
+    n = names(
+        "import math as m\n"
+        "y = f(x)\n"
+        "z += 1\n"
+        "w[0] = y\n"
+        "q.attr = 2\n"
+        "del gone\n"
+        "def fn(a):\n    inner = a\n    return inner\n"
+        "sq = [i * i for i in range(3)]\n"
+        "if (k := 3):\n    pass\n"
+        "for t in range(2):\n    pass\n"
+    )
+    assert n.assigned == {"m", "y", "z", "fn", "sq", "k", "t"}
+    assert {"f", "x", "z", "range"} <= n.loaded
+    assert n.mutated == {"w", "q"}
+    assert n.deleted == {"gone"}
+    assert "inner" not in n.assigned and "i" not in n.assigned
+
+
+def test_names_written_before_they_are_read():
+    n = names("y = f(x)\nz = z + 1\nfor i in range(2):\n    w = y\nw = 1\ny[0] = 2\n")
+    assert n.written_first == {"y"}
+
+
+def test_global_in_a_cell_function_counts_as_assigned():
+    assert "counter" in names("def bump():\n    global counter\n    counter = 1\n").assigned
+
+
+def test_names_local_to_functions_and_comprehensions_are_not_reads_of_globals():
+    n = names("def f(x):\n    y = x + 1\n    return y + w\nzz = [x * 2 for x in range(3)]\n"
+              "lam = lambda x: x + v\nclass C:\n    a = u\n    def m(self, x):\n        return x\n")
+    assert "x" not in n.loaded
+    assert {"w", "v", "u", "range"} <= n.loaded
+    assert "x" in names("zz = [x * 2 for x in x]\n").loaded  # the iterable is the global x
+
+
+def test_in_place_methods_and_out_arguments_count_as_mutations():
+    n = names("x.sort()\nnp.add(a, 1, out=b)\nnp.copyto(c, a)\ny.fill(0)\n"
+              "def f(d):\n    d.sort()\n    e[0] = 1\n")
+    assert n.mutated == {"x", "b", "c", "y", "e"}  # d is the function's own parameter

@@ -1,0 +1,103 @@
+"""A real kernel: panel updates (widget comm messages) arrive while another cell is busy."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+pytestmark = pytest.mark.kernel
+
+SHOW = """\
+from cupy_magic import session
+session.use_backend("host")  # the same figures path with or without a GPU
+from cupy_magic.view.panel import show_panel
+panel = show_panel(interval=0.1)
+"""
+
+BUSY = """\
+import time
+import numpy as np
+from cupy_magic.run import progress
+progress.start("busy cell", 10)
+blocks = []
+for i in range(10):
+    blocks.append(np.ones(4_000_000))  # 32 MB more host memory each step
+    progress.step()
+    time.sleep(0.2)
+progress.finish()
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Any]:
+    env = dict(os.environ, HOME=str(tmp_path), IPYTHONDIR=str(tmp_path / ".ipython"),
+               CUPY_CACHE_DIR=str(tmp_path / ".cupy"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
+               CUPY_MAGIC_BACKEND="host")
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    try:
+        yield kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def run(kc: Any, code: str, timeout: float = 60) -> list[tuple[float, dict[str, Any]]]:
+    """Execute ``code``; return every iopub message (with arrival time) until it is idle."""
+    msg_id = kc.execute(code)
+    got: list[tuple[float, dict[str, Any]]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        got.append((time.monotonic(), msg))
+        if (msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id
+                and msg["content"]["execution_state"] == "idle"):
+            reply = kc.get_shell_msg(timeout=10)
+            assert reply["content"]["status"] == "ok", reply["content"]
+            return got
+    raise AssertionError(f"the cell did not finish in {timeout} s: {code!r}")
+
+
+def _updates(msgs: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, str]]:
+    out = []
+    for t, msg in msgs:
+        data = msg["content"].get("data", {}) if msg["msg_type"] == "comm_msg" else {}
+        value = data.get("state", {}).get("value") if data.get("method") == "update" else None
+        if isinstance(value, str) and "cupy-magic" not in value and "batch" in value:
+            out.append((t, value))
+    return out
+
+
+def test_panel_updates_arrive_while_another_cell_is_busy(kernel: Any) -> None:
+    shown = run(kernel, SHOW)
+    opens = [m for _, m in shown if m["msg_type"] == "comm_open"]
+    assert any(m["content"]["data"]["state"].get("_model_name") == "VBoxModel" for m in opens)
+    assert any(m["msg_type"] == "display_data" for _, m in shown)
+
+    busy = run(kernel, BUSY)
+    start = next(t for t, m in busy if m["msg_type"] == "execute_input")
+    end = busy[-1][0]
+    updates = _updates(busy)
+    during = [(t, v) for t, v in updates if start < t < end]
+    # 2 s of busy cell at 0.1 s per sample: expect ~20; demand a clear majority of them.
+    assert len(during) >= 8, f"only {len(during)} panel updates reached iopub while busy"
+    batches = {int(b) for _, v in during for b in re.findall(r"batch (\d+)/10", v)}
+    assert len(batches) >= 5, f"the running cell's progress did not move: {sorted(batches)}"
+    assert len({v for _, v in during}) >= 5  # each update carries new figures
+    spread = during[-1][0] - during[0][0]
+    assert spread > 1.0, "updates came in a burst at the end, not while the cell ran"
+
+    stop = run(kernel, "panel.close()\nfrom cupy_magic.monitor import sampler as monitor\n"
+                       "print(monitor.get_sampler().running)")
+    out = "".join(m["content"].get("text", "") for _, m in stop if m["msg_type"] == "stream")
+    assert out.strip() == "False"
