@@ -13,20 +13,12 @@ the H200 (``benchmarks/first_touch.py``, 8 GiB float32, two runs;
   registrations and CUDA answers "invalid argument". A buffer the user can reach is therefore
   only ever registered in one piece.
 
-So :meth:`HostMemory.lock` registers the whole buffer under an array on a helper thread and
-returns at once; copies use it once it is done (:meth:`HostMemory.copy_in` and
-:meth:`HostMemory.copy_out` answer False until then, and the caller stages the rows through
-pinned buffers). The registration is kept while the buffer lives (a second cell finds it
-locked), and undone when the buffer is collected or at :meth:`HostMemory.close`.
-
-:meth:`HostMemory.empty` gives a result array in a locked block when a block of a fitting size
-was given back earlier (its arrays were collected); otherwise in fresh memory, which
-:meth:`HostMemory.lock` locks in the background once the rows are written. Blocks go back
-to the cache when their arrays are collected, up to :attr:`HostMemory.cache_limit` bytes;
-:meth:`HostMemory.release_cached` gives them back to the system.
-
-Only :mod:`cupy_magic._backend_cupy` creates a :class:`HostMemory`; it needs CUDA's runtime
-API (``cupy.cuda.runtime``) and nothing else from CuPy.
+So :meth:`HostMemory.lock` registers a whole buffer on a helper thread and returns at once;
+copies use it when done (until then :meth:`HostMemory.copy_in`/``copy_out`` answer False and
+the caller stages rows through pinned buffers). The registration lasts while the buffer lives.
+:meth:`HostMemory.empty` gives result arrays in locked blocks given back earlier, kept up to
+:attr:`HostMemory.cache_limit` bytes. Only :mod:`cupy_magic.backend.cupy` creates one; it
+needs CUDA's runtime API (``cupy.cuda.runtime``) and nothing else from CuPy.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Transfer engines of the batch executor: CUDA streams on a GPU, plain copies on the host.
 
 An engine owns the slots (one stream each), moves batch rows in and out, and says when a
-slot may be reused. The executor in :mod:`cupy_magic.pipeline` is the same for both.
+slot may be reused. The executor in :mod:`cupy_magic.run.batched` is the same for both.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from .cupy import CupyBackend
 
 __all__ = ["make_engine"]
 
-# Host copies into pinned buffers: one thread reaches 5-9 GB/s, 16 about 33 (DESIGN.md); with
+# Host copies into pinned buffers: one thread reaches 5-9 GB/s, 16 about 33 (measured on the
+# H200 in the first session); with
 # 16 threads a first touch streamed 25 GB/s on the H200, with 8 threads 20.
 STAGE_THREADS = min(16, os.cpu_count() or 1)
 _PARALLEL_MIN = 4 * 2**20
@@ -167,7 +168,7 @@ class CupyEngine(_Timeline):
 
     An input a cell reads for the first time goes through per-slot pinned staging buffers
     filled by several host threads, and is page-locked on a helper thread after the run
-    (:mod:`cupy_magic.hostmem`; kept while the array lives, so a second cell copies straight
+    (:mod:`cupy_magic.backend.hostmem`; kept while the array lives, so a second cell copies straight
     from it). Inputs that are cast or not C-ordered are staged in every batch. Gathered
     results go into locked blocks reused across cells; a fresh block is filled through
     staging and locked after the run too.

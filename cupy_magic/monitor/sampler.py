@@ -5,8 +5,8 @@ takes one immutable :class:`Sample` per watched device from its :class:`Sources`
 minutes of history and hands both to its subscribers (the panels). Errors of a source or a
 subscriber are written into the sample and a log, never raised into the user's cells.
 
-The figures come from :mod:`cupy_magic._sources`, which reaches CuPy only through the live
-backend object; only :mod:`cupy_magic.nvml` touches NVML.
+The figures come from :mod:`cupy_magic.monitor.sources`, which reaches CuPy only through the live
+backend object; only :mod:`cupy_magic.monitor.nvml` touches NVML.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 DEFAULT_STREAMS = 3
-# Measured on the H200 (DESIGN.md): 128 MiB batches with 3 streams streamed fastest; larger
+# Measured on the H200 (a sweep of batch sizes, first session): 128 MiB batches with 3 streams streamed fastest; larger
 # batches fill and drain the pipeline more slowly.
 TARGET_BATCH_BYTES = 128 * 2**20
 PROBE_BYTES = 4 * 2**20  # the first, measuring batch: small, yet large enough to time

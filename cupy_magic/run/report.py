@@ -65,7 +65,7 @@ class RunReport:
     budget_bytes: int | None = None
     syncs: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    batch: Any = None  # the BatchPlan of a batched run (cupy_magic.planner), else None
+    batch: Any = None  # the BatchPlan of a batched run (cupy_magic.run.batching), else None
 
     @property
     def moved_bytes(self) -> int:

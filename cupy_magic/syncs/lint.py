@@ -4,7 +4,7 @@ Before a cell runs, :func:`lint_cell` reads its AST, follows which names hold de
 (the moved inputs, then names assigned from device expressions, through simple functions
 defined in the cell) and reports the lines where harmless-looking Python makes the GPU stop
 and hand data back (guide section 4A). It needs neither CuPy nor a GPU, so the CPU fallback
-teaches the same lessons. The runtime side is :mod:`cupy_magic.sync_record`.
+teaches the same lessons. The runtime side is :mod:`cupy_magic.syncs.record`.
 """
 
 from __future__ import annotations

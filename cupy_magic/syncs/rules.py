@@ -1,4 +1,4 @@
-"""Data tables for the static host-sync lint in :mod:`cupy_magic.syncs`.
+"""Data tables for the static host-sync lint in :mod:`cupy_magic.syncs.lint`.
 
 The CuPy facts here were read from the CuPy 14.2.0 sources and its API reference
 (docs.cupy.dev): functions whose docstring warns "This function may synchronize the device",
@@ -7,24 +7,6 @@ and functions whose implementation copies a device value to the host (``.get()``
 """
 
 from __future__ import annotations
-
-#: Attributes of a device array that live on the host: reading them never syncs.
-HOST_ATTRIBUTES: frozenset[str] = frozenset(
-    {
-        "shape",
-        "dtype",
-        "ndim",
-        "size",
-        "nbytes",
-        "itemsize",
-        "strides",
-        "flags",
-        "device",
-        "data",
-        "base",
-        "__cuda_array_interface__",
-    }
-)
 
 #: Methods of a device array that copy it to the host; the value maps to the result kind.
 COPYING_METHODS: frozenset[str] = frozenset({"get", "item", "tolist", "tobytes", "tofile", "dump"})
