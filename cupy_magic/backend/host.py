@@ -6,7 +6,6 @@ import contextlib
 import linecache
 import os
 import sys
-import threading
 import time
 import tracemalloc
 import weakref
@@ -47,6 +46,7 @@ class HostBackend(Backend):
 
     The "pool" is the memory the cell's Python and NumPy allocations hold, followed with
     :mod:`tracemalloc` while a cell runs; the budget is enforced at every line of the cell.
+    :meth:`pool_used` reads it from any thread, so the panel's sampler sees the running cell.
     """
 
     name = "host"
@@ -56,7 +56,9 @@ class HostBackend(Backend):
         super().__init__()
         self.xp = np
         self.reason = reason
-        self._local = threading.local()
+        # Traced bytes when the running cell's tracking began; shared by every thread (not
+        # thread-local) so that the panel's sampler thread reads the cell's live figure.
+        self._cell_base: int | None = None
         # Arrays that cells produced stand for device arrays: they are not moved again.
         self._resident: weakref.WeakValueDictionary[int, np.ndarray] = \
             weakref.WeakValueDictionary()
@@ -90,10 +92,15 @@ class HostBackend(Backend):
         return sum(int(a.nbytes) for a in list(self._resident.values()))
 
     def pool_used(self) -> int:
-        in_cell = 0
-        if tracemalloc.is_tracing() and getattr(self._local, "base", None) is not None:
-            in_cell = max(0, tracemalloc.get_traced_memory()[0] - self._local.base)
-        return self.resident_bytes() + in_cell
+        """Bytes of earlier cells' arrays plus what the running cell holds now (any thread)."""
+        return self.resident_bytes() + self.cell_bytes()
+
+    def cell_bytes(self) -> int:
+        """Bytes the running cell's allocations hold now (0 between cells); any thread."""
+        base = self._cell_base
+        if base is None or not tracemalloc.is_tracing():
+            return 0
+        return max(0, tracemalloc.get_traced_memory()[0] - base)
 
     def pool_held(self) -> int:
         return self.pool_used()
@@ -107,7 +114,7 @@ class HostBackend(Backend):
         if started:
             tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
-        self._local.base = base
+        outer, self._cell_base = self._cell_base, base
         tracemalloc.reset_peak()
         held = self.resident_bytes()  # earlier cells' arrays count, as they do in a GPU pool
         m = _Measurement(start_bytes=held, peak_bytes=held)
@@ -143,9 +150,9 @@ class HostBackend(Backend):
             if limit is not None:
                 sys.settrace(old_trace)
             m.peak_bytes = held + max(0, tracemalloc.get_traced_memory()[1] - base)
+            self._cell_base = outer
             if started:
                 tracemalloc.stop()
-            self._local.base = None
 
     @contextlib.contextmanager
     def time_device(self) -> Iterator[_Measurement]:

@@ -2,8 +2,12 @@
 
 A :class:`Sampler` thread wakes every ``interval`` seconds on a fixed schedule (no drift),
 takes one immutable :class:`Sample` per watched device from its :class:`Sources`, keeps two
-minutes of history and hands both to its subscribers (the panels). Errors of a source or a
-subscriber are written into the sample and a log, never raised into the user's cells.
+minutes of history and hands both to its subscribers (the panels). A source that raises, or
+returns something other than its figures (``None``), gives :data:`~.nvml.NA` figures for that
+sample and a line in ``Sample.errors``; the next good sample is whole again. Each error is
+logged once (one line; the traceback only at DEBUG), and never raised or printed into the
+user's cells: this module's logger has a ``NullHandler``, so nothing reaches ``stderr`` (the
+running cell, in a kernel) unless the user configures logging.
 
 The figures come from :mod:`cupy_magic.monitor.sources`, which reaches CuPy only through the live
 backend object; only :mod:`cupy_magic.monitor.nvml` touches NVML.
@@ -24,8 +28,9 @@ from typing import Any, Protocol
 
 from ..lifecycle import on_unload
 from ..run.progress import CellProgress
-from .nvml import DeviceReading
+from .nvml import NA, DeviceReading
 from .sources import (
+    POOL_UNAVAILABLE,
     LiveSources,
     PoolFigures,
     arena_figures,
@@ -49,9 +54,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# A library's logger: without this, Python's last-resort handler would print warnings from the
+# sampler thread to stderr, which a kernel shows inside whichever cell runs at the time.
+log.addHandler(logging.NullHandler())
 
 DEFAULT_INTERVAL = 0.5
 HISTORY_SECONDS = 120.0
+MIN_INTERVAL = 0.05  # shorter spins a core on sampling and drawing
+MAX_INTERVAL = 3600.0  # longer is a panel that never moves (and 1e308 overflows Event.wait)
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,8 @@ class Sample:
     reading: DeviceReading
     pool: PoolFigures
     budget: str
-    host_used: int
-    host_total: int
+    host_used: Any  # bytes, or NA when host memory could not be read
+    host_total: Any
     cell: CellProgress | None
     why_no_gpu: str = ""
     nvml_note: str = ""
@@ -136,9 +146,12 @@ class Sampler:
 
     @staticmethod
     def _check_interval(interval: float) -> float:
-        if not interval > 0 or math.isinf(interval):
-            raise ValueError(f"the sampling interval must be a positive number of seconds, "
-                             f"got {interval!r}; e.g. 0.5")
+        """Return ``interval`` as a float, or raise ``ValueError`` outside the allowed range."""
+        ok = isinstance(interval, (int, float)) and MIN_INTERVAL <= interval <= MAX_INTERVAL
+        if not ok:  # NaN fails both comparisons
+            raise ValueError(f"the sampling interval must be between {MIN_INTERVAL:g} and "
+                             f"{MAX_INTERVAL:g} seconds, got {interval!r}; e.g. "
+                             f"{DEFAULT_INTERVAL}")
         return float(interval)
 
     # --- control ------------------------------------------------------------------------
@@ -211,31 +224,56 @@ class Sampler:
         with self._lock:
             return tuple(self._history.get(device, ()))
 
-    def _guard(self, what: str, errors: list[str], func: Callable[[], Any], default: Any) -> Any:
+    def _log_once(self, key: str, message: str, exc: BaseException | None = None) -> None:
+        """Log ``message`` the first time ``key`` (a source and an error kind) fails."""
+        if key in self._logged:
+            return
+        self._logged.add(key)
+        log.warning("sampler %s (shown as N/A until it recovers; logged once)", message)
+        if exc is not None:
+            log.debug("sampler %s", message, exc_info=exc)
+
+    def _guard(self, what: str, errors: list[str], func: Callable[[], Any], default: Any,
+               valid: Callable[[Any], bool] | None = None) -> Any:
+        """``func()``, or ``default`` with a line in ``errors`` if it raises or is not
+        ``valid``; never raises."""
         try:
-            return func()
+            value = func()
         except Exception as exc:  # a sampler must outlive any source failure; it is reported
             message = f"{what}: {type(exc).__name__}: {exc}".split("\n")[0]
             errors.append(message)
-            if message not in self._logged:
-                self._logged.add(message)
-                log.warning("sampler %s", message, exc_info=exc)
+            self._log_once(f"{what}: {type(exc).__name__}", message, exc)
             return default
+        if valid is not None and not valid(value):
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else f"{shown[:37]}..."
+            message = f"{what}: the source returned {shown}"
+            errors.append(message)
+            self._log_once(f"{what}: {type(value).__name__}", message)
+            return default
+        return value
 
     def sample(self, device: int = 0) -> Sample:
-        """Take one sample of ``device`` now (in the calling thread); never raises."""
-        src = self.sources
+        """Take one sample of ``device`` now (in the calling thread); never raises.
+
+        A source that fails gives :data:`~.nvml.NA` figures (never zeros it did not read).
+        """
+        src, guard = self.sources, self._guard
         errors: list[str] = []
-        backend, why, nvml_note = self._guard("status", errors, src.status, ("?", "", ""))
-        reading = self._guard("nvml", errors, lambda: src.reading(device), DeviceReading())
-        pool = self._guard("pool", errors, lambda: src.pool(device), PoolFigures())
-        host_used, host_total = self._guard("host memory", errors, src.host, (0, 0))
+        backend, why, nvml_note = guard("status", errors, src.status, (NA, "", ""),
+                                        _strings(3))
+        reading = guard("nvml", errors, lambda: src.reading(device), DeviceReading(),
+                        _instance(DeviceReading))
+        pool = guard("pool", errors, lambda: src.pool(device), POOL_UNAVAILABLE,
+                     _instance(PoolFigures))
+        host_used, host_total = guard("host memory", errors, src.host, (NA, NA), _byte_pair)
+        budget = guard("budget", errors, src.budget, NA, _instance(str))
+        cell = guard("cell", errors, src.cell, None, _instance((CellProgress, type(None))))
         return Sample(
             time=self.clock.now(), wall_time=time.time(), device=device, backend=backend,
-            reading=reading, pool=pool, budget=self._guard("budget", errors, src.budget, "?"),
-            host_used=host_used, host_total=host_total,
-            cell=self._guard("cell", errors, src.cell, None), why_no_gpu=why,
-            nvml_note=nvml_note, errors=tuple(errors),
+            reading=reading, pool=pool, budget=budget, host_used=host_used,
+            host_total=host_total, cell=cell, why_no_gpu=why, nvml_note=nvml_note,
+            errors=tuple(errors),
         )
 
     def tick(self) -> None:
@@ -271,9 +309,25 @@ class Sampler:
                 if clock.wait(stop, max(0.0, deadline - clock.now())):
                     break
                 if not self._paused:
-                    self.tick()
+                    # Sources and panels are guarded already; this keeps the thread alive
+                    # (and its traceback out of the user's cell) whatever else goes wrong.
+                    self._guard("tick", [], self.tick, None)
         finally:
             log.debug("sampler thread stopped after %d ticks", self.ticks)
+
+
+def _instance(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, kind)
+
+
+def _strings(n: int) -> Callable[[Any], bool]:
+    return lambda value: (isinstance(value, tuple) and len(value) == n
+                          and all(isinstance(v, str) for v in value))
+
+
+def _byte_pair(value: Any) -> bool:
+    return (isinstance(value, tuple) and len(value) == 2
+            and all(isinstance(v, int) and v >= 0 for v in value))
 
 
 _shared: Sampler | None = None

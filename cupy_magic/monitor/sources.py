@@ -18,7 +18,8 @@ from ..run.progress import CellProgress
 from . import nvml
 from .nvml import NA, DeviceReading
 
-__all__ = ["LiveSources", "PoolFigures", "arena_figures", "pool_figures", "release_cached"]
+__all__ = ["POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures", "pool_figures",
+           "release_cached"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class PoolFigures(PoolStats):
 
     ``largest_free`` and ``arena_free`` come from the per-stream arenas of a pool that
     exposes them (the legacy stream's and the batch streams'); ``fragmentation_note`` says
-    why they are missing otherwise.
+    why they are missing otherwise. When the pool could not be read at all, every figure is
+    :data:`NA` (:data:`POOL_UNAVAILABLE`), never a zero.
     """
 
     free_blocks: Any = NA
@@ -41,12 +43,22 @@ class PoolFigures(PoolStats):
     fragmentation_note: str = ""
 
     @property
+    def cached_free(self) -> Any:
+        """Bytes the pool holds in cached free blocks, or NA when the pool was not read."""
+        if not isinstance(self.used, int) or not isinstance(self.held, int):
+            return NA
+        return max(0, self.held - self.used)
+
+    @property
     def fragmentation(self) -> Any:
         """1 - largest free block / free bytes: 0 when all free bytes form one block."""
         if not isinstance(self.largest_free, int) or not isinstance(self.arena_free, int):
             return NA
         return 0.0 if self.arena_free == 0 else 1.0 - self.largest_free / self.arena_free
 
+
+POOL_UNAVAILABLE = PoolFigures(used=NA, held=NA, device_used=NA, device_total=NA,
+                               fragmentation_note="the pool could not be read")
 
 # --- pool introspection (CuPy through the backend object) --------------------------------
 

@@ -13,6 +13,7 @@ from cupy_magic import lifecycle
 from cupy_magic.monitor import sampler as monitor
 from cupy_magic.monitor.nvml import NA, DeviceReading
 from cupy_magic.monitor.sampler import PoolFigures, Sample, Sampler
+from cupy_magic.monitor.sources import POOL_UNAVAILABLE
 from cupy_magic.run.progress import CellProgress
 
 
@@ -139,7 +140,9 @@ def test_source_errors_land_in_the_sample_and_the_log_once(
     with caplog.at_level(logging.WARNING, logger="cupy_magic.monitor.sampler"):
         samples = run_until(sampler, 3)
     assert all(s.errors == ("pool: RuntimeError: cudaErrorLaunchFailure",) for s in samples)
-    assert all(s.pool == PoolFigures() and s.reading.util_gpu == 50 for s in samples)
+    # The pool's figures read N/A, not invented zeros; the other sources still give theirs.
+    assert all(s.pool is POOL_UNAVAILABLE and s.reading.util_gpu == 50 for s in samples)
+    assert samples[0].pool.used is NA and samples[0].pool.cached_free is NA
     assert len([r for r in caplog.records if "cudaErrorLaunchFailure" in r.getMessage()]) == 1
 
 
@@ -183,7 +186,7 @@ def test_only_watched_devices_are_sampled_and_delivered() -> None:
 
 def test_pause_and_resume() -> None:
     sources = FakeSources()
-    sampler = Sampler(sources, interval=0.01)
+    sampler = Sampler(sources, interval=0.05)
     sampler.pause()
     sub = sampler.subscribe(lambda s, h: None)
     time.sleep(0.15)
@@ -197,7 +200,7 @@ def test_pause_and_resume() -> None:
 
 
 def test_thread_stops_when_the_last_panel_leaves() -> None:
-    sampler = Sampler(FakeSources(), interval=0.01)
+    sampler = Sampler(FakeSources(), interval=0.05)
     a = sampler.subscribe(lambda s, h: None)
     b = sampler.subscribe(lambda s, h: None)
     thread = sampler._thread
@@ -211,10 +214,33 @@ def test_thread_stops_when_the_last_panel_leaves() -> None:
     sampler.stop()
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
-def test_interval_must_be_positive(bad: float) -> None:
-    with pytest.raises(ValueError, match="positive number of seconds"):
-        Sampler(FakeSources(), interval=bad)
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 1e308, 1e-9, 0.049,
+                                 3600.5, "0.5", None])
+def test_interval_outside_the_range_is_refused_in_one_line(bad: object) -> None:
+    with pytest.raises(ValueError) as info:
+        Sampler(FakeSources(), interval=bad)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert "\n" not in message and repr(bad) in message
+    assert "must be between 0.05 and 3600 seconds" in message and "e.g. 0.5" in message
+    sampler = Sampler(FakeSources(), interval=1.0)
+    with pytest.raises(ValueError, match="between 0.05 and 3600"):
+        sampler.interval = bad  # type: ignore[assignment]
+    assert sampler.interval == 1.0  # a refused value changes nothing
+
+
+@pytest.mark.parametrize("good", [0.05, 0.5, 1, 3600])
+def test_interval_bounds_are_accepted(good: float) -> None:
+    assert Sampler(FakeSources(), interval=good).interval == float(good)
+
+
+def test_a_refused_interval_leaves_the_shared_sampler_running_as_it_was() -> None:
+    monitor.shutdown()
+    sampler = monitor.get_sampler(0.5)
+    with pytest.raises(ValueError, match="got 1e-09"):
+        monitor.get_sampler(1e-9)
+    assert monitor.get_sampler() is sampler and sampler.interval == 0.5
+    lifecycle.forget(monitor.shutdown)
+    monitor.shutdown()
 
 
 def test_shared_sampler_stops_at_unload() -> None:
