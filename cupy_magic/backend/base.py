@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .budget import BudgetSpec
+from .compiles import NoCompiles
 
 
 class BudgetExceeded(MemoryError):
@@ -176,6 +177,12 @@ class Backend:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    def watch_compiles(self, code_filename: str) -> Any:
+        """A context manager recording the kernels built while a cell runs, charged to the
+        lines of ``code_filename`` (:class:`~cupy_magic.backend.compiles.CompileRecord` on the
+        GPU; the CPU fallback builds none)."""
+        return NoCompiles()
+
     def synchronize(self) -> None:
         pass
 
@@ -189,3 +196,4 @@ class _Measurement:
     seconds: float = 0.0
     peak_bytes: int = 0
     start_bytes: int = 0
+    compile_seconds: float = 0.0  # kernel builds inside time_device, left out of ``seconds``

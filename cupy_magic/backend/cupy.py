@@ -19,6 +19,7 @@ from .base import (
     _Measurement,
     _PeakTracker,
 )
+from .compiles import CompileRecord, timed
 from .hostmem import HostMemory
 
 
@@ -27,7 +28,8 @@ def probe_cupy() -> tuple[ModuleType | None, str]:
     try:
         cupy = importlib.import_module("cupy")
     except ImportError as exc:
-        return None, f"CuPy is not installed ({exc.name or exc}); pip install 'cupy-magic[cuda13]'"
+        return None, (f"CuPy is not installed ({exc.name or exc}); pip install cupy-cuda13x "
+                      "for a CUDA 13 driver (cupy-cuda12x for CUDA 12)")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # CUDARuntimeError and friends: say why, fall back
@@ -164,20 +166,28 @@ class CupyBackend(Backend):
         finally:
             m.peak_bytes = tracker.peak
 
+    def watch_compiles(self, code_filename: str) -> CompileRecord:
+        return CompileRecord(code_filename)
+
     @contextlib.contextmanager
     def time_device(self) -> Iterator[_Measurement]:
+        """CUDA events around the block, less the host's kernel builds inside it: the GPU
+        idles while CuPy compiles between launches, and the events would count that."""
         cp = self.cp
         m = _Measurement()
         stream = cp.cuda.get_current_stream()
         start, end = cp.cuda.Event(), cp.cuda.Event(block=True)
         start.record(stream)
-        try:
-            yield m
-        finally:
-            end.record(stream)
-            with contextlib.suppress(Exception):
-                end.synchronize()
-                m.seconds = cp.cuda.get_elapsed_time(start, end) / 1e3
+        with timed() as building:
+            try:
+                yield m
+            finally:
+                end.record(stream)
+                m.compile_seconds = building.seconds
+                with contextlib.suppress(Exception):
+                    end.synchronize()
+                    elapsed = cp.cuda.get_elapsed_time(start, end) / 1e3
+                    m.seconds = max(0.0, elapsed - building.seconds)
 
     def close(self) -> None:
         self.set_budget(None)

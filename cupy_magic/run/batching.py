@@ -275,18 +275,24 @@ class BatchPlan:
         per_row = max(self.peak_row_bytes, float(self.row_bytes))
         return int(min(self.streams, self.batches) * self.rows * per_row)
 
-    def lines(self) -> list[str]:
-        """The plan as plain-text report lines."""
+    def lines(self, host: bool = False) -> list[str]:
+        """The plan as plain-text report lines (``host``: as the CPU fallback ran it)."""
         both = ", ".join(self.batched)
+        flight = format_bytes(self.in_flight_bytes)
+        lanes = (f"{self.batches} batches one after another (no CUDA streams on the CPU; "
+                 f"sized as if {self.streams} were in flight, {flight})" if host else
+                 f"{self.batches} batches, {self.streams} streams, {flight} in flight")
+        pool = "in memory" if host else "in the pool"
         out = [f"  batch {both} over the leading axis ({self.total_rows:,} rows, "
                f"{format_bytes(self.row_bytes * self.total_rows)}): {self.reason}",
                f"  batch relies on: {PROMISE}",
                f"  batch plan: first batch {self.first_rows:,} rows (measured "
-               f"{format_bytes(self.peak_row_bytes)}/row peak in the pool), then "
-               f"{self.rows:,} rows per batch; {self.batches} batches, {self.streams} streams, "
-               f"{format_bytes(self.in_flight_bytes)} in flight; sized by {self.sized_by}"]
+               f"{format_bytes(self.peak_row_bytes)}/row peak {pool}), then "
+               f"{self.rows:,} rows per batch; {lanes}; sized by "
+               f"{self.sized_by.replace('in the pool', pool)}"]
         if self.shared:
-            out.append(f"  batch shared by every batch (uploaded once): {', '.join(self.shared)}")
+            once = "copied once" if host else "uploaded once"
+            out.append(f"  batch shared by every batch ({once}): {', '.join(self.shared)}")
         joined = [f"{n} (rows gathered on the host)" for n in self.gathered]
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:

@@ -69,22 +69,23 @@ def run_cell(
     recorder = _recorder(be, filename, source, syncs)
     reason = batch_reason(plan.inputs, batch, be, dtype)
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
-    if reason:
-        opts = batch or BatchOptions()
-        if warmup_run:  # unbatched on a slice of the batched inputs, then --reduce once
-            cut, _ = select_inputs(plan.inputs, opts)
-            report.warmup_seconds, report.warmup_rows = warmup(
-                plan, dtype, be, namespace, set(cut), opts.reduce)
-        with recorder:
-            run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
-                        filename=filename, be=be)
-    else:
-        if batch is not None and batch.batch_only():
-            report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
-                                "this cell ran whole (its inputs fit the budget); add --batch "
-                                "to batch it")
-        run_whole(plan, namespace, report, to_host=to_host, dtype=dtype, warm=warmup_run,
-                  recorder=recorder, filename=filename, be=be)
+    with be.watch_compiles(filename) as report.compiles:  # kernels CuPy builds, per line
+        if reason:
+            opts = batch or BatchOptions()
+            if warmup_run:  # unbatched on a slice of the batched inputs, then --reduce once
+                cut, _ = select_inputs(plan.inputs, opts)
+                report.warmup_seconds, report.warmup_rows = warmup(
+                    plan, dtype, be, namespace, set(cut), opts.reduce)
+            with recorder:
+                run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
+                            filename=filename, be=be)
+        else:
+            if batch is not None and batch.batch_only():
+                report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
+                                    "this cell ran whole (its inputs fit the budget); add --batch "
+                                    "to batch it")
+            run_whole(plan, namespace, report, to_host=to_host, dtype=dtype, warm=warmup_run,
+                      recorder=recorder, filename=filename, be=be)
     if syncs != "off":
         counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
             else None

@@ -11,6 +11,16 @@ from ..units import format_bytes
 __all__ = ["InputMove", "OutputInfo", "RunReport"]
 
 
+def _builds(builds: list[Any]) -> str:
+    """"3 kernels compiled in 4,210.3 ms" (or built, when some came from the cache)."""
+    if not builds:
+        return ""
+    n = len(builds)
+    verb = "compiled" if all(b.compiled for b in builds) else "built"
+    return (f"{n} kernel{'s' * (n != 1)} {verb} in "
+            f"{sum(b.seconds for b in builds) * 1e3:,.1f} ms")
+
+
 @dataclass(frozen=True)
 class InputMove:
     """One NumPy input moved to the device for the cell."""
@@ -66,6 +76,7 @@ class RunReport:
     syncs: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     batch: Any = None  # the BatchPlan of a batched run (cupy_magic.run.batching), else None
+    compiles: Any = None  # the kernels built (cupy_magic.backend.compiles.CompileRecord)
 
     @property
     def moved_bytes(self) -> int:
@@ -80,41 +91,107 @@ class RunReport:
         return {o.name: o for o in self.outputs}
 
     # --- text ---------------------------------------------------------------------------
+    @property
+    def on_host(self) -> bool:
+        """The CPU fallback ran the cell: copies in host RAM, CPU time, host memory."""
+        return self.backend != "cupy"
+
     def _warmup_slice(self) -> str:
         return (f"the first {self.warmup_rows:,} rows" if self.warmup_rows
                 else "the whole cell (no input to slice)")
 
+    def _warmup_text(self) -> str:
+        """"12.5 ms", or "4.312 s, of it 3 kernels compiled in 4,210.3 ms"."""
+        built = _builds(self.compiles.warmup if self.compiles is not None else [])
+        seconds = self.warmup_seconds or 0.0
+        return f"{seconds:.3f} s, of it {built}" if built else f"{seconds * 1e3:.1f} ms"
+
     def _timing_label(self) -> str:
-        return "GPU time (CUDA events)" if self.backend == "cupy" else "CPU time (host fallback)"
+        if self.on_host:
+            return "CPU time (NumPy on the CPU fallback, not GPU time)"
+        left_out = self.compiles.timed_seconds if self.compiles is not None else 0.0
+        return (f"GPU time (CUDA events, less {left_out * 1e3:,.1f} ms of kernel compiling on "
+                "the host between launches)" if left_out else "GPU time (CUDA events)")
+
+    def _move_text(self, m: InputMove) -> str:
+        """One input's row: a transfer over PCIe on the GPU, a copy in host RAM on the host."""
+        cast = (f", cast {m.cast_from}->{m.dtype} saved {format_bytes(m.saved_bytes)}"
+                if m.cast_from else "")
+        if not self.on_host:
+            return (f"{format_bytes(m.nbytes)} in {m.seconds * 1e3:.1f} ms "
+                    f"({m.gbps:.1f} GB/s, {m.how}){cast}")
+        if m.streamed:
+            return (f"{format_bytes(m.nbytes)} in batches, {m.seconds * 1e3:.1f} ms (streamed: "
+                    f"upload + compute + results, here copies in host RAM and NumPy on the "
+                    f"CPU; no PCIe){cast}")
+        return (f"{format_bytes(m.nbytes)} copied in host RAM in {m.seconds * 1e3:.1f} ms "
+                f"(stands in for the upload; no PCIe on the CPU fallback){cast}")
+
+    def _memory_text(self) -> tuple[str, str]:
+        """``(label, figures)`` of the peak: the GPU's pool and VRAM budget, or host memory."""
+        label = "peak memory (host)" if self.on_host else "peak pool"
+        budget = "memory budget (host)" if self.on_host else "VRAM budget"
+        if not self.budget_bytes:
+            unset = "no memory budget set" if self.on_host else "no VRAM budget set"
+            return label, f"{format_bytes(self.peak_pool_bytes)} ({unset})"
+        return label, (f"{format_bytes(self.peak_pool_bytes)} of {budget} "
+                       f"{format_bytes(self.budget_bytes)} "
+                       f"({self.peak_pool_bytes / self.budget_bytes:.0%})")
+
+    @staticmethod
+    def _output_text(o: OutputInfo) -> str:
+        size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
+        if o.where == "python":
+            return f"{o.kind} on the host (a Python object, not an array){size}"
+        if o.where == "deleted":
+            return "deleted"
+        return f"{o.kind} on {o.where}{size}"
+
+    def compile_lines(self) -> list[str]:
+        """What CuPy compiled for the cell (nothing on the CPU fallback)."""
+        rec = self.compiles
+        if rec is None or not rec.applies:
+            return []
+        if not rec.available:
+            return [f"time not measured ({rec.reason}); the GPU time may include "
+                    "kernel compiling"]
+        out = []
+        if rec.compiled:
+            out.append(f"{_builds(rec.compiled)} on the host, cached for next time "
+                       f"{rec.cache}; not counted in the GPU time")
+            for line, code, kernels, seconds, warm in rec.by_line():
+                where = f"line {line} `{code}`" if line else "outside the cell's lines"
+                phase = " (in the warm-up run)" if warm else ""
+                out.append(f"  {where}: {kernels} kernel{'s' * (kernels != 1)}, "
+                           f"{seconds * 1e3:,.1f} ms{phase}")
+        if rec.loaded:
+            out.append(f"{len(rec.loaded)} kernel{'s' * (len(rec.loaded) != 1)} loaded from "
+                       f"the kernel cache {rec.cache} in "
+                       f"{sum(b.seconds for b in rec.loaded) * 1e3:,.1f} ms (compiled before)")
+        return out
 
     def lines(self) -> list[str]:
         """The report as plain-text lines."""
         out = [f"%%gpu on {self.device} [{self.backend}]"]
-        if self.inputs:
-            for m in self.inputs:
-                cast = (f", cast {m.cast_from}->{m.dtype} saved {format_bytes(m.saved_bytes)}"
-                        if m.cast_from else "")
-                out.append(f"  in   {m.name}: {format_bytes(m.nbytes)} in {m.seconds * 1e3:.1f} ms "
-                           f"({m.gbps:.1f} GB/s, {m.how}){cast}")
-        else:
+        for m in self.inputs:
+            out.append(f"  in   {m.name}: {self._move_text(m)}")
+        if not self.inputs:
             out.append("  in   no NumPy inputs moved")
         if self.warmup_seconds is not None:
-            out.append(f"  warm-up run on {self._warmup_slice()}: "
-                       f"{self.warmup_seconds * 1e3:.1f} ms (not counted below)")
+            out.append(f"  warm-up run on {self._warmup_slice()}: {self._warmup_text()} "
+                       "(not counted below)")
+        out.extend(f"  compile {line}" for line in self.compile_lines())
         out.append(f"  run  {self._timing_label()}: {self.gpu_seconds * 1e3:.2f} ms; "
                    f"wall {self.wall_seconds * 1e3:.1f} ms")
-        budget = (f" of budget {format_bytes(self.budget_bytes)}"
-                  f" ({self.peak_pool_bytes / self.budget_bytes:.0%})"
-                  if self.budget_bytes else " (no budget set)")
-        out.append(f"  mem  peak pool {format_bytes(self.peak_pool_bytes)}{budget}")
+        label, figures = self._memory_text()
+        out.append(f"  mem  {label} {figures}")
         for s in self.syncs:
             out.append(f"  sync {s.describe()}")
         for o in self.outputs:
-            size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
-            out.append(f"  out  {o.name}: {o.kind} on {o.where}{size}")
+            out.append(f"  out  {o.name}: {self._output_text(o)}")
         out.extend(f"  note {n}" for n in self.notes)
         if self.batch is not None:
-            out.extend(self.batch.lines())
+            out.extend(self.batch.lines(host=self.on_host))
         return out
 
     def __str__(self) -> str:
@@ -133,16 +210,16 @@ class RunReport:
                         f"<td style='text-align:left'>{value}</td></tr>")
 
         for m in self.inputs:
-            cast = (f"; cast {esc(m.cast_from)}&rarr;{esc(m.dtype)} saved "
-                    f"<b>{format_bytes(m.saved_bytes)}</b>" if m.cast_from else "")
-            row(f"in {m.name}", f"{format_bytes(m.nbytes)} in {m.seconds * 1e3:.1f} ms "
-                f"(<b>{m.gbps:.1f} GB/s</b>, {esc(m.how)}){cast}")
+            row(f"in {m.name}", esc(self._move_text(m)))
         if not self.inputs:
             row("in", "no NumPy inputs moved")
         if self.warmup_seconds is not None:
-            row("warm-up", f"{self.warmup_seconds * 1e3:.1f} ms on {self._warmup_slice()}")
+            row("warm-up", esc(f"{self._warmup_text()} on {self._warmup_slice()}"))
+        for line in self.compile_lines():
+            row("compile", esc(line.strip()))
         row(self._timing_label(), f"<b>{self.gpu_seconds * 1e3:.2f} ms</b> "
             f"(wall {self.wall_seconds * 1e3:.1f} ms)")
+        label, figures = self._memory_text()
         if self.budget_bytes:
             share = self.peak_pool_bytes / self.budget_bytes
             colour = "#c33" if share > 0.9 else "#4a4"
@@ -150,18 +227,16 @@ class RunReport:
                    f"background:#ddd;vertical-align:middle'><span style='display:block;"
                    f"height:8px;width:{min(share, 1) * 100:.0f}%;background:{colour}'>"
                    f"</span></span> ")
-            row("peak pool", f"{bar}{format_bytes(self.peak_pool_bytes)} of "
-                f"{format_bytes(self.budget_bytes)} ({share:.0%})")
+            row(label, f"{bar}{esc(figures)}")
         else:
-            row("peak pool", f"{format_bytes(self.peak_pool_bytes)} (no budget set)")
+            row(label, esc(figures))
         for s in self.syncs:
             row("host sync", f"<span style='color:#b35900'>{esc(s.describe())}</span>")
         for o in self.outputs:
-            size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
-            row(f"out {o.name}", f"{esc(o.kind)} on <b>{esc(o.where)}</b>{size}")
+            row(f"out {o.name}", esc(self._output_text(o)))
         for n in self.notes:
             row("note", esc(n))
-        for line in self.batch.lines() if self.batch is not None else ():
+        for line in self.batch.lines(host=self.on_host) if self.batch is not None else ():
             row("batch", esc(line.strip().removeprefix("batch ")))
         title = f"%%gpu on {esc(self.device)} [{esc(self.backend)}]"
         return (f"<details open class='cupy-magic-report'><summary style='font-family:monospace'>"
