@@ -19,7 +19,7 @@ from .config import BACKENDS, settings
 from .monitor.sampler import shared_sampler
 from .run import progress
 from .run.batching import DEFAULT_STREAMS, BatchOptions
-from .run.cell import SYNC_MODES
+from .run.cell import SYNC_MODES, CellOutcome
 from .run.cell import run_cell as _run_cell
 from .run.report import RunReport
 from .units import Estimate, SizeError, estimate, estimate_array, format_bytes
@@ -40,6 +40,7 @@ __all__ = [
     "pause_panels",
     "resume_panels",
     "run_cell",
+    "run_cell_outcome",
     "set_budget",
     "set_sync_mode",
     "settings",
@@ -285,19 +286,49 @@ def run_cell(
         Whatever the cell raised, with a traceback that starts at the cell's own lines.
     """
     __tracebackhide__ = True
+    return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
+                            syncs=syncs, batch=batch, panel=panel, filename=filename,
+                            label=label).report
+
+
+def run_cell_outcome(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    to_host: bool | Iterable[str] = False,
+    dtype: str | None = None,
+    warmup: bool = False,
+    syncs: str | None = None,
+    batch: BatchOptions | None = None,
+    panel: bool = False,
+    filename: str | None = None,
+    label: str | None = None,
+) -> CellOutcome:
+    """:func:`run_cell`, also returning the value of the cell's last expression.
+
+    ``%%gpu`` returns that value, so IPython shows it and sets ``Out``/``_`` as for a plain
+    cell. The parameters and errors are :func:`run_cell`'s.
+
+    Returns
+    -------
+    CellOutcome
+        ``.report`` (also kept as :func:`last_report`) and ``.value`` (``None`` when the
+        cell ends with a statement or ran in batches).
+    """
+    __tracebackhide__ = True
     if batch is None and settings().streams != DEFAULT_STREAMS:
         batch = BatchOptions(streams=settings().streams)
     progress.start(label or filename or "%%gpu cell")
     try:
         with _panel.cell_panel() if panel else contextlib.nullcontext(), \
                 progressbar.for_cell():
-            report = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
-                               warmup_run=warmup, syncs=syncs or settings().syncs,
-                               filename=filename, batch=batch)
+            outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
+                                warmup_run=warmup, syncs=syncs or settings().syncs,
+                                filename=filename, batch=batch)
     finally:
         progress.finish()
-    _last[:] = [report]
-    return report
+    _last[:] = [outcome.report]
+    return outcome
 
 
 def apply_settings() -> None:

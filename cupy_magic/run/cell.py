@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from .. import backend as _backend
@@ -21,15 +22,32 @@ from ..syncs.lint import SyncFinding, lint_cell
 from ..syncs.record import HostSyncError, SyncRecorder, merge
 from .batched import batch_reason, run_batched
 from .batching import BatchOptions, select_inputs
-from .errors import CellError
-from .plan import CellPlan, plan_cell, register_source
+from .errors import CellError, at_cell_line
+from .plan import CellPlan, check_sizes, plan_cell, register_source
 from .report import RunReport
 from .whole import run_whole, warmup
 
-__all__ = ["SYNC_MODES", "run_cell"]
+__all__ = ["SYNC_MODES", "CellOutcome", "run_cell"]
 
 SYNC_MODES = ("warn", "error", "off")
 _counter = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What a cell gave: its report, and the value of its last expression.
+
+    Attributes
+    ----------
+    report
+        What moved, how long the device worked, peak pool bytes, what was committed.
+    value
+        The value of the cell's last expression statement, as a plain cell would show it
+        (``None`` when the cell ends with a statement, or ran in batches).
+    """
+
+    report: RunReport
+    value: Any = None
 
 
 def run_cell(
@@ -42,11 +60,12 @@ def run_cell(
     syncs: str = "warn",
     filename: str | None = None,
     batch: BatchOptions | None = None,
-) -> RunReport:
+) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
     The engine under :func:`cupy_magic.run_cell`, which documents the parameters (there
-    ``warmup_run`` is ``warmup``); this one records no report and drives no progress.
+    ``warmup_run`` is ``warmup``); this one records no report and drives no progress, and
+    also returns the value of the cell's last expression (:class:`CellOutcome`).
 
     Raises
     ------
@@ -65,10 +84,12 @@ def run_cell(
         raise CellError(f"--syncs {syncs} is not a mode; use --syncs "
                         f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
     plan = plan_cell(source, namespace, filename, to_host, dtype, be)
-    findings = _lint(source, plan, namespace, syncs, be)
+    findings = _lint(source, plan, namespace, syncs, be, filename)
     recorder = _recorder(be, filename, source, syncs)
     reason = batch_reason(plan.inputs, batch, be, dtype)
+    check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
+    value = None
     with be.watch_compiles(filename) as report.compiles:  # kernels CuPy builds, per line
         if reason:
             opts = batch or BatchOptions()
@@ -79,30 +100,36 @@ def run_cell(
             with recorder:
                 run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
                             filename=filename, be=be)
+            if plan.last is not None:
+                report.notes.append("the cell's last expression is not shown in a batched run "
+                                    "(each batch has its own); assign it and join it with --reduce")
         else:
             if batch is not None and batch.batch_only():
                 report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
                                     "this cell ran whole (its inputs fit the budget); add --batch "
                                     "to batch it")
-            run_whole(plan, namespace, report, to_host=to_host, dtype=dtype, warm=warmup_run,
-                      recorder=recorder, filename=filename, be=be)
+            value = run_whole(plan, namespace, report, to_host=to_host, dtype=dtype,
+                              warm=warmup_run, recorder=recorder, filename=filename, be=be)
     if syncs != "off":
         counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
             else None
         report.syncs = merge(findings, counts)
-    return report
+    return CellOutcome(report, value)
 
 
 def _lint(source: str, plan: CellPlan, namespace: dict[str, Any], syncs: str,
-          be: Backend) -> list[SyncFinding]:
+          be: Backend, filename: str) -> list[SyncFinding]:
     """The static sync check, before anything runs; ``--syncs error`` stops at the first
-    finding here on the CPU fallback (the GPU's record stops at the first real sync)."""
+    finding here on the CPU fallback (the GPU's record stops at the first real sync), with a
+    traceback that ends at that line of the cell."""
+    __tracebackhide__ = True
     if syncs == "off":
         return []
     device_names = [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))]
     findings = lint_cell(source, device_names, {*plan.overrides, "np", "numpy", "cp", "cupy"})
     if syncs == "error" and findings and not be.is_gpu:
-        raise HostSyncError(findings[0].line, findings[0].code)
+        first = findings[0]
+        raise at_cell_line(HostSyncError(first.line, first.code), filename, first.line)
     return findings
 
 

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import gc
 import linecache
+import math
 import re
 import sys
 import traceback
 from types import TracebackType
 
+import numpy as np
+
 from ..backend import Backend, BudgetExceeded
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
-__all__ = ["CellError", "cell_line", "cell_traceback", "explain_oom", "fail"]
+__all__ = ["CellError", "at_cell_line", "cell_line", "cell_traceback", "explain_oom", "fail"]
 
 
 class CellError(ValueError):
@@ -28,6 +31,8 @@ class CellError(ValueError):
 
 _CUPY_OOM = re.compile(
     r"Out of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes")
+_NUMPY_OOM = re.compile(
+    r"Unable to allocate .* for an array with shape (\([\d, ]*\)) and data type (\w+)")
 
 
 def _last_cell_entry(tb: TracebackType | None, filename: str | None) -> TracebackType | None:
@@ -49,31 +54,71 @@ def cell_line(tb: TracebackType | None, filename: str | None) -> str:
     return f"line {last.tb_lineno} `{code}` " if code else f"line {last.tb_lineno} "
 
 
+def _asked(message: str) -> tuple[int, int | None] | None:
+    """``(bytes asked, bytes the pool held)`` from CuPy's or NumPy's out-of-memory message."""
+    cupy = _CUPY_OOM.search(message)
+    if cupy:
+        size, held = (int(g.replace(",", "")) for g in cupy.groups())
+        return size, held
+    numpy = _NUMPY_OOM.search(message)
+    if numpy:
+        shape = [int(n) for n in re.findall(r"\d+", numpy.group(1))]
+        try:
+            itemsize = np.dtype(numpy.group(2)).itemsize
+        except TypeError:
+            return None
+        return math.prod(shape) * itemsize, None
+    return None
+
+
+def _root_memory_error(exc: BaseException) -> BaseException:
+    """The out-of-memory error a budget error was raised over, if any, else ``exc``.
+
+    The host backend checks the budget at every line event, also while an allocation's own
+    ``MemoryError`` unwinds the cell; its figure then counts the failed request, which never
+    allocated, so the request is what to report.
+    """
+    context = exc.__context__
+    if isinstance(exc, BudgetExceeded) and isinstance(context, MemoryError) \
+            and _asked(str(context)) is not None:
+        return context
+    return exc
+
+
 def explain_oom(exc: BaseException, be: Backend, peak: int,
                 filename: str | None = None) -> BaseException:
-    """Turn an out-of-memory error into one that says what was asked and what to try."""
+    """Turn an out-of-memory error into one that says what was asked and what to try.
+
+    A request that never allocated is reported as what was asked, never as what the cell
+    reached in the pool (the host's tracing counts such a request as held).
+    """
+    exc = _root_memory_error(exc)
     if not isinstance(exc, MemoryError) or (isinstance(exc, BudgetExceeded) and exc.explained):
         return exc
     limit = be.limit
     where = (f"the VRAM budget of {format_bytes(limit)} (set with %vram_budget)"
              if limit else "the device's free memory")
     first = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
-    asked = _CUPY_OOM.search(first)
+    asked = _asked(first)
+    at = cell_line(exc.__traceback__, filename)
     if isinstance(exc, BudgetExceeded) and exc.line is not None:
         head = f"over the budget: {first}"
-    elif asked:
-        size, held = (int(g.replace(",", "")) for g in asked.groups())
-        head = (f"{cell_line(exc.__traceback__, filename)}asked the pool for "
-                f"{format_bytes(size)} ({size:,} bytes) while it held {format_bytes(held)}: "
-                f"over {where}; the cell had reached {format_bytes(peak)} in the pool")
+    elif asked and asked[1] is not None:  # CuPy's pool: its peak never counts the request
+        size, held = asked
+        head = (f"{at}asked the pool for {format_bytes(size)} ({size:,} bytes) while it held "
+                f"{format_bytes(held)}: over {where}; the cell had reached "
+                f"{format_bytes(peak)} in the pool")
+    elif asked:  # NumPy: the host's tracing counts the failed request, so no peak is told
+        size = asked[0]
+        head = (f"{at}asked for {format_bytes(size)} ({size:,} bytes), which was never "
+                f"allocated: over {where}")
     else:
-        head = (f"out of memory: {first}; the cell reached {format_bytes(peak)} in the pool, "
-                f"against {where}")
+        head = f"{at}out of memory: {first}, against {where}"
     release = ", or cupy_magic.free_cached() to release cached blocks" if be.is_gpu else ""
     return BudgetExceeded(
         f"{head}. Try batching the data (smaller slices per cell), --dtype float32, deleting "
         f"arrays earlier cells left on the device, a larger %vram_budget{release}",
-        explained=True)
+        line=getattr(exc, "line", None), explained=True)
 
 
 def cell_traceback(tb: TracebackType | None, filename: str, *,
@@ -91,15 +136,74 @@ def cell_traceback(tb: TracebackType | None, filename: str, *,
     return cur
 
 
+def _raised_at(filename: str, line: int) -> TracebackType:
+    """A traceback entry of a frame compiled under the cell's name, at its ``line``.
+
+    IPython always shows a traceback's last entry, hidden or not; for an error raised outside
+    the cell's code (a move, a budget check, a batch's gather) this entry makes it the cell's
+    line, quoted from the cell's source (``linecache``).
+    """
+    code = compile("\n" * (max(line, 1) - 1) + "raise __cell_error__", filename, "exec")
+    marker = _AtCellLine()
+    try:
+        exec(code, {"__cell_error__": marker, "__tracebackhide__": True})
+    except _AtCellLine as raised:
+        tb = raised.__traceback__
+        assert tb is not None and tb.tb_next is not None
+        return tb.tb_next
+    raise AssertionError("unreachable: the code above always raises")
+
+
+class _AtCellLine(Exception):
+    """Raised only by :func:`_raised_at` to make a traceback entry at a cell line."""
+
+
+def _known_line(exc: BaseException) -> int | None:
+    line = getattr(exc, "line", None)
+    return line if isinstance(line, int) and line > 0 else None
+
+
+def _ending_at_cell(exc: BaseException, new: BaseException,
+                    filename: str) -> TracebackType | None:
+    """The traceback a failed cell shows: from its first frame to the line that failed.
+
+    Frames below the cell (CuPy's, NumPy's, the budget's trace function) are kept for an
+    error the user's code raised inside a library and dropped for our own errors; an error
+    raised where no cell frame ran ends at the line it names (or the cell's first line).
+    """
+    ours = new is not exc or isinstance(exc, (HostSyncError, BudgetExceeded))
+    source = _root_memory_error(exc) if ours else exc
+    if _last_cell_entry(source.__traceback__, filename) is None:
+        source = exc
+    tb = cell_traceback(source.__traceback__, filename, trim_below=ours)
+    line = _known_line(new) or _known_line(exc)
+    last = _last_cell_entry(tb, filename)
+    if last is None:
+        return _raised_at(filename, line or 1)
+    if ours and line is not None and last.tb_lineno != line:
+        fixed = TracebackType(None, last.tb_frame, last.tb_lasti, line)
+        if last is tb:
+            return fixed
+        prev = tb
+        while prev is not None and prev.tb_next is not last:
+            prev = prev.tb_next
+        if prev is not None:
+            prev.tb_next = fixed
+    return tb
+
+
 def fail(exc: BaseException, be: Backend, peak: int, filename: str,
          where: str = "") -> BaseException:
     """The exception a failed cell raises, with its traceback set; the caller raises it.
 
     The cell's frames are cleared first (their locals hold device arrays), so the pool is
     back at its level before the cell. ``where`` (a batched run's position) is added to the
-    message of our own errors and as a note to the others.
+    message of our own errors and as a note to the others. The traceback ends at the cell's
+    line (:func:`_ending_at_cell`).
     """
     traceback.clear_frames(exc.__traceback__)
+    if exc.__context__ is not None:
+        traceback.clear_frames(exc.__context__.__traceback__)
     gc.collect()
     new = explain_oom(exc, be, peak, filename)
     if where:
@@ -109,7 +213,10 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
             new.add_note(where)
         else:
             print(where, file=sys.stderr)
-    # Our own errors end at the cell's line: the frames below it (CuPy's, the sync record's
-    # hook) say nothing to the user.
-    ours = new is not exc or isinstance(exc, HostSyncError)
-    return new.with_traceback(cell_traceback(exc.__traceback__, filename, trim_below=ours))
+    return new.with_traceback(_ending_at_cell(exc, new, filename))
+
+
+def at_cell_line(exc: BaseException, filename: str, line: int | None) -> BaseException:
+    """``exc`` with a traceback that ends at the cell's ``line`` (an error found before the
+    cell ran, such as ``--syncs error``'s static check); the caller raises it."""
+    return exc.with_traceback(_raised_at(filename, line or 1))

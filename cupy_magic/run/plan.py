@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import linecache
 import time
+import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import CodeType, ModuleType
@@ -29,6 +31,7 @@ __all__ = [
     "CellPlan",
     "cast_target",
     "check_budget",
+    "check_sizes",
     "input_shortfall",
     "move_inputs",
     "plan_cell",
@@ -47,6 +50,10 @@ class CellPlan:
     ----------
     code
         The cell compiled under its filename (tracebacks show the cell's lines).
+    body, last
+        The same cell split as a plain cell runs it: ``body`` all but a last expression
+        statement, ``last`` that expression compiled to evaluate (``None`` when the cell
+        does not end with an expression). Run through :meth:`run`.
     inputs
         The NumPy arrays the cell reads, by name; they move to the device for the cell.
     overrides
@@ -60,6 +67,17 @@ class CellPlan:
     overrides: dict[str, Any]
     stored: set[str]
     deleted: set[str]
+    body: CodeType | None = None
+    last: CodeType | None = None
+
+    def run(self, namespace: dict[str, Any]) -> Any:
+        """Run the cell in ``namespace``; return its last expression's value (or ``None``)."""
+        __tracebackhide__ = True
+        if self.last is None or self.body is None:
+            exec(self.code, namespace)
+            return None
+        exec(self.body, namespace)
+        return eval(self.last, namespace)
 
     def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
         """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
@@ -73,6 +91,11 @@ def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
 
 
 def _check_input(name: str, arr: np.ndarray) -> None:
+    if isinstance(arr, np.matrix):
+        raise CellError(
+            f"input {name!r} is a np.matrix, whose * is the matrix product; CuPy has no "
+            f"matrix class, so {name} * {name} would silently become element-wise: pass "
+            f"{name} = np.asarray({name}) and write {name} @ {name} for the matrix product")
     if arr.dtype.kind in "OUSVMm":
         raise CellError(
             f"input {name!r} is a NumPy array of dtype {arr.dtype}, which CuPy cannot hold; "
@@ -121,7 +144,31 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             _check_input(name, value)
             inputs[name] = value
     code = compile(tree, filename, "exec")
-    return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted)
+    body, last = _split_last(tree, filename) if not _ends_quiet(source) else (None, None)
+    return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted,
+                    body, last)
+
+
+def _ends_quiet(source: str) -> bool:
+    """Whether the cell's last token is ``;``: a plain cell then shows nothing."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    skip = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT,
+            tokenize.DEDENT, tokenize.INDENT)
+    last = next((t for t in reversed(tokens) if t.type not in skip), None)
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
+def _split_last(tree: ast.Module, filename: str) -> tuple[CodeType | None, CodeType | None]:
+    """The cell's code without its last expression statement, and that expression to
+    evaluate (as IPython's ``last_expr`` and ``%%time`` do); ``(None, None)`` otherwise."""
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return None, None
+    body = ast.Module(body=tree.body[:-1], type_ignores=[])
+    last = ast.Expression(body=tree.body[-1].value)
+    return compile(body, filename, "exec"), compile(last, filename, "eval")
 
 
 def register_source(source: str, filename: str) -> None:
@@ -174,3 +221,41 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
         f"data{hint}, a larger %vram_budget, or releasing cached blocks "
         "(cupy_magic.free_cached())",
         explained=True)
+
+
+def _span(arr: np.ndarray) -> int:
+    """Bytes of memory ``arr`` reads (a broadcast view reads only its base's few)."""
+    if arr.size == 0:
+        return 0
+    return arr.itemsize + sum((n - 1) * abs(s) for n, s in zip(arr.shape, arr.strides, strict=True))
+
+
+def check_sizes(inputs: dict[str, np.ndarray], dtype: str | None, be: Backend, *,
+                batched: bool) -> None:
+    """Refuse, naming it, an input whose device copy cannot fit.
+
+    A broadcast view holds a few bytes on the host but moves as every element it shows; one
+    over the budget (or the device) is refused even in a batched run. Any other input larger
+    than the whole device is refused when the cell would run whole.
+    """
+    if not inputs:
+        return
+    total = be.info().total_bytes
+    free = be.budget_left()
+    room, what = ((max(free, 0), f"the {format_bytes(max(free, 0))} the VRAM budget leaves")
+                  if free is not None else (total, f"the device's {format_bytes(total)}"))
+    for name, arr in inputs.items():
+        need = arr.size * cast_target(arr, dtype).itemsize
+        span = _span(arr)
+        if span < arr.nbytes and room and need > room:
+            kind = "a broadcast view" if 0 in arr.strides else "a view over overlapping memory"
+            raise CellError(
+                f"input {name!r} ({kind} of {format_bytes(span)}) would take "
+                f"{format_bytes(need)} on the device, more than {what}: moving a view copies "
+                f"every element it shows; make it inside the %%gpu cell instead (np.broadcast_to "
+                f"there is a view on the device too), from the small array it views")
+        if not batched and total and need > total:
+            raise CellError(
+                f"input {name!r} ({format_bytes(arr.nbytes)}) would take {format_bytes(need)} "
+                f"on the device, more than its {format_bytes(total)}; run the cell batch by "
+                "batch: %%gpu --batch (or set %vram_budget, and such cells are batched)")

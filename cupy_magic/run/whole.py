@@ -15,7 +15,7 @@ from .plan import CellPlan, check_budget, move_inputs
 from .reduce import combine
 from .report import RunReport
 
-__all__ = ["WARMUP_ELEMENTS", "run_whole", "warmup", "warmup_rows"]
+__all__ = ["WARMUP_ELEMENTS", "run_whole", "shown_value", "warmup", "warmup_rows"]
 
 # The --warmup slice: at least this many elements of each cut input (and 2 rows). CuPy compiles
 # a reduction for the block size it picks from the reduced length, up to 512 threads once more
@@ -26,14 +26,22 @@ WARMUP_ELEMENTS = 4096
 
 def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
               to_host: Any, dtype: str | None, warm: bool, recorder: Any,
-              filename: str, be: Backend) -> None:
-    """Run the planned cell once over device copies of its inputs; commit if it succeeds."""
+              filename: str, be: Backend) -> Any:
+    """Run the planned cell once over device copies of its inputs; commit if it succeeds.
+
+    Returns
+    -------
+    Any
+        The value of the cell's last expression (``None`` when it ends with a statement):
+        the committed value when it is one of the names the cell assigned, otherwise as the
+        cell left it, brought to the host under ``to_host=True``.
+    """
     __tracebackhide__ = True
-    check_budget(plan, dtype, be)
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
     mem = None
     try:
+        check_budget(plan, dtype, be)
         if warm:
             report.warmup_seconds, report.warmup_rows = warmup(plan, dtype, be, namespace)
         with be.track_memory(filename) as mem:
@@ -42,14 +50,35 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             work = {**namespace, **plan.overrides, **moved}
             del moved
             with be.time_device() as timing, recorder:
-                exec(plan.code, work)
+                value = plan.run(work)
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
         work.clear()
         raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename) from None
+    bound = [n for n, v in work.items() if v is value] if value is not None else []
     commit(plan, work, namespace, to_host, be, report)
     report.wall_seconds = time.perf_counter() - wall0
+    committed = {o.name for o in report.outputs}
+    return shown_value(value, [n for n in bound if n in committed], namespace,
+                       to_host is True, be)
+
+
+def shown_value(value: Any, names: list[str], namespace: dict[str, Any], to_host: bool,
+                be: Backend) -> Any:
+    """The last expression's value as the user namespace now holds it.
+
+    A value bound to a committed name is that name's committed value (so ``_`` and the name
+    agree); under ``to_host`` a device array is brought to the host, and a 0-d array becomes
+    the NumPy scalar a NumPy cell shows (``np.int64(45)``).
+    """
+    for name in names:
+        if name in namespace:
+            return namespace[name]
+    if to_host and be.is_device_array(value):
+        value = be.to_host(value)
+        return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+    return value
 
 
 def warmup_rows(cut: list[np.ndarray]) -> int:
