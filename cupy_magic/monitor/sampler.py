@@ -229,7 +229,7 @@ class Sampler:
         if key in self._logged:
             return
         self._logged.add(key)
-        log.warning("sampler %s (shown as N/A until it recovers; logged once)", message)
+        log.warning("sampler %s (logged once)", message)
         if exc is not None:
             log.debug("sampler %s", message, exc_info=exc)
 

@@ -223,7 +223,7 @@ def test_interval_outside_the_range_is_refused_in_one_line(bad: object) -> None:
     assert "\n" not in message and repr(bad) in message
     assert "must be between 0.05 and 3600 seconds" in message and "e.g. 0.5" in message
     sampler = Sampler(FakeSources(), interval=1.0)
-    with pytest.raises(ValueError, match="between 0.05 and 3600"):
+    with pytest.raises(ValueError, match=r"between 0\.05 and 3600"):
         sampler.interval = bad  # type: ignore[assignment]
     assert sampler.interval == 1.0  # a refused value changes nothing
 
