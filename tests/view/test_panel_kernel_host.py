@@ -1,0 +1,107 @@
+"""A real kernel on the CPU fallback: the panel shows a batched cell's memory while it runs.
+
+Issue 17, point 8: the panel read ``pool used 0 B`` and ``budget 0% used`` during a batched
+cell whose report said 86.80 MiB at the peak.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+pytestmark = pytest.mark.kernel
+
+SHOW = """\
+%load_ext cupy_magic
+%vram_budget 64MiB
+import time
+import numpy as np
+x = np.ones((100_000, 16))  # 12.8 MB: 20 batches of 5,000 rows
+from cupy_magic.view.panel import show_panel
+panel = show_panel(interval=0.1)
+"""
+
+BATCHED = """\
+%%gpu --batch --batch-rows 5000 --quiet
+y = x * 2.0 + 1.0
+time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Any]:
+    env = dict(os.environ, HOME=str(tmp_path), IPYTHONDIR=str(tmp_path / ".ipython"),
+               CUPY_CACHE_DIR=str(tmp_path / ".cupy"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
+               CUPY_MAGIC_BACKEND="host")
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    try:
+        yield kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def run(kc: Any, code: str, timeout: float = 60) -> list[tuple[float, dict[str, Any]]]:
+    """Execute ``code``; return every iopub message (with arrival time) until it is idle."""
+    msg_id = kc.execute(code)
+    got: list[tuple[float, dict[str, Any]]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        got.append((time.monotonic(), msg))
+        if (msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id
+                and msg["content"]["execution_state"] == "idle"):
+            reply = kc.get_shell_msg(timeout=10)
+            assert reply["content"]["status"] == "ok", reply["content"]
+            return got
+    raise AssertionError(f"the cell did not finish in {timeout} s: {code!r}")
+
+
+def _figures(msgs: list[tuple[float, dict[str, Any]]]) -> list[str]:
+    """The panel's figures HTML of each widget update among ``msgs``."""
+    out = []
+    for _, msg in msgs:
+        data = msg["content"].get("data", {}) if msg["msg_type"] == "comm_msg" else {}
+        value = data.get("state", {}).get("value") if data.get("method") == "update" else None
+        if isinstance(value, str) and "pool</th>" in value:
+            out.append(value)
+    return out
+
+
+def _row(html: str, key: str) -> str:
+    found = re.search(rf">{key}</th><td[^>]*>([^<]*)<", html)
+    assert found, f"no {key} row in {html[:200]!r}"
+    return found.group(1)
+
+
+def test_the_panel_shows_a_batched_host_cells_memory_while_it_runs(kernel: Any) -> None:
+    shown = run(kernel, SHOW)
+    errors = [m for _, m in shown if m["msg_type"] == "error"]
+    assert not errors, errors
+    during = []
+    for html in _figures(run(kernel, BATCHED)):
+        batch = re.search(r"batch (\d+)/(\d+)", html)
+        if batch and 2 <= int(batch.group(1)) < int(batch.group(2)):
+            during.append(html)  # taken while the batches ran
+    assert len(during) >= 5, f"only {len(during)} panel updates while the batches ran"
+    pools = [_row(h, "pool") for h in during]
+    budgets = [_row(h, "budget") for h in during]
+    assert all(not p.startswith("used 0 B") and "N/A" not in p.split(",")[0] for p in pools), pools
+    assert all(re.search(r"\((\d+)% used\)", b) and "(0% used)" not in b for b in budgets), budgets
+    after = run(kernel, "from cupy_magic import backend\n"
+                        "print(panel.sampler.sample(0).pool.used == "
+                        "backend.current().resident_bytes())")
+    out = "".join(m["content"].get("text", "") for _, m in after if m["msg_type"] == "stream")
+    assert out.strip() == "True"
+    run(kernel, "panel.close()")
