@@ -10,21 +10,21 @@ constant the code uses.
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import math
+import re
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import (
-    argument,
-    argument_group,
-    magic_arguments,
-    parse_argstring,
-)
+from IPython.core.magic_arguments import argument, argument_group, magic_arguments
 from IPython.display import display
+from IPython.utils.process import arg_split
 
 from . import session
 from .config import BACKENDS
-from .monitor.sampler import DEFAULT_INTERVAL
+from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 from .run.batching import DEFAULT_STREAMS, BatchOptions
 from .run.cell import SYNC_MODES
 from .run.errors import CellError
@@ -33,7 +33,130 @@ from .run.reduce import RULES
 from .run.whole import WARMUP_ELEMENTS
 from .units import SizeError, estimate
 
-__all__ = ["GpuMagics"]
+__all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
+
+_CELL_MAGICS = ("gpu",)
+# Each magic in use, and a value for each option that takes one: the fixes of the messages
+# for arguments argparse cannot read.
+_EXAMPLES = {
+    "gpu": "%%gpu --to-host y", "vram_budget": "%vram_budget 8GB",
+    "vram_panel": f"%vram_panel --interval {DEFAULT_INTERVAL}",
+    "gpu_syncs": f"%gpu_syncs {SYNC_MODES[0]}", "gpu_backend": f"%gpu_backend {BACKENDS[-1]}",
+}
+_VALUES = {
+    "--to-host": "y", "--dtype": next(iter(CAST_TARGETS)), "--syncs": SYNC_MODES[0],
+    "--batch": "x", "--batch-rows": "100000", "--batch-bytes": "512MB",
+    "--streams": str(DEFAULT_STREAMS), "--reduce": "total=sum",
+    "--estimate": "20000x20000 float32", "--interval": str(DEFAULT_INTERVAL), "device": "0",
+}
+_REPEATABLE = ("--reduce",)
+_KINDS = {"int": "a whole number", "float": "a number"}
+
+
+def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
+    """IPython's ``parse_argstring``, with one-line messages that name the value and the fix.
+
+    An option with a value given twice is refused (argparse would keep the last silently),
+    except the one meant to repeat (``--reduce``); a flag given twice means the same.
+    """
+    parser = magic_func.parser
+    magic = ("%%" if parser.prog in _CELL_MAGICS else "%") + parser.prog
+    try:
+        argv = arg_split(line, strict=True)
+    except ValueError as exc:
+        raise UsageError(f"cannot read {magic} {line.strip()}: {str(exc).lower()}; close the "
+                         f"quote or remove it, e.g. {_EXAMPLES[parser.prog]}") from None
+    _refuse_repeats(parser, argv, magic)
+    try:
+        return parser.parse_args(argv)
+    except UsageError as exc:
+        raise UsageError(_explain(str(exc), parser, argv, magic)) from None
+
+
+def _option(parser: argparse.ArgumentParser, word: str) -> str | None:
+    """The option ``word`` means (``--stream=2`` means ``--streams``), or None."""
+    if not word.startswith("--") or word == "--":
+        return None
+    flag = word.partition("=")[0]
+    options = parser._option_string_actions  # argparse's table; it has no public one
+    matches = [o for o in options if o == flag] or [o for o in options if o.startswith(flag)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _refuse_repeats(parser: argparse.ArgumentParser, argv: list[str], magic: str) -> None:
+    seen: dict[str, str] = {}
+    for i, word in enumerate(argv):
+        option = _option(parser, word)
+        if (option is None or option in _REPEATABLE
+                or parser._option_string_actions[option].nargs == 0):
+            continue  # a flag said twice means the same
+        value = word.partition("=")[2] if "=" in word else (
+            argv[i + 1] if i + 1 < len(argv) else "")
+        given = f"{option} {value}".strip()
+        if option in seen:
+            twice = "twice" if seen[option] == given else f"twice ({seen[option]}, {given})"
+            raise UsageError(f"{magic} was given {option} {twice}; give it once, "
+                             f"e.g. {magic} {given}")
+        seen[option] = given
+
+
+def _explain(message: str, parser: argparse.ArgumentParser, argv: list[str],
+             magic: str) -> str:
+    """argparse's ``message`` as one line that names the magic, the value and a fix."""
+    example, help_ = _EXAMPLES[parser.prog], f"{magic}? lists the options"
+    if m := re.fullmatch(r"unrecognized arguments: (.*)", message):
+        extra = m.group(1)
+        if not extra.startswith("-"):
+            if parser.prog in _CELL_MAGICS:
+                return (f"{magic} takes options only, got {extra!r}; write the code on the "
+                        f"lines below the {magic} line, e.g. {example}")
+            return f"{magic} takes no {extra!r} here; e.g. {example} ({help_})"
+        flag = extra.split()[0].partition("=")[0]
+        options = list(parser._option_string_actions)
+        close = ([o for o in options if o[2:3] == flag[1:2]] if re.fullmatch(r"-\w", flag)
+                 else difflib.get_close_matches(flag, options, n=1))
+        close = close if len(close) == 1 else []
+        if close:
+            use = f"{close[0]} {_VALUES.get(close[0], '')}".strip()
+            return f"{magic} has no option {flag}; did you mean {close[0]}? e.g. {magic} {use}"
+        return f"{magic} has no option {flag}; e.g. {example} ({help_})"
+    if m := re.fullmatch(r"argument (\S+): expected (?:at least )?one argument", message):
+        option = m.group(1).split("/")[0]
+        after = [w for i, w in enumerate(argv[1:]) if _option(parser, argv[i]) == option]
+        got = "got none" if not after else f"got {after[0]!r}, which reads as an option" + (
+            ": values cannot be negative" if re.match(r"-[0-9.]", after[0]) else "")
+        return (f"{magic} {option} needs a value ({got}); e.g. {magic} {option} "
+                f"{_VALUES.get(option, '')}".rstrip())
+    if m := re.fullmatch(r"argument (\S+): invalid (\w+) value: '(.*)'", message):
+        name, kind, value = m.groups()
+        show = f"{magic} {name}" if name.startswith("-") else f"the {name} of {magic}"
+        return (f"{show} must be {_KINDS.get(kind, kind)}, got {value!r}; e.g. "
+                f"{magic} {'' if name == 'device' else name + ' '}{_VALUES.get(name, '')}")
+    if m := re.fullmatch(r"ambiguous option: (\S+) could match (.*)", message):
+        first = m.group(2).split(", ")[0]
+        return (f"{magic} {m.group(1)} could mean {m.group(2)}; write the option in full, "
+                f"e.g. {magic} {first}")
+    if m := re.fullmatch(r"argument (\S+): ignored explicit argument '(.*)'", message):
+        return (f"{magic} {m.group(1)} takes no value, got {m.group(1)}={m.group(2)}; "
+                f"write {magic} {m.group(1)}")
+    return f"{magic} {' '.join(argv)}: {message}; e.g. {example} ({help_})"
+
+
+def syntax_message(exc: SyntaxError, cell: str) -> str:
+    """The one-line message of a syntax error in a ``%%gpu`` cell, quoting its line.
+
+    Errors raised on the whole tree (``'return' outside function``) carry no text: the
+    line is then read from ``cell`` by its number.
+    """
+    text, lines = (exc.text or "").strip(), cell.splitlines()
+    if not text and exc.lineno is not None and 0 < exc.lineno <= len(lines):
+        text = lines[exc.lineno - 1].strip()
+    text = text if len(text) <= 80 else text[:77] + "..."
+    where = f", line {exc.lineno}" if exc.lineno is not None else ""
+    quote = f" ({text!r})" if text else ""
+    msg = " ".join(str(exc.msg).split())
+    return (f"syntax error in the %%gpu cell{where}: {msg}{quote}; fix the line and run "
+            "the cell again")
 
 
 def _names(text: str | None) -> list[str]:
@@ -51,6 +174,21 @@ def _to_host(text: str | None) -> bool | list[str]:
         raise UsageError(f"--to-host takes comma-separated variable names, got {text!r}; "
                          "e.g. %%gpu --to-host y,total")
     return names
+
+
+def _interval(text: str | None) -> float | None:
+    """``--interval`` in seconds, refused outside the sampler's bounds (as it does)."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise UsageError(f"--interval {text or repr(text)} is not {MIN_INTERVAL:g} to "
+                         f"{MAX_INTERVAL:g} seconds (faster only spins a core, slower is no "
+                         f"longer live); e.g. %vram_panel --interval {DEFAULT_INTERVAL}")
+    return seconds
 
 
 def _modes(values: tuple[str, ...]) -> str:
@@ -76,7 +214,7 @@ class GpuMagics(Magics):
               help="record each batch's start and end on the device (report.batch.timeline) "
                    "and the run's phases; slows the overlap of streams a little")
     @argument_group("host syncs")
-    @argument("--syncs", default=None, metavar="MODE",
+    @argument("--syncs", default=None, metavar="MODE", type=str.lower,
               help=f"{_modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
                    "for none; the default is set with %%gpu_syncs")
     @argument_group("batching")
@@ -180,7 +318,9 @@ class GpuMagics(Magics):
         try:
             if args.estimate is not None:
                 if budget is not None:
-                    raise UsageError("give either a budget or --estimate, not both")
+                    raise UsageError(f"give either a budget ({budget}) or --estimate "
+                                     f"{' '.join(args.estimate)}, not both; e.g. "
+                                     f"%vram_budget {budget}")
                 return self._estimate(args.estimate)
             if budget is None:
                 return session.budget_status()
@@ -200,9 +340,10 @@ class GpuMagics(Magics):
     @magic_arguments()
     @argument("device", nargs="?", type=int, default=0,
               help="the CuPy device index to show first (default 0)")
-    @argument("--interval", type=float, default=None, metavar="SECONDS",
-              help=f"seconds between samples (default {DEFAULT_INTERVAL}, "
-                   "c.CupyMagic.panel_interval, or what the running panels use)")
+    @argument("--interval", default=None, metavar="SECONDS",
+              help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} "
+                   f"(default {DEFAULT_INTERVAL}, c.CupyMagic.panel_interval, or what the "
+                   "running panels use)")
     @argument("--text", action="store_true", help="print a one-shot text summary instead")
     @argument("--pause", action="store_true", help="pause every panel")
     @argument("--resume", action="store_true", help="resume every panel")
@@ -225,15 +366,14 @@ class GpuMagics(Magics):
         actions = [name for name in ("pause", "resume", "stop") if getattr(args, name)]
         if len(actions) > 1:
             raise UsageError(f"give one of --pause, --resume, --stop, got "
-                             f"{' '.join('--' + a for a in actions)}")
+                             f"{' '.join('--' + a for a in actions)}; e.g. "
+                             f"%vram_panel --{actions[-1]}")
         if actions:
             getattr(session, f"{actions[0]}_panels")()
             return
-        if args.interval is not None and not args.interval > 0:
-            raise UsageError(f"--interval must be a positive number of seconds, got "
-                             f"{args.interval}; e.g. %vram_panel --interval {DEFAULT_INTERVAL}")
         try:
-            session.show_panel(interval=args.interval, device=args.device, text=args.text)
+            session.show_panel(interval=_interval(args.interval), device=args.device,
+                               text=args.text)
         except ValueError as exc:
             raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
 

@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 GiB = 1024**3
+MAX_ELEMENTS = 2**63 - 1  # NumPy's and CuPy's sizes are signed 64-bit
 
 _UNITS = {
     "": 1,
@@ -73,7 +74,7 @@ def parse_size(text: str) -> int:
         raise SizeError(f"{text!r} is a fraction of a byte; give whole bytes or a unit like MB")
     nbytes = round(number * _UNITS[unit])
     if nbytes <= 0:
-        raise SizeError(f"the size {text!r} must be more than 0 bytes, e.g. 512MB")
+        raise SizeError(f"the size {text!r} must be more than 0 bytes; e.g. 512MB")
     return nbytes
 
 
@@ -92,19 +93,44 @@ def format_bytes(nbytes: float) -> str:
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
-    """Parse ``20000x20000`` (or ``20000,20000`` / ``(20000, 20000)``) into a shape."""
+    """Parse ``20000x20000`` (or ``20000,20000`` / ``(20000, 20000)`` / ``1e4x1e4``) into a shape.
+
+    A power such as ``2**10`` is refused rather than read as the shape ``2x10``.
+    """
     raw = (text or "").strip().strip("()[]")
+    power = re.fullmatch(r"\s*([0-9]+)\s*\*\*\s*([0-9]+)\s*", raw)
+    if power and int(power.group(2)) <= 64:
+        value = int(power.group(1)) ** int(power.group(2))
+        raise SizeError(f"{text!r} is a power, not a shape (lengths joined by x); write it "
+                        f"as {value}, e.g. --estimate {value} float32")
+    if "**" in raw:
+        raise SizeError(f"a shape is lengths joined by x, not a power, got {text!r}; write the "
+                        "lengths out, e.g. 1024x1024")
     parts = [p for p in re.split(r"\s*[x×,*]\s*", raw) if p != ""]
     if not parts:
         raise SizeError(f"cannot read the shape {text!r}; write e.g. 20000x20000")
     try:
-        dims = tuple(int(float(p)) if "e" in p.lower() else int(p) for p in parts)
+        dims = tuple(_length(p) for p in parts)
     except (ValueError, OverflowError):
         raise SizeError(f"cannot read the shape {text!r}; write whole numbers joined by x, "
                         "e.g. 20000x20000") from None
     if any(d < 0 for d in dims):
-        raise SizeError(f"a shape cannot have negative lengths, got {text!r}")
+        raise SizeError(f"a shape cannot have negative lengths, got {text!r}; "
+                        "e.g. 20000x20000")
+    if math.prod(dims) > MAX_ELEMENTS:
+        raise SizeError(f"the shape {text!r} has more elements than any array can hold "
+                        "(at most 2**63-1); e.g. 20000x20000")
     return dims
+
+
+def _length(part: str) -> int:
+    """One length of a shape: ``20000`` or a whole number in e-notation (``2e4``)."""
+    if "e" not in part.lower():
+        return int(part)
+    value = float(part)
+    if not value.is_integer():
+        raise ValueError(part)
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -145,12 +171,19 @@ class Estimate:
 def _dtype(name: str) -> np.dtype:
     try:
         dt = np.dtype(name)
-    except TypeError:
+    except (TypeError, ValueError):
         raise SizeError(f"unknown dtype {name!r}; use e.g. float32, float64, int8, complex64") \
             from None
     if dt.kind in "OUSV" or dt.itemsize == 0:
         raise SizeError(f"dtype {name!r} has no fixed size on the GPU; CuPy arrays hold numbers "
                         "and booleans (e.g. float32)")
+    if dt.kind in "Mm":
+        raise SizeError(f"dtype {name!r} cannot go to the GPU: CuPy has no datetime64 or "
+                        "timedelta64 (%%gpu refuses such inputs); estimate the int64 it would be "
+                        "converted to, e.g. int64")
+    if (dt.kind == "f" and dt.itemsize > 8) or (dt.kind == "c" and dt.itemsize > 16):
+        raise SizeError(f"dtype {name!r} ({dt.name}) cannot go to the GPU: CuPy has no extended "
+                        "precision; use e.g. float64 or complex128")
     return dt
 
 
@@ -174,5 +207,8 @@ def estimate_array(array: object, label: str = "") -> Estimate:
     if shape is None or dtype is None:
         raise SizeError(f"{label or 'the value'} is a {type(array).__name__}, not an array; "
                         "give an array or a shape such as 20000x20000 float32")
-    dt = _dtype(str(dtype))
+    try:
+        dt = _dtype(str(dtype))
+    except SizeError as exc:
+        raise SizeError(f"{label}: {exc}" if label else str(exc)) from None
     return Estimate(tuple(shape), dt.name, dt.itemsize, math.prod(shape) * dt.itemsize, label)

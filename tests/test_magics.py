@@ -301,38 +301,7 @@ def test_gpu_backend_switch(ip, capsys):
 
 # --- bad input: one-line UsageErrors naming the value and the fix ------------------------
 
-BAD_BUDGETS = ["8XB", "-1GB", "150%", "0", "0%", "abc", "1.5", "12", "GB", "1e3XB",
-               "%", "-5%", "0.0", "8 G B", "0.5B"]
-
-
-@pytest.mark.parametrize("value", BAD_BUDGETS)
-def test_bad_budget_values(ip, value):
-    with pytest.raises(UsageError) as info:
-        ip.run_line_magic("vram_budget", value)
-    msg = str(info.value)
-    assert "\n" not in msg and msg
-    assert any(token in msg for token in (value.strip(), repr(value.strip())))
-
-
-BAD_GPU_LINES = [
-    ("--streams", "expected one argument"),  # --streams K since issue 3
-    ("--dtype int8", "--dtype int8 is not supported"),
-    ("--dtype", "expected one argument"),
-    ("--to-host 1bad", "'1bad'"),
-    ("--to-host nope", "nope, which the cell never assigns"),
-    ("--bogus", "unrecognized"),
-    ("extra words", "unrecognized"),
-]
-
-
-@pytest.mark.parametrize(("line", "expected"), BAD_GPU_LINES)
-def test_bad_gpu_options(ip, line, expected):
-    ip.user_ns["x"] = np.arange(3.0)
-    with pytest.raises(UsageError) as info:
-        ip.run_cell_magic("gpu", line, "y = x + 1\n")
-    assert expected in str(info.value)
-    assert "\n" not in str(info.value)
-    assert "y" not in ip.user_ns
+# The table of bad input to every magic is tests/test_bad_inputs.py.
 
 
 @pytest.mark.parametrize(

@@ -40,8 +40,9 @@ def test_parse_budget_forms():
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("81GiB", "larger than the device"), ("2", "for a size write 2GB"), ("0", "budget of 0"),
-     ("150%", "at most 100%"), ("", "no budget given"), ("8XB", "unknown unit 'XB'")],
+    [("81GiB", "larger than the device"), ("2", "for a size add a unit, e.g. 2GB"),
+     ("0", "budget of 0"), ("150%", "at most 100%"), ("", "no budget given"),
+     ("8XB", "unknown unit 'XB'")],
 )
 def test_parse_budget_refusals(text, fragment):
     with pytest.raises(SizeError, match=None) as info:
@@ -97,3 +98,44 @@ def test_absurd_shapes_are_refused():
         parse_shape("1e400x2")
 
 
+
+
+@pytest.mark.parametrize(("text", "fraction"), [("0.5", 0.5), ("5e-1", 0.5), (".5", 0.5),
+                                                ("1e0", 1.0), ("1", 1.0), ("25E-2", 0.25)])
+def test_a_bare_number_is_a_fraction_whatever_its_notation(text, fraction):
+    assert parse_budget(text, 80 * GiB).fraction == fraction
+
+
+@pytest.mark.parametrize(("text", "fix"), [("1e9", "e.g. 1e9B"), ("1000000000", "e.g. 1000000000B"),
+                                           ("12", "e.g. 12GB"), ("1e400", "e.g. 8GB")])
+def test_a_bare_number_above_one_asks_for_a_unit(text, fix):
+    with pytest.raises(SizeError, match="fraction of the device, 0 to 1") as info:
+        parse_budget(text, 80 * GiB)
+    assert fix in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("2**10", "as 1024"), ("10 ** 3", "as 1000"), ("2**10x3", "not a power"),
+    ("1.5e0x2", "whole numbers"), ("1e30x1e30", "more elements"), ("-5x3", "negative"),
+])
+def test_shapes_that_are_not_lengths_are_refused(text, fragment):
+    with pytest.raises(SizeError) as info:
+        parse_shape(text)
+    assert fragment in str(info.value)
+
+
+def test_shapes_in_e_notation_are_whole_lengths():
+    assert parse_shape("1e3x2E2") == (1000, 200)
+    assert parse_shape("20000*20000") == (20000, 20000)
+
+
+@pytest.mark.parametrize(("dtype", "fragment"), [
+    ("datetime64[ns]", "CuPy has no datetime64"), ("timedelta64", "timedelta64"),
+    ("longdouble", "no extended precision"), ("clongdouble", "no extended precision"),
+])
+def test_dtypes_cupy_cannot_hold_are_not_priced(dtype, fragment):
+    with pytest.raises(SizeError, match=None) as info:
+        estimate("10x10", dtype)
+    assert fragment in str(info.value)
+    with pytest.raises(SizeError, match=r"^when: ") as info:
+        estimate_array(np.zeros(3, dtype), "when")

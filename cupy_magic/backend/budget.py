@@ -30,6 +30,24 @@ class BudgetSpec:
             f"{self.text} = {exact}"
 
 
+# A bare number, in any notation (0.5, 5e-1, 1e9, 1000000000): always a fraction of the
+# device, so that the notation never changes what a number means; a size needs a unit.
+_NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _fraction(raw: str) -> float:
+    """A bare number as a fraction of the device; refused outside (0, 1] with the fix."""
+    value = float(raw)
+    if value == 0:
+        raise SizeError(f"a budget of {raw} would refuse every allocation; write e.g. 8GB, "
+                        "0.5 or 'off' to remove the budget")
+    if value > 1:
+        size = f"{raw}GB" if value < 2**20 else f"{raw}B" if value < 1e30 else "8GB"
+        raise SizeError(f"{raw!r} has no unit: a bare number (in any notation) is a fraction "
+                        f"of the device, 0 to 1; for a size add a unit, e.g. {size}")
+    return value
+
+
 def parse_budget(text: str, device_total: int) -> BudgetSpec:
     """Parse a budget: a size (``8GB``), a percentage (``50%``) or a fraction (``0.5``).
 
@@ -55,15 +73,8 @@ def parse_budget(text: str, device_total: int) -> BudgetSpec:
         if not 0 < fraction <= 1:
             raise SizeError(f"a percentage budget must be above 0% and at most 100%, got {raw!r}; "
                             "e.g. 80%")
-    elif re.fullmatch(r"[0-9]*\.?[0-9]+", raw):
-        value = float(raw)
-        if value == 0:
-            raise SizeError(f"a budget of {raw} would refuse every allocation; write e.g. 8GB, "
-                            "0.5 or 'off' to remove the budget")
-        if value > 1:
-            raise SizeError(f"{raw!r} has no unit: a bare number is a fraction of the device "
-                            f"(0 to 1); for a size write {raw}GB or {raw}GiB")
-        fraction = value
+    elif _NUMBER.fullmatch(raw):
+        fraction = _fraction(raw)
     if fraction is not None:
         if device_total <= 0:
             raise SizeError(f"the device size is unknown, so {raw!r} cannot be resolved; give a "

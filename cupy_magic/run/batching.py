@@ -18,6 +18,7 @@ from .reduce import RULES
 
 __all__ = [
     "DEFAULT_STREAMS",
+    "MAX_STREAMS",
     "PROMISE",
     "RULES",
     "BatchOptions",
@@ -28,8 +29,11 @@ __all__ = [
 ]
 
 DEFAULT_STREAMS = 3
-# Measured on the H200 (a sweep of batch sizes, first session): 128 MiB batches with 3 streams streamed fastest; larger
-# batches fill and drain the pipeline more slowly.
+# Each stream holds one batch in flight (its input, its results and a staging buffer), so
+# streams cost memory; past a few, more only queue on the same copy engines.
+MAX_STREAMS = 64
+# Measured on the H200 (a sweep of batch sizes, first session): 128 MiB batches with 3
+# streams streamed fastest; larger batches fill and drain the pipeline more slowly.
 TARGET_BATCH_BYTES = 128 * 2**20
 PROBE_BYTES = 4 * 2**20  # the first, measuring batch: small, yet large enough to time
 PROBE_SHARE = 16  # the first batch's inputs take at most 1/16 of the free budget
@@ -72,6 +76,10 @@ class BatchOptions:
         if not isinstance(self.streams, int) or self.streams < 1:
             raise CellError(f"--streams must be at least 1, got {self.streams}; "
                             f"try %%gpu --streams {DEFAULT_STREAMS}")
+        if self.streams > MAX_STREAMS:
+            raise CellError(f"--streams {self.streams} is too many: at most {MAX_STREAMS}, "
+                            "since each stream holds a batch in flight in memory; try "
+                            f"%%gpu --streams {DEFAULT_STREAMS}")
         if self.rows is not None and self.rows < 1:
             raise CellError(f"--batch-rows must be at least 1, got {self.rows}; "
                             "e.g. %%gpu --batch-rows 100000")
@@ -112,7 +120,8 @@ class BatchOptions:
             try:
                 n_bytes = parse_size(nbytes)
             except SizeError as exc:
-                raise CellError(f"--batch-bytes {nbytes}: {exc}; e.g. --batch-bytes 512MB") \
+                problem = str(exc).partition("; ")[0]
+                raise CellError(f"--batch-bytes {nbytes}: {problem}; e.g. --batch-bytes 512MB") \
                     from None
         n_streams = (_whole("--streams", streams, str(DEFAULT_STREAMS))
                      if streams is not None else default_streams)
@@ -126,6 +135,9 @@ class BatchOptions:
                 if not eq or not name.isidentifier() or not rule:
                     raise CellError(f"--reduce takes NAME=RULE, got {part!r}; e.g. "
                                     "--reduce total=sum")
+                if rules.get(name, rule) != rule:
+                    raise CellError(f"--reduce gives {name} two rules, {rules[name]} and "
+                                    f"{rule}; keep one, e.g. --reduce {name}={rules[name]}")
                 rules[name] = rule
         return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline)
 

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from cupy_magic.run.batching import (
+    DEFAULT_STREAMS,
+    MAX_STREAMS,
     PROMISE,
     RULES,
     BatchOptions,
@@ -41,6 +43,11 @@ def test_parse_defaults_and_lists():
     ({"reduce": ["total"]}, ["'total'", "--reduce total=sum"]),
     ({"reduce": ["total=avg"]}, ["'avg'", "sum, min, max, mean, any, all, concat"]),
     ({"batch": "1x"}, ["'1x'", "--batch x,y"]),
+    ({"streams": "100000000"}, ["--streams 100000000 is too many", f"at most {MAX_STREAMS}",
+                                "--streams 3"]),
+    ({"streams": "10**23"}, ["'10**23'", "--streams 3"]),
+    ({"reduce": ["total=sum", "total=max"]}, ["two rules, sum and max", "--reduce total=sum"]),
+    ({"nbytes": "0"}, ["--batch-bytes 0", "more than 0 bytes; e.g. --batch-bytes 512MB"]),
 ])
 def test_bad_options_name_the_value_and_the_fix(kwargs, words):
     with pytest.raises(CellError) as info:
@@ -48,6 +55,16 @@ def test_bad_options_name_the_value_and_the_fix(kwargs, words):
     for word in words:
         assert word in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_streams_are_bounded_from_python_too():
+    assert BatchOptions(streams=MAX_STREAMS).streams == MAX_STREAMS
+    with pytest.raises(CellError, match=f"at most {MAX_STREAMS}"):
+        BatchOptions(streams=MAX_STREAMS + 1)
+    with pytest.raises(CellError, match=f"at most {MAX_STREAMS}"):
+        BatchOptions.parse(default_streams=10**23)
+    assert BatchOptions.parse(reduce=["t=sum", "t=SUM"]).reduce == {"t": "sum"}
+    assert BatchOptions.parse().streams == DEFAULT_STREAMS
 
 
 def test_default_batches_the_inputs_with_the_largest_leading_length():
