@@ -85,3 +85,6 @@ def unload_ipython_extension(ip: Any) -> None:
     live = config.settings()
     if live in ip.configurables:
         ip.configurables.remove(live)
+    # The settings came from this shell's configuration (and its %config changes): after
+    # unload, Python callers get the defaults again.
+    config.use_config()
