@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 import types
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -208,3 +210,52 @@ def test_read_device_unsupported_figures_and_unseen_pid(fake: types.ModuleType) 
     assert r.util_gpu == 87
     # A container hides our pid: "this kernel" is unknown, not 0.
     assert r.this_process is NA and r.other_processes == 8 << 30
+
+
+def test_shutdown_waits_for_a_query_in_flight(fake: types.ModuleType) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_count() -> int:
+        fake.calls.append("count")
+        entered.set()
+        assert release.wait(10), "the test never released the query"
+        fake.calls.append("count returns")
+        return 2
+
+    fake.nvmlDeviceGetCount = slow_count
+    results: list[object] = []
+    query = threading.Thread(target=lambda: results.append(nvml.query("nvmlDeviceGetCount")))
+    query.start()
+    assert entered.wait(10)
+    closer = threading.Thread(target=nvml.shutdown)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "shutdown returned while a query was in flight"
+    assert fake.calls == ["init", "count"]  # nvmlShutdown not called under the query
+    release.set()
+    query.join(10)
+    closer.join(10)
+    assert not closer.is_alive() and results == [2]
+    assert fake.calls == ["init", "count", "count returns", "shutdown"]
+
+
+def test_shutdown_gives_up_waiting_after_its_timeout(fake: types.ModuleType) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck_count() -> int:
+        entered.set()
+        release.wait(10)
+        return 2
+
+    fake.nvmlDeviceGetCount = stuck_count
+    query = threading.Thread(target=nvml.query, args=("nvmlDeviceGetCount",))
+    query.start()
+    try:
+        assert entered.wait(10)
+        t0 = time.monotonic()
+        nvml.shutdown(timeout=0.2)  # a hung driver call must not hang %unload_ext
+        assert 0.15 < time.monotonic() - t0 < 5
+        assert fake.calls == ["init", "shutdown"]
+    finally:
+        release.set()
+        query.join(10)

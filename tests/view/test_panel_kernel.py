@@ -101,3 +101,33 @@ def test_panel_updates_arrive_while_another_cell_is_busy(kernel: Any) -> None:
                        "print(monitor.get_sampler().running)")
     out = "".join(m["content"].get("text", "") for _, m in stop if m["msg_type"] == "stream")
     assert out.strip() == "False"
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _displays(msgs: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The data of every display the executed cell itself sent."""
+    return [m["content"]["data"] for _, m in msgs if m["msg_type"] == "display_data"]
+
+
+def test_gpu_panel_option_shows_a_widget_panel_with_the_cell(kernel: Any) -> None:
+    run(kernel, "%load_ext cupy_magic\nimport numpy as np\nx = np.arange(1000.0)")
+
+    plain = _displays(run(kernel, "%%gpu\ny = x * 2"))
+    assert plain and not any(WIDGET_VIEW in d for d in plain)  # the report only
+
+    shown = run(kernel, "%%gpu --panel\ny = x * 3")
+    views = [d for d in _displays(shown) if WIDGET_VIEW in d]
+    assert len(views) == 1, "the --panel cell showed no live panel (or more than one)"
+    opened = {m["content"]["comm_id"]: m["content"]["data"]["state"].get("_model_name")
+              for _, m in shown if m["msg_type"] == "comm_open"}
+    assert opened.get(views[0][WIDGET_VIEW]["model_id"]) == "VBoxModel"
+    order = ["panel" if WIDGET_VIEW in d else "report" for d in _displays(shown)
+             if WIDGET_VIEW in d or "cupy-magic-report" in d.get("text/html", "")]
+    assert order == ["panel", "report"]  # the panel above the cell's output, then the report
+
+    done = run(kernel, "import cupy_magic\nprint(cupy_magic.last_report().outputs[0].name,\n"
+                       "      float(y[-1]))")
+    out = "".join(m["content"].get("text", "") for _, m in done if m["msg_type"] == "stream")
+    assert out.split() == ["y", "2997.0"]
