@@ -25,7 +25,7 @@ from IPython.utils.process import arg_split
 from . import session
 from .config import BACKENDS
 from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
-from .run.batching import DEFAULT_STREAMS, BatchOptions
+from .run.batching import DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
 from .run.cell import SYNC_MODES
 from .run.errors import CellError
 from .run.plan import CAST_TARGETS
@@ -225,8 +225,8 @@ class GpuMagics(Magics):
     @argument("--batch-bytes", default=None, metavar="SIZE",
               help="input bytes per batch, e.g. 512MB")
     @argument("--streams", default=None, metavar="K",
-              help=f"CUDA streams (batches in flight); default {DEFAULT_STREAMS} "
-                   "(c.CupyMagic.streams)")
+              help=f"CUDA streams (batches in flight), 1 to {MAX_STREAMS}; default "
+                   f"{DEFAULT_STREAMS} (c.CupyMagic.streams)")
     @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
               help=f"join a result without a row axis over the batches; rules: "
                    f"{', '.join(RULES)}")
