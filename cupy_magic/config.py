@@ -15,8 +15,8 @@ from typing import Any
 from traitlets import Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from .monitor.sampler import DEFAULT_INTERVAL
-from .run.batching import DEFAULT_STREAMS
+from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
+from .run.batching import DEFAULT_STREAMS, MAX_STREAMS
 from .run.cell import SYNC_MODES
 
 __all__ = ["BACKENDS", "CupyMagic", "settings", "use_config"]
@@ -43,16 +43,17 @@ class CupyMagic(Configurable):
 
     @validate("streams")
     def _check_streams(self, proposal: Any) -> int:
-        if proposal["value"] < 1:
-            raise TraitError(f"CupyMagic.streams must be at least 1, got {proposal['value']}; "
-                             f"e.g. c.CupyMagic.streams = {DEFAULT_STREAMS}")
+        if not 1 <= proposal["value"] <= MAX_STREAMS:
+            raise TraitError(f"CupyMagic.streams must be 1 to {MAX_STREAMS}, got "
+                             f"{proposal['value']}; e.g. c.CupyMagic.streams = {DEFAULT_STREAMS}")
         return proposal["value"]
 
     @validate("panel_interval")
     def _check_interval(self, proposal: Any) -> float:
         value = proposal["value"]
-        if not 0.05 <= value <= 3600:
-            raise TraitError(f"CupyMagic.panel_interval must be 0.05 to 3600 seconds, got "
+        if not MIN_INTERVAL <= value <= MAX_INTERVAL:
+            raise TraitError(f"CupyMagic.panel_interval must be {MIN_INTERVAL:g} to "
+                             f"{MAX_INTERVAL:g} seconds, got "
                              f"{value}; e.g. c.CupyMagic.panel_interval = {DEFAULT_INTERVAL}")
         return value
 

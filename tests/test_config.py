@@ -128,6 +128,7 @@ def test_environment_variable_cupy_wins_over_configured_host(
 
 @pytest.mark.parametrize(("name", "value", "named"), [
     ("streams", 0, "got 0"),
+    ("streams", 65, "1 to 64, got 65"),  # every batched cell would refuse it
     ("panel_interval", 1e308, "got 1e+308"),
     ("syncs", "loud", "'loud'"),
     ("backend", "gpu", "'gpu'"),

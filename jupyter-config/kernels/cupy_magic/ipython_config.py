@@ -24,7 +24,7 @@ c = get_config()  # noqa: F821 (IPython gives a configuration file get_config)
 # CUPY_MAGIC_BACKEND wins over it; %gpu_backend switches later.
 # c.CupyMagic.backend = "auto"
 
-# CUDA streams of a batched %%gpu cell, i.e. batches in flight (at least 1); --streams on a
+# CUDA streams of a batched %%gpu cell, i.e. batches in flight (1 to 64); --streams on a
 # cell wins.
 # c.CupyMagic.streams = 3
 
