@@ -266,15 +266,20 @@ class GpuMagics(Magics):
                              f"{_modes(SYNC_MODES)}")
         shell = self.shell
         assert shell is not None
+        # The running cell's own number: IPython 9 counts the cell up before running it (8
+        # after), and names the cell from the ExecutionResult it shows output through.
+        running = getattr(shell.displayhook, "exec_result", None)
+        number = getattr(running, "execution_count", None) or shell.execution_count
+        source = shell.transform_cell(cell)  # %magics, !cmd, x? as in a plain cell
         try:
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
                                        args.streams, args.reduce, args.timeline,
                                        default_streams=session.settings().streams)
-            report = session.run_cell(
-                cell, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
+            outcome = session.run_cell_outcome(
+                source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
                 warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
-                filename=shell.compile.cache(cell, shell.execution_count),
-                label=f"In [{shell.execution_count}]")
+                filename=shell.compile.cache(source, number, raw_code=cell),
+                label=f"In [{number}]")
         except SyntaxError as exc:
             raise UsageError(
                 f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "
@@ -283,7 +288,9 @@ class GpuMagics(Magics):
         except CellError as exc:
             raise UsageError(str(exc)) from None
         if not args.quiet:
-            display(report)
+            display(outcome.report)
+        # Returned, IPython's displayhook shows it and sets Out and _ (not after a `;`).
+        return outcome.value
 
     @magic_arguments()
     @argument("budget", nargs="*", default=None,

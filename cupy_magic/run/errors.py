@@ -146,7 +146,7 @@ def _raised_at(filename: str, line: int) -> TracebackType:
     code = compile("\n" * (max(line, 1) - 1) + "raise __cell_error__", filename, "exec")
     marker = _AtCellLine()
     try:
-        exec(code, {"__cell_error__": marker, "__tracebackhide__": True})
+        exec(code, {"__cell_error__": marker})
     except _AtCellLine as raised:
         tb = raised.__traceback__
         assert tb is not None and tb.tb_next is not None
@@ -181,7 +181,10 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
     if last is None:
         return _raised_at(filename, line or 1)
     if ours and line is not None and last.tb_lineno != line:
-        fixed = TracebackType(None, last.tb_frame, last.tb_lasti, line)
+        # The cell stopped on a later line than the one that failed (the host backend checks
+        # the budget at the next line event); IPython renders a frame's own line, so the
+        # entry is replaced with one raised at the failing line.
+        fixed = _raised_at(filename, line)
         if last is tb:
             return fixed
         prev = tb

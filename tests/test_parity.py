@@ -1,0 +1,174 @@
+"""A ``%%gpu`` cell behaves like a plain cell (issue 17, points 1 to 4): its last expression
+is shown and stored, IPython syntax works in it, and its tracebacks name its own number and
+lines. Through a real shell (both backends) and a real kernel (nbclient)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from types import TracebackType
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+
+import cupy_magic
+from cupy_magic.run import progress
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def cell(ip, body: str, line: str = "--quiet"):
+    """Run ``%%gpu line`` over ``body`` as a notebook cell would (history stored)."""
+    return ip.run_cell(f"%%gpu {line}\n{body}", store_history=True)
+
+
+def _walk(tb: TracebackType | None) -> Iterator[TracebackType]:
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+# --- 1. the last expression ---------------------------------------------------------------
+
+
+def test_last_expression_is_shown_stored_in_out_and_underscore(ip):
+    result = cell(ip, "A = np.arange(10)\nnp.add.reduce(A)", "--to-host")
+    assert result.success
+    assert type(result.result) is np.int64 and result.result == 45  # np.int64(45), as NumPy
+    assert ip.user_ns["_"] is result.result
+    assert ip.user_ns["Out"][result.execution_count] is result.result
+    assert isinstance(ip.user_ns["A"], np.ndarray)
+    report = cupy_magic.last_report()
+    assert report is not None and [o.name for o in report.outputs] == ["A"]
+
+
+def test_the_report_is_still_displayed_with_the_value(ip, capsys):
+    result = cell(ip, "A = np.arange(3)\nA.sum()", "--to-host")
+    shown = capsys.readouterr().out
+    assert "%%gpu" in shown and "A:" in shown  # the report, as text in a terminal
+    assert result.result == 3
+
+
+def test_a_device_value_is_shown_as_the_device_holds_it(ip, xp):
+    ip.user_ns["x"] = np.arange(4.0)
+    result = cell(ip, "x * 2")
+    assert isinstance(result.result, xp.ndarray)
+    assert result.result.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_value_bound_to_a_committed_name_is_that_name(ip):
+    ip.user_ns["x"] = np.arange(4.0)
+    result = cell(ip, "y = x + 1\ny", "--to-host")
+    assert result.result is ip.user_ns["y"] and isinstance(result.result, np.ndarray)
+
+
+@pytest.mark.parametrize("body", ["A = np.arange(10)\nA.sum();",
+                                  "A = np.arange(10)\nA.sum() ;  # quiet",
+                                  "A = np.arange(10)\ntotal = A.sum()"])
+def test_an_assignment_or_a_semicolon_shows_nothing(ip, body):
+    result = cell(ip, body, "--to-host")
+    assert result.success and result.result is None
+    assert result.execution_count not in ip.user_ns["Out"]
+    assert "A" in ip.user_ns  # the cell still ran
+
+
+def test_a_batched_cell_says_its_last_expression_is_not_shown(ip):
+    ip.user_ns["x"] = np.arange(8.0)
+    result = cell(ip, "y = x * 2\ny.sum()", "--quiet --batch --batch-rows 4")
+    assert result.success and result.result is None
+    assert any("last expression" in n for n in cupy_magic.last_report().notes)
+
+
+# --- 2. IPython syntax in the body --------------------------------------------------------
+
+
+def test_line_magics_shell_commands_and_help_run_in_the_body(ip):
+    ip.user_ns["x"] = np.arange(4.0)
+    body = ("mode = %gpu_syncs\n"
+            "said = !echo hi\n"
+            "x?\n"
+            "%timeit -n1 -r1 np.power(x, 3)\n"
+            "y = np.power(x, 3)\n")
+    result = cell(ip, body, "--to-host")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["mode"] in ("warn", "error", "off")
+    assert list(ip.user_ns["said"]) == ["hi"]
+    assert ip.user_ns["y"].tolist() == [0.0, 1.0, 8.0, 27.0]
+
+
+def test_lines_after_ipython_syntax_keep_their_numbers(ip):
+    result = cell(ip, "mode = %gpu_syncs\nsaid = !echo hi\nboom = 1 / 0\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    last = list(_walk(result.error_in_exec.__traceback__))[-1]
+    assert last.tb_lineno == 3
+    assert ip.compile._filename_map[last.tb_frame.f_code.co_filename] == \
+        result.execution_count
+
+
+# --- 3. the cell's own number -------------------------------------------------------------
+
+
+def test_traceback_and_progress_name_the_cells_own_number(ip, monkeypatch):
+    labels: list[str] = []
+    start = progress.start
+    monkeypatch.setattr(progress, "start", lambda label, *a, **k: (labels.append(label),
+                                                                    start(label, *a, **k)))
+    ip.run_cell("pass", store_history=True)  # IPython 9 counts up before a cell, 8 after
+    result = cell(ip, "a = 1\nb = undefined_name\n")
+    number = result.execution_count
+    assert labels == [f"In [{number}]"]
+    entries = [tb for tb in _walk(result.error_in_exec.__traceback__)
+               if tb.tb_frame.f_code.co_filename in ip.compile._filename_map]
+    assert {ip.compile._filename_map[tb.tb_frame.f_code.co_filename] for tb in entries} == \
+        {number}
+    assert entries[-1].tb_lineno == 2
+
+
+# --- 1 to 4 through a real kernel ----------------------------------------------------------
+
+
+def _run_notebook(cells: list[str], raises: set[int]) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    for i in raises:
+        nb.cells[i].metadata["tags"] = ["raises-exception"]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    return nb
+
+
+def _error_text(nb_cell) -> str:
+    err = next(o for o in nb_cell.outputs if o["output_type"] == "error")
+    return ANSI.sub("", "\n".join(err["traceback"]))
+
+
+@pytest.mark.kernel
+def test_a_kernel_shows_the_value_and_names_its_cells_right(monkeypatch):
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    nb = _run_notebook([
+        "%load_ext cupy_magic\nimport numpy as np",
+        "%%gpu --to-host\nA = np.arange(10)\nnp.add.reduce(A)",
+        "print(repr(_), Out[2] is _)",
+        "%%gpu --quiet\nmode = %gpu_syncs\nsaid = !echo hi\nboom = 1 / 0",
+        "%vram_budget 1MB",
+        "%%gpu --quiet\ny = np.ones(10**6)\nz = 2",
+    ], raises={3, 5})
+    value = nb.cells[1]
+    result = next(o for o in value.outputs if o["output_type"] == "execute_result")
+    assert result["data"]["text/plain"] == "np.int64(45)"
+    assert result["execution_count"] == value.execution_count == 2
+    assert any("cupy-magic-report" in o.get("data", {}).get("text/html", "")
+               for o in value.outputs)  # the report is still shown
+    assert "np.int64(45) True" in nb.cells[2].outputs[0]["text"]
+
+    plain = _error_text(nb.cells[3])
+    number = nb.cells[3].execution_count
+    assert f"Cell In[{number}], line 3" in plain and "----> 3 boom = 1 / 0" in plain
+    assert f"Cell In[{number + 1}]" not in plain
+
+    budget = _error_text(nb.cells[5])
+    number = nb.cells[5].execution_count
+    tail = budget.split("BudgetExceeded:")[-2]  # the entries above the message line
+    assert f"Cell In[{number}], line 1" in tail and "----> 1 y = np.ones(10**6)" in tail
+    assert "cupy_magic" not in tail and "with_traceback" not in tail
