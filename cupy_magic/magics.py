@@ -11,9 +11,12 @@ constant the code uses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
 import re
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -195,6 +198,49 @@ def _modes(values: tuple[str, ...]) -> str:
     return f"{', '.join(values[:-1])} or {values[-1]}"
 
 
+class _CellShell:
+    """What ``get_ipython()`` returns inside a ``%%gpu`` cell: the shell, except that a line
+    or cell magic the cell runs (``%timeit np.power(x, 3)``) sees the cell's names, its
+    device copies and ``np`` meaning CuPy, rather than the user's NumPy arrays."""
+
+    def __init__(self, shell: Any) -> None:
+        self._shell = shell
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shell, name)
+
+    def _in_cell(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        cell_ns = sys._getframe(2).f_globals  # the cell's code calls get_ipython().method
+        saved = self._shell.user_ns
+        self._shell.user_ns = cell_ns
+        try:
+            return getattr(self._shell, method)(*args, **kwargs)
+        finally:
+            self._shell.user_ns = saved
+
+    def run_line_magic(self, name: str, line: str, _stack_depth: int = 1) -> Any:
+        return self._in_cell("run_line_magic", name, line, _stack_depth + 2)
+
+    def run_cell_magic(self, name: str, line: str, cell: str) -> Any:
+        return self._in_cell("run_cell_magic", name, line, cell)
+
+
+@contextlib.contextmanager
+def _magics_see_the_cell(shell: Any) -> Iterator[None]:
+    """Point the cell's ``get_ipython`` at a :class:`_CellShell` while the cell runs."""
+    had = "get_ipython" in shell.user_ns
+    saved = shell.user_ns.get("get_ipython")
+    proxy = _CellShell(shell)
+    shell.user_ns["get_ipython"] = lambda: proxy
+    try:
+        yield
+    finally:
+        if had:
+            shell.user_ns["get_ipython"] = saved
+        else:
+            shell.user_ns.pop("get_ipython", None)
+
+
 @magics_class
 class GpuMagics(Magics):
     """``%%gpu``, ``%vram_budget``, ``%vram_panel``, ``%gpu_syncs`` and ``%gpu_backend``."""
@@ -235,7 +281,7 @@ class GpuMagics(Magics):
     @argument("--panel", action="store_true",
               help="show a live VRAM panel above the cell's output while it runs")
     @cell_magic
-    def gpu(self, line: str, cell: str) -> None:
+    def gpu(self, line: str, cell: str) -> Any:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
 
         Inside the cell every name bound to the numpy module means cupy, and ``cp`` is cupy.
@@ -275,16 +321,14 @@ class GpuMagics(Magics):
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
                                        args.streams, args.reduce, args.timeline,
                                        default_streams=session.settings().streams)
-            outcome = session.run_cell_outcome(
-                source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
-                warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
-                filename=shell.compile.cache(source, number, raw_code=cell),
-                label=f"In [{number}]")
+            with _magics_see_the_cell(shell):
+                outcome = session.run_cell_outcome(
+                    source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
+                    warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
+                    filename=shell.compile.cache(source, number, raw_code=cell),
+                    label=f"In [{number}]")
         except SyntaxError as exc:
-            raise UsageError(
-                f"syntax error in the %%gpu cell, line {exc.lineno}: {exc.msg} "
-                f"({(exc.text or '').strip()!r}); fix the line and run the cell again"
-            ) from None
+            raise UsageError(syntax_message(exc, source)) from None
         except CellError as exc:
             raise UsageError(str(exc)) from None
         if not args.quiet:

@@ -172,3 +172,18 @@ def test_a_kernel_shows_the_value_and_names_its_cells_right(monkeypatch):
     tail = budget.split("BudgetExceeded:")[-2]  # the entries above the message line
     assert f"Cell In[{number}], line 1" in tail and "----> 1 y = np.ones(10**6)" in tail
     assert "cupy_magic" not in tail and "with_traceback" not in tail
+
+
+def test_a_line_magic_in_the_cell_runs_in_the_cell_and_keeps_the_transaction(ip, xp):
+    # %timeit merges the caller's names into the namespace it runs in; in a %%gpu cell that
+    # is the cell's own, so z (a device array) must not leak into the user's namespace when
+    # the cell then fails, and the magic times the device module's code
+    ip.user_ns["x"] = np.arange(6.0)
+    result = cell(ip, "z = x * 2\nt = %timeit -o -q -n1 -r1 z.sum()\nkind = type(z).__module__\n"
+                      "1 / 0\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    assert "z" not in ip.user_ns and "t" not in ip.user_ns
+    cell(ip, "z = x * 2\nt = %timeit -o -q -n1 -r1 z.sum()\nkind = type(z).__module__\n")
+    assert ip.user_ns["kind"].split(".")[0] == xp.__name__.split(".")[0]
+    assert ip.user_ns["t"].loops == 1
+    assert ip.user_ns["get_ipython"]() is ip
