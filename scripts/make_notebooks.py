@@ -94,6 +94,15 @@ def best_run(code, ns=None, repeat=3, warm=True, backend=None, key="gpu_seconds"
     return min(runs[int(warm):], key=lambda r: getattr(r, key))
 '''
 
+# The first code cell of every notebook: it prints the device line (or why cells run on the
+# CPU) on a plain python3 kernel and on the workshop kernel, which loads the extension at start
+# (there %load_ext would only say "already loaded").
+LOAD = '''
+# Load cupy_magic: it prints one line, the GPU (or why cells run on NumPy on the CPU).
+# %reload_ext also loads it where the kernel has already (the workshop kernel does).
+%reload_ext cupy_magic
+'''
+
 SETUP_NOTE = md('''
 `best_run` (defined above) is the engine of `%%gpu` called from Python
 (`cupy_magic.run_cell`), so a loop can time many variants: it runs a cell a few times and keeps
@@ -119,7 +128,7 @@ def nb00():
         This notebook runs on a GPU and, without one, on the CPU fallback (NumPy), with smaller
         sizes. Notebooks 01 to 05 teach each part in depth.
         '''),
-        code("%load_ext cupy_magic"),
+        code(LOAD),
         code('''
         import time
         import numpy as np
@@ -147,7 +156,11 @@ def nb00():
         Inside `%%gpu`, `np` means CuPy and the NumPy arrays the cell reads are copied to the
         device. The names the cell assigns come back when it succeeds, and stay **on the
         device** (guide 1: keep the data loop closed on the GPU). The report under the cell
-        says what moved, how fast, the GPU time and the memory the cell took.
+        says what moved, how fast, the GPU time and the memory the cell took. The first cells
+        of a session also compile CuPy's kernels: the report's `compile` lines say how many,
+        how long, on which lines and where they are kept for next time, and the GPU time
+        leaves that out. (On the CPU fallback the same report speaks of host copies, CPU time
+        and host memory instead.)
         '''),
         code('''
         %%gpu
@@ -157,7 +170,13 @@ def nb00():
         code('''
         print(type(x).__module__, type(y).__module__)   # x is still NumPy; y lives on the device
         r = cupy_magic.last_report()
-        print(f"moved {r.moved_bytes / 1e6:.0f} MB at {r.inputs[0].gbps:.1f} GB/s; the cell ran {r.gpu_seconds * 1e3:.2f} ms")
+        if ON_GPU:
+            print(f"moved {r.moved_bytes / 1e6:.0f} MB over PCIe at {r.inputs[0].gbps:.1f} GB/s; "
+                  f"the GPU worked {r.gpu_seconds * 1e3:.2f} ms; "
+                  f"{len(r.compiles.compiled)} kernels compiled first, {r.compiles.seconds:.2f} s")
+        else:
+            print(f"copied {r.moved_bytes / 1e6:.0f} MB in host RAM (no PCIe on the CPU fallback); "
+                  f"NumPy worked {r.gpu_seconds * 1e3:.2f} ms of CPU time")
         '''),
         md('''
         `--to-host` brings results back as NumPy arrays (all of them, or the names you list):
@@ -204,8 +223,10 @@ def nb00():
         md('''
         ## 5. Warm-up (guide 4B)
 
-        The first call of a kernel compiles and initialises it. `--warmup` runs the cell once on
-        a small slice first and times only the real run.
+        The first call of a kernel compiles and initialises it. The report counts the compiles
+        apart from the GPU time, but the wall time still pays for them. `--warmup` runs the cell
+        once on a small slice first (its line says what it compiled) and times only the real
+        run.
         '''),
         code('''
         %%gpu --warmup
@@ -253,6 +274,21 @@ def nb00():
             y = y * np.where(y.max() > 0.5, 0.99, 1.0)
         '''),
         md('''
+        One run of each can mislead, so time both loops three times and keep the best (the
+        reports are left out). On a GPU the loop that decides on the device does not wait.
+        On the CPU fallback there is no GPU to wait for: both loops are NumPy on the CPU, the
+        `np.where` form multiplies at every step, and its time can be the longer; there the
+        lesson is the report's sync line, not the timing.
+        '''),
+        code('''
+        loops = {"decides on the host": "y = np.sqrt(x)\\nfor step in range(50):\\n    if y.max() > 0.5:\\n        y = y * 0.99",
+                 "decides on the device": "y = np.sqrt(x)\\nfor step in range(50):\\n    y = y * np.where(y.max() > 0.5, 0.99, 1.0)"}
+        clock = "GPU time" if ON_GPU else "CPU time, NumPy (no GPU to wait for)"
+        for label, loop in loops.items():
+            best = min(cupy_magic.run_cell(loop, globals(), syncs="off").gpu_seconds for _ in range(3))
+            print(f"{label:22} best of 3: {best * 1e3:8.2f} ms {clock}")
+        '''),
+        md('''
         ## Exercises
 
         **Exercise 1: estimate, then check.** How much VRAM does a 10000 x 10000 `complex128`
@@ -293,7 +329,8 @@ def nb00():
         - `%%gpu` moves a cell's NumPy inputs to the GPU and reports the transfer and the GPU time.
         - Results stay on the device unless you ask for them with `--to-host`.
         - Estimate memory with `%vram_budget --estimate`; set a budget and read its errors.
-        - `--dtype float32` halves memory and transfers; `--warmup` keeps compilation out of timings.
+        - `--dtype float32` halves memory and transfers; the report shows kernel compiling apart
+          from the GPU time, and `--warmup` keeps it out of the timed run.
         - The report names the lines that make the host wait for the GPU, and what to write instead.
         '''),
     ])
@@ -325,7 +362,7 @@ def nb01():
         On a machine without a GPU, `%%gpu` cells run on NumPy (the *CPU fallback*): every cell
         still runs, with smaller sizes, but both sides of each comparison are then the CPU.
         '''),
-        code("%load_ext cupy_magic"),
+        code(LOAD),
         code(SETUP),
         SETUP_NOTE,
         md('''
@@ -589,7 +626,7 @@ def nb02():
         On a machine without a GPU the cells run on NumPy (the CPU fallback), with smaller
         sizes, and the "budget" is host memory that the extension accounts for.
         '''),
-        code("%load_ext cupy_magic"),
+        code(LOAD),
         code(SETUP),
         SETUP_NOTE,
         md('''
@@ -916,7 +953,7 @@ def nb03():
         planner cuts the same batches, but they run one after the other, so nothing overlaps and
         nothing is pinned. Sizes scale down there.
         '''),
-        code("%load_ext cupy_magic"),
+        code(LOAD),
         code(SETUP),
         SETUP_NOTE,
         code('''
@@ -1388,7 +1425,7 @@ def nb04():
         if FRESH_KERNEL_CACHE:
             os.environ["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cupy-kernels-")
         '''),
-        code("%load_ext cupy_magic"),
+        code(LOAD),
         code(SETUP),
         SETUP_NOTE,
         code('''
@@ -1696,7 +1733,7 @@ def nb05():
         without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
         effects then show up weakly or not at all, and the text says what to expect.
         '''),
-        code("%load_ext cupy_magic"),
+        code(LOAD),
         code(SETUP),
         SETUP_NOTE,
         md('''

@@ -108,7 +108,7 @@ class RunReport:
 
     def _timing_label(self) -> str:
         if self.on_host:
-            return "CPU time (NumPy on the CPU fallback, not GPU time)"
+            return "CPU time (NumPy on the CPU fallback)"
         left_out = self.compiles.timed_seconds if self.compiles is not None else 0.0
         return (f"GPU time (CUDA events, less {left_out * 1e3:,.1f} ms of kernel compiling on "
                 "the host between launches)" if left_out else "GPU time (CUDA events)")

@@ -216,7 +216,7 @@ def _fresh_kernels(salt: str) -> str:
     """A cell that builds an elementwise and a reduction kernel no process has compiled."""
     return (f"k = cp.ElementwiseKernel('float32 a', 'float32 b', 'b = a * 2 + {len(salt)}', "
             f"'twice_{salt}')\n"
-            f"r = cp.ReductionKernel('float32 a', 'float32 s', 'a', 'x + y', 's = a', '0', "
+            f"r = cp.ReductionKernel('float32 a', 'float32 s', 'a', 'a + b', 's = a', '0', "
             f"'total_{salt}')\n"
             "y = k(x)\n"
             "t = r(y)\n")
