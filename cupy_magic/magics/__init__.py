@@ -10,156 +10,28 @@ constant the code uses.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import difflib
 import math
-import re
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments
 from IPython.display import display
-from IPython.utils.process import arg_split
 
-from . import session
-from .config import BACKENDS
-from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
-from .run.batching import DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
-from .run.cell import SYNC_MODES
-from .run.errors import CellError
-from .run.plan import CAST_TARGETS
-from .run.reduce import RULES
-from .run.whole import WARMUP_ELEMENTS
-from .units import SizeError, estimate
+from .. import session
+from ..config import BACKENDS
+from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
+from ..run.batching import DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
+from ..run.cell import SYNC_MODES
+from ..run.errors import CellError
+from ..run.plan import CAST_TARGETS
+from ..run.reduce import RULES
+from ..run.whole import WARMUP_ELEMENTS
+from ..units import SizeError, estimate
+from .arguments import parse_argstring, syntax_message
+from .cellshell import magics_see_the_cell
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
-
-_CELL_MAGICS = ("gpu",)
-# Each magic in use, and a value for each option that takes one: the fixes of the messages
-# for arguments argparse cannot read.
-_EXAMPLES = {
-    "gpu": "%%gpu --to-host y", "vram_budget": "%vram_budget 8GB",
-    "vram_panel": f"%vram_panel --interval {DEFAULT_INTERVAL}",
-    "gpu_syncs": f"%gpu_syncs {SYNC_MODES[0]}", "gpu_backend": f"%gpu_backend {BACKENDS[-1]}",
-}
-_VALUES = {
-    "--to-host": "y", "--dtype": next(iter(CAST_TARGETS)), "--syncs": SYNC_MODES[0],
-    "--batch": "x", "--batch-rows": "100000", "--batch-bytes": "512MB",
-    "--streams": str(DEFAULT_STREAMS), "--reduce": "total=sum",
-    "--estimate": "20000x20000 float32", "--interval": str(DEFAULT_INTERVAL), "device": "0",
-}
-_REPEATABLE = ("--reduce",)
-_KINDS = {"int": "a whole number", "float": "a number"}
-
-
-def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
-    """IPython's ``parse_argstring``, with one-line messages that name the value and the fix.
-
-    An option with a value given twice is refused (argparse would keep the last silently),
-    except the one meant to repeat (``--reduce``); a flag given twice means the same.
-    """
-    parser = magic_func.parser
-    magic = ("%%" if parser.prog in _CELL_MAGICS else "%") + parser.prog
-    try:
-        argv = arg_split(line, strict=True)
-    except ValueError as exc:
-        raise UsageError(f"cannot read {magic} {line.strip()}: {str(exc).lower()}; close the "
-                         f"quote or remove it, e.g. {_EXAMPLES[parser.prog]}") from None
-    _refuse_repeats(parser, argv, magic)
-    try:
-        return parser.parse_args(argv)
-    except UsageError as exc:
-        raise UsageError(_explain(str(exc), parser, argv, magic)) from None
-
-
-def _option(parser: argparse.ArgumentParser, word: str) -> str | None:
-    """The option ``word`` means (``--stream=2`` means ``--streams``), or None."""
-    if not word.startswith("--") or word == "--":
-        return None
-    flag = word.partition("=")[0]
-    options = parser._option_string_actions  # argparse's table; it has no public one
-    matches = [o for o in options if o == flag] or [o for o in options if o.startswith(flag)]
-    return matches[0] if len(matches) == 1 else None
-
-
-def _refuse_repeats(parser: argparse.ArgumentParser, argv: list[str], magic: str) -> None:
-    seen: dict[str, str] = {}
-    for i, word in enumerate(argv):
-        option = _option(parser, word)
-        if (option is None or option in _REPEATABLE
-                or parser._option_string_actions[option].nargs == 0):
-            continue  # a flag said twice means the same
-        value = word.partition("=")[2] if "=" in word else (
-            argv[i + 1] if i + 1 < len(argv) else "")
-        given = f"{option} {value}".strip()
-        if option in seen:
-            twice = "twice" if seen[option] == given else f"twice ({seen[option]}, {given})"
-            raise UsageError(f"{magic} was given {option} {twice}; give it once, "
-                             f"e.g. {magic} {given}")
-        seen[option] = given
-
-
-def _explain(message: str, parser: argparse.ArgumentParser, argv: list[str],
-             magic: str) -> str:
-    """argparse's ``message`` as one line that names the magic, the value and a fix."""
-    example, help_ = _EXAMPLES[parser.prog], f"{magic}? lists the options"
-    if m := re.fullmatch(r"unrecognized arguments: (.*)", message):
-        extra = m.group(1)
-        if not extra.startswith("-"):
-            if parser.prog in _CELL_MAGICS:
-                return (f"{magic} takes options only, got {extra!r}; write the code on the "
-                        f"lines below the {magic} line, e.g. {example}")
-            return f"{magic} takes no {extra!r} here; e.g. {example} ({help_})"
-        flag = extra.split()[0].partition("=")[0]
-        options = list(parser._option_string_actions)
-        close = ([o for o in options if o[2:3] == flag[1:2]] if re.fullmatch(r"-\w", flag)
-                 else difflib.get_close_matches(flag, options, n=1))
-        close = close if len(close) == 1 else []
-        if close:
-            use = f"{close[0]} {_VALUES.get(close[0], '')}".strip()
-            return f"{magic} has no option {flag}; did you mean {close[0]}? e.g. {magic} {use}"
-        return f"{magic} has no option {flag}; e.g. {example} ({help_})"
-    if m := re.fullmatch(r"argument (\S+): expected (?:at least )?one argument", message):
-        option = m.group(1).split("/")[0]
-        after = [w for i, w in enumerate(argv[1:]) if _option(parser, argv[i]) == option]
-        got = "got none" if not after else f"got {after[0]!r}, which reads as an option" + (
-            ": values cannot be negative" if re.match(r"-[0-9.]", after[0]) else "")
-        return (f"{magic} {option} needs a value ({got}); e.g. {magic} {option} "
-                f"{_VALUES.get(option, '')}".rstrip())
-    if m := re.fullmatch(r"argument (\S+): invalid (\w+) value: '(.*)'", message):
-        name, kind, value = m.groups()
-        show = f"{magic} {name}" if name.startswith("-") else f"the {name} of {magic}"
-        return (f"{show} must be {_KINDS.get(kind, kind)}, got {value!r}; e.g. "
-                f"{magic} {'' if name == 'device' else name + ' '}{_VALUES.get(name, '')}")
-    if m := re.fullmatch(r"ambiguous option: (\S+) could match (.*)", message):
-        first = m.group(2).split(", ")[0]
-        return (f"{magic} {m.group(1)} could mean {m.group(2)}; write the option in full, "
-                f"e.g. {magic} {first}")
-    if m := re.fullmatch(r"argument (\S+): ignored explicit argument '(.*)'", message):
-        return (f"{magic} {m.group(1)} takes no value, got {m.group(1)}={m.group(2)}; "
-                f"write {magic} {m.group(1)}")
-    return f"{magic} {' '.join(argv)}: {message}; e.g. {example} ({help_})"
-
-
-def syntax_message(exc: SyntaxError, cell: str) -> str:
-    """The one-line message of a syntax error in a ``%%gpu`` cell, quoting its line.
-
-    Errors raised on the whole tree (``'return' outside function``) carry no text: the
-    line is then read from ``cell`` by its number.
-    """
-    text, lines = (exc.text or "").strip(), cell.splitlines()
-    if not text and exc.lineno is not None and 0 < exc.lineno <= len(lines):
-        text = lines[exc.lineno - 1].strip()
-    text = text if len(text) <= 80 else text[:77] + "..."
-    where = f", line {exc.lineno}" if exc.lineno is not None else ""
-    quote = f" ({text!r})" if text else ""
-    msg = " ".join(str(exc.msg).split())
-    return (f"syntax error in the %%gpu cell{where}: {msg}{quote}; fix the line and run "
-            "the cell again")
 
 
 def _names(text: str | None) -> list[str]:
@@ -196,50 +68,6 @@ def _interval(text: str | None) -> float | None:
 
 def _modes(values: tuple[str, ...]) -> str:
     return f"{', '.join(values[:-1])} or {values[-1]}"
-
-
-class _CellShell:
-    """What ``get_ipython()`` returns inside a ``%%gpu`` cell: the shell, except that a line
-    or cell magic the cell runs (``%timeit np.power(x, 3)``) sees the cell's names, its
-    device copies and ``np`` meaning CuPy, rather than the user's NumPy arrays."""
-
-    def __init__(self, shell: Any) -> None:
-        self._shell = shell
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._shell, name)
-
-    def _in_cell(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        cell_ns = sys._getframe(2).f_globals  # the cell's code calls get_ipython().method
-        saved = self._shell.user_ns
-        self._shell.user_ns = cell_ns
-        try:
-            return getattr(self._shell, method)(*args, **kwargs)
-        finally:
-            self._shell.user_ns = saved
-
-    def run_line_magic(self, name: str, line: str, _stack_depth: int = 1) -> Any:
-        return self._in_cell("run_line_magic", name, line, _stack_depth + 2)
-
-    def run_cell_magic(self, name: str, line: str, cell: str) -> Any:
-        return self._in_cell("run_cell_magic", name, line, cell)
-
-
-@contextlib.contextmanager
-def _magics_see_the_cell(shell: Any) -> Iterator[None]:
-    """Point the cell's ``get_ipython`` at a :class:`_CellShell` while the cell runs."""
-    had = "get_ipython" in shell.user_ns
-    saved = shell.user_ns.get("get_ipython")
-    proxy = _CellShell(shell)
-    shell.user_ns["get_ipython"] = lambda: proxy
-    try:
-        yield
-    finally:
-        if had:
-            shell.user_ns["get_ipython"] = saved
-        else:
-            shell.user_ns.pop("get_ipython", None)
-
 
 @magics_class
 class GpuMagics(Magics):
@@ -321,7 +149,7 @@ class GpuMagics(Magics):
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
                                        args.streams, args.reduce, args.timeline,
                                        default_streams=session.settings().streams)
-            with _magics_see_the_cell(shell):
+            with magics_see_the_cell(shell):
                 outcome = session.run_cell_outcome(
                     source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
                     warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
