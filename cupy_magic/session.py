@@ -317,7 +317,7 @@ def run_cell_outcome(
     """
     __tracebackhide__ = True
     if batch is None and settings().streams != DEFAULT_STREAMS:
-        batch = BatchOptions(streams=settings().streams)
+        batch = BatchOptions(streams=settings().streams, streams_given=False)
     progress.start(label or filename or "%%gpu cell")
     try:
         with _panel.cell_panel() if panel else contextlib.nullcontext(), \

@@ -59,9 +59,7 @@ BAD_INPUTS = [
     case("gpu", "--dtype int8", "int8", "--dtype float32"),
     case("gpu", "--to-host 1bad", "1bad", "--to-host y,total"),
     pytest.param("gpu", "--to-host nope", CELL, "nope", "which the cell never assigns",
-                 id="gpu --to-host nope", marks=pytest.mark.xfail(
-                     strict=True, reason="run/plan.py's message lists the names but gives no "
-                                         "fix such as e.g. %%gpu --to-host y (not this file's)")),
+                 id="gpu --to-host nope"),
     case("gpu", "--syncs loud", "loud", "--syncs warn"),
     case("gpu", "--batch-rows 0", "0", "at least 1"),
     case("gpu", "--batch-bytes 5e-1", "5e-1", "fraction of a byte"),

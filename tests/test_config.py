@@ -208,9 +208,6 @@ def test_workshop_kernel_reads_its_ipython_config(tmp_path: Path,
     assert out.split() == ["off", str(10**9), "5"]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: BatchOptions.batch_only compares --streams "
-                   "with DEFAULT_STREAMS, not the configured default, so every cell that runs "
-                   "whole gets a note about a --streams the user never wrote")
 def test_configured_streams_add_no_note_to_a_cell_that_ran_whole(configure: Any) -> None:
     ip = configure(streams=5, backend="host")
     ip.user_ns["x"] = np.arange(10.0)

@@ -71,6 +71,9 @@ class BatchOptions:
     streams: int = DEFAULT_STREAMS
     reduce: dict[str, str] = field(default_factory=dict)
     timeline: bool = False
+    # whether the user wrote the stream count (a configured default is no option given);
+    # None: given when it differs from DEFAULT_STREAMS
+    streams_given: bool | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.streams, int) or self.streams < 1:
@@ -139,11 +142,14 @@ class BatchOptions:
                     raise CellError(f"--reduce gives {name} two rules, {rules[name]} and "
                                     f"{rule}; keep one, e.g. --reduce {name}={rules[name]}")
                 rules[name] = rule
-        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline)
+        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline,
+                   streams_given=streams is not None)
 
     def batch_only(self) -> list[str]:
         """The options given that only a batched run uses (for the note when a cell ran whole)."""
-        given = [f"--streams {self.streams}"] if self.streams != DEFAULT_STREAMS else []
+        typed = (self.streams != DEFAULT_STREAMS if self.streams_given is None
+                 else self.streams_given)
+        given = [f"--streams {self.streams}"] if typed else []
         given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
         return given + (["--timeline"] if self.timeline else [])
 

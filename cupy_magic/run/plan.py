@@ -118,9 +118,11 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
         return
     missing = [n for n in to_host if n not in names.assigned | names.mutated]
     if missing:
-        bound = ", ".join(sorted(names.assigned)) or "nothing"
+        assigned = sorted(names.assigned)
+        fix = (f"name one it assigns ({', '.join(assigned)}), e.g. %%gpu --to-host "
+               f"{assigned[0]}" if assigned else "the cell assigns nothing: drop --to-host")
         raise CellError(f"--to-host names {', '.join(missing)}, which the cell never assigns; "
-                        f"it assigns: {bound}")
+                        f"{fix}")
 
 
 def plan_cell(source: str, namespace: dict[str, Any], filename: str,
