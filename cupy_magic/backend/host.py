@@ -122,8 +122,17 @@ class HostBackend(Backend):
 
         last_line: dict[int, int] = {}
 
+        unwinding: set[int] = set()  # frames an exception is leaving: let it pass unchanged
+
         def local_trace(frame: FrameType, event: str, arg: Any) -> Any:
-            if event in ("line", "return"):
+            if event == "exception":
+                # a MemoryError for a request NumPy never got is traced as if allocated: the
+                # error itself says what was asked, so no budget message replaces it
+                unwinding.add(id(frame))
+                if issubclass(arg[0], MemoryError):
+                    tracemalloc.reset_peak()  # the request that failed was never held
+            elif event == "line" or (event == "return" and id(frame) not in unwinding):
+                unwinding.discard(id(frame))  # a line runs: any exception was caught
                 peak = held + tracemalloc.get_traced_memory()[1] - base
                 culprit = last_line.get(id(frame), frame.f_lineno)
                 last_line[id(frame)] = frame.f_lineno
