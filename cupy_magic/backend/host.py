@@ -123,17 +123,21 @@ class HostBackend(Backend):
         last_line: dict[int, int] = {}
 
         unwinding: set[int] = set()  # frames an exception is leaving: let it pass unchanged
+        # NumPy leaves a failed request in tracemalloc's figures: what a MemoryError added
+        # since the last line is not counted (current, at the last line; bytes not counted)
+        traced = [tracemalloc.get_traced_memory()[0], 0]
 
         def local_trace(frame: FrameType, event: str, arg: Any) -> Any:
             if event == "exception":
-                # a MemoryError for a request NumPy never got is traced as if allocated: the
-                # error itself says what was asked, so no budget message replaces it
                 unwinding.add(id(frame))
                 if issubclass(arg[0], MemoryError):
-                    tracemalloc.reset_peak()  # the request that failed was never held
+                    traced[1] += max(0, tracemalloc.get_traced_memory()[0] - traced[0])
+                    tracemalloc.reset_peak()
             elif event == "line" or (event == "return" and id(frame) not in unwinding):
                 unwinding.discard(id(frame))  # a line runs: any exception was caught
-                peak = held + tracemalloc.get_traced_memory()[1] - base
+                now, top = tracemalloc.get_traced_memory()
+                traced[0] = now
+                peak = held + top - base - traced[1]
                 culprit = last_line.get(id(frame), frame.f_lineno)
                 last_line[id(frame)] = frame.f_lineno
                 if limit is not None and peak > limit:
