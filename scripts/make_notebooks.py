@@ -859,7 +859,7 @@ def nb02():
         %%gpu
         yb = xb * xb          # one new array
         yb += 1               # in place
-        np.sqrt(yb, out=yb)   # in place
+        np.sqrt(yb, out=yb);  # in place (the ; shows nothing, so Out keeps no copy of yb)
         '''),
         md('''
         Arrays that earlier cells left on the device count against the budget too, as they do
