@@ -512,7 +512,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import numpy as np
 
-    from cupy_magic import backend, panel
+    from cupy_magic import backend
+    from cupy_magic.view import panel
 
     be = backend.current()
     threads, blas_lib = blas_threads_in_use()

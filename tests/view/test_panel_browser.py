@@ -31,7 +31,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 CELLS = [
     "from cupy_magic.view.panel import show_panel\npanel = show_panel(interval=0.25)",
     # A busy cell: allocate step by step and report progress, as a batched %%gpu cell does.
-    "import time\nfrom cupy_magic import backend, progress\nxp = backend.current().xp\n"
+    "import time\nfrom cupy_magic import backend\nfrom cupy_magic.run import progress\n"
+    "xp = backend.current().xp\n"
     "progress.start('In [2]: streamed sqrt', 20)\nkeep = []\nfor i in range(20):\n"
     "    keep.append(xp.ones(8_000_000) * i)\n    progress.step()\n    time.sleep(0.35)\n"
     "progress.finish()",
