@@ -217,12 +217,15 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
     need, free = short
     sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
     hint = "" if dtype else ", --dtype float32 to halve float64 inputs"
+    # The words of the report (report.py): on the CPU fallback the budget is one of host
+    # memory, and there are no cached blocks to release.
+    budget, last = (("VRAM budget", ", a larger %vram_budget, or releasing cached blocks "
+                     "(cupy_magic.free_cached())") if be.is_gpu
+                    else ("memory budget (host)", " or a larger %vram_budget"))
     raise BudgetExceeded(
-        f"the cell's inputs {sizes} need {format_bytes(need)} but the VRAM budget "
+        f"the cell's inputs {sizes} need {format_bytes(need)} but the {budget} "
         f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}; try batching the "
-        f"data{hint}, a larger %vram_budget, or releasing cached blocks "
-        "(cupy_magic.free_cached())",
-        explained=True)
+        f"data{hint}{last}", explained=True)
 
 
 def _span(arr: np.ndarray) -> int:

@@ -69,6 +69,13 @@ def summary_lines(s: Sample) -> dict[str, str]:
                              f"{_num(r.power, ' W')} of {_num(r.power_limit, ' W')}; clocks SM "
                              f"{_num(r.clock_sm, ' MHz')}, memory {_num(r.clock_memory, ' MHz')}")
     limit = f", limit {_b(p.limit)}" if p.limit else ""
+    if s.backend == "host" and r.total is NA and _known(p.used):
+        # No pool of cached blocks, pinned pool or arenas exist here: say so once, no N/As
+        # (a pool source that failed keeps the N/A lines below: they show the failure).
+        lines["pool"] = (f"used {_b(p.used)} (the cells' arrays, in host RAM){limit}; the CPU "
+                         "fallback has no device pool: no cached blocks, no pinned pool and no "
+                         "fragmentation")
+        return _budget_and_cell(s, lines)
     lines["pool"] = (f"used {_b(p.used)}, cached {_b(p.cached_free)}, held {_b(p.held)}{limit}; "
                      f"pinned pool {_num(p.pinned_free_blocks, ' cached blocks')}")
     if _known(p.host_locked):
@@ -81,6 +88,12 @@ def summary_lines(s: Sample) -> dict[str, str]:
     else:
         lines["fragmentation"] = (f"N/A ({p.fragmentation_note or 'unknown'}); "
                                   f"{_num(p.free_blocks, ' free blocks')}")
+    return _budget_and_cell(s, lines)
+
+
+def _budget_and_cell(s: Sample, lines: dict[str, str]) -> dict[str, str]:
+    """``lines`` with the budget, the running cell and the sampler's errors added."""
+    p = s.pool
     used_of_budget = f" ({_pct(p.used, p.limit)} used)" if p.limit else ""
     lines["budget"] = f"{s.budget}{used_of_budget}"
     if s.cell is not None:
