@@ -235,6 +235,8 @@ def run_cell(
     panel: bool = False,
     filename: str | None = None,
     label: str | None = None,
+    lines: bool = False,
+    nvtx: bool = False,
 ) -> RunReport:
     """Run ``source`` on the GPU against ``namespace``, as a transaction (``%%gpu``).
 
@@ -269,6 +271,15 @@ def run_cell(
         The name the cell's code is compiled under (tracebacks show it with the cell's lines).
     label
         What the panel and the progress bar call the cell (``In [3]``).
+    lines
+        Record where the cell's time goes, line by line (``%%gpu --lines``): a table after
+        the report and ``report.line_stats``, one
+        :class:`~cupy_magic.run.lines.LineStat` per line that ran (its runs, GPU and host
+        time, bytes moved, syncs and their wait, compile time, share); each line is also an
+        NVTX range on the GPU.
+    nvtx
+        Make each line an NVTX range named ``In[3]:L2 <code>`` for Nsight Systems, without
+        the table (``%%gpu --nvtx``).
 
     Returns
     -------
@@ -288,7 +299,7 @@ def run_cell(
     __tracebackhide__ = True
     return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
                             syncs=syncs, batch=batch, panel=panel, filename=filename,
-                            label=label).report
+                            label=label, lines=lines, nvtx=nvtx).report
 
 
 def run_cell_outcome(
@@ -303,6 +314,8 @@ def run_cell_outcome(
     panel: bool = False,
     filename: str | None = None,
     label: str | None = None,
+    lines: bool = False,
+    nvtx: bool = False,
 ) -> CellOutcome:
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
@@ -324,7 +337,8 @@ def run_cell_outcome(
                 progressbar.for_cell():
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
-                                filename=filename, batch=batch)
+                                filename=filename, batch=batch, lines=lines,
+                                nvtx=nvtx, label=label or "")
     finally:
         progress.finish()
     _last[:] = [outcome.report]

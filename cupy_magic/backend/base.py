@@ -183,6 +183,12 @@ class Backend:
         GPU; the CPU fallback builds none)."""
         return NoCompiles()
 
+    def line_marks(self) -> Any:
+        """Timing marks on the device at each line of a cell (``%%gpu --lines``): an
+        :class:`~cupy_magic.backend.marks.EventMarks` on the GPU; ``None`` on the CPU
+        fallback, which has no device clock (its rows have host time only)."""
+        return None
+
     def synchronize(self) -> None:
         pass
 

@@ -21,6 +21,7 @@ from .base import (
 )
 from .compiles import CompileRecord, timed
 from .hostmem import HostMemory
+from .marks import EventMarks
 
 
 def probe_cupy() -> tuple[ModuleType | None, str]:
@@ -168,6 +169,9 @@ class CupyBackend(Backend):
 
     def watch_compiles(self, code_filename: str) -> CompileRecord:
         return CompileRecord(code_filename)
+
+    def line_marks(self) -> EventMarks:
+        return EventMarks()
 
     @contextlib.contextmanager
     def time_device(self) -> Iterator[_Measurement]:

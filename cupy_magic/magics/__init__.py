@@ -87,6 +87,12 @@ class GpuMagics(Magics):
     @argument("--timeline", action="store_true",
               help="record each batch's start and end on the device (report.batch.timeline) "
                    "and the run's phases; slows the overlap of streams a little")
+    @argument("--lines", action="store_true",
+              help="a table of where the time went, line by line: runs, GPU and host time, "
+                   "bytes moved, syncs, compile time, share; the hottest line marked (each "
+                   "line also an NVTX range on the GPU)")
+    @argument("--nvtx", action="store_true",
+              help="make each line an NVTX range In[n]:L<line> <code> for Nsight Systems")
     @argument_group("host syncs")
     @argument("--syncs", default=None, metavar="MODE", type=str.lower,
               help=f"{_modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
@@ -130,6 +136,10 @@ class GpuMagics(Magics):
         In [4]: %%gpu --batch --reduce total=sum      # row by row: y is gathered on the host
            ...: y = np.sqrt(x) * 2 + 1
            ...: total = y.sum()
+
+        In [5]: %%gpu --lines                         # where the time goes, line by line
+           ...: y = np.sqrt(x) * 2 + 1
+           ...: total = float(y.sum())
         """
         __tracebackhide__ = True
         args = parse_argstring(self.gpu, line)
@@ -154,7 +164,7 @@ class GpuMagics(Magics):
                     source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
                     warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
-                    label=f"In [{number}]")
+                    label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx)
         except SyntaxError as exc:
             raise UsageError(syntax_message(exc, source)) from None
         except CellError as exc:

@@ -23,6 +23,7 @@ from ..syncs.record import HostSyncError, SyncRecorder, merge
 from .batched import batch_reason, run_batched
 from .batching import BatchOptions, select_inputs
 from .errors import CellError, at_cell_line
+from .lines import LineRecord
 from .plan import CellPlan, check_sizes, plan_cell, register_source
 from .report import RunReport
 from .whole import run_whole, warmup
@@ -60,6 +61,9 @@ def run_cell(
     syncs: str = "warn",
     filename: str | None = None,
     batch: BatchOptions | None = None,
+    lines: bool = False,
+    nvtx: bool = False,
+    label: str = "",
 ) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
@@ -86,6 +90,8 @@ def run_cell(
     plan = plan_cell(source, namespace, filename, to_host, dtype, be)
     findings = _lint(source, plan, namespace, syncs, be, filename)
     recorder = _recorder(be, filename, source, syncs)
+    liner = _line_record(be, plan, filename, source, lines, nvtx, label)
+    watch = _both(recorder, liner)
     reason = batch_reason(plan.inputs, batch, be, dtype)
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
@@ -97,7 +103,7 @@ def run_cell(
                 cut, _ = select_inputs(plan.inputs, opts)
                 report.warmup_seconds, report.warmup_rows = warmup(
                     plan, dtype, be, namespace, set(cut), opts.reduce)
-            with recorder:
+            with watch:
                 run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
                             filename=filename, be=be)
             if plan.last is not None:
@@ -109,12 +115,35 @@ def run_cell(
                                     "this cell ran whole (its inputs fit the budget); add --batch "
                                     "to batch it")
             value = run_whole(plan, namespace, report, to_host=to_host, dtype=dtype,
-                              warm=warmup_run, recorder=recorder, filename=filename, be=be)
+                              warm=warmup_run, recorder=watch, filename=filename, be=be)
     if syncs != "off":
         counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
             else None
         report.syncs = merge(findings, counts)
+    if liner is not None:  # per line, from the tracer and the sync and compile records
+        report.line_stats = liner.rows(report.syncs, report.compiles)
+        report.notes.extend(liner.notes)
     return CellOutcome(report, value)
+
+
+def _line_record(be: Backend, plan: CellPlan, filename: str, source: str, lines: bool,
+                 nvtx: bool, label: str) -> LineRecord | None:
+    """``--lines`` and ``--nvtx`` (None without either); refuses values that are no flag."""
+    for name, value in (("lines", lines), ("nvtx", nvtx)):
+        if not isinstance(value, bool):
+            raise CellError(f"{name}={value!r} is not True or False; e.g. "
+                            f"cupy_magic.run_cell(source, namespace, {name}=True)")
+    if not (lines or nvtx):
+        return None
+    return LineRecord(be, (plan.code, plan.body, plan.last), filename, source,
+                      lines=lines, nvtx=nvtx, label=label)
+
+
+@contextlib.contextmanager
+def _both(recorder: Any, liner: LineRecord | None) -> Any:
+    """The sync record, and the line record inside it when there is one."""
+    with recorder, liner if liner is not None else contextlib.nullcontext():
+        yield
 
 
 def _lint(source: str, plan: CellPlan, namespace: dict[str, Any], syncs: str,

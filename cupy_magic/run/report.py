@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..units import format_bytes
+from .linetable import table_lines
 
 __all__ = ["InputMove", "OutputInfo", "RunReport"]
 
@@ -77,6 +78,7 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     batch: Any = None  # the BatchPlan of a batched run (cupy_magic.run.batching), else None
     compiles: Any = None  # the kernels built (cupy_magic.backend.compiles.CompileRecord)
+    line_stats: list[Any] = field(default_factory=list)  # --lines: LineStat per line that ran
 
     @property
     def moved_bytes(self) -> int:
@@ -187,6 +189,9 @@ class RunReport:
         out.append(f"  mem  {label} {figures}")
         for s in self.syncs:
             out.append(f"  sync {s.describe()}")
+        if self.line_stats:
+            table = table_lines(self.line_stats, self.syncs, self.on_host)
+            out.extend(("  lines " if k == 0 else "        ") + t for k, t in enumerate(table))
         for o in self.outputs:
             out.append(f"  out  {o.name}: {self._output_text(o)}")
         out.extend(f"  note {n}" for n in self.notes)
@@ -232,6 +237,9 @@ class RunReport:
             row(label, esc(figures))
         for s in self.syncs:
             row("host sync", f"<span style='color:#b35900'>{esc(s.describe())}</span>")
+        if self.line_stats:
+            table = "\n".join(table_lines(self.line_stats, self.syncs, self.on_host))
+            row("lines", f"<pre style='margin:0'>{esc(table)}</pre>")
         for o in self.outputs:
             row(f"out {o.name}", esc(self._output_text(o)))
         for n in self.notes:

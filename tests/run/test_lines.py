@@ -1,0 +1,223 @@
+"""``%%gpu --lines`` and ``--nvtx``: per-line rows through a real shell, on both backends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+import cupy_magic
+from cupy_magic.run.lines import MANY_EVENTS, LineTracer, tracer_note
+
+
+def _rows(report) -> dict[int, cupy_magic.run.lines.LineStat]:
+    return {r.line: r for r in report.line_stats}
+
+
+def test_loop_line_counts_its_runs_and_sums_them(ip) -> None:
+    ip.user_ns["x"] = np.arange(1000.0)
+    ip.run_cell_magic("gpu", "--lines --quiet",
+                      "y = x * 2\nfor i in range(7):\n    y = y + 1\ntotal = y.sum()\n")
+    rows = _rows(cupy_magic.last_report())
+    assert rows[3].count == 7 and rows[2].count == 8 and rows[1].count == 1
+    assert rows[3].code == "y = y + 1"
+    assert rows[3].host_s > 0
+    assert sum(r.share for r in rows.values()) == pytest.approx(1.0)
+    assert float(ip.user_ns["total"]) == float((np.arange(1000.0) * 2 + 7).sum())
+
+
+def test_sleeping_line_is_the_hottest_and_marked(ip) -> None:
+    ip.user_ns["x"] = np.ones(100)
+    ip.run_cell_magic("gpu", "--lines --quiet",
+                      "import time\ny = x + 1\ntime.sleep(0.2)\nz = y * 3\n")
+    report = cupy_magic.last_report()
+    hot = max(report.line_stats, key=lambda r: r.seconds)
+    assert hot.line == 3 and hot.share > 0.8
+    assert hot.host_s >= 0.19
+    text = str(report)
+    assert "* hottest: line 3 `time.sleep(0.2)`" in text
+    marked = [t for t in text.splitlines() if t.lstrip(" lines").startswith("*     3")]
+    assert marked, text
+
+
+def test_host_rows_say_there_is_no_gpu_time(shell, monkeypatch) -> None:
+    from tests.conftest import loaded
+
+    for _ in loaded(shell, monkeypatch, "host"):
+        shell.user_ns["x"] = np.ones(10)
+        shell.run_cell_magic("gpu", "--lines --quiet", "y = x + 1\ns = float(y.sum())\n")
+        report = cupy_magic.last_report()
+        assert all(r.gpu_s is None and r.bytes_moved == 0 and r.syncs is None
+                   for r in report.line_stats)
+        assert "CPU fallback: no GPU time, no PCIe, no sync record" in str(report)
+        assert "<pre" in report._repr_html_()
+
+
+def test_function_lines_are_charged_to_the_function(ip) -> None:
+    ip.run_cell_magic("gpu", "--lines --quiet",
+                      "import time\ndef f():\n    time.sleep(0.1)\n    return 1\n"
+                      "a = f()\nb = f()\n")
+    rows = _rows(cupy_magic.last_report())
+    assert rows[3].count == 2 and rows[3].host_s >= 0.19
+    assert rows[5].host_s < 0.05 and rows[6].host_s < 0.05
+
+
+def test_batched_cell_sums_lines_over_batches(ip) -> None:
+    ip.user_ns["x"] = np.arange(4000.0)
+    ip.run_cell_magic("gpu", "--lines --quiet --batch --batch-rows 1000", "y = x * 2 + 1\n")
+    report = cupy_magic.last_report()
+    assert report.batch is not None
+    rows = _rows(report)
+    assert rows[1].count == report.batch.batches
+    np.testing.assert_array_equal(ip.user_ns["y"], np.arange(4000.0) * 2 + 1)
+
+
+def test_nothing_changes_without_the_option(ip) -> None:
+    import sys
+
+    ip.user_ns["x"] = np.ones(10)
+    before = sys.gettrace()
+    ip.run_cell_magic("gpu", "--quiet", "y = x + 1\n")
+    report = cupy_magic.last_report()
+    assert report.line_stats == []
+    assert "lines" not in str(report) and "NVTX" not in str(report)
+    assert sys.gettrace() is before
+
+
+def test_tracer_is_removed_after_a_failing_cell(ip) -> None:
+    import sys
+
+    ip.user_ns["x"] = np.ones(10)
+    before = sys.gettrace()
+    ip.user_ns.pop("y", None)
+    with pytest.raises(ZeroDivisionError):
+        ip.run_cell_magic("gpu", "--lines --quiet", "y = x + 1\n1 / 0\n")
+    assert sys.gettrace() is before
+    assert "y" not in ip.user_ns
+
+
+@pytest.mark.parametrize("line, words", [
+    ("--lines=yes", "--lines takes no value"),
+    ("--lines all", "takes options only, got 'all'"),
+    ("--nvtx=1", "--nvtx takes no value"),
+    ("--line", None),  # an unambiguous prefix is argparse's: it means --lines
+])
+def test_option_bad_values(ip, line: str, words: str | None) -> None:
+    ip.user_ns["x"] = np.ones(3)
+    if words is None:
+        ip.run_cell_magic("gpu", f"{line} --quiet", "y = x + 1\n")
+        assert cupy_magic.last_report().line_stats
+        return
+    with pytest.raises(UsageError, match=words):
+        ip.run_cell_magic("gpu", line, "y = x + 1\n")
+
+
+def test_run_cell_refuses_a_value_that_is_no_flag(ip) -> None:
+    with pytest.raises(cupy_magic.run.errors.CellError, match=r"lines='yes' is not True or "
+                       r"False; e\.g\. cupy_magic\.run_cell\(source, namespace, lines=True\)"):
+        cupy_magic.run_cell("y = 1", {}, lines="yes")
+
+
+def test_run_cell_from_python(ip) -> None:
+    ns = {"x": np.arange(5.0)}
+    report = cupy_magic.run_cell("y = x + 1\nz = y * 2", ns, lines=True)
+    assert [r.line for r in report.line_stats] == [1, 2]
+    assert report.line_stats[0].code == "y = x + 1"
+
+
+def test_nvtx_on_the_host_says_so_once(shell, monkeypatch) -> None:
+    from cupy_magic.run import lines
+    from tests.conftest import loaded
+
+    monkeypatch.setattr(lines, "_SAID", set())
+    for _ in loaded(shell, monkeypatch, "host"):
+        shell.user_ns["x"] = np.ones(3)
+        shell.run_cell_magic("gpu", "--nvtx --quiet", "y = x + 1\n")
+        first = cupy_magic.last_report()
+        shell.run_cell_magic("gpu", "--nvtx --quiet", "y = x + 1\n")
+        second = cupy_magic.last_report()
+    assert any("no NVTX ranges on the CPU fallback" in n for n in first.notes)
+    assert not any("NVTX" in n for n in second.notes)
+    assert first.line_stats == []  # --nvtx alone makes no table
+
+
+def test_tracer_note_when_many_events() -> None:
+    code = compile("for i in range(12000):\n    j = i\n", "<lines-note>", "exec")
+    with LineTracer("<lines-note>", [code]) as tracer:
+        exec(code, {})
+    assert tracer.events > MANY_EVENTS
+    note = tracer_note(tracer)
+    assert f"{tracer.events:,} line events" in note and "us each" in note
+    quiet = compile("a = 1\n", "<lines-quiet>", "exec")
+    with LineTracer("<lines-quiet>", [quiet]) as few:
+        exec(quiet, {})
+    assert few.events == 2
+
+
+# --- on the GPU -----------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_transfer_line_bytes_on_the_gpu(shell, monkeypatch) -> None:
+    from tests.conftest import loaded
+
+    for _ in loaded(shell, monkeypatch, "cupy"):
+        shell.user_ns["h"] = np.ones(1 << 20, dtype=np.float32)
+        shell.run_cell_magic("gpu", "--lines --quiet",
+                             "import numpy\nd = cp.zeros(1 << 20, dtype=cp.float32)\n"
+                             "back = d.get()\nup = cp.asarray(numpy.ones(1 << 18))\n")
+        rows = _rows(cupy_magic.last_report())
+    assert rows[3].bytes_moved == 4 << 20 and rows[3].transfer_s > 0
+    assert rows[4].bytes_moved == 8 << 18
+    assert rows[2].bytes_moved == 0
+    assert rows[2].gpu_s is not None
+
+
+@pytest.mark.gpu
+def test_sync_line_wait_on_the_gpu(shell, monkeypatch) -> None:
+    from tests.conftest import loaded
+
+    for _ in loaded(shell, monkeypatch, "cupy"):
+        shell.run_cell_magic(
+            "gpu", "--lines --quiet",
+            "a = cp.random.rand(4096, 4096, dtype=cp.float32)\n"
+            "for _ in range(20):\n    a = a @ a / 4096\n"
+            "s = float(a.sum())\n")
+        report = cupy_magic.last_report()
+    rows = _rows(report)
+    assert rows[5].syncs == 1 and rows[5].wait_s is not None and rows[5].wait_s > 0
+    assert rows[3].count == 20 and rows[3].gpu_s > rows[5].gpu_s
+    sync = next(s for s in report.syncs if s.line == 5)
+    assert rows[5].wait_s == sync.wait_seconds  # the sync record's figure, not a new one
+
+
+@pytest.mark.gpu
+def test_nvtx_ranges_name_the_lines(shell, monkeypatch) -> None:
+    from cupy.cuda import nvtx
+
+    from tests.conftest import loaded
+
+    calls: list[tuple[str, ...]] = []
+    push, pop = nvtx.RangePush, nvtx.RangePop
+    monkeypatch.setattr(nvtx, "RangePush", lambda m, *a: (calls.append(("push", m)),
+                                                          push(m, *a))[1])
+    monkeypatch.setattr(nvtx, "RangePop", lambda: (calls.append(("pop",)), pop())[1])
+    for _ in loaded(shell, monkeypatch, "cupy"):
+        shell.run_cell_magic("gpu", "--nvtx --quiet",
+                             "a = cp.ones(10)\nfor i in range(3):\n    a = a + 1\n")
+        number = shell.execution_count
+    pushes = [c[1] for c in calls if c[0] == "push"]
+    assert pushes[0].startswith("In[") and pushes[0].endswith(":L1 a = cp.ones(10)")
+    assert sum(p.endswith(":L3 a = a + 1") for p in pushes) == 3
+    assert len(pushes) == sum(c[0] == "pop" for c in calls)
+    assert pushes[0].startswith(f"In[{number}]:") or pushes[0].startswith(f"In[{number - 1}]:")
+
+
+def test_host_budget_is_still_checked_at_every_line(shell, monkeypatch) -> None:
+    from tests.conftest import loaded
+
+    for _ in loaded(shell, monkeypatch, "host"):
+        shell.run_line_magic("vram_budget", "1MB")
+        shell.user_ns.pop("big", None)
+        with pytest.raises(MemoryError, match=r"line 2 `big = np.ones\(1_000_000\)`"):
+            shell.run_cell_magic("gpu", "--lines --quiet",
+                                 "small = np.ones(10)\nbig = np.ones(1_000_000)\nz = 1\n")
+        assert "big" not in shell.user_ns
