@@ -5,6 +5,7 @@
 argument, or ``%config CupyMagic.syncs = "error"`` at run time. The environment variable
 ``CUPY_MAGIC_BACKEND`` still chooses the backend, and wins over the configuration (it is how
 a launcher forces the CPU fallback). Defaults are read from the constants the code uses.
+``c.CupyMagic.fallback = True`` makes ``%%gpu --fallback`` the default.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from traitlets import Enum, Float, Int, TraitError, Unicode, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
@@ -23,6 +24,7 @@ __all__ = ["BACKENDS", "CupyMagic", "settings", "use_config"]
 
 BACKENDS = ("cupy", "host")
 ENV_BACKEND = "CUPY_MAGIC_BACKEND"
+FALLBACK_DEFAULT = False  # %%gpu --fallback off unless asked
 
 
 class CupyMagic(Configurable):
@@ -40,6 +42,8 @@ class CupyMagic(Configurable):
                   ).tag(config=True)
     panel_interval = Float(DEFAULT_INTERVAL, help="seconds between the panel's samples"
                            ).tag(config=True)
+    fallback = Bool(FALLBACK_DEFAULT, help="run with NumPy the calls CuPy cannot run, as "
+                    "%%gpu --fallback does (%gpu_fallback changes it)").tag(config=True)
 
     @validate("streams")
     def _check_streams(self, proposal: Any) -> int:

@@ -26,6 +26,7 @@ _EXAMPLES = {
     "gpu": "%%gpu --to-host y", "vram_budget": "%vram_budget 8GB",
     "vram_panel": f"%vram_panel --interval {DEFAULT_INTERVAL}",
     "gpu_syncs": f"%gpu_syncs {SYNC_MODES[0]}", "gpu_backend": f"%gpu_backend {BACKENDS[-1]}",
+    "gpu_fallback": "%gpu_fallback on",
 }
 _VALUES = {
     "--to-host": "y", "--dtype": next(iter(CAST_TARGETS)), "--syncs": SYNC_MODES[0],

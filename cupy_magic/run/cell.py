@@ -61,6 +61,7 @@ def run_cell(
     syncs: str = "warn",
     filename: str | None = None,
     batch: BatchOptions | None = None,
+    fallback: bool = False,
     lines: bool = False,
     nvtx: bool = False,
     label: str = "",
@@ -87,7 +88,7 @@ def run_cell(
     if syncs not in SYNC_MODES:
         raise CellError(f"--syncs {syncs} is not a mode; use --syncs "
                         f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
-    plan = plan_cell(source, namespace, filename, to_host, dtype, be)
+    plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback)
     findings = _lint(source, plan, namespace, syncs, be, filename)
     recorder = _recorder(be, filename, source, syncs)
     liner = _line_record(be, plan, filename, source, lines, nvtx, label)
@@ -116,6 +117,7 @@ def run_cell(
                                     "to batch it")
             value = run_whole(plan, namespace, report, to_host=to_host, dtype=dtype,
                               warm=warmup_run, recorder=watch, filename=filename, be=be)
+    report.compat = plan.compat  # lists moved to the device, calls run with NumPy
     if syncs != "off":
         counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
             else None

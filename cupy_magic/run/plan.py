@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend, BudgetExceeded
+from ..compat.proxy import array_module
+from ..compat.record import CompatRecord
 from ..units import format_bytes
 from .errors import CellError
 from .names import CellNames, analyse
@@ -57,9 +59,12 @@ class CellPlan:
     inputs
         The NumPy arrays the cell reads, by name; they move to the device for the cell.
     overrides
-        Names that mean the backend's array module inside the cell (``np``, ``cp``, ...).
+        Names that mean the backend's array module inside the cell (``np``, ``cp``, ...):
+        one :class:`~cupy_magic.compat.ArrayModule` in front of it.
     stored, deleted
         Names the cell assigns (or changes in place), and names it deletes.
+    compat
+        The array module's record: lists moved to the device, calls run with NumPy.
     """
 
     code: CodeType
@@ -69,6 +74,7 @@ class CellPlan:
     deleted: set[str]
     body: CodeType | None = None
     last: CodeType | None = None
+    compat: CompatRecord | None = None
 
     def run(self, namespace: dict[str, Any]) -> Any:
         """Run the cell in ``namespace``; return its last expression's value (or ``None``)."""
@@ -126,8 +132,12 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
 
 
 def plan_cell(source: str, namespace: dict[str, Any], filename: str,
-              to_host: bool | Iterable[str], dtype: str | None, be: Backend) -> CellPlan:
-    """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options."""
+              to_host: bool | Iterable[str], dtype: str | None, be: Backend,
+              fallback: bool = False) -> CellPlan:
+    """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options.
+
+    ``fallback``: calls CuPy cannot run run with NumPy (``--fallback``) instead of stopping.
+    """
     tree = ast.parse(source, filename, "exec")
     names = _names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
@@ -135,9 +145,11 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                         f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
     _check_to_host(to_host, names)
     numpy_names = {k for k, v in namespace.items() if v is np}
-    overrides: dict[str, Any] = {k: be.xp for k in numpy_names}
+    record = CompatRecord(filename, source, fallback=fallback, host=not be.is_gpu)
+    module = array_module(be.xp, record)
+    overrides: dict[str, Any] = {k: module for k in numpy_names}
     if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
-        overrides["cp"] = be.xp
+        overrides["cp"] = module
     inputs: dict[str, np.ndarray] = {}
     for name in sorted((names.loaded | names.mutated) - names.written_first):
         value = namespace.get(name)
@@ -148,7 +160,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     code = compile(tree, filename, "exec")
     body, last = _split_last(tree, filename) if not _ends_quiet(source) else (None, None)
     return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted,
-                    body, last)
+                    body, last, record)
 
 
 def _ends_quiet(source: str) -> bool:

@@ -78,6 +78,17 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     batch: Any = None  # the BatchPlan of a batched run (cupy_magic.run.batching), else None
     compiles: Any = None  # the kernels built (cupy_magic.backend.compiles.CompileRecord)
+    compat: Any = None  # lists moved, calls run with NumPy (cupy_magic.compat.CompatRecord)
+
+    @property
+    def fallbacks(self) -> list[Any]:
+        """The calls that ran with NumPy under ``--fallback``, one row per function and line."""
+        return self.compat.fallbacks if self.compat is not None else []
+
+    @property
+    def conversions(self) -> list[Any]:
+        """The Python lists and numbers moved to the device, one row per cell line."""
+        return self.compat.conversions if self.compat is not None else []
     line_stats: list[Any] = field(default_factory=list)  # --lines: LineStat per line that ran
 
     @property
@@ -189,6 +200,7 @@ class RunReport:
         out.append(f"  mem  {label} {figures}")
         for s in self.syncs:
             out.append(f"  sync {s.describe()}")
+        out.extend(f"  {line}" for line in (self.compat.lines() if self.compat else ()))
         if self.line_stats:
             table = table_lines(self.line_stats, self.syncs, self.on_host)
             out.extend(("  lines " if k == 0 else "        ") + t for k, t in enumerate(table))
@@ -237,6 +249,10 @@ class RunReport:
             row(label, esc(figures))
         for s in self.syncs:
             row("host sync", f"<span style='color:#b35900'>{esc(s.describe())}</span>")
+        for line in self.compat.lines() if self.compat else ():
+            label, _, text = line.partition(" ")
+            row(label, f"<span style='color:#b35900'>{esc(text)}</span>"
+                if label == "fallback" else esc(text))
         if self.line_stats:
             table = "\n".join(table_lines(self.line_stats, self.syncs, self.on_host))
             row("lines", f"<pre style='margin:0'>{esc(table)}</pre>")

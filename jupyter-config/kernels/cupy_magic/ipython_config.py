@@ -30,3 +30,8 @@ c = get_config()  # noqa: F821 (IPython gives a configuration file get_config)
 
 # Seconds between the VRAM panel's samples (0.05 to 3600); %vram_panel --interval wins.
 # c.CupyMagic.panel_interval = 0.5
+
+# Run with NumPy on the host the calls CuPy cannot run (names it lacks, options and dtypes it
+# has not), their copies and time in the report; off, such a call stops the cell with the
+# CuPy way to write it. %%gpu --fallback and %gpu_fallback on|off change it.
+# c.CupyMagic.fallback = False

@@ -1,0 +1,165 @@
+"""Why a call cannot run on CuPy, told in one line, with the CuPy way to write it.
+
+:func:`limit_message` builds the line; :data:`WAYS` is the table of common fixes (grown from
+the failures of NumPy's own docstring examples, ``benchmarks/numpy_examples.py``);
+:func:`classify` reads an error CuPy raised; :func:`explain_failure` turns a cell's
+"Implicit conversion to a NumPy array" error into the same kind of line.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from types import TracebackType
+
+__all__ = ["FALLBACK_HINT", "KINDS", "WAYS", "CupyLimit", "MissingInCupy", "classify",
+           "explain_failure", "limit_message"]
+
+FALLBACK_HINT = "or run the cell with %%gpu --fallback (NumPy on the host for this call)"
+KINDS = {
+    "missing": "CuPy has no {short}",
+    "option": "CuPy's {short} has no {detail} option",
+    "dtype": "CuPy has no dtype {detail}",
+    "device-array": "NumPy-only code received a device array",
+    "not-implemented": "CuPy has not implemented this use ({detail})",
+    "argument": "CuPy does not take {detail} here",
+}
+# The CuPy way to write the common cases; keys are the function's name without "np.".
+WAYS = {
+    "nditer": "loop over x.ravel() with whole-array expressions, or bring x to the host "
+              "(x.get()) and iterate there",
+    "ndenumerate": "np.indices(x.shape) or np.argwhere for the positions, with whole-array "
+                   "expressions",
+    "ndindex": "np.indices(shape).reshape(len(shape), -1).T",
+    "seterr": "np.isfinite(y).all() after the computation (CuPy never warns on overflow or "
+              "division by zero)",
+    "errstate": "drop it: CuPy never warns on overflow or division by zero",
+    "geterr": "drop it: CuPy never warns on overflow or division by zero",
+    "emath": "np.sqrt(x.astype(complex)) (emath picks complex output by value)",
+    "datetime64": "integer offsets (e.g. seconds as int64) on the device, dates on the host",
+    "timedelta64": "integer offsets (e.g. seconds as int64) on the device",
+    "void": "a structured array as separate arrays, one per field",
+    "char": "keep strings on the host; put codes (integers) on the device",
+    "ma": "a data array and a boolean mask array, e.g. np.where(mask, x, 0)",
+    "matrix": "a 2-D array and @ for the matrix product",
+    "packbits": "np.packbits(x) on a flattened or transposed array (CuPy packs the last "
+                "axis only)",
+    "unpackbits": "np.unpackbits(x) on a flattened array",
+    "can_cast": "np.can_cast(np.min_scalar_type(v), dtype) for a Python number v",
+    "logical_and.reduce": "np.all(x, axis=...)",
+    "logical_or.reduce": "np.any(x, axis=...)",
+    "histogram": "np.histogram(np.asarray(x), bins=np.asarray(edges))",
+    "vectorize": "whole-array expressions (np.where for branches)",
+    "frompyfunc": "whole-array expressions (np.where for branches)",
+    "apply_along_axis": "a whole-array expression with axis=...",
+    "set_printoptions": "print(x.get()) with NumPy's options outside the cell",
+    "busday_count": "compute dates on the host, outside the cell",
+    "save": "np.save outside the cell on x.get(), or cupy's np.save on the device array",
+}
+
+
+class CupyLimit(NotImplementedError):
+    """A call CuPy cannot run as NumPy would; the message says the fix in one line.
+
+    Attributes
+    ----------
+    function, line, kind, fix
+        The function as the cell wrote it (``np.nditer``), the cell line (or None), the
+        kind of limit (a key of :data:`KINDS`), and the CuPy way to write it (may be empty).
+    """
+
+    def __init__(self, message: str, *, function: str, line: int | None, kind: str,
+                 fix: str = "") -> None:
+        super().__init__(message)
+        self.function = function
+        self.line = line
+        self.kind = kind
+        self.fix = fix
+
+
+class MissingInCupy(CupyLimit, AttributeError):
+    """``np.<name>`` that CuPy lacks (an ``AttributeError`` too, as a missing attribute is)."""
+
+
+def _short(function: str) -> str:
+    return function.removeprefix("np.")
+
+
+def limit_message(function: str, line: int | None, code: str, kind: str,
+                  detail: str = "", fallback: bool = True) -> tuple[str, str]:
+    """The one-line message and the fix for ``function`` at ``line`` of the cell.
+
+    Returns
+    -------
+    tuple
+        ``(message, fix)``: "np.nditer at line 3 `for v in np.nditer(x):`: CuPy has no
+        nditer; instead: ..., or run the cell with %%gpu --fallback ...".
+    """
+    short = _short(function)
+    fix = WAYS.get(short, "")
+    why = KINDS[kind].format(short=short, detail=detail)
+    where = f" at line {line} `{code}`" if line else " (called outside the cell's lines)"
+    hint = FALLBACK_HINT if fallback else ""
+    if fix:
+        tail = f"instead: {fix}" + (f", {hint}" if hint else "")
+    else:
+        tail = hint.removeprefix("or ") if hint else "no CuPy counterpart is known"
+    return f"{function}{where}: {why}; {tail}", fix
+
+
+_RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
+    (TypeError, re.compile(r"Implicit conversion to a NumPy array is not allowed"),
+     "device-array"),
+    (Exception, re.compile(r"[Uu]nsupported dtype (\S+)|dtype (\S+) is not supported"),
+     "dtype"),
+    (TypeError, re.compile(r"unexpected keyword argument '(\w+)'"), "option"),
+    (TypeError, re.compile(r"Unsupported type (<class '\w+'>)|does not support (Python \w+)"
+                           r"|must be a cupy\.ndarray object, not (\w+)"
+                           r"|unhashable type: '(\w+)'|'(\w+)' object has no attribute 'ndim'"),
+     "argument"),
+    (NotImplementedError, re.compile(r"(.*)"), "not-implemented"),
+)
+
+
+def classify(exc: BaseException) -> tuple[str, str] | None:
+    """``(kind, detail)`` when ``exc`` is CuPy refusing what NumPy runs, else None.
+
+    Any other error (a shape mismatch, a bad value) is the cell's own and is left as it is.
+    """
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    for base, pattern, kind in _RULES:
+        match = pattern.search(text) if isinstance(exc, base) else None
+        if match:
+            detail = next((g for g in match.groups() if g), "") if match.groups() else ""
+            if kind == "argument" and detail and not detail.startswith(("<", "Python")):
+                detail = f"a Python {detail}"
+            if kind == "option":
+                detail = f"{detail}="
+            return kind, detail.rstrip(".")
+    return None
+
+
+def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
+    """A :class:`CupyLimit` for a cell that failed when NumPy-only code (outside the proxy,
+    e.g. another library) received a device array; None for any other failure."""
+    if isinstance(exc, CupyLimit) or classify(exc) != ("device-array", ""):
+        return None
+    tb: TracebackType | None = exc.__traceback__
+    line, callee = None, ""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename == filename:
+            line, callee = tb.tb_lineno, ""
+        elif line is not None and not callee:
+            module = frame.f_globals.get("__name__", "")
+            callee = f"{module}.{frame.f_code.co_name}" if module else frame.f_code.co_name
+        tb = tb.tb_next
+    code = linecache.getline(filename, line).strip() if line else ""
+    where = f"line {line} `{code}`" if line else "the cell"
+    who = f" ({callee})" if callee and not callee.startswith("cupy") else ""
+    return CupyLimit(
+        f"{where}: NumPy-only code{who} received a device array, which CuPy does not convert "
+        "implicitly; pass it x.get() (a NumPy copy), or use the cupyx.scipy counterpart; "
+        "--fallback covers np functions only",
+        function=callee or "?", line=line, kind="device-array",
+        fix="x.get()")

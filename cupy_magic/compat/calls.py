@@ -1,0 +1,245 @@
+"""The slow path of a call through the array module: options checked, lists converted,
+CuPy's refusals told in one line, or run with NumPy under ``--fallback``."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from types import ModuleType
+from typing import Any
+
+import numpy
+
+from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message
+from .record import CompatRecord
+from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
+
+__all__ = ["LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
+
+LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError)
+SEQUENCES = frozenset({list, tuple})
+_SCALARS = (bool, int, float, complex)
+# NumPy functions that write into their first argument: under --fallback its host copy is
+# writable and copied back; every other argument's host copy is read-only, so a function
+# that writes into one fails (and is refused) instead of changing a copy nobody sees.
+MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
+                     "np.put_along_axis", "np.random.shuffle"})
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether ``value`` is NumPy's default for an option (so leaving it out changes nothing)."""
+    if value is default:
+        return True
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:  # an array compared with a default: not the default
+        return False
+
+
+class Calls:
+    """One cell's handling of the calls the proxy could not pass straight through."""
+
+    def __init__(self, xp: ModuleType, record: CompatRecord, reference: ModuleType | None):
+        self.xp = xp
+        self.record = record
+        self.checked = reference is not None
+        self.host = xp is numpy
+        self.device_type = xp.ndarray
+
+    # --- moves --------------------------------------------------------------------------
+    def to_host(self, arr: Any) -> numpy.ndarray:
+        return numpy.array(arr, copy=True) if self.host else self.xp.asnumpy(arr)
+
+    def to_device(self, arr: numpy.ndarray) -> Any:
+        return numpy.array(arr, copy=True) if self.host else self.xp.asarray(arr)
+
+    def _convert(self, value: Any, kinds: Counter[str], spec: CallSpec) -> Any:
+        """A list or tuple as a device array (counted); anything else unchanged."""
+        try:
+            host = numpy.asarray(value)
+        except (TypeError, ValueError):  # ragged, or holds device arrays: CuPy's to judge
+            return value
+        if host.dtype.kind in UNSUPPORTED_KINDS:
+            if host.dtype.kind == "O":
+                return value
+            self.limit(spec, "dtype", str(host.dtype))
+        kinds[type(value).__name__] += 1
+        return self.xp.asarray(host)
+
+    def convert(self, spec: CallSpec, args: tuple, kwargs: dict, everywhere: bool = False,
+                scalars: bool = False) -> tuple[tuple, dict, Counter[str]]:
+        """Convert the lists at ``spec``'s array-like arguments (or at any, ``everywhere``);
+        with ``scalars``, Python numbers too (only when no argument is an array)."""
+        kinds: Counter[str] = Counter()
+        loose = (list, tuple, *_SCALARS) if scalars else (list, tuple)
+        out = list(args)
+        for i, arg in enumerate(args):
+            if (everywhere or i in spec.positions) and type(arg) in loose:
+                out[i] = self._convert(arg, kinds, spec)
+        kw = dict(kwargs)
+        for key, arg in kwargs.items():
+            if (everywhere or key in spec.keywords) and type(arg) in loose and key != "out":
+                kw[key] = self._convert(arg, kinds, spec)
+        return tuple(out), kw, kinds
+
+    # --- the slow path ------------------------------------------------------------------
+    def _options(self, spec: CallSpec, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Drop options CuPy lacks that carry NumPy's default; refuse the others."""
+        options = spec.options
+        if len(args) > spec.positional_limit:
+            for i in range(spec.positional_limit, len(args)):
+                name = spec.positional_names[i] if i < len(spec.positional_names) else ""
+                if not (name in options and _same(args[i], options[name])):
+                    return self.limit(spec, "option", f"{name or f'positional #{i + 1}'}=")
+            args = args[:spec.positional_limit]
+        if kwargs and options:
+            for key in [k for k in kwargs if k in options]:
+                if not _same(kwargs[key], options[key]):
+                    return self.limit(spec, "option", f"{key}=")
+                kwargs = {k: v for k, v in kwargs.items() if k != key}
+        dtype = kwargs.get("dtype")
+        if dtype is not None and self.checked:
+            try:
+                kind = numpy.dtype(dtype).kind
+            except TypeError:
+                kind = ""
+            if kind in UNSUPPORTED_KINDS:
+                self.limit(spec, "dtype", str(numpy.dtype(dtype)))
+        return args, kwargs
+
+    def slow(self, spec: CallSpec, func: Any, host_func: Any, args: tuple,
+             kwargs: dict) -> Any:
+        """A call with keywords, extra positional arguments or lists."""
+        try:
+            args, kwargs = self._options(spec, args, kwargs)
+            if not spec.explicit:
+                args, kwargs, kinds = self.convert(spec, args, kwargs)
+                if kinds:
+                    self.record.moved(kinds, spec.name)
+        except _Fallback as fb:
+            return self.run_host(spec, host_func, args, kwargs, fb.why)
+        try:
+            result = func(*args, **kwargs)
+        except LIMIT_ERRORS as exc:
+            return self.failed(spec, func, host_func, args, kwargs, exc)
+        if (spec.explicit and self.host and self.checked and isinstance(result, numpy.ndarray)
+                and result.dtype.kind in UNSUPPORTED_KINDS):
+            try:  # NumPy made it; CuPy would refuse the dtype
+                self.limit(spec, "dtype", str(result.dtype))
+            except _Fallback as fb:
+                return self.run_host(spec, host_func, args, kwargs, fb.why)
+        return result
+
+    def failed(self, spec: CallSpec, func: Any, host_func: Any, args: tuple, kwargs: dict,
+               exc: BaseException) -> Any:
+        """CuPy raised: retry once with Python values converted, else tell or fall back."""
+        found = classify(exc)
+        if found is None:
+            raise exc
+        kind, detail = found
+        if kind == "argument":
+            arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
+                         for a in (*args, *kwargs.values()))
+            new_args, new_kwargs, kinds = self.convert(spec, args, kwargs, everywhere=True,
+                                                       scalars=not arrays)
+            if kinds:
+                try:
+                    result = func(*new_args, **new_kwargs)
+                except LIMIT_ERRORS:
+                    pass
+                else:
+                    self.record.moved(kinds, spec.name)
+                    return result
+        try:
+            self.limit(spec, kind, detail, cause=exc)
+        except _Fallback as fb:
+            return self.run_host(spec, host_func, args, kwargs, fb.why)
+        raise AssertionError("unreachable: limit() always raises")
+
+    def limit(self, spec: CallSpec, kind: str, detail: str = "",
+              cause: BaseException | None = None) -> Any:
+        """Stop the cell with the one-line message, or signal the fallback."""
+        line = self.record.line()
+        message, fix = limit_message(spec.name, line, self.record.code(line), kind, detail,
+                                     fallback=not self.record.fallback)
+        if self.record.fallback:
+            raise _Fallback(message.split(": ", 1)[1].split(";")[0])
+        error = MissingInCupy if kind == "missing" else CupyLimit
+        raise error(message, function=spec.name, line=line, kind=kind, fix=fix) from None
+
+    def missing(self, spec: CallSpec, host: Any) -> None:
+        """A name CuPy lacks: refuse it, or under ``--fallback`` count one use of a value."""
+        try:
+            self.limit(spec, "missing")
+        except _Fallback as fb:
+            if not callable(host) and not isinstance(host, ModuleType):
+                self.record.fell_back(spec.name, fb.why,
+                                      WAYS.get(spec.name.removeprefix("np."), "")).calls += 1
+
+    # --- the fallback -------------------------------------------------------------------
+    def _down(self, value: Any, moved: list[int], writable: bool = False) -> Any:
+        if isinstance(value, self.device_type):
+            host = self.to_host(value)
+            moved[0] += host.nbytes
+            if not writable:
+                host.setflags(write=False)
+            return host
+        if type(value) in SEQUENCES:
+            return type(value)(self._down(v, moved) for v in value)
+        return value
+
+    def _up(self, value: Any, moved: list[int]) -> Any:
+        if isinstance(value, numpy.ndarray) and value.dtype.kind not in UNSUPPORTED_KINDS:
+            moved[0] += value.nbytes
+            return self.to_device(value)
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named result
+            return type(value)(*(self._up(v, moved) for v in value))
+        if type(value) in SEQUENCES:
+            return type(value)(self._up(v, moved) for v in value)
+        return value
+
+    def run_host(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict,
+                 why: str) -> Any:
+        """Run ``host_func`` (NumPy's) on host copies; results back on the device."""
+        if host_func is MISSING:
+            raise AttributeError(f"NumPy has no {spec.name} either")
+        row = self.record.fell_back(spec.name, why, WAYS.get(spec.name.removeprefix("np."), ""))
+        t0 = time.perf_counter()
+        down, up = [0], [0]
+        mutates = spec.name in MUTATES
+        hargs = tuple(self._down(a, down, writable=mutates and i == 0)
+                      for i, a in enumerate(args))
+        out = kwargs.get("out")
+        hkw = {k: self._down(v, down, writable=k == "out") for k, v in kwargs.items()}
+        try:
+            result = host_func(*hargs, **hkw)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            line = self.record.line()
+            raise CupyLimit(
+                f"{spec.name} at line {line} `{self.record.code(line)}`: it writes into an "
+                "argument, and under --fallback that would change a host copy only; write the "
+                "result to a new name instead", function=spec.name, line=line,
+                kind="not-implemented") from None
+        writes = [(out, hkw["out"])] if out is not None else []
+        if mutates and args:
+            writes.append((args[0], hargs[0]))
+        for dev, host in writes:
+            if isinstance(dev, self.device_type):
+                dev[...] = self._up(host, up)
+                result = dev if result is host else result
+        result = self._up(result, up)
+        row.calls += 1
+        row.to_host_bytes += down[0]
+        row.to_device_bytes += up[0]
+        row.seconds += time.perf_counter() - t0
+        return result
+
+
+class _Fallback(Exception):
+    """Raised by :meth:`Calls.limit` under ``--fallback``: run this call with NumPy."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why

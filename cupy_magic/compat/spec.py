@@ -1,0 +1,172 @@
+"""What NumPy and CuPy each say about one function, read once from their installed modules.
+
+NumPy's docstrings say which parameters are ``array_like`` (those take Python lists); CuPy's
+namespace says which names exist and its signatures which options it takes. Nothing here
+calls the device, so the CPU fallback can ask the same questions as a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy
+
+__all__ = ["MISSING", "UNSUPPORTED_KINDS", "CallSpec", "call_spec", "numpy_module",
+           "reference_module"]
+
+MISSING: Any = object()
+# dtype kinds CuPy cannot hold: object, strings, void, datetimes.
+UNSUPPORTED_KINDS = "OUSVMm"
+# Functions that take lists themselves (they are how a list becomes an array on purpose).
+_EXPLICIT = frozenset({"array", "asarray", "asanyarray", "ascontiguousarray",
+                       "asfortranarray", "fromiter", "frombuffer", "copy", "asarray_chkfinite"})
+# Parameters NumPy documents as array_like that CuPy reads on the host as a sequence.
+_HOST_SEQUENCES = frozenset({"reps", "shape", "newshape", "axes", "axis", "pad_width"})
+_PARAM = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*:\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One function as the proxy needs it.
+
+    Attributes
+    ----------
+    name
+        How the cell writes it: ``np.histogram``, ``np.linalg.norm``.
+    positions, keywords
+        The positional indices and keyword names NumPy documents as ``array_like``.
+    explicit
+        A creation function (``np.array``): lists are its input, not converted before it.
+    missing_options
+        Keyword options NumPy has and CuPy's signature lacks, with NumPy's default.
+    positional_limit
+        How many positional arguments CuPy's function takes (a large number when unknown).
+    positional_names
+        NumPy's positional parameter names, to name an extra positional argument.
+    """
+
+    name: str
+    positions: tuple[int, ...] = ()
+    keywords: frozenset[str] = frozenset()
+    explicit: bool = False
+    missing_options: tuple[tuple[str, Any], ...] = ()
+    positional_limit: int = 1 << 30
+    positional_names: tuple[str, ...] = ()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.missing_options)
+
+
+@functools.cache
+def reference_module() -> ModuleType | None:
+    """CuPy's module, whose names and signatures are the limits (None when not installed)."""
+    try:
+        return importlib.import_module("cupy")
+    except ImportError:
+        return None
+
+
+def numpy_module(path: str) -> Any:
+    """NumPy's module (or attribute) at ``path`` ("" is numpy, "linalg" numpy.linalg)."""
+    obj: Any = numpy
+    for part in filter(None, path.split(".")):
+        obj = getattr(obj, part, MISSING)
+        if obj is MISSING:
+            return MISSING
+    return obj
+
+
+def _array_like_names(func: Any) -> set[str]:
+    """Parameters NumPy's docstring types as ``array_like`` (not ``sequence of``)."""
+    doc = inspect.getdoc(func) or ""
+    names: set[str] = set()
+    in_params = False
+    for line in doc.splitlines():
+        if line.strip() in ("Parameters", "Returns", "Other Parameters", "Raises", "See Also"):
+            in_params = line.strip() in ("Parameters", "Other Parameters")
+            continue
+        match = _PARAM.match(line) if in_params and not line.startswith(" ") else None
+        if match and re.match(r"array[_-]like", match.group(2).strip()):
+            names.update(n.strip().lstrip("*") for n in match.group(1).split(","))
+    return names - _HOST_SEQUENCES
+
+
+def _params(func: Any) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def _positional(params: list[inspect.Parameter]) -> list[inspect.Parameter]:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p for p in params if p.kind in kinds]
+
+
+def _options(numpy_params: list[inspect.Parameter] | None,
+             cupy_params: list[inspect.Parameter] | None) -> tuple[tuple[str, Any], ...]:
+    if numpy_params is None or cupy_params is None:
+        return ()
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in cupy_params):
+        return ()
+    have = {p.name for p in cupy_params}
+    return tuple((p.name, p.default) for p in numpy_params
+                 if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                               inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                 and p.name not in have and p.name != "like")
+
+
+def _limit(cupy_params: list[inspect.Parameter] | None) -> int:
+    if cupy_params is None or any(p.kind == inspect.Parameter.VAR_POSITIONAL
+                                  for p in cupy_params):
+        return 1 << 30
+    return len(_positional(cupy_params))
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec(path: str, name: str, ref_path_exists: bool) -> CallSpec:
+    label = ".".join(filter(None, ("np", path, name)))
+    func = getattr(numpy_module(path), name, MISSING) if numpy_module(path) is not MISSING \
+        else MISSING
+    if func is MISSING:
+        return CallSpec(label)
+    if isinstance(func, numpy.ufunc):
+        return CallSpec(label, positions=tuple(range(func.nin)))
+    numpy_params = _params(func)
+    ref = reference_module()
+    cupy_params = None
+    if ref is not None and ref_path_exists:
+        ref_obj = _ref_attr(ref, path, name)
+        cupy_params = _params(ref_obj) if ref_obj is not MISSING else None
+    wanted = _array_like_names(func)
+    positional = _positional(numpy_params or [])
+    return CallSpec(
+        label,
+        positions=tuple(i for i, p in enumerate(positional) if p.name in wanted),
+        keywords=frozenset(wanted),
+        explicit=name in _EXPLICIT,
+        missing_options=_options(numpy_params, cupy_params),
+        positional_limit=_limit(cupy_params),
+        positional_names=tuple(p.name for p in positional),
+    )
+
+
+def _ref_attr(ref: ModuleType, path: str, name: str) -> Any:
+    obj: Any = ref
+    for part in [*filter(None, path.split(".")), name]:
+        obj = getattr(obj, part, MISSING)
+        if obj is MISSING:
+            return MISSING
+    return obj
+
+
+def call_spec(path: str, name: str, checked: bool) -> CallSpec:
+    """The :class:`CallSpec` of ``np.<path>.<name>``, cached; ``checked``: compare with CuPy."""
+    return _spec(path, name, checked)

@@ -1,0 +1,61 @@
+"""The same on the device: CuPy's refusals met at run time, and the fallback's copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def gpu(shell, monkeypatch):
+    from tests.conftest import loaded
+
+    yield from loaded(shell, monkeypatch, "cupy")
+
+
+def test_scalars_and_lists_cupy_refuses_are_converted(gpu):
+    gpu.run_cell_magic("gpu", "--to-host", "a = np.sqrt(4)\nh, e = np.histogram([1, 2, 2, 3], "
+                       "bins=3)\nc = np.can_cast(np.int8, np.int16)\n")
+    assert gpu.user_ns["a"] == 2.0 and gpu.user_ns["h"].tolist() == [1, 2, 1]
+    assert cupy_magic.last_report().conversions
+
+
+def test_device_array_in_numpy_only_code_is_one_line(gpu):
+    import numpy
+
+    gpu.user_ns["plain"] = numpy
+    gpu.user_ns["x"] = np.arange(4.0)
+    result = gpu.run_cell("%%gpu\ny = plain.asarray(np.asarray(x))\n")
+    text = str(result.error_in_exec)
+    assert text.startswith("line 2 `y = plain.asarray(np.asarray(x))`") or "line 1" in text
+    assert "received a device array" in text and "x.get()" in text
+
+
+def test_not_implemented_reduce_stops_then_falls_back(gpu):
+    gpu.user_ns["x"] = np.array([[True, False], [True, True]])
+    result = gpu.run_cell("%%gpu\nm = np.logical_and.reduce(x, axis=1)\n")
+    if result.error_in_exec is None:
+        pytest.skip("this CuPy implements logical_and.reduce")
+    assert "np.logical_and.reduce at line 1" in str(result.error_in_exec)
+    gpu.run_cell_magic("gpu", "--fallback --to-host", "m = np.logical_and.reduce(x, axis=1)")
+    assert gpu.user_ns["m"].tolist() == [False, True]
+    (row,) = cupy_magic.last_report().fallbacks
+    assert row.to_host_bytes == 4 and row.to_device_bytes == 2
+
+
+def test_fallback_in_a_loop_is_a_counted_sync(gpu):
+    gpu.user_ns["x"] = np.arange(8.0)
+    gpu.run_cell_magic("gpu", "--fallback", "for i in range(3):\n    n = np.emath.sqrt(x - 4)\n")
+    report = cupy_magic.last_report()
+    (row,) = report.fallbacks
+    assert row.calls == 3 and row.looped and row.to_host_bytes == 3 * 64
+    assert any(s.line == 2 and (s.count or 0) >= 3 for s in report.syncs)
+
+
+def test_dtype_refused_on_the_device(gpu):
+    result = gpu.run_cell("%%gpu\ns = np.array(['a', 'bc'])\n")
+    assert "CuPy has no dtype <U2" in str(result.error_in_exec)
