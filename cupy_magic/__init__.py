@@ -26,11 +26,12 @@ __all__ = [
     "panel_summary",
     "run_cell",
     "set_budget",
-    "set_fallback",
     "set_sync_mode",
     "show_panel",
     "unload_ipython_extension",
     "use_backend",
+    "vram_free",
+    "vram_holders",
 ]
 
 _LAZY = {name: "session" for name in __all__[2:] if "ipython_extension" not in name}
@@ -57,10 +58,12 @@ def load_ipython_extension(ip: Any) -> None:
     """
     from . import config, lifecycle, session
     from .magics import GpuMagics
+    from .view import panel
 
     settings = config.use_config(ip.config)
     session.apply_settings()
     ip.register_magics(GpuMagics)
+    panel.watch_cells(ip)  # the panels' "held by" section, refreshed after each cell
     if settings not in ip.configurables:
         ip.configurables.append(settings)
     lifecycle.on_unload(session.reset)

@@ -16,6 +16,10 @@ from typing import Any
 from . import backend as _backend
 from .backend import BudgetSpec, DeviceInfo, PoolStats, parse_budget
 from .config import BACKENDS, settings
+from .holders import account as _holders
+from .holders.free import FreeResult, shell_copies
+from .holders.free import free as _free
+from .holders.records import HolderReport
 from .monitor.sampler import shared_sampler
 from .run import progress
 from .run.batching import DEFAULT_STREAMS, BatchOptions
@@ -42,12 +46,13 @@ __all__ = [
     "run_cell",
     "run_cell_outcome",
     "set_budget",
-    "set_fallback",
     "set_sync_mode",
     "settings",
     "show_panel",
     "stop_panels",
     "use_backend",
+    "vram_free",
+    "vram_holders",
 ]
 
 _last: list[RunReport] = []  # the last report, kept here only
@@ -163,26 +168,6 @@ def set_sync_mode(mode: str | None = None) -> str:
     return settings().syncs
 
 
-def set_fallback(mode: bool | str | None = None) -> bool:
-    """Set (or, with ``None``, show) whether ``%%gpu`` cells run with NumPy the calls CuPy
-    cannot run (``%gpu_fallback on|off``; ``run_cell(fallback=...)`` for one cell).
-
-    Parameters
-    ----------
-    mode
-        ``True``/``"on"`` or ``False``/``"off"``; ``None`` shows the setting.
-    """
-    if mode is not None:
-        words = {"on": True, "off": False}
-        if isinstance(mode, str) and mode.strip().lower() in words:
-            mode = words[mode.strip().lower()]
-        if not isinstance(mode, bool):
-            raise ValueError(f"fallback mode {mode!r} is neither on nor off; use "
-                             "cupy_magic.set_fallback('on') or set_fallback('off')")
-        settings().fallback = mode
-    return settings().fallback
-
-
 def memory_pool() -> Any:
     """The CuPy memory pool the cells allocate from, or ``None`` on the host backend.
 
@@ -253,7 +238,6 @@ def run_cell(
     warmup: bool = False,
     syncs: str | None = None,
     batch: BatchOptions | None = None,
-    fallback: bool | None = None,
     panel: bool = False,
     filename: str | None = None,
     label: str | None = None,
@@ -287,11 +271,6 @@ def run_cell(
         How to batch the cell over the leading axis of its inputs
         (:class:`~cupy_magic.run.batching.BatchOptions`); without it a cell is batched only
         when its NumPy inputs do not fit the VRAM budget.
-    fallback
-        Run with NumPy on the host the calls CuPy cannot run (a name it lacks, an option or
-        dtype it has not), their copies and time in the report, instead of stopping the
-        cell with the CuPy way to write them. ``None``: the session's setting
-        (:func:`set_fallback`, ``c.CupyMagic.fallback``).
     panel
         Show a live VRAM panel above the cell's output while it runs (in a notebook).
     filename
@@ -325,8 +304,7 @@ def run_cell(
     """
     __tracebackhide__ = True
     return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
-                            syncs=syncs, batch=batch, fallback=fallback, panel=panel,
-                            filename=filename,
+                            syncs=syncs, batch=batch, panel=panel, filename=filename,
                             label=label, lines=lines, nvtx=nvtx).report
 
 
@@ -339,7 +317,6 @@ def run_cell_outcome(
     warmup: bool = False,
     syncs: str | None = None,
     batch: BatchOptions | None = None,
-    fallback: bool | None = None,
     panel: bool = False,
     filename: str | None = None,
     label: str | None = None,
@@ -366,13 +343,56 @@ def run_cell_outcome(
                 progressbar.for_cell():
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
-                                fallback=settings().fallback if fallback is None else fallback,
                                 filename=filename, batch=batch, lines=lines,
                                 nvtx=nvtx, label=label or "")
     finally:
         progress.finish()
     _last[:] = [outcome.report]
+    _holders.note_cell(label or filename or "a %%gpu cell", source,
+                       [o.name for o in outcome.report.outputs], namespace, outcome.value,
+                       _backend.current(), value_on_device=to_host is not True)
     return outcome
+
+
+def _shell() -> Any:
+    """The running IPython shell, or ``None`` (plain Python)."""
+    ipython = __import__("sys").modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _namespace(namespace: dict[str, Any] | None) -> dict[str, Any]:
+    if namespace is not None:
+        return namespace
+    shell = _shell()
+    if shell is None:
+        raise ValueError("no IPython shell is running; pass your namespace, e.g. "
+                         "cupy_magic.vram_holders(globals())")
+    return shell.user_ns
+
+
+def vram_holders(namespace: dict[str, Any] | None = None) -> HolderReport:
+    """Who holds the memory (``%vram_who``): the device arrays you can reach, largest first,
+    by path, and the rest of the device memory, measured (host memory on the CPU fallback).
+
+    ``namespace`` defaults to the IPython shell's.
+    """
+    return _holders.vram_holders(_namespace(namespace), _backend.current())
+
+
+def vram_free(targets: str | Iterable[str],
+              namespace: dict[str, Any] | None = None) -> FreeResult:
+    """Drop holders and release cached blocks (``%vram_who --free``); measure what came back.
+
+    ``targets``: your names (comma-separated or a list), ``Out``, ``traceback`` or
+    ``all-unnamed``. Nothing else in the namespace is deleted.
+    """
+    names = [t.strip() for t in targets.split(",")] if isinstance(targets, str) \
+        else list(targets)
+    ns, shell = _namespace(namespace), _shell()
+    be = _backend.current()
+
+    copies = shell_copies(shell, be) if shell is not None and ns is shell.user_ns else None
+    return _free([n for n in names if n], ns, be, copies)
 
 
 def apply_settings() -> None:

@@ -19,7 +19,8 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from IPython.display import display
 
 from .. import session
-from ..config import BACKENDS, FALLBACK_DEFAULT
+from ..config import BACKENDS
+from ..holders.free import FREE_TARGETS, FreeError
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 from ..run.batching import DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
 from ..run.cell import SYNC_MODES
@@ -69,10 +70,6 @@ def _interval(text: str | None) -> float | None:
 def _modes(values: tuple[str, ...]) -> str:
     return f"{', '.join(values[:-1])} or {values[-1]}"
 
-
-def _on_off(value: bool) -> str:
-    return "on" if value else "off"
-
 @magics_class
 class GpuMagics(Magics):
     """``%%gpu``, ``%vram_budget``, ``%vram_panel``, ``%gpu_syncs`` and ``%gpu_backend``."""
@@ -101,11 +98,6 @@ class GpuMagics(Magics):
     @argument("--syncs", default=None, metavar="MODE", type=str.lower,
               help=f"{_modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
                    "for none; the default is set with %%gpu_syncs")
-    @argument_group("CuPy's limits")
-    @argument("--fallback", action="store_const", const=True, default=None,
-              help="run with NumPy on the host the calls CuPy cannot run (names it lacks, "
-                   "options and dtypes it has not), their copies and time in the report; "
-                   f"default {_on_off(FALLBACK_DEFAULT)} (%%gpu_fallback, c.CupyMagic.fallback)")
     @argument_group("batching")
     @argument("--batch", nargs="?", const="*", default=None, metavar="NAMES",
               help="run batch by batch over the leading axis: of the largest inputs, or of "
@@ -171,8 +163,7 @@ class GpuMagics(Magics):
             with magics_see_the_cell(shell):
                 outcome = session.run_cell_outcome(
                     source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
-                    warmup=args.warmup, syncs=args.syncs, batch=batch, fallback=args.fallback,
-                    panel=args.panel,
+                    warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx)
         except SyntaxError as exc:
@@ -277,28 +268,35 @@ class GpuMagics(Magics):
             raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
 
     @magic_arguments()
-    @argument("mode", nargs="?", default=None, type=str.lower,
-              help=f"on or off (default {_on_off(FALLBACK_DEFAULT)}); none: show the setting")
+    @argument("--free", default=None, metavar="WHAT",
+              help=f"drop holders, then release the pool's cached blocks and show the bytes "
+                   f"the device got back: your NAMES (comma-separated), "
+                   f"{', '.join(FREE_TARGETS)}")
     @line_magic
-    def gpu_fallback(self, line: str) -> str:
-        """Show or set whether ``%%gpu`` cells run with NumPy the calls CuPy cannot run.
+    def vram_who(self, line: str) -> Any:
+        """Who holds the VRAM: every device array you can reach, largest first, by the path
+        that holds it (``y``, ``Out[12]``, ``results[3]``, ``f.__closure__ (w)``, the last
+        traceback), then the rest of the device memory, each part measured.
 
-        On, such a call copies its device arrays to the host, runs NumPy, copies the array
-        results back, and the report has a row for it (calls, bytes each way, time, what to
-        write instead); off, the cell stops at it with that advice. ``%%gpu --fallback``
-        turns it on for one cell.
+        On the CPU fallback it lists the arrays cells made, in host memory. The panel's
+        "held by" section shows the largest. From Python: ``cupy_magic.vram_holders()`` and
+        ``cupy_magic.vram_free("Out")``.
 
         Examples
         --------
-        In [1]: %gpu_fallback on
+        In [1]: %vram_who
 
-        In [2]: %gpu_fallback       # show the setting
+        In [2]: %vram_who --free Out          # the output cache entries holding arrays
+
+        In [3]: %vram_who --free y,traceback  # also: all-unnamed (Out and traceback)
         """
-        args = parse_argstring(self.gpu_fallback, line)
-        if args.mode is not None and args.mode not in ("on", "off"):
-            raise UsageError(f"%gpu_fallback takes on or off, got {args.mode!r}; e.g. "
-                             "%gpu_fallback on")
-        return _on_off(session.set_fallback(args.mode))
+        args = parse_argstring(self.vram_who, line)
+        if args.free is None:
+            return session.vram_holders(self.shell.user_ns if self.shell else None)
+        try:
+            return session.vram_free(args.free, self.shell.user_ns if self.shell else None)
+        except FreeError as exc:
+            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("mode", nargs="?", default=None, type=str.lower,

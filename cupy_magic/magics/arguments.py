@@ -26,13 +26,14 @@ _EXAMPLES = {
     "gpu": "%%gpu --to-host y", "vram_budget": "%vram_budget 8GB",
     "vram_panel": f"%vram_panel --interval {DEFAULT_INTERVAL}",
     "gpu_syncs": f"%gpu_syncs {SYNC_MODES[0]}", "gpu_backend": f"%gpu_backend {BACKENDS[-1]}",
-    "gpu_fallback": "%gpu_fallback on",
+    "vram_who": "%vram_who --free Out",
 }
 _VALUES = {
     "--to-host": "y", "--dtype": next(iter(CAST_TARGETS)), "--syncs": SYNC_MODES[0],
     "--batch": "x", "--batch-rows": "100000", "--batch-bytes": "512MB",
     "--streams": str(DEFAULT_STREAMS), "--reduce": "total=sum",
     "--estimate": "20000x20000 float32", "--interval": str(DEFAULT_INTERVAL), "device": "0",
+    "--free": "Out",
 }
 _REPEATABLE = ("--reduce",)
 _KINDS = {"int": "a whole number", "float": "a number"}

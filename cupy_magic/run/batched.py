@@ -350,7 +350,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, r
         final, bp = run.execute(report, reason)
     except BaseException as exc:
         run.abort()
-        raise fail(exc, be, run.peak, filename, run.where(exc)) from None
+        raise fail(exc, be, run.peak, filename, run.where(exc), namespace=namespace) from None
     finally:
         progress.finish()
         run.eng.close()

@@ -15,11 +15,12 @@ import re
 import sys
 import traceback
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from ..backend import Backend, BudgetExceeded
-from ..compat.advice import CupyLimit, explain_failure
+from ..holders.account import top_hint
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
@@ -172,7 +173,7 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
     error the user's code raised inside a library and dropped for our own errors; an error
     raised where no cell frame ran ends at the line it names (or the cell's first line).
     """
-    ours = new is not exc or isinstance(exc, (HostSyncError, BudgetExceeded, CupyLimit))
+    ours = new is not exc or isinstance(exc, (HostSyncError, BudgetExceeded))
     source = _root_memory_error(exc) if ours else exc
     if _last_cell_entry(source.__traceback__, filename) is None:
         source = exc
@@ -197,21 +198,24 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
 
 
 def fail(exc: BaseException, be: Backend, peak: int, filename: str,
-         where: str = "") -> BaseException:
+         where: str = "", namespace: dict[str, Any] | None = None) -> BaseException:
     """The exception a failed cell raises, with its traceback set; the caller raises it.
 
     The cell's frames are cleared first (their locals hold device arrays), so the pool is
     back at its level before the cell. ``where`` (a batched run's position) is added to the
     message of our own errors and as a note to the others. The traceback ends at the cell's
-    line (:func:`_ending_at_cell`).
+    line (:func:`_ending_at_cell`). With the user ``namespace``, an out-of-memory or
+    over-budget error also names the three largest holders and the command that frees them.
     """
     traceback.clear_frames(exc.__traceback__)
     if exc.__context__ is not None:
         traceback.clear_frames(exc.__context__.__traceback__)
     gc.collect()
     new = explain_oom(exc, be, peak, filename)
-    if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
-        new = explain_failure(exc, filename) or exc
+    if namespace is not None and isinstance(new, MemoryError) and new.args:
+        hint = top_hint(namespace, be)
+        if hint:
+            new.args = (f"{str(new.args[0]).rstrip('.')}. {hint}", *new.args[1:])
     if where:
         if isinstance(new, CellError):
             new.args = (f"{new.args[0]} ({where})",)

@@ -55,7 +55,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
         work.clear()
-        raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename) from None
+        raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
+                   namespace=namespace) from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
     commit(plan, work, namespace, to_host, be, report)
     report.wall_seconds = time.perf_counter() - wall0

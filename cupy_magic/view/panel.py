@@ -17,6 +17,9 @@ from collections.abc import Iterator, Sequence
 from html import escape
 from typing import Any
 
+from .. import backend as _backend
+from ..holders.account import forget as _forget_origins
+from ..holders.account import vram_holders
 from ..lifecycle import on_unload
 from ..monitor import sampler as monitor
 from ..monitor.nvml import NA
@@ -25,13 +28,14 @@ from ..units import format_bytes
 from .figures import figures_html, history_svgs, summary_lines
 
 __all__ = ["VramPanel", "cell_panel", "close_all", "panel_summary", "panels", "pause",
-           "resume", "show_panel"]
+           "resume", "show_held_by", "show_panel", "watch_cells"]
 
 log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())  # never printed into a running cell (see sampler.py)
 
 _live: list[VramPanel] = []
 _logged: set[str] = set()
+_held_by = [""]  # the last "held by" section, for panels shown after it was made
 
 HISTORY_EVERY = 1.0  # seconds between redraws of the sparklines (panel_overhead.py: 3.7 ms each)
 
@@ -84,9 +88,11 @@ class VramPanel:
         self.figures = w.HTML()
         self.history = w.HTML()
         self.status = w.HTML()
+        self.held_by = w.HTML(value=_held_by[0])  # set on the main thread, after each cell
         head = w.HBox([self.title, self.selector, self.pause_button])
         buttons = w.HBox([self.release_button, self.released])
-        self.widget = w.VBox([head, self.figures, self.history, buttons, self.status],
+        self.widget = w.VBox([head, self.figures, self.history, self.held_by, buttons,
+                              self.status],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px 10px"))
         self.widget.add_class("cupy-magic-panel")
         self.release_button.on_click(self._on_release)
@@ -180,7 +186,7 @@ class VramPanel:
             _live.remove(self)
         self.widget.close()
         for child in (self.title, self.selector, self.pause_button, self.release_button,
-                      self.released, self.figures, self.history, self.status):
+                      self.released, self.figures, self.history, self.held_by, self.status):
             child.close()
 
 
@@ -269,3 +275,28 @@ def close_all() -> None:
     if sampler is not None:
         sampler.stop()
         sampler.resume()
+
+
+def show_held_by(section: str) -> None:
+    """Put the "held by" section (HTML) in every live panel; main thread only."""
+    _held_by[0] = section
+    for panel in _live:
+        panel.held_by.value = section
+
+
+def watch_cells(shell: Any) -> None:
+    """After each cell, refresh the panels' "held by" section: the top holders of
+    :func:`cupy_magic.vram_holders`, walked here on the main thread (an IPython
+    ``post_run_cell`` hook; never from the sampler thread). Removed at unload."""
+    def after_cell(*_result: Any) -> None:
+        if _live:
+            show_held_by(vram_holders(shell.user_ns, _backend.current()).held_by_html())
+
+    shell.events.register("post_run_cell", after_cell)
+
+    def unwatch() -> None:
+        shell.events.unregister("post_run_cell", after_cell)
+        _held_by[0] = ""
+        _forget_origins()
+
+    on_unload(unwatch)

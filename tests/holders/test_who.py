@@ -1,0 +1,181 @@
+"""``%vram_who`` through a real shell (issue 14, points 1, 2, 3 and 5): the holders found
+through names, ``Out``, ``_``, lists, dicts, attributes, closures and the last traceback;
+views counted once; ``--free`` gives back the bytes and deletes only what it names; an
+over-budget error names the largest holders. Host backend here, CuPy on a GPU."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from IPython.core.error import UsageError
+
+import cupy_magic
+from cupy_magic import backend
+from cupy_magic.holders.account import listed
+
+MiB = 1 << 20
+
+
+def gpu(ip, body: str, line: str = "--quiet"):
+    """Run ``%%gpu line`` over ``body`` as a notebook cell (history stored, so Out is set)."""
+    result = ip.run_cell(f"%%gpu {line}\n{body}", store_history=True)
+    assert result.error_in_exec is None, result.error_in_exec
+    return result
+
+
+def by_path(report) -> dict:
+    return {h.path: h for h in report.holders}
+
+
+@pytest.fixture
+def fresh(ip):
+    """No earlier test's output cache or traceback: they would be listed too."""
+    cupy_magic.vram_free("all-unnamed", ip.user_ns) if _reachable(ip) else None
+    for unders in ("_", "__", "___"):
+        ip.user_ns.pop(unders, None)
+    return ip
+
+
+def _reachable(ip) -> bool:
+    report = cupy_magic.vram_holders(ip.user_ns)
+    return any(set(h.frees) & {"Out", "traceback"} for h in report.holders)
+
+
+def test_holders_are_found_through_every_kind_of_path(fresh):
+    ip = fresh
+    gpu(ip, "a = np.ones(2 * 2**20 // 8)\nb = np.ones(3 * 2**20 // 8)\nc = np.ones(2**20 // 8)\n"
+            "d = np.ones(5 * 2**20 // 8)\ne = np.ones(4 * 2**20 // 8)")
+    ip.run_cell("results = [0, 1, 2, a]\nstore = {'big': b}\nclass Model: pass\n"
+                "model = Model()\nmodel.weights = c\n"
+                "def make(w):\n    def f():\n        return w\n    return f\nf = make(d)\n"
+                "del a, b, c, d", store_history=True)
+    out = gpu(ip, "e * 1")  # the last expression: Out[n] and _
+    n = out.execution_count
+    ip.run_cell("def boom(x):\n    keep = x\n    raise ValueError('boom')\nboom(e)\ndel e",
+                store_history=True)
+    ip.run_cell("del e")
+    paths = by_path(cupy_magic.vram_holders(ip.user_ns))
+    assert paths["results[3]"].nbytes == 2 * MiB
+    assert paths["store['big']"].nbytes == 3 * MiB
+    assert paths["model.weights"].nbytes == MiB
+    assert paths["f.__closure__ (w)"].nbytes == 5 * MiB
+    assert paths[f"Out[{n}]"].nbytes == 4 * MiB and "_" in paths[f"Out[{n}]"].also
+    frame = [p for p in paths if p.startswith("the last traceback's frame boom, line 3")]
+    assert frame and paths[frame[0]].nbytes == 4 * MiB  # e, now held only by the traceback
+    assert paths[f"Out[{n}]"].frees == ("Out",) and paths[frame[0]].frees == ("traceback",)
+    # largest first, each with what made it
+    sizes = [h.nbytes for h in cupy_magic.vram_holders(ip.user_ns).holders]
+    assert sizes == sorted(sizes, reverse=True)
+    assert paths["f.__closure__ (w)"].made_in.endswith("line 4")
+    assert paths[f"Out[{n}]"].made_in == f"In [{n}], line 1 (its last expression)"
+
+
+def test_views_are_counted_once_and_name_their_base(fresh):
+    ip = fresh
+    gpu(ip, "y = np.ones((1024, 1024))\nrow = y[3]\nhalf = y[:512]")
+    report = cupy_magic.vram_holders(ip.user_ns)
+    paths = by_path(report)
+    assert paths["y"].nbytes == 8 * MiB
+    assert paths["half"].nbytes == 0 and paths["half"].view_of == "y"
+    assert paths["row"].nbytes == 0 and paths["row"].view_of == "y"
+    assert report.held_bytes == 8 * MiB
+    assert set(paths["y"].frees) == {"y", "row", "half"}  # all three hold the memory
+    # a view whose base nothing lists keeps the whole base alive, and says so
+    ip.run_cell("del y, half")
+    row = by_path(cupy_magic.vram_holders(ip.user_ns))["row"]
+    assert row.nbytes == 8 * MiB and row.array_bytes == 8 * 1024
+    assert "keeps its whole base of 8.00 MiB alive" in row.line()
+
+
+def test_free_out_gives_back_the_bytes_and_deletes_no_name(fresh):
+    ip = fresh
+    gpu(ip, "keep = np.ones(2**20)")
+    out = gpu(ip, "np.ones(4 * 2**20 // 8) + keep[:1]")
+    held = weakref.ref(out.result)
+    del out
+    names = {k for k in ip.user_ns if not k.startswith("_")}
+    result = ip.run_line_magic("vram_who", "--free Out")
+    gc.collect()
+    assert held() is None
+    assert result.returned >= 4 * MiB and any(d.startswith("Out[") for d in result.dropped)
+    assert {k for k in ip.user_ns if not k.startswith("_")} == names  # keep is still there
+    assert "keep" in by_path(cupy_magic.vram_holders(ip.user_ns))
+    assert "got back 4.00 MiB" in str(result) or result.returned > 4 * MiB
+
+
+def test_free_traceback_and_a_name(fresh):
+    ip = fresh
+    gpu(ip, "t = np.ones(2**20)\nother = np.ones(2**18)")
+    ip.run_cell("def boom(x):\n    raise ValueError(x.shape)\nboom(t)", store_history=True)
+    ip.run_cell("del t")
+    report = cupy_magic.vram_holders(ip.user_ns)
+    assert any(h.frees == ("traceback",) and h.nbytes == 8 * MiB for h in report.holders)
+    freed = ip.run_line_magic("vram_who", "--free traceback")
+    assert freed.dropped == ["the last traceback"] and freed.returned >= 8 * MiB
+    assert not freed.still_held
+    freed = cupy_magic.vram_free("other")
+    assert "other" not in ip.user_ns and freed.returned >= 2 * MiB
+
+
+def test_free_says_where_the_array_is_still_held(fresh):
+    ip = fresh
+    gpu(ip, "y = np.ones(2**20)\ny", "--quiet")  # Out holds y too
+    freed = ip.run_line_magic("vram_who", "--free Out")
+    assert freed.returned < MiB and freed.still_held == ["y (%vram_who --free y)"]
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("--free nothing_here", "no variable of yours is named 'nothing_here'"),
+    ("--free n", "n holds no device"),
+    ("--free ,", "--free needs what to drop"),
+    ("--free", "--free needs a value (got none); e.g. %vram_who --free Out"),
+])
+def test_bad_free_is_one_line_and_deletes_nothing(fresh, line, words):
+    ip = fresh
+    ip.user_ns["n"] = 3
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("vram_who", line)
+    assert words in str(info.value) and "\n" not in str(info.value)
+    assert ip.user_ns["n"] == 3
+
+
+def test_over_budget_names_the_largest_holders_and_the_command(fresh):
+    ip = fresh
+    gpu(ip, "big = np.ones(6 * 2**20 // 8)\nmid = np.ones(3 * 2**20 // 8)")
+    gpu(ip, "np.ones(4 * 2**20 // 8) * 1")
+    ip.run_line_magic("vram_budget", "16MiB")
+    try:
+        result = ip.run_cell("%%gpu --quiet\nhuge = np.ones(8 * 2**20 // 8) + 1",
+                             store_history=True)
+    finally:
+        ip.run_line_magic("vram_budget", "off")
+    message = str(result.error_in_exec)
+    assert isinstance(result.error_in_exec, MemoryError)
+    assert "Held now: big holds 6.00 MiB (%vram_who --free big)" in message
+    assert "holds 4.00 MiB (%vram_who --free Out)" in message
+    assert "mid holds 3.00 MiB" in message
+
+
+def test_text_lists_holders_then_the_rest_of_the_memory(fresh, xp):
+    ip = fresh
+    gpu(ip, "y = np.ones(2**20)")
+    report = ip.run_line_magic("vram_who", "")
+    text = str(report)
+    assert text.splitlines()[1].startswith("  y: 8.00 MiB, float64 (1048576,), made in In [")
+    if backend.current().is_gpu:
+        assert "memory no pool owns" in text and "the pool's cached blocks" in text
+    else:
+        assert text.startswith("host memory (CPU fallback: the arrays cells made)")
+        assert "arrays cells made that no listed path reaches" in text
+    assert "free: %vram_who --free y" in text
+
+
+def test_from_plain_python_with_a_namespace(ip):
+    ns: dict = {"np": __import__("numpy")}
+    cupy_magic.run_cell("z = np.ones(2**17)", ns)
+    report = cupy_magic.vram_holders(ns)
+    assert [h.path for h in report.holders] == ["z"] and report.holders[0].nbytes == MiB
+    assert listed(backend.current())(ns["z"])
+    assert cupy_magic.vram_free("z", ns).returned >= MiB and "z" not in ns
