@@ -26,6 +26,7 @@ __all__ = [
     "panel_summary",
     "run_cell",
     "set_budget",
+    "set_fallback",
     "set_sync_mode",
     "show_panel",
     "unload_ipython_extension",

@@ -46,6 +46,7 @@ __all__ = [
     "run_cell",
     "run_cell_outcome",
     "set_budget",
+    "set_fallback",
     "set_sync_mode",
     "settings",
     "show_panel",
@@ -168,6 +169,26 @@ def set_sync_mode(mode: str | None = None) -> str:
     return settings().syncs
 
 
+def set_fallback(mode: bool | str | None = None) -> bool:
+    """Set (or, with ``None``, show) whether ``%%gpu`` cells run with NumPy the calls CuPy
+    cannot run (``%gpu_fallback on|off``; ``run_cell(fallback=...)`` for one cell).
+
+    Parameters
+    ----------
+    mode
+        ``True``/``"on"`` or ``False``/``"off"``; ``None`` shows the setting.
+    """
+    if mode is not None:
+        words = {"on": True, "off": False}
+        if isinstance(mode, str) and mode.strip().lower() in words:
+            mode = words[mode.strip().lower()]
+        if not isinstance(mode, bool):
+            raise ValueError(f"fallback mode {mode!r} is neither on nor off; use "
+                             "cupy_magic.set_fallback('on') or set_fallback('off')")
+        settings().fallback = mode
+    return settings().fallback
+
+
 def memory_pool() -> Any:
     """The CuPy memory pool the cells allocate from, or ``None`` on the host backend.
 
@@ -238,6 +259,7 @@ def run_cell(
     warmup: bool = False,
     syncs: str | None = None,
     batch: BatchOptions | None = None,
+    fallback: bool | None = None,
     panel: bool = False,
     filename: str | None = None,
     label: str | None = None,
@@ -271,6 +293,11 @@ def run_cell(
         How to batch the cell over the leading axis of its inputs
         (:class:`~cupy_magic.run.batching.BatchOptions`); without it a cell is batched only
         when its NumPy inputs do not fit the VRAM budget.
+    fallback
+        Run with NumPy on the host the calls CuPy cannot run (a name it lacks, an option or
+        dtype it has not), their copies and time in the report, instead of stopping the
+        cell with the CuPy way to write them. ``None``: the session's setting
+        (:func:`set_fallback`, ``c.CupyMagic.fallback``).
     panel
         Show a live VRAM panel above the cell's output while it runs (in a notebook).
     filename
@@ -304,7 +331,8 @@ def run_cell(
     """
     __tracebackhide__ = True
     return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
-                            syncs=syncs, batch=batch, panel=panel, filename=filename,
+                            syncs=syncs, batch=batch, fallback=fallback, panel=panel,
+                            filename=filename,
                             label=label, lines=lines, nvtx=nvtx).report
 
 
@@ -317,6 +345,7 @@ def run_cell_outcome(
     warmup: bool = False,
     syncs: str | None = None,
     batch: BatchOptions | None = None,
+    fallback: bool | None = None,
     panel: bool = False,
     filename: str | None = None,
     label: str | None = None,
@@ -343,6 +372,7 @@ def run_cell_outcome(
                 progressbar.for_cell():
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
+                                fallback=settings().fallback if fallback is None else fallback,
                                 filename=filename, batch=batch, lines=lines,
                                 nvtx=nvtx, label=label or "")
     finally:

@@ -19,7 +19,7 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from IPython.display import display
 
 from .. import session
-from ..config import BACKENDS
+from ..config import BACKENDS, FALLBACK_DEFAULT
 from ..holders.free import FREE_TARGETS, FreeError
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 from ..run.batching import DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
@@ -70,6 +70,10 @@ def _interval(text: str | None) -> float | None:
 def _modes(values: tuple[str, ...]) -> str:
     return f"{', '.join(values[:-1])} or {values[-1]}"
 
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
 @magics_class
 class GpuMagics(Magics):
     """``%%gpu``, ``%vram_budget``, ``%vram_panel``, ``%gpu_syncs`` and ``%gpu_backend``."""
@@ -98,6 +102,11 @@ class GpuMagics(Magics):
     @argument("--syncs", default=None, metavar="MODE", type=str.lower,
               help=f"{_modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
                    "for none; the default is set with %%gpu_syncs")
+    @argument_group("CuPy's limits")
+    @argument("--fallback", action="store_const", const=True, default=None,
+              help="run with NumPy on the host the calls CuPy cannot run (names it lacks, "
+                   "options and dtypes it has not), their copies and time in the report; "
+                   f"default {_on_off(FALLBACK_DEFAULT)} (%%gpu_fallback, c.CupyMagic.fallback)")
     @argument_group("batching")
     @argument("--batch", nargs="?", const="*", default=None, metavar="NAMES",
               help="run batch by batch over the leading axis: of the largest inputs, or of "
@@ -163,7 +172,8 @@ class GpuMagics(Magics):
             with magics_see_the_cell(shell):
                 outcome = session.run_cell_outcome(
                     source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
-                    warmup=args.warmup, syncs=args.syncs, batch=batch, panel=args.panel,
+                    warmup=args.warmup, syncs=args.syncs, batch=batch, fallback=args.fallback,
+                    panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx)
         except SyntaxError as exc:
@@ -266,6 +276,30 @@ class GpuMagics(Magics):
                                text=args.text)
         except ValueError as exc:
             raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
+
+    @magic_arguments()
+    @argument("mode", nargs="?", default=None, type=str.lower,
+              help=f"on or off (default {_on_off(FALLBACK_DEFAULT)}); none: show the setting")
+    @line_magic
+    def gpu_fallback(self, line: str) -> str:
+        """Show or set whether ``%%gpu`` cells run with NumPy the calls CuPy cannot run.
+
+        On, such a call copies its device arrays to the host, runs NumPy, copies the array
+        results back, and the report has a row for it (calls, bytes each way, time, what to
+        write instead); off, the cell stops at it with that advice. ``%%gpu --fallback``
+        turns it on for one cell.
+
+        Examples
+        --------
+        In [1]: %gpu_fallback on
+
+        In [2]: %gpu_fallback       # show the setting
+        """
+        args = parse_argstring(self.gpu_fallback, line)
+        if args.mode is not None and args.mode not in ("on", "off"):
+            raise UsageError(f"%gpu_fallback takes on or off, got {args.mode!r}; e.g. "
+                             "%gpu_fallback on")
+        return _on_off(session.set_fallback(args.mode))
 
     @magic_arguments()
     @argument("--free", default=None, metavar="WHAT",

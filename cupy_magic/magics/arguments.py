@@ -27,6 +27,7 @@ _EXAMPLES = {
     "vram_panel": f"%vram_panel --interval {DEFAULT_INTERVAL}",
     "gpu_syncs": f"%gpu_syncs {SYNC_MODES[0]}", "gpu_backend": f"%gpu_backend {BACKENDS[-1]}",
     "vram_who": "%vram_who --free Out",
+    "gpu_fallback": "%gpu_fallback on",
 }
 _VALUES = {
     "--to-host": "y", "--dtype": next(iter(CAST_TARGETS)), "--syncs": SYNC_MODES[0],

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..backend import Backend, BudgetExceeded
 from ..holders.account import top_hint
+from ..compat.advice import CupyLimit, explain_failure
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
@@ -173,7 +174,7 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
     error the user's code raised inside a library and dropped for our own errors; an error
     raised where no cell frame ran ends at the line it names (or the cell's first line).
     """
-    ours = new is not exc or isinstance(exc, (HostSyncError, BudgetExceeded))
+    ours = new is not exc or isinstance(exc, (HostSyncError, BudgetExceeded, CupyLimit))
     source = _root_memory_error(exc) if ours else exc
     if _last_cell_entry(source.__traceback__, filename) is None:
         source = exc
@@ -216,6 +217,8 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
         hint = top_hint(namespace, be)
         if hint:
             new.args = (f"{str(new.args[0]).rstrip('.')}. {hint}", *new.args[1:])
+    if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
+        new = explain_failure(exc, filename) or exc
     if where:
         if isinstance(new, CellError):
             new.args = (f"{new.args[0]} ({where})",)
