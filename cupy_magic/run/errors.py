@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend, BudgetExceeded
-from ..holders.account import top_hint
 from ..compat.advice import CupyLimit, explain_failure
+from ..holders.account import top_hint
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
@@ -213,12 +213,12 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
         traceback.clear_frames(exc.__context__.__traceback__)
     gc.collect()
     new = explain_oom(exc, be, peak, filename)
+    if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
+        new = explain_failure(exc, filename) or exc
     if namespace is not None and isinstance(new, MemoryError) and new.args:
         hint = top_hint(namespace, be)
         if hint:
             new.args = (f"{str(new.args[0]).rstrip('.')}. {hint}", *new.args[1:])
-    if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
-        new = explain_failure(exc, filename) or exc
     if where:
         if isinstance(new, CellError):
             new.args = (f"{new.args[0]} ({where})",)
