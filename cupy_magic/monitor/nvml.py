@@ -25,6 +25,7 @@ __all__ = [
     "NotAvailable",
     "available",
     "handle_for",
+    "mig_uuid",
     "pcie_link_bytes_per_s",
     "query",
     "read_device",
@@ -167,16 +168,32 @@ def _shutdown() -> None:
         _state.update(module=None, initialised=False, reason="")
 
 
-def handle_for(pci_bus_id: str) -> Any:
-    """The NVML handle of the device at ``pci_bus_id`` (as CuPy's ``Device.pci_bus_id``)."""
+def mig_uuid(index: int) -> str:
+    """The ``MIG-<uuid>`` that ``CUDA_VISIBLE_DEVICES`` names as CUDA device ``index``, or
+    ``""`` when that device is a whole GPU."""
+    entries = [e.strip() for e in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    entry = entries[index] if 0 <= index < len(entries) else ""
+    return entry if entry.startswith("MIG-") else ""
+
+
+def handle_for(pci_bus_id: str, index: int | None = None) -> Any:
+    """The NVML handle of the device at ``pci_bus_id`` (as CuPy's ``Device.pci_bus_id``).
+
+    When ``CUDA_VISIBLE_DEVICES`` makes CUDA device ``index`` a MIG slice, the slice's own
+    handle (its memory, not the whole GPU's): a slice has its parent's PCI bus id.
+    """
+    uuid = mig_uuid(index) if index is not None else ""
+    if uuid:
+        return query("nvmlDeviceGetHandleByUUID", uuid)
     return query("nvmlDeviceGetHandleByPciBusId", pci_bus_id)
 
 
 def visible_handles() -> list[Any]:
     """NVML handles of the devices CUDA would show, honouring ``CUDA_VISIBLE_DEVICES``.
 
-    Used when CuPy cannot give PCI bus ids. Entries are indices or ``GPU-`` UUIDs; as in
-    CUDA, an invalid entry hides it and every entry after it.
+    Used when CuPy cannot give PCI bus ids. Entries are indices, ``GPU-`` UUIDs or ``MIG-``
+    UUIDs (a MIG slice's own handle); as in CUDA, an invalid entry hides it and every entry
+    after it.
     """
     count = query("nvmlDeviceGetCount", default=0)
     spec = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -186,7 +203,7 @@ def visible_handles() -> list[Any]:
     for entry in (e.strip() for e in spec.split(",")):
         if entry.isdigit() and int(entry) < count:
             handle = query("nvmlDeviceGetHandleByIndex", int(entry))
-        elif entry.startswith("GPU-"):
+        elif entry.startswith(("GPU-", "MIG-")):
             handle = query("nvmlDeviceGetHandleByUUID", entry)
         else:
             break
@@ -228,12 +245,14 @@ class DeviceReading:
     power_limit: Any = NA
     clock_sm: Any = NA
     clock_memory: Any = NA
+    mig: bool = False  # a MIG slice: memory is the slice's, utilisation is not reported
+    pids_match: Any = NA  # False: NVML lists processes but not this one (a container)
 
 
-def _processes(handle: Any, pid: int) -> tuple[Any, Any]:
+def _processes(handle: Any, pid: int) -> tuple[Any, Any, Any]:
     procs = query("nvmlDeviceGetComputeRunningProcesses", handle)
     if procs is NA:
-        return NA, NA
+        return NA, NA, NA
     mine, others, seen_me = 0, 0, False
     for proc in procs:
         used = getattr(proc, "usedGpuMemory", None)
@@ -245,7 +264,7 @@ def _processes(handle: Any, pid: int) -> tuple[Any, Any]:
         else:
             others += used
     # In a container NVML reports host pids, so "not seen" means unknown, not zero.
-    return (mine if seen_me else NA), others
+    return (mine if seen_me else NA), others, (seen_me if procs else NA)
 
 
 def read_device(handle: Any, pid: int | None = None) -> DeviceReading:
@@ -255,7 +274,8 @@ def read_device(handle: Any, pid: int | None = None) -> DeviceReading:
     nv = _state["module"]
     mem = query("nvmlDeviceGetMemoryInfo", handle)
     util = query("nvmlDeviceGetUtilizationRates", handle)
-    mine, others = _processes(handle, os.getpid() if pid is None else pid)
+    mine, others, pids_match = _processes(handle, os.getpid() if pid is None else pid)
+    mig = query("nvmlDeviceIsMigDeviceHandle", handle, default=0) in (1, True)
     rx = query("nvmlDeviceGetPcieThroughput", handle, nv.NVML_PCIE_UTIL_RX_BYTES)
     tx = query("nvmlDeviceGetPcieThroughput", handle, nv.NVML_PCIE_UTIL_TX_BYTES)
     gen = query("nvmlDeviceGetCurrPcieLinkGeneration", handle)
@@ -284,4 +304,6 @@ def read_device(handle: Any, pid: int | None = None) -> DeviceReading:
         power_limit=scaled(limit, 1e-3),
         clock_sm=query("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_SM),
         clock_memory=query("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM),
+        mig=mig,
+        pids_match=pids_match,
     )

@@ -6,8 +6,9 @@ tests give the sampler sources of their own. CuPy is reached only through the li
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .. import backend
@@ -18,8 +19,8 @@ from ..run.progress import CellProgress
 from . import nvml
 from .nvml import NA, DeviceReading
 
-__all__ = ["POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures", "pool_figures",
-           "release_cached"]
+__all__ = ["POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures", "kernel_figures",
+           "pool_figures", "release_cached"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,32 @@ class PoolFigures(PoolStats):
         if not isinstance(self.largest_free, int) or not isinstance(self.arena_free, int):
             return NA
         return 0.0 if self.arena_free == 0 else 1.0 - self.largest_free / self.arena_free
+
+
+log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())
+_said: set[str] = set()
+
+
+def kernel_figures(reading: DeviceReading, device_used: int, pool_held: int) -> DeviceReading:
+    """"This kernel" from the pool and ``cudaMemGetInfo``; NVML gives only the device's
+    totals and the other processes.
+
+    When NVML's process list includes this process, this kernel is the device's used bytes
+    less the other processes' (its context and libraries included). When it does not (a
+    container's PID namespace: NVML gives host PIDs), the other processes cannot be told
+    apart from this one: this kernel is its pool's held bytes, and the other processes N/A;
+    said once in the log, and in the panel's device line.
+    """
+    others = reading.other_processes
+    if reading.pids_match is True and isinstance(others, int):
+        return replace(reading, this_process=max(pool_held, device_used - others))
+    if reading.pids_match is False and "pids" not in _said:
+        _said.add("pids")
+        log.info("NVML's process IDs do not include this process (a container's PID "
+                 "namespace): this kernel's figure is its pool's, other processes N/A")
+    return replace(reading, this_process=pool_held,
+                   other_processes=NA if reading.pids_match is False else others)
 
 
 POOL_UNAVAILABLE = PoolFigures(used=NA, held=NA, device_used=NA, device_total=NA,
@@ -129,7 +156,7 @@ class LiveSources:
         if key not in self._handles:
             if be.is_gpu:
                 bus_id = be.cp.cuda.Device(device).pci_bus_id
-                self._handles[key] = nvml.handle_for(bus_id)
+                self._handles[key] = nvml.handle_for(bus_id, device)
             else:
                 handles = nvml.visible_handles()
                 self._handles[key] = handles[device] if device < len(handles) else NA
@@ -144,7 +171,13 @@ class LiveSources:
         return [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
 
     def reading(self, device: int) -> DeviceReading:
-        return nvml.read_device(self._handle(device))
+        reading = nvml.read_device(self._handle(device))
+        be = self._backend()
+        if not be.is_gpu:
+            return reading
+        with be.cp.cuda.Device(device):  # cudaMemGetInfo is per current device
+            used = be.device_memory()[0]
+        return kernel_figures(reading, used, be.pool_held())  # the pool cells allocate from
 
     def pool(self, device: int) -> PoolFigures:
         return pool_figures(self._backend(), device)

@@ -46,9 +46,13 @@ def _float(value: Any) -> float | None:
 def _device_line(s: Sample) -> str:
     r = s.reading
     if s.backend == "cupy" or r.total is not NA:
-        return (f"{r.name if r.name is not NA else 'GPU'} (device {s.device}): "
+        slice_ = " (a MIG slice: its own memory)" if r.mig else ""
+        pids = (" (NVML's process IDs do not include this process, as in a container: this "
+                "kernel is its pool, other processes are not told apart)"
+                if r.pids_match is False else "")
+        return (f"{r.name if r.name is not NA else 'GPU'} (device {s.device}){slice_}: "
                 f"this kernel {_b(r.this_process)}, other processes "
-                f"{_b(r.other_processes)}, free {_b(r.free)} of {_b(r.total)}")
+                f"{_b(r.other_processes)}, free {_b(r.free)} of {_b(r.total)}{pids}")
     if s.backend != "host":  # the status source failed: say so, do not guess "no GPU"
         return "device: N/A (the backend could not be read)"
     host = (f"{_b(s.host_used)} used of {_b(s.host_total)}" if _known(s.host_total)
@@ -63,7 +67,9 @@ def summary_lines(s: Sample) -> dict[str, str]:
     r, p = s.reading, s.pool
     lines: dict[str, str] = {"device": _device_line(s)}
     if s.backend == "cupy" or r.total is not NA:
-        lines["activity"] = (f"SM {_num(r.util_gpu, '%')}, memory {_num(r.util_memory, '%')}; "
+        util = (f"SM {_num(r.util_gpu, '%')}, memory {_num(r.util_memory, '%')}" if not r.mig
+                else "utilisation not reported on MIG")
+        lines["activity"] = (f"{util}; "
                              f"PCIe RX {_rate(r.pcie_rx)} / TX {_rate(r.pcie_tx)} of "
                              f"{_rate(r.pcie_max)} ({r.pcie_link}); {_num(r.temperature, ' °C')}, "
                              f"{_num(r.power, ' W')} of {_num(r.power_limit, ' W')}; clocks SM "
