@@ -1,0 +1,166 @@
+"""``%%gpu`` as a function: run a cell as a transaction, and keep its report."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+from .. import backend as _backend
+from ..config import settings
+from ..holders import account as _holders
+from ..run import progress
+from ..run.batching import DEFAULT_STREAMS, BatchOptions
+from ..run.cell import CellOutcome
+from ..run.cell import run_cell as _run_cell
+from ..run.report import RunReport
+from ..view import panel as _panel
+from ..view import progressbar
+
+__all__ = ["forget_last", "last_report", "run_cell", "run_cell_outcome"]
+
+_last: list[RunReport] = []  # the last report, kept here only
+
+
+def last_report() -> RunReport | None:
+    """The report of the last ``%%gpu`` cell (or :func:`run_cell`) that succeeded."""
+    return _last[-1] if _last else None
+
+
+def forget_last() -> None:
+    """Forget the last report (at unload)."""
+    _last.clear()
+
+
+def run_cell(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    to_host: bool | Iterable[str] = False,
+    dtype: str | None = None,
+    warmup: bool = False,
+    syncs: str | None = None,
+    batch: BatchOptions | None = None,
+    fallback: bool | None = None,
+    panel: bool = False,
+    filename: str | None = None,
+    label: str | None = None,
+    lines: bool = False,
+    nvtx: bool = False,
+) -> RunReport:
+    """Run ``source`` on the GPU against ``namespace``, as a transaction (``%%gpu``).
+
+    Parameters
+    ----------
+    source
+        The cell's code.
+    namespace
+        The user namespace: read for inputs, written only if the cell succeeds.
+    to_host
+        ``True`` brings every device array the cell assigns back as NumPy; a list of names
+        brings back those; ``False`` (default) leaves results on the device.
+    dtype
+        ``"float32"`` downcasts float64 (and complex128) inputs on the way in; ``"float16"``
+        downcasts float64 and float32 inputs.
+    warmup
+        Run the cell once on the first rows of its longest inputs first (kernel compilation,
+        pool growth), and time only the real run. The cell runs twice, so its side effects
+        (prints, appends to outside lists) happen twice; the warm-up commits nothing.
+    syncs
+        ``"warn"`` reports the host syncs found before the run (static check) and, on the
+        GPU, those counted while it ran; ``"error"`` stops at the first one, naming its
+        line (on the CPU fallback: at the first one the static check finds, before running);
+        ``"off"`` looks for none. ``None``: the session's mode (:func:`set_sync_mode`).
+    batch
+        How to batch the cell over the leading axis of its inputs
+        (:class:`~cupy_magic.run.batching.BatchOptions`); without it a cell is batched only
+        when its NumPy inputs do not fit the VRAM budget.
+    fallback
+        Run with NumPy on the host the calls CuPy cannot run (a name it lacks, an option or
+        dtype it has not), their copies and time in the report, instead of stopping the
+        cell with the CuPy way to write them. ``None``: the session's setting
+        (:func:`set_fallback`, ``c.CupyMagic.fallback``).
+    panel
+        Show a live VRAM panel above the cell's output while it runs (in a notebook).
+    filename
+        The name the cell's code is compiled under (tracebacks show it with the cell's lines).
+    label
+        What the panel and the progress bar call the cell (``In [3]``).
+    lines
+        Record where the cell's time goes, line by line (``%%gpu --lines``): a table after
+        the report and ``report.line_stats``, one
+        :class:`~cupy_magic.run.lines.LineStat` per line that ran (its runs, GPU and host
+        time, bytes moved, syncs and their wait, compile time, share); each line is also an
+        NVTX range on the GPU.
+    nvtx
+        Make each line an NVTX range named ``In[3]:L2 <code>`` for Nsight Systems, without
+        the table (``%%gpu --nvtx``).
+
+    Returns
+    -------
+    RunReport
+        What moved, how long the device worked, peak pool bytes, and what was committed;
+        also kept as :func:`last_report`.
+
+    Raises
+    ------
+    cupy_magic.run.errors.CellError
+        For inputs CuPy cannot hold or options that do not fit the cell.
+    cupy_magic.backend.BudgetExceeded
+        When the inputs or the cell's allocations do not fit the VRAM budget.
+    BaseException
+        Whatever the cell raised, with a traceback that starts at the cell's own lines.
+    """
+    __tracebackhide__ = True
+    return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
+                            syncs=syncs, batch=batch, fallback=fallback, panel=panel,
+                            filename=filename,
+                            label=label, lines=lines, nvtx=nvtx).report
+
+
+def run_cell_outcome(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    to_host: bool | Iterable[str] = False,
+    dtype: str | None = None,
+    warmup: bool = False,
+    syncs: str | None = None,
+    batch: BatchOptions | None = None,
+    fallback: bool | None = None,
+    panel: bool = False,
+    filename: str | None = None,
+    label: str | None = None,
+    lines: bool = False,
+    nvtx: bool = False,
+) -> CellOutcome:
+    """:func:`run_cell`, also returning the value of the cell's last expression.
+
+    ``%%gpu`` returns that value, so IPython shows it and sets ``Out``/``_`` as for a plain
+    cell. The parameters and errors are :func:`run_cell`'s.
+
+    Returns
+    -------
+    CellOutcome
+        ``.report`` (also kept as :func:`last_report`) and ``.value`` (``None`` when the
+        cell ends with a statement or ran in batches).
+    """
+    __tracebackhide__ = True
+    if batch is None and settings().streams != DEFAULT_STREAMS:
+        batch = BatchOptions(streams=settings().streams, streams_given=False)
+    progress.start(label or filename or "%%gpu cell")
+    try:
+        with _panel.cell_panel() if panel else contextlib.nullcontext(), \
+                progressbar.for_cell():
+            outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
+                                warmup_run=warmup, syncs=syncs or settings().syncs,
+                                fallback=settings().fallback if fallback is None else fallback,
+                                filename=filename, batch=batch, lines=lines,
+                                nvtx=nvtx, label=label or "")
+    finally:
+        progress.finish()
+    _last[:] = [outcome.report]
+    _holders.note_cell(label or filename or "a %%gpu cell", source,
+                       [o.name for o in outcome.report.outputs], namespace, outcome.value,
+                       _backend.current(), value_on_device=to_host is not True)
+    return outcome

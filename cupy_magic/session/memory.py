@@ -1,0 +1,150 @@
+"""The budget and the memory: ``%vram_budget`` and ``%vram_who`` as functions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import backend as _backend
+from ..backend import BudgetSpec, PoolStats, parse_budget
+from ..holders import account as _holders
+from ..holders.free import FreeResult, shell_copies
+from ..holders.free import free as _free
+from ..holders.records import HolderReport
+from ..units import Estimate, SizeError, estimate_array, format_bytes
+
+__all__ = ["BudgetStatus", "budget_status", "estimate_name", "free_cached", "memory_pool",
+           "set_budget", "vram_free", "vram_holders"]
+
+
+@dataclass(frozen=True)
+class BudgetStatus(PoolStats):
+    """The budget and what the pool and the device hold now (``%vram_budget``)."""
+
+    backend: str = ""
+    budget: BudgetSpec | None = None
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """The budget's bytes, or ``None`` without one."""
+        return self.budget.nbytes if self.budget else None
+
+    @property
+    def pool_used(self) -> int:
+        """Bytes the cells' arrays hold in the pool."""
+        return self.used
+
+    @property
+    def pool_held(self) -> int:
+        """Bytes the pool holds from the device (used and cached)."""
+        return self.held
+
+    def __str__(self) -> str:
+        unit = "VRAM" if self.backend == "cupy" else "host memory (CPU fallback)"
+        budget = self.budget.describe() if self.budget else "off (no limit)"
+        return (
+            f"budget: {budget}\n"
+            f"pool: {format_bytes(self.used)} used, {format_bytes(self.held)} held "
+            f"({format_bytes(self.cached_free)} cached)\n"
+            f"{unit}: {format_bytes(self.device_used)} used of {format_bytes(self.device_total)}"
+        )
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def budget_status() -> BudgetStatus:
+    """Return the budget, pool used/held and device used/total."""
+    be = _backend.current()
+    st = be.stats()
+    return BudgetStatus(st.used, st.held, st.limit, st.device_used, st.device_total,
+                        backend=be.name, budget=be.budget)
+
+
+def set_budget(budget: str | int | None) -> BudgetStatus:
+    """Set the VRAM budget, enforced by the pool limit; ``None`` or ``"off"`` removes it.
+
+    Parameters
+    ----------
+    budget
+        ``"8GB"``, ``"1.5GiB"``, ``"512MB"``, ``"50%"``, ``"0.5"`` (a fraction of the device)
+        or a number of bytes.
+
+    Raises
+    ------
+    cupy_magic.units.SizeError
+        For a value that cannot be read, is not positive, or exceeds the device.
+    """
+    be = _backend.current()
+    if budget is None or (isinstance(budget, str) and budget.strip().lower() == "off"):
+        be.set_budget(None)
+        return budget_status()
+    text = f"{budget}B" if isinstance(budget, int) and not isinstance(budget, bool) else budget
+    be.set_budget(parse_budget(str(text), be.info().total_bytes))
+    return budget_status()
+
+
+def memory_pool() -> Any:
+    """The CuPy memory pool the cells allocate from, or ``None`` on the host backend.
+
+    While the extension is loaded this is a ``cupy.cuda.SingleDeviceMemoryPool`` it installed
+    as CuPy's allocator (so the panel can read fragmentation), not
+    ``cupy.get_default_memory_pool()``; unloading restores CuPy's default allocator.
+    """
+    be = _backend.current()
+    return getattr(be, "pool", None) if be.is_gpu else None
+
+
+def free_cached() -> int:
+    """Release the pool's cached blocks to the device (guide section 5); return bytes freed."""
+    return _backend.current().free_cached()
+
+
+def estimate_name(name: str, namespace: dict[str, Any]) -> Estimate:
+    """Estimate what the array bound to ``name`` takes on the device."""
+    if name not in namespace:
+        raise SizeError(f"no variable named {name!r}; give a defined array or a shape such as "
+                        "20000x20000 float32")
+    return estimate_array(namespace[name], label=name)
+
+
+def _shell() -> Any:
+    """The running IPython shell, or ``None`` (plain Python)."""
+    ipython = __import__("sys").modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _namespace(namespace: dict[str, Any] | None) -> dict[str, Any]:
+    if namespace is not None:
+        return namespace
+    shell = _shell()
+    if shell is None:
+        raise ValueError("no IPython shell is running; pass your namespace, e.g. "
+                         "cupy_magic.vram_holders(globals())")
+    return shell.user_ns
+
+
+def vram_holders(namespace: dict[str, Any] | None = None) -> HolderReport:
+    """Who holds the memory (``%vram_who``): the device arrays you can reach, largest first,
+    by path, and the rest of the device memory, measured (host memory on the CPU fallback).
+
+    ``namespace`` defaults to the IPython shell's.
+    """
+    return _holders.vram_holders(_namespace(namespace), _backend.current())
+
+
+def vram_free(targets: str | Iterable[str],
+              namespace: dict[str, Any] | None = None) -> FreeResult:
+    """Drop holders and release cached blocks (``%vram_who --free``); measure what came back.
+
+    ``targets``: your names (comma-separated or a list), ``Out``, ``traceback`` or
+    ``all-unnamed``. Nothing else in the namespace is deleted.
+    """
+    names = [t.strip() for t in targets.split(",")] if isinstance(targets, str) \
+        else list(targets)
+    ns, shell = _namespace(namespace), _shell()
+    be = _backend.current()
+
+    copies = shell_copies(shell, be) if shell is not None and ns is shell.user_ns else None
+    return _free([n for n in names if n], ns, be, copies)
