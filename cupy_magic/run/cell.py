@@ -99,17 +99,9 @@ def run_cell(
     value = None
     with be.watch_compiles(filename) as report.compiles:  # kernels CuPy builds, per line
         if reason:
-            opts = batch or BatchOptions()
-            if warmup_run:  # unbatched on a slice of the batched inputs, then --reduce once
-                cut, _ = select_inputs(plan.inputs, opts)
-                report.warmup_seconds, report.warmup_rows = warmup(
-                    plan, dtype, be, namespace, set(cut), opts.reduce)
-            with watch:
-                run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
-                            filename=filename, be=be)
-            if plan.last is not None:
-                report.notes.append("the cell's last expression is not shown in a batched run "
-                                    "(each batch has its own); assign it and join it with --reduce")
+            _run_batched(plan, namespace, report, batch or BatchOptions(), reason, watch,
+                         to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
+                         be=be)
         else:
             if batch is not None and batch.batch_only():
                 report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
@@ -117,6 +109,31 @@ def run_cell(
                                     "to batch it")
             value = run_whole(plan, namespace, report, to_host=to_host, dtype=dtype,
                               warm=warmup_run, recorder=watch, filename=filename, be=be)
+    _attach_records(report, plan, syncs, findings, recorder, liner)
+    return CellOutcome(report, value)
+
+
+def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
+                 opts: BatchOptions, reason: str, watch: Any, *, to_host: Any,
+                 dtype: str | None, warm: bool, filename: str, be: Backend) -> None:
+    """The batched branch: the warm-up on a slice (then --reduce once), then the batches."""
+    __tracebackhide__ = True
+    if warm:  # unbatched on a slice of the batched inputs, then --reduce once
+        cut, _ = select_inputs(plan.inputs, opts)
+        report.warmup_seconds, report.warmup_rows = warmup(
+            plan, dtype, be, namespace, set(cut), opts.reduce)
+    with watch:
+        run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
+                    filename=filename, be=be)
+    if plan.last is not None:
+        report.notes.append("the cell's last expression is not shown in a batched run "
+                            "(each batch has its own); assign it and join it with --reduce")
+
+
+def _attach_records(report: RunReport, plan: CellPlan, syncs: str,
+                    findings: list[SyncFinding], recorder: Any,
+                    liner: LineRecord | None) -> None:
+    """What the records saw, into the report: compat counts, syncs, per-line rows."""
     report.compat = plan.compat  # lists moved to the device, calls run with NumPy
     if syncs != "off":
         counts = recorder.counts if isinstance(recorder, SyncRecorder) and recorder.available \
@@ -125,7 +142,6 @@ def run_cell(
     if liner is not None:  # per line, from the tracer and the sync and compile records
         report.line_stats = liner.rows(report.syncs, report.compiles)
         report.notes.extend(liner.notes)
-    return CellOutcome(report, value)
 
 
 def _line_record(be: Backend, plan: CellPlan, filename: str, source: str, lines: bool,
