@@ -24,7 +24,11 @@ MIN_INTERVAL = 0.25  # seconds between two redraws
 
 
 def _rate(nbytes: int, seconds: float) -> str:
-    return f"{nbytes / seconds / 1e9:.1f} GB/s" if seconds > 0 and nbytes else "-"
+    """Bytes per second in the unit that shows them (a small input reads MB/s, not 0.0 GB/s)."""
+    if seconds <= 0 or not nbytes:
+        return "-"
+    rate = nbytes / seconds
+    return f"{rate / 1e9:.1f} GB/s" if rate >= 1e9 else f"{rate / 1e6:.1f} MB/s"
 
 
 class BatchProgressBar:

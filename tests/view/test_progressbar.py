@@ -91,3 +91,11 @@ def test_a_slow_batched_cell_in_a_kernel_ends_with_a_summary_line():
     assert len(slow_html) == 1  # one output, updated in place, now the summary
     assert "6 batches" in slow_html[0] and "of input, in" in slow_html[0]
     assert nb.cells[3].outputs == []  # a quick batched cell shows no bar
+
+
+def test_a_small_input_reads_in_mb_per_second_not_zero_gb() -> None:
+    from cupy_magic.view.progressbar import _rate
+
+    assert _rate(320_000, 0.5) == "0.6 MB/s"
+    assert _rate(4 * 10**9, 2.5) == "1.6 GB/s"
+    assert _rate(0, 1.0) == "-"
