@@ -17,6 +17,7 @@ __all__ = [
     "BatchOptions",
     "__version__",
     "budget_status",
+    "cluster_status",
     "device_info",
     "estimate",
     "free_cached",
@@ -31,6 +32,7 @@ __all__ = [
     "show_panel",
     "unload_ipython_extension",
     "use_backend",
+    "use_cluster",
     "vram_free",
     "vram_holders",
 ]

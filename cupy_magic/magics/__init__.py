@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from IPython.display import display
 
 from .. import session
+from ..cluster.connect import CONNECT_TIMEOUT, LOCAL_CPU_WORKERS, ClusterError
 from ..config import BACKENDS, FALLBACK_DEFAULT
 from ..holders.free import FREE_TARGETS, FreeError
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
@@ -120,6 +121,11 @@ class GpuMagics(Magics):
     @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
               help=f"join a result without a row axis over the batches; rules: "
                    f"{', '.join(RULES)}")
+    @argument_group("cluster")
+    @argument("--cluster", action="store_true",
+              help="run on the cluster in use (%%gpu_cluster): NumPy inputs are cut into "
+                   "blocks along the leading axis and scattered first (a cell that reads a "
+                   "Dask array always runs there)")
     @argument_group("display")
     @argument("--quiet", action="store_true", help="show no report")
     @argument("--panel", action="store_true",
@@ -175,10 +181,11 @@ class GpuMagics(Magics):
                     warmup=args.warmup, syncs=args.syncs, batch=batch, fallback=args.fallback,
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
-                    label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx)
+                    label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
+                    cluster=args.cluster)
         except SyntaxError as exc:
             raise UsageError(syntax_message(exc, source)) from None
-        except CellError as exc:
+        except (CellError, ClusterError) as exc:
             raise UsageError(str(exc)) from None
         if not args.quiet:
             display(outcome.report)
@@ -374,3 +381,44 @@ class GpuMagics(Magics):
             except RuntimeError as exc:
                 raise UsageError(f"{exc}; stay on %gpu_backend host") from None
         print(session.describe_device())
+
+    @magic_arguments()
+    @argument("target", nargs="?", default="show",
+              help="local, a scheduler address (tcp://HOST:8786), off, or show (default)")
+    @argument("--workers", type=int, default=None, metavar="N",
+              help=f"worker processes of a local cluster on the CPU fallback (default "
+                   f"{LOCAL_CPU_WORKERS}, at most the cores); a GPU machine gets one per GPU")
+    @argument("--timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
+              help=f"seconds to reach a scheduler (default {CONNECT_TIMEOUT})")
+    @line_magic
+    def gpu_cluster(self, line: str) -> Any:
+        """Start, join, show or leave the Dask cluster that ``%%gpu`` cells over Dask arrays
+        (and ``%%gpu --cluster`` cells) run on, one task per block along the leading axis.
+
+        ``local`` starts dask-cuda's LocalCUDACluster (one worker per GPU) on a GPU, and a
+        LocalCluster of worker processes on loopback on the CPU fallback. Each worker gets
+        the budget (on a GPU, its CuPy pool's limit). From Python:
+        ``cupy_magic.use_cluster('local')`` or ``use_cluster(client)``.
+
+        Examples
+        --------
+        In [1]: %gpu_cluster local
+
+        In [2]: %gpu_cluster show                 # workers, their devices, memory, budget
+
+        In [3]: %gpu_cluster tcp://10.0.0.5:8786  # join a running scheduler
+
+        In [4]: %gpu_cluster off
+        """
+        args = parse_argstring(self.gpu_cluster, line)
+        target = args.target.strip()
+        if args.workers is not None and args.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {args.workers}; e.g. "
+                             f"%gpu_cluster local --workers {LOCAL_CPU_WORKERS}")
+        try:
+            if target.lower() == "show":
+                return session.cluster_status()
+            return session.use_cluster(target, n_workers=args.workers,
+                                       timeout=args.timeout)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None

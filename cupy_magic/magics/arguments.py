@@ -28,13 +28,14 @@ _EXAMPLES = {
     "gpu_syncs": f"%gpu_syncs {SYNC_MODES[0]}", "gpu_backend": f"%gpu_backend {BACKENDS[-1]}",
     "vram_who": "%vram_who --free Out",
     "gpu_fallback": "%gpu_fallback on",
+    "gpu_cluster": "%gpu_cluster local",
 }
 _VALUES = {
     "--to-host": "y", "--dtype": next(iter(CAST_TARGETS)), "--syncs": SYNC_MODES[0],
     "--batch": "x", "--batch-rows": "100000", "--batch-bytes": "512MB",
     "--streams": str(DEFAULT_STREAMS), "--reduce": "total=sum",
     "--estimate": "20000x20000 float32", "--interval": str(DEFAULT_INTERVAL), "device": "0",
-    "--free": "Out",
+    "--free": "Out", "--workers": "2", "--timeout": "10",
 }
 _REPEATABLE = ("--reduce",)
 _KINDS = {"int": "a whole number", "float": "a number"}

@@ -65,12 +65,18 @@ def run_cell(
     lines: bool = False,
     nvtx: bool = False,
     label: str = "",
+    remote: Any = None,
 ) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
     The engine under :func:`cupy_magic.run_cell`, which documents the parameters (there
     ``warmup_run`` is ``warmup``); this one records no report and drives no progress, and
     also returns the value of the cell's last expression (:class:`CellOutcome`).
+
+    ``remote``: an executor of a layer above (the cluster's,
+    :class:`cupy_magic.cluster.execute.ClusterExecutor`) that runs the planned cell instead
+    of the whole or batched run, after the static sync check; its ``names`` are the inputs
+    it distributes, which that check treats as device arrays.
 
     Raises
     ------
@@ -89,7 +95,13 @@ def run_cell(
         raise CellError(f"--syncs {syncs} is not a mode; use --syncs "
                         f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
     plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback)
-    findings = _lint(source, plan, namespace, syncs, be, filename)
+    findings = _lint(source, plan, namespace, syncs, be, filename,
+                     getattr(remote, "names", ()))
+    if remote is not None:  # a cluster runs the blocks; nothing was sent before the check
+        return _run_remote(remote, plan, namespace, findings, be, to_host=to_host,
+                           dtype=dtype, filename=filename, syncs=syncs,
+                           unsupported={"--warmup": warmup_run, "--lines": lines,
+                                        "--nvtx": nvtx})
     recorder = _recorder(be, filename, source, syncs)
     liner = _line_record(be, plan, filename, source, lines, nvtx, label)
     watch = _both(recorder, liner)
@@ -164,15 +176,37 @@ def _both(recorder: Any, liner: LineRecord | None) -> Any:
         yield
 
 
+def _run_remote(remote: Any, plan: CellPlan, namespace: dict[str, Any],
+                findings: list[SyncFinding], be: Backend, *, to_host: bool | Iterable[str],
+                dtype: str | None, filename: str, syncs: str,
+                unsupported: dict[str, bool]) -> CellOutcome:
+    """Hand the planned cell to ``remote`` (a cluster); the report keeps the static findings."""
+    __tracebackhide__ = True
+    asked = [flag for flag, on in unsupported.items() if on]
+    if asked:
+        raise CellError(f"{' '.join(asked)} is not available on a cluster run; drop it, or "
+                        "run the cell in this kernel with %gpu_cluster off")
+    report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
+    remote(plan, namespace, report, to_host=to_host, dtype=dtype, filename=filename, be=be)
+    report.compat = plan.compat
+    if syncs != "off":
+        report.syncs = merge(findings, None)
+    if plan.last is not None:
+        report.notes.append("the cell's last expression is not shown in a cluster run (each "
+                            "block has its own); assign it and join it with --reduce")
+    return CellOutcome(report)
+
+
 def _lint(source: str, plan: CellPlan, namespace: dict[str, Any], syncs: str,
-          be: Backend, filename: str) -> list[SyncFinding]:
+          be: Backend, filename: str, distributed: Iterable[str] = ()) -> list[SyncFinding]:
     """The static sync check, before anything runs; ``--syncs error`` stops at the first
     finding here on the CPU fallback (the GPU's record stops at the first real sync), with a
     traceback that ends at that line of the cell."""
     __tracebackhide__ = True
     if syncs == "off":
         return []
-    device_names = [*plan.inputs, *(k for k, v in namespace.items() if be.is_device_array(v))]
+    device_names = [*plan.inputs, *distributed,
+                    *(k for k, v in namespace.items() if be.is_device_array(v))]
     findings = lint_cell(source, device_names, {*plan.overrides, "np", "numpy", "cp", "cupy"})
     if syncs == "error" and findings and not be.is_gpu:
         first = findings[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..config import settings
 from ..units import estimate
 from .cells import last_report, run_cell, run_cell_outcome
+from .cluster import ClusterStatus, cluster_status, use_cluster
 from .device import (
     apply_settings,
     describe_device,
@@ -38,8 +39,10 @@ from .panels import panel_summary, pause_panels, resume_panels, show_panel, stop
 
 __all__ = [
     "BudgetStatus",
+    "ClusterStatus",
     "apply_settings",
     "budget_status",
+    "cluster_status",
     "describe_device",
     "device_info",
     "estimate",
@@ -60,6 +63,7 @@ __all__ = [
     "show_panel",
     "stop_panels",
     "use_backend",
+    "use_cluster",
     "vram_free",
     "vram_holders",
 ]

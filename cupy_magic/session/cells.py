@@ -16,6 +16,7 @@ from ..run.cell import run_cell as _run_cell
 from ..run.report import RunReport
 from ..view import panel as _panel
 from ..view import progressbar
+from .cluster import cluster_remote
 
 __all__ = ["forget_last", "last_report", "run_cell", "run_cell_outcome"]
 
@@ -47,6 +48,7 @@ def run_cell(
     label: str | None = None,
     lines: bool = False,
     nvtx: bool = False,
+    cluster: bool = False,
 ) -> RunReport:
     """Run ``source`` on the GPU against ``namespace``, as a transaction (``%%gpu``).
 
@@ -95,6 +97,11 @@ def run_cell(
     nvtx
         Make each line an NVTX range named ``In[3]:L2 <code>`` for Nsight Systems, without
         the table (``%%gpu --nvtx``).
+    cluster
+        Run on the cluster in use (:func:`~cupy_magic.session.cluster.use_cluster`) also
+        when the cell reads no Dask array (``%%gpu --cluster``): its NumPy inputs are cut
+        into blocks along the leading axis and scattered first. A cell that reads a Dask
+        array always runs there, one task per block.
 
     Returns
     -------
@@ -115,7 +122,7 @@ def run_cell(
     return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
                             syncs=syncs, batch=batch, fallback=fallback, panel=panel,
                             filename=filename,
-                            label=label, lines=lines, nvtx=nvtx).report
+                            label=label, lines=lines, nvtx=nvtx, cluster=cluster).report
 
 
 def run_cell_outcome(
@@ -133,6 +140,7 @@ def run_cell_outcome(
     label: str | None = None,
     lines: bool = False,
     nvtx: bool = False,
+    cluster: bool = False,
 ) -> CellOutcome:
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
@@ -148,15 +156,17 @@ def run_cell_outcome(
     __tracebackhide__ = True
     if batch is None and settings().streams != DEFAULT_STREAMS:
         batch = BatchOptions(streams=settings().streams, streams_given=False)
+    fallback = settings().fallback if fallback is None else fallback
+    remote = cluster_remote(source, namespace, cluster, batch, fallback,
+                            syncs or settings().syncs)  # None: in this kernel
     progress.start(label or filename or "%%gpu cell")
     try:
         with _panel.cell_panel() if panel else contextlib.nullcontext(), \
                 progressbar.for_cell():
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
-                                fallback=settings().fallback if fallback is None else fallback,
-                                filename=filename, batch=batch, lines=lines,
-                                nvtx=nvtx, label=label or "")
+                                fallback=fallback, filename=filename, batch=batch, lines=lines,
+                                nvtx=nvtx, label=label or "", remote=remote)
     finally:
         progress.finish()
     _last[:] = [outcome.report]

@@ -1,0 +1,172 @@
+"""The cluster in use: a local one this kernel started, or one it joined (an address or a
+``distributed.Client``); what its workers run cells on.
+
+``local`` starts ``dask_cuda.LocalCUDACluster`` (one worker per visible GPU) when the kernel
+runs on a GPU, and a ``distributed.LocalCluster`` of worker processes on loopback on the CPU
+fallback. Every worker gets :class:`~cupy_magic.cluster.worker.BudgetPlugin`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import lifecycle
+from ..backend import Backend
+from ..units import format_bytes
+from .worker import worker_facts
+
+__all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
+           "WorkerFacts", "client", "close", "ensure_budget", "status", "use"]
+
+CONNECT_TIMEOUT = 10  # seconds to reach a scheduler before giving up
+LOCAL_CPU_WORKERS = 2  # worker processes of ``local`` on the CPU fallback (at most the cores)
+INSTALL = "pip install 'cupy-magic[dask]'"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be used as asked; the message names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    """One worker as ``%gpu_cluster show`` lists it."""
+
+    address: str
+    backend: str
+    device: str
+    total_bytes: int
+    budget: str
+    nthreads: int | None = None
+
+    def describe(self) -> str:
+        unit = "VRAM" if self.backend == "cupy" else "host memory (CPU fallback)"
+        threads = f", {self.nthreads} thread{'s' * (self.nthreads != 1)}" \
+            if self.nthreads else ""
+        return (f"{self.address}: {self.device} [{self.backend}], {format_bytes(self.total_bytes)}"
+                f" {unit}, budget {self.budget}{threads}")
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """The cluster in use (``%gpu_cluster show``), or none."""
+
+    kind: str = ""
+    address: str = ""
+    workers: list[WorkerFacts] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line: which cluster is in use, or that cells run in this kernel."""
+        if not self.kind:
+            return "cluster: none (cells run in this kernel; %gpu_cluster local starts one)"
+        n = len(self.workers)
+        return f"cluster: {self.kind} at {self.address}, {n} worker{'s' * (n != 1)}"
+
+    def __str__(self) -> str:
+        return "\n".join([self.describe(), *(f"  {w.describe()}" for w in self.workers)])
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+_state: dict[str, Any] = {"client": None, "cluster": None, "kind": "", "budget": None}
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise ClusterError(f"a cluster needs dask and distributed, which are not installed; "
+                           f"{INSTALL}") from None
+    return distributed
+
+
+def client() -> Any:
+    """The ``distributed.Client`` in use, or ``None``."""
+    return _state["client"]
+
+
+def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
+    distributed = _distributed()
+    if be.is_gpu:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise ClusterError("%gpu_cluster local on a GPU needs dask-cuda, which is not "
+                               "installed; pip install 'cupy-magic[dask-cuda]' (or join a "
+                               "cluster: %gpu_cluster tcp://HOST:8786)") from None
+        return LocalCUDACluster(dashboard_address=None), "LocalCUDACluster (one worker per GPU)"
+    workers = n_workers or max(1, min(LOCAL_CPU_WORKERS, os.cpu_count() or 1))
+    cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None)
+    return cluster, "local CPU cluster (LocalCluster of processes, CPU fallback)"
+
+
+def _join(target: Any, timeout: float) -> tuple[Any, str]:
+    distributed = _distributed()
+    if isinstance(target, distributed.Client):
+        return target, "a Client's cluster"
+    text = str(target).strip()
+    if "://" not in text:
+        raise ClusterError(f"{text!r} is not a scheduler address; give one such as "
+                           "tcp://10.0.0.5:8786, or local, off or show")
+    try:
+        return distributed.Client(text, timeout=timeout), "joined cluster"
+    except (OSError, TimeoutError) as exc:
+        why = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise ClusterError(f"cannot reach a Dask scheduler at {text} within {timeout:g} s "
+                           f"({why}); check the address the scheduler printed, or start one "
+                           "here with %gpu_cluster local") from None
+
+
+def use(target: Any, be: Backend, *, n_workers: int | None = None,
+        timeout: float = CONNECT_TIMEOUT) -> ClusterStatus:
+    """Start (``"local"``), join (an address or a ``Client``) or leave (``None``/``"off"``)
+    a cluster; return :func:`status`."""
+    if target is None or (isinstance(target, str) and target.strip().lower() == "off"):
+        close()
+        return status()
+    close()
+    if isinstance(target, str) and target.strip().lower() == "local":
+        cluster, kind = _start_local(be, n_workers)
+        _state.update(cluster=cluster, client=_distributed().Client(cluster), kind=kind)
+        lifecycle.on_unload(close)
+    else:
+        joined, kind = _join(target, timeout)
+        _state.update(client=joined, kind=kind)
+    ensure_budget(be, force=True)
+    return status()
+
+
+def ensure_budget(be: Backend, force: bool = False) -> None:
+    """Put the kernel's budget in force on every worker (again when it changed)."""
+    c = _state["client"]
+    if c is None or (not force and _state["budget"] == be.budget):
+        return
+    local = _state["cluster"] is not None
+    backend = ("cupy" if be.is_gpu else "host") if local else None
+    from .plugin import BudgetPlugin
+
+    c.register_plugin(BudgetPlugin(backend, be.budget), name=BudgetPlugin.name)
+    _state["budget"] = be.budget
+
+
+def status() -> ClusterStatus:
+    """The cluster in use and its workers (asks each worker), or an empty status."""
+    c = _state["client"]
+    if c is None:
+        return ClusterStatus()
+    facts = c.run(worker_facts)
+    workers = [WorkerFacts(addr, f["backend"], f["device"], f["total_bytes"], f["budget"],
+                           f["nthreads"]) for addr, f in sorted(facts.items())]
+    return ClusterStatus(_state["kind"], str(c.scheduler.address), workers)
+
+
+def close() -> None:
+    """Leave the cluster in use; close it and its client when this kernel started them."""
+    c, cluster = _state["client"], _state["cluster"]
+    _state.update(client=None, cluster=None, kind="", budget=None)
+    if cluster is not None:
+        c.close()
+        cluster.close()

@@ -1,0 +1,328 @@
+"""A cell run on the cluster, as a transaction: one task per block, results back as Dask
+arrays (or NumPy with ``--to-host``), ``--reduce`` rules as Dask tree reductions.
+
+Dask schedules; this module only builds the tasks, counts finished blocks for the progress
+bar, and on a failure or Ctrl-C cancels every future of the cell (blocks, scattered chunks,
+shared inputs), so the workers keep nothing of it and the namespace is untouched.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from ..run import progress
+from ..run.batching import RULES, BatchOptions
+from ..run.errors import CellError, at_cell_line, fail
+from ..run.plan import CellPlan
+from ..run.report import InputMove, OutputInfo, RunReport
+from . import connect
+from .inputs import BlockInputs, prepare, python_values
+from .report import ClusterRun
+from .worker import BlockFailed, BlockSpec, block_info, run_block
+
+__all__ = ["SPLIT_EVERY", "ClusterExecutor"]
+
+SPLIT_EVERY = 8  # partials joined per task of a --reduce tree reduction
+
+
+def _pick(result: dict[str, Any], name: str) -> Any:
+    return result["values"][name]
+
+
+def _to_numpy(block: Any) -> np.ndarray:
+    return block.get() if hasattr(block, "get") and not isinstance(block, np.ndarray) \
+        else np.asarray(block)
+
+
+def _partial(result: dict[str, Any], name: str, rule: str) -> np.ndarray:
+    """A block's partial result as a NumPy block of one row (a run of rows for concat)."""
+    value = _to_numpy(result["values"][name])
+    if rule == "concat":
+        return np.atleast_1d(value)
+    if rule == "mean":
+        value = value.astype(np.float64) * result["stats"].rows
+    return value[None]
+
+
+class ClusterExecutor:
+    """Runs cells on the cluster in use; ``run_cell``'s ``remote`` (see ``run/cell.py``).
+
+    Parameters
+    ----------
+    darrs
+        The cell's Dask inputs, by name.
+    opts
+        ``--batch`` options: block rows and bytes for scattered NumPy inputs, and ``--reduce``.
+    scatter_numpy
+        ``--cluster``: chunk and scatter the cell's NumPy inputs too.
+    """
+
+    def __init__(self, darrs: dict[str, Any], opts: BatchOptions | None,
+                 scatter_numpy: bool, source: str, fallback: bool, syncs: str) -> None:
+        self.darrs, self.opts = darrs, opts or BatchOptions()
+        self.scatter_numpy, self.source = scatter_numpy, source
+        self.fallback, self.syncs = fallback, syncs
+        self.names = frozenset(darrs)
+
+    def __call__(self, plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
+                 to_host: Any, dtype: str | None, filename: str, be: Backend) -> None:
+        __tracebackhide__ = True
+        client = connect.client()
+        if client is None:
+            raise CellError("no cluster is in use; start one with %gpu_cluster local or "
+                            "join one: cupy_magic.use_cluster('tcp://HOST:8786')")
+        if dtype is not None:
+            raise CellError(f"--dtype {dtype} is not available on a cluster run yet; cast the "
+                            f"input first (x = x.astype(np.float32)) or run with %gpu_cluster off")
+        unknown = [n for n in self.opts.reduce if n not in plan.stored]
+        if unknown:
+            raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never "
+                            f"assigns; it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
+        connect.ensure_budget(be)
+        wall0 = time.perf_counter()
+        held: list[Any] = []
+        cell_id = uuid.uuid4().hex[:8]
+        try:
+            results, info = self._run(client, plan, namespace, filename, be, held, cell_id,
+                                      to_host)
+        except BaseException as exc:
+            client.cancel(held)  # queued, running and finished blocks, scattered inputs
+            held.clear()
+            raise self._failure(exc, be, filename, namespace) from None
+        finally:
+            progress.finish()
+        held.clear()  # released: the results hold keys of their own now
+        self._commit(plan, results, namespace, report, be)
+        report.batch = info
+        report.gpu_seconds = info.run_seconds
+        report.wall_seconds = time.perf_counter() - wall0
+        report.peak_pool_bytes = max((w.peak_bytes for w in info.workers), default=0)
+        for name in info.batched:
+            report.inputs.append(InputMove(name, self._nbytes(plan, name), info.run_seconds,
+                                           False, self._dtype(plan, name), streamed=True))
+
+    def _nbytes(self, plan: CellPlan, name: str) -> int:
+        arr = self.darrs.get(name, plan.inputs.get(name))
+        return int(arr.nbytes) if arr is not None else 0
+
+    def _dtype(self, plan: CellPlan, name: str) -> str:
+        arr = self.darrs.get(name, plan.inputs.get(name))
+        return str(arr.dtype) if arr is not None else ""
+
+    def _run(self, client: Any, plan: CellPlan, namespace: dict[str, Any], filename: str,
+             be: Backend, held: list[Any], cell_id: str,
+             to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
+        import dask
+
+        inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
+                         self.scatter_numpy, be)
+        held.extend(inputs.futures)
+        values = python_values(self.source, namespace, plan, be,
+                               {*inputs.batched, *inputs.shared})
+        spec = BlockSpec(self.source, filename, tuple(plan.overrides), values,
+                         tuple(sorted(plan.stored)), len(inputs.blocks), self.fallback,
+                         self.syncs)
+        [spec_f] = client.scatter([spec], broadcast=True, hash=False)
+        held.append(spec_f)
+        tasks = [dask.delayed(run_block, pure=False)(
+            spec_f, i, inputs.starts[i], inputs.blocks[i], inputs.shared,
+            dask_key_name=f"cupy-magic-{cell_id}-block-{i}")
+            for i in range(len(inputs.blocks))]
+        running = progress.current()
+        progress.start(running.cell_label if running else filename, len(tasks),
+                       inputs.input_bytes)
+        t0 = time.perf_counter()
+        futures = client.compute(tasks)
+        held.extend(futures)
+        self._wait(futures, inputs)
+        run_seconds = time.perf_counter() - t0
+        infos = client.gather(client.map(block_info, futures, pure=False))
+        stats = [i["stats"] for i in infos]
+        info = ClusterRun(connect.status().describe().removeprefix("cluster: "),
+                          inputs.batched, tuple(inputs.shared), inputs.scattered, len(tasks),
+                          sum(s.rows for s in stats), inputs.input_bytes, run_seconds,
+                          inputs.scatter_seconds, ClusterRun.shares(stats))
+        results = self._results(futures, infos, info, to_host, be)
+        return results, info
+
+    def _wait(self, futures: list[Any], inputs: BlockInputs) -> None:
+        """Wait for the blocks, counting them for the progress bar; stop at the first error."""
+        from distributed import as_completed
+
+        per_block = inputs.input_bytes // max(len(futures), 1)
+        for f in as_completed(futures):
+            if f.status == "error":
+                raise f.exception()
+            if f.status == "cancelled":
+                raise CellError("a block of the cell was cancelled on the cluster (a worker "
+                                "left?); run the cell again")
+            progress.step(1, per_block)
+
+    def _failure(self, exc: BaseException, be: Backend, filename: str,
+                 namespace: dict[str, Any]) -> BaseException:
+        tail = "its futures cancelled, nothing committed"
+        if isinstance(exc, BlockFailed):
+            new = exc.original
+            note = f"{exc.where}; {tail}"
+            if isinstance(new, CellError):
+                new.args = (f"{new.args[0]} ({note})",)
+            elif hasattr(new, "add_note"):
+                new.add_note(note)
+            return at_cell_line(new, filename, exc.line)
+        where = ("interrupted; the cell's futures on the cluster cancelled, nothing committed"
+                 if isinstance(exc, KeyboardInterrupt) else f"the cluster run failed; {tail}")
+        return fail(exc, be, 0, filename, where, namespace=namespace)
+
+    # --- results ------------------------------------------------------------------------
+    def _results(self, futures: list[Any], infos: list[dict[str, Any]], info: ClusterRun,
+                 to_host: Any, be: Backend) -> dict[str, Any]:
+        host = None if isinstance(to_host, bool) else set(to_host)
+        names = sorted({n for i in infos for n in i["names"]})
+        out: dict[str, Any] = {}
+        gathered, kept, skipped = [], [], []
+        for name in names:
+            kinds = [i["names"].get(name) for i in infos]
+            if any(k is None for k in kinds):
+                raise CellError(f"the cell assigned {name} in some blocks only, so rows would "
+                                "be missing; assign it in every block")
+            if name in self.opts.reduce:
+                out[name] = self._reduce(futures, name, kinds, infos, to_host, be)
+                info.reduced[name] = self.opts.reduce[name]
+            elif all(k[0] == "rows" for k in kinds):
+                arr = self._rows(futures, name, kinds, infos)
+                if to_host is True or (host is not None and name in host):
+                    out[name] = arr.map_blocks(_to_numpy, meta=np.empty(
+                        (0,) * arr.ndim, arr.dtype)).compute()
+                    gathered.append(name)
+                else:
+                    out[name] = arr.persist()
+                    kept.append(name)
+            elif all(k[0] == "python" for k in kinds):
+                out[name] = self._agreed(name, [k[1] for k in kinds])
+            elif all(k[0] == "skip" for k in kinds):
+                skipped.append(name)
+            else:
+                raise CellError(self._no_rule(name, kinds, infos))
+        info.gathered, info.kept = tuple(gathered), tuple(kept)
+        if skipped:
+            info_note = (f"{', '.join(skipped)}: functions and modules a cluster run defines "
+                         "stay on the workers (not committed); define them in a plain cell")
+            out.setdefault("__notes__", []).append(info_note)
+        return out
+
+    def _rows(self, futures: list[Any], name: str, kinds: list[Any],
+              infos: list[dict[str, Any]]) -> Any:
+        import dask
+        import dask.array as da
+
+        first = kinds[0]
+        for j, k in enumerate(kinds):
+            if k[1][1:] != first[1][1:] or k[2] != first[2]:
+                raise CellError(
+                    f"the cell's result {name!r} is {k[2]} {k[1]} in block {j + 1} but "
+                    f"{first[2]} (rows, *{first[1][1:]}) in the first block; a row result "
+                    f"must keep one row per input row, or name a rule: --reduce {name}=concat "
+                    f"(or {', '.join(RULES[:-1])})")
+        meta = _meta(infos[0]["stats"].backend, len(first[1]), first[2])
+        parts = [da.from_delayed(dask.delayed(_pick, pure=True)(f, name), shape=k[1],
+                                 dtype=k[2], meta=meta)
+                 for f, k in zip(futures, kinds, strict=True)]
+        return da.concatenate(parts, axis=0)
+
+    def _reduce(self, futures: list[Any], name: str, kinds: list[Any],
+                infos: list[dict[str, Any]], to_host: Any, be: Backend) -> Any:
+        import dask
+        import dask.array as da
+
+        rule = self.opts.reduce[name]
+        parts = []
+        for f, k, i in zip(futures, kinds, infos, strict=True):
+            shape, dtype = (k[1], k[2]) if k[0] in ("rows", "array") else \
+                (np.shape(k[1]), np.asarray(k[1]).dtype) if k[0] == "python" else ((), None)
+            if dtype is None:
+                raise CellError(f"--reduce {name}={rule}: {name!r} is a {k[1]} in block "
+                                f"{i['stats'].index + 1}, not a number or an array")
+            one = (max(1, shape[0]) if shape else 1, *shape[1:]) if rule == "concat" \
+                else (1, *shape)
+            dt = np.float64 if rule == "mean" else dtype
+            parts.append(da.from_delayed(dask.delayed(_partial, pure=True)(f, name, rule),
+                                         shape=one, dtype=dt, meta=np.empty((0,) * len(one), dt)))
+        stack = da.concatenate(parts, axis=0)
+        if rule == "concat":
+            value = stack.compute()
+        elif rule == "mean":
+            value = stack.sum(axis=0, split_every=SPLIT_EVERY).compute() / \
+                sum(i["stats"].rows for i in infos)
+        else:
+            value = getattr(da, rule)(stack, axis=0, split_every=SPLIT_EVERY).compute()
+        python = all(k[0] == "python" for k in kinds)
+        if python or not be.is_gpu or to_host is True or \
+                (not isinstance(to_host, bool) and name in to_host):
+            return value[()] if np.ndim(value) == 0 else value
+        return be.to_device(np.asarray(value)).array
+
+    def _agreed(self, name: str, values: list[Any]) -> Any:
+        first = values[0]
+        for j, v in enumerate(values[1:], start=2):
+            try:
+                same = bool(v == first) or (v != v and first != first)
+            except (ValueError, TypeError):
+                same = False
+            if not same:
+                raise CellError(
+                    f"the cell's result {name!r} is {first!r} in block 1 but {v!r} in block "
+                    f"{j}: it depends on the block, so the blocks' values cannot be joined; "
+                    f"name a rule, e.g. --reduce {name}=sum (rules: {', '.join(RULES)}), or "
+                    "compute it in a cell of its own")
+        return first
+
+    @staticmethod
+    def _no_rule(name: str, kinds: list[Any], infos: list[dict[str, Any]]) -> str:
+        j = next(j for j, k in enumerate(kinds) if k[0] != "rows")
+        k, rows = kinds[j], infos[j]["stats"].rows
+        what = f"array {k[2]} {k[1]}" if k[0] in ("rows", "array") else type(k[1]).__name__
+        return (f"the cell's result {name!r} ({what} in block {j + 1}) has no row axis of the "
+                f"block's {rows} rows, so the blocks' values cannot be joined; name a rule, "
+                f"e.g. --reduce {name}=sum (rules: {', '.join(RULES)}), or compute it in a "
+                "cell of its own")
+
+    # --- commit -------------------------------------------------------------------------
+    def _commit(self, plan: CellPlan, results: dict[str, Any], namespace: dict[str, Any],
+                report: RunReport, be: Backend) -> None:
+        report.notes.extend(results.pop("__notes__", []))
+        for name in sorted(plan.deleted):
+            if name in namespace and name not in results:
+                del namespace[name]
+                report.outputs.append(OutputInfo(name, "deleted", "deleted"))
+        namespace.update(results)
+        for name, value in results.items():
+            report.outputs.append(_describe(name, value, be))
+
+
+def _describe(name: str, value: Any, be: Backend) -> OutputInfo:
+    """The report's row of a committed name: where it lives after a cluster run."""
+    if hasattr(value, "chunks") and hasattr(value, "dask"):
+        return OutputInfo(name, f"dask.array {value.dtype} {value.shape}, "
+                          f"{value.npartitions} blocks", "workers (cluster)", int(value.nbytes))
+    if be.is_device_array(value):
+        where = "device" if be.is_gpu else "device (CPU fallback: host RAM)"
+        return OutputInfo(name, f"{type(value).__module__.split('.')[0]}.ndarray {value.dtype} "
+                          f"{value.shape}", where, int(value.nbytes))
+    if isinstance(value, np.ndarray):
+        return OutputInfo(name, f"numpy.ndarray {value.dtype} {value.shape}", "host",
+                          int(value.nbytes))
+    return OutputInfo(name, type(value).__name__, "python")
+
+
+def _meta(backend: str, ndim: int, dtype: np.dtype) -> Any:
+    """An empty block of the kind the workers hold (CuPy on GPU workers)."""
+    if backend == "cupy":
+        import cupy
+
+        return cupy.empty((0,) * ndim, dtype)
+    return np.empty((0,) * ndim, dtype)

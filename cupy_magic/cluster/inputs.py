@@ -1,0 +1,159 @@
+"""The inputs of a cluster run: the cell's Dask arrays (checked, aligned) and, with
+``--cluster``, its large NumPy inputs (chunked and scattered from this kernel); the other
+inputs every block reads whole, scattered once to every worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from ..run.batching import BatchOptions, select_inputs
+from ..run.errors import CellError
+from ..run.names import analyse
+from ..run.plan import CellPlan
+
+__all__ = ["BLOCK_BYTES", "BlockInputs", "dask_inputs", "is_dask_array", "prepare", "read_values"]
+
+BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
+
+
+def is_dask_array(value: Any) -> bool:
+    """Whether ``value`` is a ``dask.array.Array`` (without importing Dask)."""
+    return type(value).__module__.startswith("dask.array") and hasattr(value, "chunks")
+
+
+def dask_inputs(source: str, namespace: dict[str, Any]) -> dict[str, Any]:
+    """The Dask arrays the cell reads, by name."""
+    names = analyse(ast.parse(source))
+    read = (names.loaded | names.mutated) - names.written_first
+    return {n: namespace[n] for n in sorted(read) if is_dask_array(namespace.get(n))}
+
+
+def read_values(source: str, namespace: dict[str, Any], skip: set[str]) -> dict[str, Any]:
+    """The other values the cell reads (numbers, functions, modules), sent with the cell."""
+    names = analyse(ast.parse(source))
+    read = (names.loaded | names.mutated) - names.written_first - skip
+    return {n: namespace[n] for n in sorted(read) if n in namespace}
+
+
+@dataclass
+class BlockInputs:
+    """What each block reads: ``blocks[i]`` maps a batched input to its block ``i`` (a Dask
+    block or a scattered chunk); ``shared`` the scattered whole inputs."""
+
+    batched: tuple[str, ...]
+    starts: list[int]
+    blocks: list[dict[str, Any]]
+    shared: dict[str, Any] = field(default_factory=dict)
+    scattered: tuple[str, ...] = ()
+    input_bytes: int = 0
+    futures: list[Any] = field(default_factory=list)  # scattered: released after the run
+    scatter_seconds: float = 0.0
+
+
+def _check(name: str, arr: Any) -> None:
+    if arr.ndim == 0:
+        raise CellError(f"Dask input {name!r} is 0-d and has no rows to cut into blocks; "
+                        f"compute it first ({name} = {name}.compute())")
+    split = [k for k in range(1, arr.ndim) if len(arr.chunks[k]) > 1]
+    if split:
+        axes = ", ".join(f"{k}: -1" for k in split)
+        raise CellError(f"Dask input {name!r} is chunked along axis {split[0]} too (chunks "
+                        f"{arr.chunksize} of {arr.shape}); blocks run along the leading axis "
+                        f"only: {name} = {name}.rechunk({{{axes}}})")
+
+
+def _align(darrs: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """The leading-axis chunks of the first Dask input, every Dask input rechunked to them."""
+    for name, arr in darrs.items():
+        _check(name, arr)
+    first = next(iter(darrs))
+    rows = {n: a.shape[0] for n, a in darrs.items()}
+    if len(set(rows.values())) > 1:
+        shapes = ", ".join(f"{n} {a.shape}" for n, a in darrs.items())
+        raise CellError(f"the Dask inputs have different leading lengths ({shapes}); blocks "
+                        f"need inputs whose rows match, e.g. slice them to {min(rows.values())}")
+    chunks = darrs[first].chunks[0]
+    return chunks, {n: (a if a.chunks[0] == chunks else a.rechunk({0: chunks}))
+                    for n, a in darrs.items()}
+
+
+def _numpy_chunks(total: int, row_bytes: int, opts: BatchOptions, workers: int) -> tuple[int, ...]:
+    if opts.rows:
+        rows = opts.rows
+    else:
+        per = opts.nbytes or BLOCK_BYTES
+        rows = min(max(1, per // max(row_bytes, 1)), max(1, math.ceil(total / (2 * workers))))
+    return tuple(min(rows, total - a) for a in range(0, total, rows))
+
+
+def _device_to_host(value: Any) -> np.ndarray:
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
+        else np.asarray(value)
+
+
+def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
+            namespace: dict[str, Any],
+            opts: BatchOptions, scatter_numpy: bool, be: Backend) -> BlockInputs:
+    """Cut the batched inputs into blocks and scatter what this kernel holds."""
+    numpy_in = dict(plan.inputs)
+    cut: list[str] = []
+    if scatter_numpy and numpy_in:
+        cut, _ = select_inputs(numpy_in, opts)
+    chunks: tuple[int, ...] = ()
+    if darrs:
+        chunks, darrs = _align(darrs)
+        total = sum(chunks)
+        bad = [n for n in cut if numpy_in[n].shape[0] != total]
+        if bad:
+            raise CellError(f"--cluster batches {', '.join(bad)}, whose rows differ from the "
+                            f"Dask inputs' {total:,}; name the inputs to cut: --batch "
+                            f"{','.join(darrs)}")
+    elif cut:
+        total = numpy_in[cut[0]].shape[0]
+        row_bytes = sum(numpy_in[n][:1].nbytes for n in cut)
+        workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+        chunks = _numpy_chunks(total, row_bytes, opts, workers)
+    if not chunks or sum(chunks) == 0:
+        raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    blocks: list[dict[str, Any]] = [{} for _ in chunks]
+    for name, arr in darrs.items():
+        for i, d in enumerate(arr.to_delayed().ravel()):
+            blocks[i][name] = d
+    t0 = time.perf_counter()
+    futures: list[Any] = []
+    for name in cut:
+        arr = numpy_in[name]
+        parts = client.scatter([arr[a:a + n] for a, n in zip(starts, chunks, strict=True)],
+                               hash=False)
+        futures.extend(parts)
+        for i, f in enumerate(parts):
+            blocks[i][name] = f
+    whole = {n: a for n, a in numpy_in.items() if n not in cut}
+    # arrays earlier cells left on this kernel's device: the workers get them as NumPy
+    whole.update({k: _device_to_host(v) for k, v in
+                  read_values(source, namespace, set(whole)).items()
+                  if be.is_device_array(v)})
+    shared = client.scatter(whole, broadcast=True, hash=False) if whole else {}
+    futures.extend(shared.values())
+    nbytes = sum(int(a.nbytes) for a in darrs.values()) + sum(numpy_in[n].nbytes for n in cut)
+    return BlockInputs((*darrs, *cut), starts, blocks, shared, tuple(cut), nbytes, futures,
+                       time.perf_counter() - t0)
+
+
+def python_values(source: str, namespace: dict[str, Any], plan: CellPlan,
+                  be: Backend, taken: set[str]) -> dict[str, Any]:
+    """The non-array values the cell reads, sent with the cell (modules by reference)."""
+    values = read_values(source, namespace, taken | set(plan.overrides))
+    return {k: v for k, v in values.items()
+            if not be.is_device_array(v) and not is_dask_array(v)
+            and not (isinstance(v, types.ModuleType) and v is np)}

@@ -1,0 +1,116 @@
+"""The report's rows of a cluster run: the plan, each worker's share, the scheduler's time.
+
+A :class:`ClusterRun` sits where a batched run's plan sits (``report.batch``), so the
+report shows its lines in text and HTML alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..units import format_bytes
+from .worker import BlockStats
+
+__all__ = ["ClusterRun", "WorkerShare"]
+
+
+@dataclass(frozen=True)
+class WorkerShare:
+    """What one worker did for the cell: blocks, input bytes, busy time, syncs, peak pool."""
+
+    worker: str
+    device: str
+    blocks: int
+    nbytes: int
+    seconds: float
+    syncs: int
+    peak_bytes: int
+
+
+@dataclass
+class ClusterRun:
+    """How a cell ran on the cluster (``report.batch`` of such a run).
+
+    Attributes
+    ----------
+    cluster
+        Which cluster (``%gpu_cluster show``'s first line).
+    batched, shared
+        Inputs cut into blocks along the leading axis; inputs every block reads whole
+        (scattered once to every worker).
+    scattered
+        NumPy inputs this kernel chunked and scattered first (``--cluster``).
+    blocks, total_rows, input_bytes
+        Blocks run, their rows and their input bytes.
+    run_seconds
+        From the first task sent to the last block done.
+    scatter_seconds
+        Sending the kernel's NumPy data (chunks and shared inputs) to the workers.
+    workers
+        One :class:`WorkerShare` per worker that ran blocks.
+    gathered, reduced, kept
+        Row results (Dask arrays, or NumPy with ``--to-host``), ``--reduce`` results
+        (Dask tree reductions), results left as Dask arrays on the workers.
+    """
+
+    cluster: str
+    batched: tuple[str, ...]
+    shared: tuple[str, ...]
+    scattered: tuple[str, ...]
+    blocks: int
+    total_rows: int
+    input_bytes: int
+    run_seconds: float = 0.0
+    scatter_seconds: float = 0.0
+    workers: list[WorkerShare] = field(default_factory=list)
+    gathered: tuple[str, ...] = ()
+    reduced: dict[str, str] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()
+
+    @property
+    def input_gbps(self) -> float:
+        """Input bytes per second of the run (blocks' inputs over the run's time)."""
+        return self.input_bytes / self.run_seconds / 1e9 if self.run_seconds > 0 else 0.0
+
+    @property
+    def scheduler_seconds(self) -> float:
+        """The run's time outside the busiest worker's blocks: scheduling, transfers between
+        processes, (de)serialisation, and workers waiting."""
+        busiest = max((w.seconds for w in self.workers), default=0.0)
+        return max(0.0, self.run_seconds - busiest)
+
+    @staticmethod
+    def shares(stats: list[BlockStats]) -> list[WorkerShare]:
+        """Sum the blocks' stats per worker."""
+        out: dict[str, WorkerShare] = {}
+        for s in stats:
+            w = out.get(s.worker) or WorkerShare(s.worker, s.device, 0, 0, 0.0, 0, 0)
+            out[s.worker] = WorkerShare(w.worker, w.device, w.blocks + 1, w.nbytes + s.nbytes,
+                                        w.seconds + s.seconds, w.syncs + s.syncs,
+                                        max(w.peak_bytes, s.peak_bytes))
+        return sorted(out.values(), key=lambda w: w.worker)
+
+    def lines(self, host: bool = False) -> list[str]:
+        """The plain-text report lines (``host``: the workers ran NumPy on their CPUs)."""
+        pool = "peak memory" if host else "peak pool"
+        out = [f"  cluster {self.cluster}",
+               f"  cluster {self.blocks} blocks over the leading axis of "
+               f"{', '.join(self.batched)} ({self.total_rows:,} rows, "
+               f"{format_bytes(self.input_bytes)}): {self.input_gbps:.2f} GB/s of input in "
+               f"{self.run_seconds * 1e3:.1f} ms; {self.scheduler_seconds * 1e3:.1f} ms outside "
+               "the busiest worker's blocks (scheduler, transfers, serialisation)"]
+        if self.scattered or self.shared:
+            out.append(f"  cluster scattered from this kernel in {self.scatter_seconds * 1e3:.1f}"
+                       f" ms: {', '.join([*self.scattered, *self.shared])}"
+                       + (f" (shared, sent once to every worker: {', '.join(self.shared)})"
+                          if self.shared else ""))
+        for w in self.workers:
+            out.append(f"  cluster worker {w.worker} ({w.device}): {w.blocks} blocks, "
+                       f"{format_bytes(w.nbytes)} in, {w.seconds * 1e3:.1f} ms busy, "
+                       f"{w.syncs} host syncs, {pool} {format_bytes(w.peak_bytes)}")
+        joined = [f"{n} (Dask array on the workers)" for n in self.kept]
+        joined += [f"{n} (rows gathered as NumPy)" for n in self.gathered]
+        joined += [f"{n} ({r}, Dask tree reduction)" for n, r in self.reduced.items()]
+        if joined:
+            out.append(f"  cluster results: {', '.join(joined)}")
+        return out

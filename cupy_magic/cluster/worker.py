@@ -1,0 +1,156 @@
+"""What runs on a worker: one block of a cell, and the facts ``%gpu_cluster show`` lists.
+
+A block runs the cell's code as the kernel would (``np`` means the worker's array module,
+CuPy on a GPU worker), over its rows of the batched inputs and the whole of the shared ones.
+An error becomes :class:`BlockFailed`, which names the block, its rows, the worker and the
+cell's line, and carries the original exception back to the kernel.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import backend as _backend
+from ..compat.proxy import array_module
+from ..compat.record import CompatRecord
+from ..run.errors import fail
+from ..run.plan import register_source
+from ..syncs.record import SyncRecorder
+
+__all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "run_block", "worker_facts"]
+
+def worker_facts(dask_worker: Any = None) -> dict[str, Any]:
+    """What a worker runs cells on: backend, device, memory, budget, threads (``show``)."""
+    be = _backend.current()
+    info = be.info()
+    return {"backend": be.name, "device": info.name, "total_bytes": info.total_bytes,
+            "budget": be.budget.describe() if be.budget else "off", "limit": be.limit,
+            "pool_used": be.pool_used(),
+            "memory_limit": getattr(dask_worker, "memory_limit", None),
+            "nthreads": getattr(dask_worker, "state", None) and dask_worker.state.nthreads}
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """The cell as every block runs it; scattered once to every worker, not sent per task."""
+
+    source: str
+    filename: str
+    numpy_names: tuple[str, ...]
+    values: dict[str, Any]
+    stored: tuple[str, ...]
+    nblocks: int
+    fallback: bool = False
+    syncs: str = "warn"
+
+
+@dataclass
+class BlockStats:
+    """One block as its worker saw it (the report's per-worker rows sum these)."""
+
+    index: int
+    worker: str
+    rows: int
+    nbytes: int
+    seconds: float
+    peak_bytes: int
+    syncs: int = 0
+    device: str = ""
+    backend: str = "host"
+
+
+class BlockFailed(Exception):
+    """A block of a cell failed on a worker: which block, rows, worker and cell line."""
+
+    def __init__(self, where: str, line: int | None, original: BaseException) -> None:
+        super().__init__(where, line, original)
+        self.where, self.line, self.original = where, line, original
+
+    def __str__(self) -> str:
+        return f"{self.where}: {type(self.original).__name__}: {self.original}"
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "this process"
+
+
+def _cell_lineno(exc: BaseException, filename: str) -> int | None:
+    tb, line = exc.__traceback__, getattr(exc, "line", None)
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line if isinstance(line, int) else None
+
+
+def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
+              shared: dict[str, Any]) -> dict[str, Any]:
+    """Run the cell over one block; return the names it bound and the block's stats.
+
+    ``batched`` holds this block's rows of the batched inputs, ``shared`` the inputs every
+    block reads whole. Raises :class:`BlockFailed` naming the block, worker and line.
+    """
+    be, worker = _backend.current(), _worker_address()
+    rows = next((len(a) for a in batched.values()), 0)
+    register_source(spec.source, spec.filename)
+    record = CompatRecord(spec.filename, spec.source, fallback=spec.fallback,
+                          host=not be.is_gpu)
+    module = array_module(be.xp, record)
+    work: dict[str, Any] = {"__builtins__": builtins, **spec.values}
+    work.update({n: module for n in spec.numpy_names})
+    recorder = (SyncRecorder(spec.filename, spec.source, spec.syncs) if be.is_gpu
+                and spec.syncs != "off" else None)
+    t0, peak = time.perf_counter(), 0
+    try:
+        with be.track_memory(spec.filename) as mem:
+            for name, arr in {**shared, **batched}.items():
+                work[name] = be.to_device(np.asarray(arr)).array
+            code = compile(spec.source, spec.filename, "exec")
+            if recorder is not None:
+                with recorder:
+                    exec(code, work)
+            else:
+                exec(code, work)
+            be.synchronize()
+        peak = mem.peak_bytes
+    except BaseException as exc:
+        work.clear()
+        new = fail(exc, be, peak, spec.filename)
+        where = (f"block {index + 1} of {spec.nblocks} (rows {start:,}:{start + rows:,}) "
+                 f"failed on worker {worker}")
+        raise BlockFailed(where, _cell_lineno(new, spec.filename), new) from None
+    syncs = sum(c.count for c in recorder.counts) if recorder is not None \
+        and recorder.available else 0
+    stats = BlockStats(index, worker, rows, sum(int(a.nbytes) for a in batched.values()),
+                       time.perf_counter() - t0, peak, syncs, be.info().name, be.name)
+    out = {n: work[n] for n in spec.stored if n in work}
+    return {"values": out, "stats": stats}
+
+
+def block_info(result: dict[str, Any]) -> dict[str, Any]:
+    """What the kernel needs to know of a block's result, without its arrays: per name
+    ``("rows"|"array", shape, dtype)``, ``("python", value)`` or ``("skip", kind)``."""
+    rows = result["stats"].rows
+    info: dict[str, Any] = {}
+    for name, value in result["values"].items():
+        shape = getattr(value, "shape", None)
+        if isinstance(value, (types.FunctionType, type, types.ModuleType)) or callable(value):
+            info[name] = ("skip", type(value).__name__)
+        elif shape is not None and hasattr(value, "dtype") and not isinstance(value, np.generic):
+            kind = "rows" if len(shape) >= 1 and shape[0] == rows else "array"
+            info[name] = (kind, tuple(shape), np.dtype(value.dtype))
+        elif isinstance(value, np.generic):
+            info[name] = ("array", (), value.dtype)
+        else:
+            info[name] = ("python", value)
+    return {"names": info, "stats": result["stats"]}

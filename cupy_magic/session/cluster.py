@@ -1,0 +1,73 @@
+"""``%gpu_cluster`` as functions: the Dask cluster cells run on, and when a cell goes there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import backend as _backend
+from ..cluster import connect
+from ..cluster.connect import CONNECT_TIMEOUT, ClusterError, ClusterStatus
+from ..cluster.execute import ClusterExecutor
+from ..cluster.inputs import dask_inputs
+from ..run.batching import BatchOptions
+from ..run.errors import CellError
+
+__all__ = ["ClusterError", "ClusterStatus", "cluster_remote", "cluster_status", "use_cluster"]
+
+
+def use_cluster(target: Any = "local", *, n_workers: int | None = None,
+                timeout: float = CONNECT_TIMEOUT) -> ClusterStatus:
+    """Run ``%%gpu`` cells over Dask arrays on a cluster (``%gpu_cluster``).
+
+    Parameters
+    ----------
+    target
+        ``"local"``: start ``dask_cuda.LocalCUDACluster`` (one worker per GPU) on a GPU, a
+        ``distributed.LocalCluster`` of worker processes on loopback on the CPU fallback;
+        an address (``"tcp://10.0.0.5:8786"``) or a ``distributed.Client``: join that
+        cluster; ``None`` or ``"off"``: leave it (a local one is closed).
+    n_workers
+        Worker processes of a local CPU cluster (default
+        :data:`~cupy_magic.cluster.connect.LOCAL_CPU_WORKERS`, at most the cores).
+    timeout
+        Seconds to reach a scheduler at an address.
+
+    Returns
+    -------
+    ClusterStatus
+        The cluster and its workers (backend, device, memory, budget), as
+        :func:`cluster_status`.
+
+    Raises
+    ------
+    cupy_magic.cluster.connect.ClusterError
+        When Dask is missing or the scheduler cannot be reached; the message says the fix.
+    """
+    return connect.use(target, _backend.current(), n_workers=n_workers, timeout=timeout)
+
+
+def cluster_status() -> ClusterStatus:
+    """The cluster in use and its workers (``%gpu_cluster show``), or an empty status."""
+    return connect.status()
+
+
+def cluster_remote(source: str, namespace: dict[str, Any], cluster: bool,
+                   batch: BatchOptions | None, fallback: bool,
+                   syncs: str) -> ClusterExecutor | None:
+    """The executor a cell runs on: the cluster's when it reads Dask arrays or asks for
+    ``--cluster``; ``None`` runs it in this kernel."""
+    if not isinstance(cluster, bool):
+        raise CellError(f"cluster={cluster!r} is not True or False; e.g. "
+                        "cupy_magic.run_cell(source, namespace, cluster=True)")
+    darrs = dask_inputs(source, namespace)
+    if not (darrs or cluster):
+        return None
+    if connect.client() is None:
+        what = (f"the cell reads the Dask array{'s' * (len(darrs) > 1)} {', '.join(darrs)}"
+                if darrs else "--cluster asks for a cluster")
+        raise CellError(f"{what} and no cluster is in use; start one with %gpu_cluster local "
+                        "(cupy_magic.use_cluster('local')) or join one with %gpu_cluster "
+                        "tcp://HOST:8786" + ("" if not darrs else
+                                             f", or compute it here first: "
+                                             f"{next(iter(darrs))}.compute()"))
+    return ClusterExecutor(darrs, batch, cluster, source, fallback, syncs)

@@ -1,0 +1,149 @@
+"""%%gpu cells over Dask arrays on a real LocalCluster of 2 worker processes (CPU fallback):
+the same results as the cell run in this kernel, blocks per worker, a failing block that
+leaves nothing behind, and one-line refusals with the fix."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+import cupy_magic
+
+da = pytest.importorskip("dask.array")
+
+
+def cell_tasks(client) -> list[str]:
+    """The scheduler's tasks made for %%gpu cells (their keys start with cupy-magic-)."""
+    return client.run_on_scheduler(
+        lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if "cupy-magic" in str(k)])
+
+
+def worker_keys(client) -> int:
+    """Keys the workers hold, in all."""
+    return sum(client.run(lambda dask_worker: len(dask_worker.data)).values())
+
+
+def _in_kernel(ip, body: str, line: str, names: list[str]) -> dict:
+    ip.run_cell_magic("gpu", f"--quiet --to-host {line}".strip(), body)
+    return {n: ip.user_ns[n] for n in names}
+
+
+def _settled(client, before: int, timeout: float = 10.0) -> tuple[list[str], int]:
+    """Wait for the scheduler to forget the cell's tasks and the workers their keys."""
+    end = time.monotonic() + timeout
+    while True:
+        tasks, keys = cell_tasks(client), worker_keys(client)
+        if (not tasks and keys <= before) or time.monotonic() > end:
+            return tasks, keys
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def data(ip):
+    rng = np.random.default_rng(0)
+    x = rng.random((1000, 4))
+    ip.user_ns.update(x=x, xd=da.from_array(x, chunks=(300, 4)))
+    return x
+
+
+def test_element_wise_equals_the_kernel_and_stays_a_dask_array(ip, joined, data):
+    body = "y = np.sqrt(XX) * 2 + 1\n"
+    ref = _in_kernel(ip, body.replace("XX", "x"), "", ["y"])["y"]
+    ip.run_cell_magic("gpu", "--quiet", body.replace("XX", "xd"))
+    y = ip.user_ns["y"]
+    assert isinstance(y, da.Array) and y.chunks[0] == (300, 300, 300, 100)
+    np.testing.assert_array_equal(y.compute(), ref)
+    rep = cupy_magic.last_report()
+    assert rep.batch.blocks == 4 and sum(w.blocks for w in rep.batch.workers) == 4
+    assert len(rep.batch.workers) == 2  # both processes ran blocks
+    assert rep.batch.kept == ("y",)
+    assert any("cluster worker tcp://127.0.0.1" in line for line in rep.lines())
+
+
+def test_row_wise_and_to_host_equal_the_kernel(ip, joined, data):
+    body = "m = XX - XX.mean(axis=1, keepdims=True)\nn = np.linalg.norm(XX, axis=1)\n"
+    ref = _in_kernel(ip, body.replace("XX", "x"), "", ["m", "n"])
+    ip.run_cell_magic("gpu", "--quiet --to-host", body.replace("XX", "xd"))
+    for name in ("m", "n"):
+        assert isinstance(ip.user_ns[name], np.ndarray)
+        np.testing.assert_allclose(ip.user_ns[name], ref[name], rtol=1e-12)
+
+
+@pytest.mark.parametrize("rule", ["sum", "min", "max", "mean", "any", "all", "concat"])
+def test_reduced_results_equal_the_batched_kernel_run(ip, joined, data, rule):
+    body = ("t = (XX > 0.5).sum(axis=0) if RULE in ('sum', 'mean') else XX.max(axis=0)\n"
+            "t = (XX > 0.5).any(axis=0) if RULE in ('any', 'all') else t\n")
+    body = body.replace("RULE", repr(rule))
+    ip.run_cell_magic("gpu", f"--quiet --to-host --batch-rows 300 --reduce t={rule}",
+                      body.replace("XX", "x"))
+    ref = ip.user_ns.pop("t")
+    ip.run_cell_magic("gpu", f"--quiet --to-host --reduce t={rule}", body.replace("XX", "xd"))
+    np.testing.assert_allclose(ip.user_ns["t"], ref)
+    assert cupy_magic.last_report().batch.reduced == {"t": rule}
+
+
+def test_cluster_flag_chunks_and_scatters_numpy_inputs_and_shares_the_small_one(
+        ip, joined, data):
+    ip.user_ns["w"] = np.arange(4.0)
+    body = "y = x * w\ns = y.sum()\n"
+    ref = _in_kernel(ip, body, "", ["y", "s"])
+    ip.user_ns.pop("y"), ip.user_ns.pop("s")
+    ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 250 --reduce s=sum",
+                      body)
+    np.testing.assert_allclose(ip.user_ns["y"], ref["y"])
+    np.testing.assert_allclose(ip.user_ns["s"], ref["s"])
+    info = cupy_magic.last_report().batch
+    assert info.scattered == ("x",) and info.shared == ("w",) and info.blocks == 4
+
+
+def test_a_failing_block_commits_nothing_names_block_worker_line_and_leaves_nothing(
+        ip, joined, data):
+    before = worker_keys(joined)
+    ip.user_ns.pop("y", None)
+    body = "y = xd * 2\nif len(xd) == 100:\n    raise ValueError('bad rows')\nz = y + 1\n"
+    with pytest.raises(ValueError, match="bad rows") as info:
+        cupy_magic.run_cell(body, ip.user_ns, filename="<cluster-fail>")
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "block 4 of 4 (rows 900:1,000) failed on worker tcp://127.0.0.1:" in notes
+    assert "nothing committed" in notes
+    tb = info.value.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_code.co_filename == "<cluster-fail>" and tb.tb_lineno == 3
+    assert "y" not in ip.user_ns and "z" not in ip.user_ns
+    tasks, keys = _settled(joined, before)
+    assert tasks == [] and keys <= before
+
+
+def test_bad_inputs_are_one_line_errors_with_the_fix(ip, joined, data):
+    ip.user_ns["xc"] = da.from_array(data, chunks=(250, 2))
+    with pytest.raises(UsageError, match=r"xc = xc.rechunk\(\{1: -1\}\)") as e1:
+        ip.run_cell_magic("gpu", "--quiet", "y = xc + 1\n")
+    with pytest.raises(UsageError, match=r"--reduce s=sum") as e2:
+        ip.run_cell_magic("gpu", "--quiet", "s = xd.sum()\n")
+    for err in (e1, e2):
+        assert "\n" not in str(err.value)
+    assert "s" not in ip.user_ns
+    assert cell_tasks(joined) == [] or _settled(joined, 10**9)[0] == []
+
+
+def test_a_dask_input_without_a_cluster_says_how_to_start_one(ip, data):
+    cupy_magic.use_cluster("off")
+    with pytest.raises(UsageError, match=r"no cluster is in use; start one with "
+                                         r"%gpu_cluster local") as err:
+        ip.run_cell_magic("gpu", "--quiet", "y = xd + 1\n")
+    assert "\n" not in str(err.value) and "xd.compute()" in str(err.value)
+
+
+def test_a_cluster_that_cannot_be_reached_is_one_line_with_the_fix(ip):
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match=r"cannot reach a Dask scheduler at "
+                                         r"tcp://127.0.0.1:9 within 2 s") as err:
+        ip.run_line_magic("gpu_cluster", "tcp://127.0.0.1:9 --timeout 2")
+    assert "\n" not in str(err.value) and "%gpu_cluster local" in str(err.value)
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(UsageError, match="not a scheduler address"):
+        ip.run_line_magic("gpu_cluster", "localhost:8786")
