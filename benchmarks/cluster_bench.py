@@ -1,0 +1,114 @@
+"""The same cell through a Dask cluster against the in-kernel batched path (issue 15).
+
+On a GPU (one H200: ``dask_cuda.LocalCUDACluster``, one worker on the same GPU): a float32
+NumPy input 4x the VRAM budget (``--budget``, default 4GiB, so 16 GiB of input), the cell
+``y = np.sqrt(x * x + 1)`` with ``--to-host``, run (1) in the kernel, batched and streamed,
+and (2) with ``%%gpu --cluster`` (chunked and scattered to the worker, one task per block,
+rows gathered back as NumPy). Prints input GB/s of both and their ratio (target: the cluster
+>= 0.5 of the kernel on one GPU) and writes ``benchmarks/results/cluster-<date>.json``/``.md``.
+
+Without a GPU it says so and exits 0; ``--host`` runs the same comparison on the CPU
+fallback (a LocalCluster of 2 worker processes, ``--size`` of input, default 256MiB) and
+records those figures labelled "host" (NumPy on the CPU; they say nothing of a GPU).
+
+Usage: ``python3 benchmarks/cluster_bench.py [--budget 4GiB] [--host [--size 256MiB]]
+[--out DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cupy_magic import BatchOptions, backend, run_cell, set_budget, use_backend, use_cluster
+from cupy_magic.units import format_bytes, parse_size
+
+CELL = "y = np.sqrt(x * x + 1)\n"
+
+
+def _gpu() -> bool:
+    try:
+        import cupy
+
+        return bool(cupy.cuda.is_available())
+    except Exception:  # no CuPy, no driver: either way no GPU to measure
+        return False
+
+
+def _run(x: np.ndarray, cluster: bool, opts: BatchOptions) -> dict[str, Any]:
+    ns: dict[str, Any] = {"np": np, "x": x}
+    t0 = time.perf_counter()
+    rep = run_cell(CELL, ns, to_host=True, syncs="off", batch=opts, cluster=cluster)
+    wall = time.perf_counter() - t0
+    assert ns["y"].shape == x.shape and float(ns["y"][-1, -1]) == float(
+        np.sqrt(x[-1, -1] * x[-1, -1] + 1, dtype=np.float32))
+    row = {"path": "cluster" if cluster else "kernel (batched)", "wall_s": wall,
+           "input_gbps": x.nbytes / wall / 1e9, "report": rep.lines()}
+    if cluster:
+        info = rep.batch
+        row.update(blocks=info.blocks, run_s=info.run_seconds,
+                   scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
+    del ns
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", default="4GiB", help="VRAM budget; the input is 4x it")
+    ap.add_argument("--host", action="store_true", help="run on the CPU fallback instead")
+    ap.add_argument("--size", default="256MiB", help="input size with --host")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args(argv)
+    gpu = _gpu()
+    if not gpu and not args.host:
+        print("cluster_bench: no GPU visible; nothing measured (run on the H200, or pass "
+              "--host for the CPU fallback's figures)")
+        return 0
+    use_backend("cupy" if gpu and not args.host else "host")
+    if args.host:
+        nbytes = parse_size(args.size)
+        set_budget(nbytes // 4)
+    else:
+        budget = set_budget(args.budget)
+        nbytes = 4 * budget.budget_bytes
+    cols = 1024
+    x = np.random.default_rng(0).random((nbytes // (4 * cols), cols), dtype=np.float32)
+    use_cluster("local")
+    try:
+        # blocks with room in each worker's budget for the cell's temporaries
+        opts = BatchOptions(forced=True, nbytes=min(128 << 20, nbytes // 4 // 8))
+        _run(x[: 64 * 1024 * 1024 // (4 * cols)], True, opts)  # warm: imports, compiles
+        rows = [_run(x, False, opts), _run(x, True, opts)]
+    finally:
+        use_cluster("off")
+    ratio = rows[1]["input_gbps"] / rows[0]["input_gbps"]
+    label = "host (CPU fallback: NumPy on the CPU, no GPU)" if args.host else \
+        backend.current().info().name
+    result = {"label": label, "input_bytes": int(x.nbytes), "budget": format_bytes(nbytes // 4),
+              "rows": rows, "ratio_cluster_over_kernel": ratio,
+              "python": platform.python_version(), "host": platform.node()}
+    lines = [f"# cluster_bench on {label}", "",
+             f"input {format_bytes(x.nbytes)} float32 (4x the budget {format_bytes(nbytes // 4)})",
+             "", "| path | wall s | input GB/s |", "| --- | --- | --- |"]
+    lines += [f"| {r['path']} | {r['wall_s']:.2f} | {r['input_gbps']:.2f} |" for r in rows]
+    lines += ["", f"cluster / kernel: {ratio:.2f} (target on one GPU: >= 0.5)"]
+    print("\n".join(lines))
+    stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H%M")
+    suffix = "-host" if args.host else ""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"cluster-{stamp}{suffix}.json").write_text(json.dumps(result, indent=1))
+    (out / f"cluster-{stamp}{suffix}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
