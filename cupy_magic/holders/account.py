@@ -15,6 +15,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from ..backend import Backend
 from ..units import format_bytes
 from .records import Holder, HolderReport, MemoryPart, holders_from
@@ -89,10 +91,12 @@ def listed(be: Backend) -> Callable[[Any], bool]:
     def made_by_cells(obj: Any) -> bool:
         if be.is_device_array(obj):
             return True
-        base = getattr(obj, "base", None)
-        while base is not None and not be.is_device_array(base):
-            base = getattr(base, "base", None)
-        return base is not None
+        if not isinstance(obj, np.ndarray):  # never probe other objects' attributes: a
+            return False  # traitlets Config makes an entry for any name it is asked for
+        base = obj.base
+        while isinstance(base, np.ndarray) and not be.is_device_array(base):
+            base = base.base
+        return isinstance(base, np.ndarray)
 
     return made_by_cells
 
