@@ -199,7 +199,7 @@ def shell_copies(shell: Any, be: Backend) -> Callable[[list[str]], None]:
     def drop_copies(targets: list[str]) -> None:
         if {"Out", "all-unnamed"} & set(targets):
             hook = getattr(shell, "displayhook", None)
-            for attr in ("_", "_DisplayHook__", "_DisplayHook___"):  # its __ are name-mangled
+            for attr in ("_", "__", "___"):  # names ending in __ are not mangled
                 if reaches(getattr(hook, attr, None), is_array):
                     setattr(hook, attr, "")
             hidden = getattr(shell, "user_ns_hidden", {})

@@ -119,6 +119,24 @@ def test_free_traceback_and_a_name(fresh):
     assert "other" not in ip.user_ns and freed.returned >= 2 * MiB
 
 
+def test_free_out_after_later_outputs_also_drops_the_displayhooks_older_copies(fresh):
+    """Two more shown values move the array to IPython's ``__`` and then ``___`` (the
+    displayhook's own attributes, not name-mangled); ``--free Out`` drops those too, and
+    ``_`` keeps following new outputs afterwards."""
+    ip = fresh
+    out = gpu(ip, "np.ones(4 * 2**20 // 8) * 1")
+    held = weakref.ref(out.result)
+    del out
+    ip.run_cell("1", store_history=True)
+    ip.run_cell("2", store_history=True)
+    assert ip.displayhook.___ is held()
+    result = ip.run_line_magic("vram_who", "--free Out")
+    gc.collect()
+    assert held() is None and result.returned >= 4 * MiB and not result.still_held
+    ip.run_cell("41 + 1", store_history=True)
+    assert ip.user_ns["_"] == 42
+
+
 def test_free_says_where_the_array_is_still_held(fresh):
     ip = fresh
     gpu(ip, "y = np.ones(2**20)\ny", "--quiet")  # Out holds y too
