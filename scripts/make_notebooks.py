@@ -874,6 +874,77 @@ def nb02():
         '''),
         fails("%vram_budget 100TB"),
         md('''
+        ## 4. Who holds the memory: `%vram_who`
+
+        `del y` gives memory back only when nothing else holds the array. A notebook holds
+        values behind your back: `Out` keeps the last expression of every cell it showed (also
+        as `_` and `_12`), and the last traceback keeps the local variables of the functions it
+        went through. `%vram_who` lists every device array you can reach, largest first, with
+        what holds it, and `%vram_who --free ...` drops a holder and says how many bytes the
+        device got back.
+
+        This cell ends with an expression, so the notebook shows it, and keeps it in `Out`:
+        '''),
+        code('''
+        %%gpu
+        scores = np.random.default_rng(3).random(int(0.3 * BUDGET_BYTES) // 8)   # 30% of the budget
+        scores / scores.sum()      # the last expression: shown, and kept in Out
+        '''),
+        code('''
+        del scores
+        %vram_who
+        '''),
+        md('''
+        `del scores` dropped the name, yet the list still has the normalised copy under `Out[n]`
+        (and `_`): 30% of the budget that no variable of yours names. It counts against the
+        budget like any array, so a cell that needs 80% of the budget no longer fits. This cell
+        is meant to fail; read the end of its error, which names the largest holders and the
+        command that frees each:
+        '''),
+        fails('''
+        %%gpu
+        work = np.zeros(int(0.8 * BUDGET_BYTES) // 8)
+        '''),
+        code("%vram_who --free Out"),
+        md('''
+        The line above says what was dropped and the bytes the device got back (on the CPU
+        fallback, the host memory of the arrays cells made), measured before and after. Your
+        own names are never deleted unless you name them. Now the cell fits:
+        '''),
+        code('''
+        %%gpu
+        work = np.zeros(int(0.8 * BUDGET_BYTES) // 8)
+        '''),
+        code('''
+        del work
+        '''),
+        md('''
+        A traceback holds memory too. `standardise` has a typo (`sdt` for `std`), so this cell
+        fails (meant to), and the traceback keeps the frame of `standardise` with its local
+        variable `table`, the whole array:
+        '''),
+        code('''
+        %%gpu --quiet
+        samples = np.random.default_rng(4).random((int(0.3 * BUDGET_BYTES) // 32, 4))   # 4 columns
+        '''),
+        fails('''
+        def standardise(table):
+            return (table - table.mean(axis=0)) / table.sdt(axis=0)
+
+        standardise(samples)
+        '''),
+        code('''
+        del samples          # the name is gone; the traceback's frame still holds the array
+        %vram_who
+        '''),
+        code("%vram_who --free traceback"),
+        md('''
+        `%vram_who --free all-unnamed` drops both kinds at once (`Out` and the traceback); a name
+        of yours, or several separated by commas, is freed only when you write it
+        (`%vram_who --free a,b`). A line that ends with `;` shows nothing and keeps nothing in
+        `Out`: end lines that make large arrays with it. `cupy_magic.vram_holders()` returns
+        the records, for a script.
+
         ## Exercises
 
         **Exercise 1: how large can it be?** With the budget above, the cell
@@ -911,6 +982,38 @@ def nb02():
         '''),
         code('''
         del yb
+        '''),
+        md('''
+        **Exercise 3: who still holds it?** The cells below keep a grid in a list and in a
+        function, as a longer notebook does without noticing, then `del grid`. Find what still
+        holds the grid's memory and give it back, deleting no name of yours that does not hold
+        it; check the bytes the device got back.
+        '''),
+        code('''
+        %%gpu --quiet
+        grid = np.zeros(int(0.2 * BUDGET_BYTES) // 8)
+        '''),
+        code('''
+        snapshots = [grid]           # e.g. a snapshot per step, kept for a plot
+
+        def make_scaler(g):
+            def scale(k):
+                return g * k         # scale keeps g alive: g is in its closure
+            return scale
+
+        scaled = make_scaler(grid)
+        del grid
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        print(cupy_magic.vram_holders())         # snapshots[0] and scaled.__closure__ (g)
+        cupy_magic.vram_free("snapshots,scaled")  # %vram_who --free snapshots,scaled
+        '''),
+        code('''
+        for name in ("snapshots", "scaled"):     # if the exercise left them
+            globals().pop(name, None)
         cupy_magic.free_cached()
         %vram_budget off
         '''),
@@ -927,6 +1030,10 @@ def nb02():
         - A cell over budget stops with a `BudgetExceeded` that says what was asked, the budget,
           and what to try; your variables stay as they were. In-place operations (`out=`, `+=`)
           lower the peak.
+        - `del` frees an array only when nothing else holds it: `Out`, the last traceback, a
+          list or a closure can. `%vram_who` lists the holders, largest first;
+          `%vram_who --free Out`, `--free traceback` or `--free NAME` drops one and prints the
+          bytes the device got back. End lines that make large arrays with `;`.
         '''),
     ])
 
@@ -1641,6 +1748,88 @@ def nb04():
               f"the timed run on {N:,} elements {r.gpu_seconds * 1e3:.2f} ms")
         '''),
         md('''
+        ## 7. Where the time goes, line by line: `--lines`
+
+        A slow cell of several lines does not say which line is slow. `%%gpu --lines` adds a
+        table to the report: one row per line that ran, with how many times it ran (a line in a
+        loop sums its iterations), its time, and the line's share of the cell; `*` marks the
+        hottest line and says what to try for it. On a GPU the rows also have each line's GPU
+        time (CUDA events at the line boundaries), the bytes it copied between host and device,
+        its host syncs with the time the host waited at them, and kernel compile time; on the
+        CPU fallback they have host time only, since there is no device to time or wait for.
+
+        This cell takes the maximum of each of 500 chunks of `y`, one chunk at a time:
+        '''),
+        code('''
+        CHUNKS = 500
+        SIZE = N // CHUNKS
+        '''),
+        code('''
+        %%gpu --lines
+        y = np.sqrt(x)
+        peaks = []
+        for c in range(CHUNKS):
+            block = y[c * SIZE:(c + 1) * SIZE]
+            peaks.append(float(block.max()))     # one value to the host per chunk
+        peaks = np.array(peaks)
+        '''),
+        code('''
+        slow = cupy_magic.last_report()
+        hot = max(slow.line_stats, key=lambda s: s.share)
+        loop = sum(s.share for s in slow.line_stats if s.count >= CHUNKS)
+        print(f"hottest: line {hot.line} `{hot.code}`, ran {hot.count} times, {hot.share:.0%} of the cell")
+        print(f"the lines inside the loop together: {loop:.0%} of the cell")
+        if hot.gpu_s is not None:
+            print(f"on {info.name}: its GPU time {hot.gpu_s * 1e3:.2f} ms, host time "
+                  f"{hot.host_s * 1e3:.2f} ms, {hot.syncs or 0} host syncs, waiting "
+                  f"{(hot.wait_s or 0) * 1e3:.2f} ms at them")
+        else:
+            print(f"on the CPU fallback: its host time {hot.host_s * 1e3:.2f} ms")
+        '''),
+        md('''
+        The printed lines say where the time went on this machine. The loop asks the device for
+        one small maximum per chunk: each iteration launches a small reduction and (on a GPU)
+        waits for its value. A 2-D view of the same memory, one chunk per row, gives every
+        chunk's maximum in one operation, and the values stay on the device:
+        '''),
+        code('''
+        %%gpu --lines
+        y = np.sqrt(x)
+        peaks = y[:CHUNKS * SIZE].reshape(CHUNKS, SIZE).max(axis=1)
+        '''),
+        md('''
+        Following the lines costs time of its own (the report's `note` says how much when it is
+        large), so compare the two cells without `--lines`:
+        '''),
+        code('''
+        CHUNK_LOOP = """
+        y = np.sqrt(x)
+        peaks = []
+        for c in range(CHUNKS):
+            block = y[c * SIZE:(c + 1) * SIZE]
+            peaks.append(float(block.max()))
+        peaks = np.array(peaks)
+        """
+        CHUNK_ROWS = """
+        y = np.sqrt(x)
+        peaks = y[:CHUNKS * SIZE].reshape(CHUNKS, SIZE).max(axis=1)
+        """
+        ns = {"np": np, "x": x, "CHUNKS": CHUNKS, "SIZE": SIZE}
+        t_loop = best_run(CHUNK_LOOP, ns, to_host=["peaks"]).gpu_seconds
+        loop_peaks = ns["peaks"]
+        t_rows = best_run(CHUNK_ROWS, ns, to_host=["peaks"]).gpu_seconds
+        print(f"chunk by chunk {t_loop * 1e3:.2f} ms; all chunks at once {t_rows * 1e3:.2f} ms: "
+              f"{t_loop / t_rows:.1f}x ({info.name}); same maxima: {np.array_equal(loop_peaks, ns['peaks'])}")
+        '''),
+        md('''
+        The ratio printed is what the rewrite bought here. On a GPU it removes two costs that
+        the first table showed on the loop's lines: 500 launches of small kernels become one,
+        and the host no longer waits for the device at every chunk. On the CPU fallback there is
+        no device to wait for, and the ratio is the Python loop's overhead alone. With
+        `--nvtx` (or `--lines`) each line is also an NVTX range named after the cell and line,
+        so an `nsys` timeline of a GPU run lines up with the cell.
+        '''),
+        md('''
         ## Exercises
 
         **Exercise 1: a convergence loop.** Newton's method for the square root, stopping when
@@ -1709,6 +1898,9 @@ def nb04():
         - Keep decisions on the device (`np.where`, `np.any` kept as an array), print once after
           the loop, and vectorise element-by-element loops.
         - The first call of a new operation compiles it; warm up before timing (`--warmup`).
+        - `%%gpu --lines` shows where a cell's time goes, line by line (runs, time, share; on a
+          GPU also GPU time, bytes moved, syncs and the wait at them) and marks the hottest
+          line with what to try.
         '''),
     ])
 
@@ -1729,8 +1921,9 @@ def nb05():
         | memory pool | give cached blocks back (`cupy_magic.free_cached()`) | avoids out-of-memory in long runs |
         | pinned memory | page-locked host memory for transfers | faster transfers (section 4 measures uploads) |
 
-        Each section measures one row on the machine running this notebook. On a machine
-        without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
+        Each section measures one row on the machine running this notebook; section 5 adds a
+        check the table does not list: NumPy code CuPy cannot run, and what running it on the
+        host costs. On a machine without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
         effects then show up weakly or not at all, and the text says what to expect.
         '''),
         code(LOAD),
@@ -1931,6 +2124,76 @@ def nb05():
         `bytearray` stay pageable and move more slowly every time. On the CPU fallback every
         "transfer" is a copy in host RAM and nothing is pinned.
 
+        ## 5. Code CuPy cannot run, and what `--fallback` costs
+
+        Inside `%%gpu`, `np` is CuPy, which has most of NumPy but not all of it: some names are
+        missing (`np.nditer`, `np.ndenumerate`, `np.emath`, `np.seterr`), some options too
+        (`np.sum(x, where=...)`), and string and date dtypes. A cell that calls one stops there
+        with one line: the function, the cell line, why, and the CuPy way to write it. (Python
+        lists passed where NumPy takes an array need nothing: they are moved to the device and
+        the report counts them.) This cell is meant to fail:
+        '''),
+        fails('''
+        %%gpu
+        grid = np.random.default_rng(5).random((64, 64), dtype=np.float32)
+        count = 0
+        for v in np.nditer(grid):        # element by element, as NumPy allows
+            if v > 0.5:
+                count += 1
+        '''),
+        md('''
+        The CuPy way the message gives is one whole-array expression; the count stays on the
+        device:
+        '''),
+        code('''
+        %%gpu
+        grid = np.random.default_rng(5).random((64, 64), dtype=np.float32)
+        count = (grid > 0.5).sum()
+        '''),
+        md('''
+        When a rewrite is not at hand (or you want the notebook to run first and port it
+        later), `%%gpu --fallback` (or `%gpu_fallback on` for the session) runs such a call with
+        NumPy: its device arguments are copied to the host, NumPy computes there, and array
+        results are copied back to the device. The report's `fallback` row says, per function
+        and line, how many calls, the bytes each way and the time they took, and what to write
+        instead. `np.emath.sqrt`, a square root that gives complex results for negative
+        numbers, is one that CuPy lacks:
+        '''),
+        code('''
+        NF = 2**25 if ON_GPU else 2**20     # float32: 128 MiB on a GPU, 4 MiB on the CPU fallback
+        '''),
+        code('''
+        %%gpu --quiet
+        v = np.random.default_rng(6).standard_normal(NF, dtype=np.float32)   # made on the device
+        '''),
+        code('''
+        %%gpu --fallback
+        roots = np.emath.sqrt(v)
+        '''),
+        md('''
+        What the fallback costs, measured here: the same cell with `--fallback` and written the
+        CuPy way, `np.sqrt(v.astype(np.complex64))`, best of 3. The times are wall times: the
+        fallback's work happens on the host and on the bus, which the device's own time would
+        not show.
+        '''),
+        code('''
+        r_fb = best_run("roots = np.emath.sqrt(v)", fallback=True, key="wall_seconds")
+        r_cp = best_run("roots = np.sqrt(v.astype(np.complex64))", key="wall_seconds")
+        row = r_fb.fallbacks[0]
+        print(f"{row.function} on line {row.line}: {row.calls} call, {row.to_host_bytes / 2**20:.0f} MiB "
+              f"to the host, {row.to_device_bytes / 2**20:.0f} MiB back, {row.seconds * 1e3:.2f} ms in the call")
+        print(f"with --fallback {r_fb.wall_seconds * 1e3:.2f} ms; the CuPy way {r_cp.wall_seconds * 1e3:.2f} ms: "
+              f"the fallback takes {r_fb.wall_seconds / r_cp.wall_seconds:.1f}x as long ({info.name})")
+        '''),
+        md('''
+        The first line is the fallback row: the input went to the host and a complex result,
+        twice its bytes, came back (on a GPU over PCIe; on the CPU fallback as copies in host
+        RAM), and NumPy computed on the CPU in between. The second line is what that cost on
+        this machine against the CuPy way. So `--fallback` is a way to run a cell now, not to
+        run it fast: read its rows and replace each call with what the row says. In a loop every
+        call is another round trip, and the report flags such a row like a host sync (it is
+        one): exercise 3 shows it.
+
         ## Exercises
 
         **Exercise 1: vectorise a loop with a branch.** Rewrite this loop as one array
@@ -1977,8 +2240,44 @@ def nb05():
               f"{t_aos_ke / t_soa_ke:.1f}x faster ({info.name})")
         del ke
         '''),
+        md('''
+        **Exercise 3: a fallback in a loop.** This cell sums the positive values of each row
+        with `np.sum(..., where=...)`, an option CuPy's `sum` does not have, so it needs
+        `--fallback`. Read its `fallback` row (calls, bytes, the loop flag), then write the sums
+        without a fallback, check that they agree, and compare the two times.
+        '''),
         code('''
-        del aos, soa, inputs, foreign
+        ROWS = 200
+        '''),
+        code('''
+        %%gpu --fallback
+        table = v[:ROWS * 1024].reshape(ROWS, 1024)
+        pos = np.empty(ROWS, dtype=np.float32)
+        for i in range(ROWS):
+            pos[i] = np.sum(table[i], where=table[i] > 0)
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        %%gpu --to-host same
+        pos_2 = np.where(table > 0, table, 0).sum(axis=1)   # every row at once, on the device
+        same = np.allclose(pos, pos_2, rtol=1e-4)
+        '''),
+        solution('''
+        LOOP_CELL = """
+        for i in range(ROWS):
+            pos[i] = np.sum(table[i], where=table[i] > 0)
+        """
+        t_fb = best_run(LOOP_CELL, fallback=True, key="wall_seconds").wall_seconds
+        t_dev = best_run("pos_2 = np.where(table > 0, table, 0).sum(axis=1)", key="wall_seconds").wall_seconds
+        print(f"same sums: {bool(same)}; --fallback in a loop {t_fb * 1e3:.2f} ms, one device "
+              f"expression {t_dev * 1e3:.3f} ms: {t_fb / t_dev:.0f}x ({info.name})")
+        '''),
+        code('''
+        del aos, soa, inputs, foreign, grid, count, v, roots, table, pos
+        for name in ("pos_2", "same"):      # if the exercise made them
+            globals().pop(name, None)
         print(f"released {cupy_magic.free_cached() / 2**20:.0f} MiB of cached blocks")
         '''),
         md('''
@@ -1992,6 +2291,10 @@ def nb05():
           `%vram_budget` shows used, held and cached memory.
         - Transfers from pinned memory are faster; `%%gpu` pins large NumPy inputs itself, and
           the report says pinned or pageable for each one.
+        - NumPy code CuPy cannot run stops with one line naming the call and the CuPy way to
+          write it; `--fallback` runs such calls with NumPy and reports each one (calls, bytes
+          each way, time). Section 5 measured what that costs here: run the cell now, then
+          replace the calls its rows name.
         '''),
     ])
 
