@@ -55,6 +55,39 @@ WAYS = {
     "set_printoptions": "print(x.get()) with NumPy's options outside the cell",
     "busday_count": "compute dates on the host, outside the cell",
     "save": "np.save outside the cell on x.get(), or cupy's np.save on the device array",
+    # grown from NumPy's docstring examples (benchmarks/numpy_examples.py)
+    "(where=)": "select first: np.sum(np.where(mask, x, 0)) (the identity: 0 for sum, 1 for "
+                "prod, True for all, False for any), or x[mask] for min, max, mean, std, var",
+    "(keepdims=)": "np.expand_dims(result, axis) after the reduction",
+    "indices(sparse=)": "np.ogrid[:n, :m] (open grids)",
+    "trim_zeros(axis=)": "nz = np.flatnonzero(x); x[nz[0]:nz[-1] + 1] (1-D)",
+    "(dtype structured)": "one array per field (a dict of arrays), np.lexsort over the fields "
+                          "for sorting",
+    "(dtype string)": "keep strings on the host; put integer codes on the device (np.unique("
+                      "..., return_inverse=True) on the host)",
+    "(dtype object)": "a numeric dtype on the device; other objects stay on the host",
+    "(dtype datetime)": "integer offsets (e.g. seconds as int64) on the device, dates on the "
+                        "host",
+    "insert": "np.concatenate((x[:i], values, x[i:]))",
+    "block": "np.concatenate of np.concatenate (np.vstack of np.hstack for 2-D blocks)",
+    "geomspace": "np.logspace(np.log10(start), np.log10(stop), num)",
+    "nanpercentile": "np.percentile(x[~np.isnan(x)], q) (1-D; per row: sort, NaNs last)",
+    "nanquantile": "np.quantile(x[~np.isnan(x)], q) (1-D; per row: sort, NaNs last)",
+    "spacing": "np.nextafter(x, np.inf) - x",
+    "histogram_bin_edges": "np.histogram(x, bins=n)[1] (an integer n: CuPy has no 'auto')",
+    "einsum_path": "drop it: CuPy's np.einsum picks its own contraction order",
+    "unstack": "tuple(np.moveaxis(x, axis, 0))",
+    "vecdot": "(a.conj() * b).sum(axis=-1)",
+    "matvec": "np.einsum('...ij,...j->...i', a, v)",
+    "vecmat": "np.einsum('...i,...ij->...j', v.conj(), a)",
+    "polyder": "p[:-1] * np.arange(len(p) - 1, 0, -1)",
+    "polyint": "np.concatenate((p / np.arange(len(p), 0, -1), np.zeros(1)))",
+    "linalg.outer": "np.outer(a, b)",
+    "linalg.trace": "np.trace(x, axis1=-2, axis2=-1)",
+    "linalg.diagonal": "np.diagonal(x, axis1=-2, axis2=-1)",
+    "linalg.svdvals": "np.linalg.svd(x, compute_uv=False)",
+    "linalg.vecdot": "(a.conj() * b).sum(axis=-1)",
+    "asmatrix": "a 2-D array and @ for the matrix product",
 }
 
 
@@ -96,7 +129,9 @@ def limit_message(function: str, line: int | None, code: str, kind: str,
         nditer; instead: ..., or run the cell with %%gpu --fallback ...".
     """
     short = _short(function)
-    fix = WAYS.get(short, "")
+    fix = WAYS.get(f"{short}({detail})") or WAYS.get(f"({_dtype_family(detail)})"
+                                                     if kind == "dtype" else f"({detail})") \
+        or WAYS.get(short, "")
     why = KINDS[kind].format(short=short, detail=detail)
     where = f" at line {line} `{code}`" if line else " (called outside the cell's lines)"
     hint = FALLBACK_HINT if fallback else ""
@@ -105,6 +140,15 @@ def limit_message(function: str, line: int | None, code: str, kind: str,
     else:
         tail = hint.removeprefix("or ") if hint else "no CuPy counterpart is known"
     return f"{function}{where}: {why}; {tail}", fix
+
+
+def _dtype_family(name: str) -> str:
+    """The :data:`WAYS` key of a dtype CuPy has not: structured, string, object, datetime."""
+    if name.startswith(("[", "(", "void", "|V")):
+        return "dtype structured"
+    if name.startswith(("datetime", "timedelta", "<M", "<m")):
+        return "dtype datetime"
+    return "dtype object" if name == "object" else "dtype string"
 
 
 _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (

@@ -19,11 +19,13 @@ __all__ = ["LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
 LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError)
 SEQUENCES = frozenset({list, tuple})
 _SCALARS = (bool, int, float, complex)
+_LOOSE = frozenset({list, tuple, *_SCALARS})
 # NumPy functions that write into their first argument: under --fallback its host copy is
 # writable and copied back; every other argument's host copy is read-only, so a function
 # that writes into one fails (and is refused) instead of changing a copy nobody sees.
 MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                      "np.put_along_axis", "np.random.shuffle"})
+_SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -45,6 +47,8 @@ class Calls:
         self.checked = reference is not None
         self.host = xp is numpy
         self.device_type = xp.ndarray
+        # one wrapper per function object (keyed by id; the module keeps the object alive)
+        self.wrapped: dict[int, Any] = {}
 
     # --- moves --------------------------------------------------------------------------
     def to_host(self, arr: Any) -> numpy.ndarray:
@@ -69,23 +73,30 @@ class Calls:
     def convert(self, spec: CallSpec, args: tuple, kwargs: dict, everywhere: bool = False,
                 scalars: bool = False) -> tuple[tuple, dict, Counter[str]]:
         """Convert the lists at ``spec``'s array-like arguments (or at any, ``everywhere``);
-        with ``scalars``, Python numbers too (only when no argument is an array)."""
+        with ``scalars``, Python numbers too (only when no argument is an array).
+
+        The arguments are copied only when something is converted: this runs on every call
+        with keywords (``benchmarks/compat_overhead.py``)."""
         kinds: Counter[str] = Counter()
-        loose = (list, tuple, *_SCALARS) if scalars else (list, tuple)
-        out = list(args)
+        loose = _LOOSE if scalars else SEQUENCES
+        out: list | None = None
         for i, arg in enumerate(args):
-            if (everywhere or i in spec.positions) and type(arg) in loose:
+            if type(arg) in loose and (everywhere or i in spec.positions):
+                out = list(args) if out is None else out
                 out[i] = self._convert(arg, kinds, spec)
-        kw = dict(kwargs)
+        kw: dict | None = None
         for key, arg in kwargs.items():
-            if (everywhere or key in spec.keywords) and type(arg) in loose and key != "out":
+            if type(arg) in loose and key != "out" and (everywhere or key in spec.keywords):
+                kw = dict(kwargs) if kw is None else kw
                 kw[key] = self._convert(arg, kinds, spec)
-        return tuple(out), kw, kinds
+        return (args if out is None else tuple(out)), (kwargs if kw is None else kw), kinds
 
     # --- the slow path ------------------------------------------------------------------
     def _options(self, spec: CallSpec, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop options CuPy lacks that carry NumPy's default; refuse the others."""
         options = spec.options
+        if len(args) <= spec.positional_limit and not options and "dtype" not in kwargs:
+            return args, kwargs
         if len(args) > spec.positional_limit:
             for i in range(spec.positional_limit, len(args)):
                 name = spec.positional_names[i] if i < len(spec.positional_names) else ""
@@ -171,10 +182,15 @@ class Calls:
         """A name CuPy lacks: refuse it, or under ``--fallback`` count one use of a value."""
         try:
             self.limit(spec, "missing")
-        except _Fallback as fb:
+        except _Fallback:
             if not callable(host) and not isinstance(host, ModuleType):
-                self.record.fell_back(spec.name, fb.why,
-                                      WAYS.get(spec.name.removeprefix("np."), "")).calls += 1
+                self.missing_value(spec)
+
+    def missing_value(self, spec: CallSpec) -> None:
+        """Count one use of NumPy's value (a constant, a scalar type) under ``--fallback``."""
+        why = limit_message(spec.name, None, "", "missing")[0].split(": ", 1)[1].split(";")[0]
+        self.record.fell_back(spec.name, why, WAYS.get(spec.name.removeprefix("np."), "")
+                              ).calls += 1
 
     # --- the fallback -------------------------------------------------------------------
     def _down(self, value: Any, moved: list[int], writable: bool = False) -> Any:
@@ -189,7 +205,9 @@ class Calls:
         return value
 
     def _up(self, value: Any, moved: list[int]) -> Any:
-        if isinstance(value, numpy.ndarray) and value.dtype.kind not in UNSUPPORTED_KINDS:
+        # only plain arrays: a masked array, np.matrix or record array stays NumPy's on the
+        # host (as a device array it would lose its mask or its meaning without a word)
+        if type(value) is numpy.ndarray and value.dtype.kind not in UNSUPPORTED_KINDS:
             moved[0] += value.nbytes
             return self.to_device(value)
         if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named result
@@ -207,10 +225,13 @@ class Calls:
         t0 = time.perf_counter()
         down, up = [0], [0]
         mutates = spec.name in MUTATES
-        hargs = tuple(self._down(a, down, writable=mutates and i == 0)
+        # overwrite_input=True lets NumPy use its input as scratch: the copies may be written
+        scratch = any(kwargs.get(k) is True for k in _SCRATCH)
+        hargs = tuple(self._down(a, down, writable=scratch or (mutates and i == 0))
                       for i, a in enumerate(args))
         out = kwargs.get("out")
-        hkw = {k: self._down(v, down, writable=k == "out") for k, v in kwargs.items()}
+        hkw = {k: self._down(v, down, writable=scratch or k == "out")
+               for k, v in kwargs.items()}
         try:
             result = host_func(*hargs, **hkw)
         except ValueError as exc:

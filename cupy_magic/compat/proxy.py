@@ -148,6 +148,11 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
         return _wrap_host(calls, host, sub, path, name, target), True
     if calls.checked and host is not MISSING and _ref(path, name) is MISSING:
         calls.missing(call_spec(path, name, False), host)  # raises unless --fallback
+        if isinstance(host, type) and issubclass(host, numpy.generic):
+            # a scalar type (np.datetime64, np.bytes_) is also a dtype, and issubclass's
+            # argument: NumPy's own, counted at each use like a constant
+            calls.missing_value(call_spec(path, name, False))
+            return host, False
         if not callable(host) and not isinstance(host, ModuleType):
             return host, False  # a constant: counted at each use
         return _wrap_host(calls, host, sub, path, name, None), True
@@ -159,12 +164,18 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
         return value, True
     if isinstance(value, ModuleType):
         return ArrayModule(calls, value, sub + "."), True
+    wrapped = calls.wrapped.get(id(value))
+    if wrapped is not None:  # an alias keeps its identity: np.conj is np.conjugate
+        return wrapped, True
     spec = call_spec(path, name, calls.checked)
     if isinstance(value, numpy.ufunc) or type(value).__name__ == "ufunc":
-        return UfuncProxy(calls, value, spec, host), True
-    if callable(value):
-        return make_call(calls, value, spec, host), True
-    return value, True
+        wrapped = UfuncProxy(calls, value, spec, host)
+    elif callable(value):
+        wrapped = make_call(calls, value, spec, host)
+    else:
+        return value, True
+    calls.wrapped[id(value)] = wrapped
+    return wrapped, True
 
 
 def _wrap_host(calls: Calls, host: Any, sub: str, path: str, name: str,

@@ -59,8 +59,9 @@ class CallSpec:
     positional_limit: int = 1 << 30
     positional_names: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def options(self) -> dict[str, Any]:
+        """``missing_options`` as a dict (made once: it is read on every call with keywords)."""
         return dict(self.missing_options)
 
 
