@@ -8,10 +8,9 @@ the H200 (``benchmarks/first_touch.py``, 8 GiB float32, two runs;
 - ``cudaHostRegister`` of touched memory in one call: 21 to 23 GB/s (0.4 s for 8 GiB); of
   untouched, freshly allocated memory 4.8 to 6.3 GB/s, because the kernel faults every page in
   first. ``cudaHostAlloc``: 2.5 GB/s.
-- Registering in 128 MiB chunks is faster (37 to 57 GB/s), but a buffer registered
-  in pieces breaks CuPy's own copies: ``cupy.asarray`` over it does one copy across two
-  registrations and CUDA answers "invalid argument". A buffer the user can reach is therefore
-  only ever registered in one piece.
+- Registering in 128 MiB chunks is faster (37 to 57 GB/s), but a buffer registered in
+  pieces breaks CuPy's own copies (``cupy.asarray`` over it does one copy across two
+  registrations: "invalid argument"), so a buffer users reach is registered in one piece.
 
 So :meth:`HostMemory.lock` registers a whole buffer on a helper thread and returns at once;
 copies use it when done (until then :meth:`HostMemory.copy_in`/``copy_out`` answer False and
@@ -87,10 +86,8 @@ class _Block:
 def _pages(nbytes: int) -> np.ndarray:
     """A ``uint8`` buffer of ``nbytes`` rounded up to whole pages, starting on a page.
 
-    A registration covers whole pages, and CUDA refuses to register a page twice: two
-    buffers from ``np.empty`` can share a page when malloc serves them from its heap (it does
-    for sizes under its adaptive mmap threshold), so each buffer gets pages of its own.
-    """
+    CUDA registers whole pages, never one twice: two heap buffers from ``np.empty`` can share
+    a page (malloc's adaptive mmap threshold), so each buffer gets pages of its own."""
     page = mmap.PAGESIZE
     size = -(-max(nbytes, 1) // page) * page
     raw = np.empty(size + page, np.uint8)
