@@ -21,7 +21,16 @@ from ..backend.compiles import timed
 from ..backend.streams import make_engine
 from ..units import format_bytes
 from . import progress
-from .batching import RULES, BatchOptions, BatchPlan, probe_rows, select_inputs, size_rows
+from .batching import (
+    RULES,
+    BatchCost,
+    BatchOptions,
+    BatchPlan,
+    budget_to_pay,
+    probe_rows,
+    select_inputs,
+    size_rows,
+)
 from .commit import commit
 from .errors import CellError, fail
 from .plan import CellPlan, cast_target, input_shortfall, move_inputs
@@ -87,6 +96,7 @@ class _BatchRun:
         self.current = (0, 0, 0)
         self.n_batches = 0
         self.peak = be.pool_used()
+        self.cost: BatchCost | None = None  # measured on the first batch
 
     # --- one batch ----------------------------------------------------------------------
     def batch(self, i: int, a: int, b: int) -> None:
@@ -96,9 +106,14 @@ class _BatchRun:
         self.eng.wait(slot)
         self.eng.start(slot)
         work = dict(self.base)
-        with self.eng.on(slot):
+        t0 = time.perf_counter()
+        with self.eng.on(slot), timed() as built:
             for name, arr in self.inputs.items():
                 work[name] = self.eng.upload(slot, name, arr, a, b, self.dtypes[name])
+            if i == 0:  # the first batch measures its upload apart from the rest (issue 20)
+                self.eng.record(slot)
+                self.eng.wait(slot)
+            t1 = time.perf_counter()
             try:
                 exec(self.plan.code, work)
             except BaseException:
@@ -107,6 +122,9 @@ class _BatchRun:
                 work.clear()
                 raise
             self.collect(i, a, b, slot, work)
+        if i == 0:
+            self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
+                                  (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
 
     def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any]) -> None:
@@ -192,14 +210,19 @@ class _BatchRun:
         shared = self.upload_shared(report)
         with timed() as building:  # kernels CuPy compiles between the batches' launches
             first, peak_row = self.first_batch(shared)
-            rows, sized_by = size_rows(self.total, self.row_bytes, peak_row,
-                                       self.be.budget_left(), self.opts.streams, self.opts)
+            free = self.be.budget_left()
+            rows, sized_by = size_rows(self.total, self.row_bytes, peak_row, free,
+                                       self.opts.streams, self.opts, self.cost)
             bounds = [(a, min(a + rows, self.total)) for a in range(first, self.total, rows)]
             self.n_batches = 1 + len(bounds)
             bp = BatchPlan(tuple(self.inputs), tuple(shared), self.total, self.row_bytes,
                            self.opts.streams, reason, first, rows if bounds else first,
                            self.n_batches, peak_row, sized_by, tuple(self.specs),
-                           dict(self.opts.reduce))
+                           dict(self.opts.reduce), cost=self.cost)
+            if self.cost is not None and self.opts.rows is None and self.opts.nbytes is None:
+                bp.full_speed_budget = budget_to_pay(rows, self.total - first, self.row_bytes,
+                                                     peak_row, self.opts.streams, self.cost,
+                                                     free, self.be.limit)
             self.rest(first, rows, peak_row, bounds)
         # from the first batch to the drain, less the host's compiling (the report says so)
         seconds = max(0.0, self.clock[-1][1] - self.clock[1][1] - building.seconds)

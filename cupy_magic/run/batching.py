@@ -8,21 +8,26 @@ the batched inputs; everything else is shared.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..units import SizeError, format_bytes, parse_size
+from .batchcost import COST_SHARE, MAX_BATCH_BYTES, BatchCost
 from .errors import CellError
 from .reduce import RULES
 
 __all__ = [
+    "COST_SHARE",
     "DEFAULT_STREAMS",
     "MAX_STREAMS",
     "PROMISE",
     "RULES",
+    "BatchCost",
     "BatchOptions",
     "BatchPlan",
+    "budget_to_pay",
     "probe_rows",
     "select_inputs",
     "size_rows",
@@ -213,7 +218,7 @@ def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
 
 
 def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | None,
-              streams: int, opts: BatchOptions) -> tuple[int, str]:
+              streams: int, opts: BatchOptions, cost: BatchCost | None = None) -> tuple[int, str]:
     """Rows per batch after the first, and how that size was chosen.
 
     Parameters
@@ -230,14 +235,26 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
         Batches in flight.
     opts
         The user's options; a fixed size wins.
+    cost
+        The first batch's measured cost: batches grow past 128 MiB of input, up to
+        :data:`MAX_BATCH_BYTES`, until that cost is at most :data:`COST_SHARE` of their
+        transfer time, where the budget allows.
     """
     if opts.rows is not None:
         return max(1, min(opts.rows, total)), "--batch-rows"
     if opts.nbytes is not None:
         return max(1, min(total, opts.nbytes // max(row_bytes, 1))), "--batch-bytes"
     target = max(1, TARGET_BATCH_BYTES // max(row_bytes, 1))
+    want, why = target, "128 MiB of input per batch (fastest measured on the H200)"
+    pay = cost.rows_to_pay(row_bytes) if cost is not None else 0
+    if cost is not None and pay > target:
+        want = min(pay, max(target, MAX_BATCH_BYTES // max(row_bytes, 1)))
+        why = (f"{format_bytes(want * row_bytes)} of input per batch, so that the cost of a "
+               f"batch ({cost.seconds * 1e3:.2f} ms, measured) stays under {COST_SHARE:.0%} "
+               "of its transfer" + (f" (at most {format_bytes(MAX_BATCH_BYTES)})"
+                                    if want < pay else ""))
     if free is None:
-        return min(total, target), "128 MiB of input per batch (fastest measured on the H200)"
+        return min(total, want), why
     fit = int(free * MARGIN / (streams * max(peak_row_bytes, 1.0)))
     if fit < 1:
         raise CellError(
@@ -245,10 +262,32 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
             f"(measured) and {streams} streams need {format_bytes(streams * peak_row_bytes)}, "
             f"but the budget leaves {format_bytes(free)}; try --streams 1, --dtype float32 or "
             "a larger %vram_budget")
-    if fit < target:
+    if fit < want:
         return min(total, fit), (f"measured {format_bytes(peak_row_bytes)} per row in the pool; "
                                  f"{streams} batches in flight fit {MARGIN:.0%} of the free budget")
-    return min(total, target), "128 MiB of input per batch (the budget allows more)"
+    return min(total, want), why if want > target else \
+        "128 MiB of input per batch (the budget allows more)"
+
+
+def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
+                  streams: int, cost: BatchCost, free: int | None,
+                  limit: int | None) -> int | None:
+    """The budget at which batches would pay for themselves, when the budget is what holds
+    them to ``rows`` rows; ``None`` when it is not (no budget, or they pay already).
+
+    The batches that pay are those of :meth:`BatchCost.rows_to_pay` rows (at most
+    :data:`MAX_BATCH_BYTES` of input and the whole input); the budget must leave room for
+    ``streams`` of them at the measured pool bytes per row within the planner's margin, on
+    top of what is in use now (``limit - free``).
+    """
+    if limit is None or free is None:
+        return None
+    cap = max(TARGET_BATCH_BYTES, MAX_BATCH_BYTES) // max(row_bytes, 1)
+    need_rows = min(cost.rows_to_pay(row_bytes), max(cap, 1), total)
+    if rows >= need_rows:
+        return None
+    need = math.ceil(streams * need_rows * max(peak_row_bytes, float(row_bytes)) / MARGIN)
+    return max(0, limit - free) + need
 
 
 @dataclass
@@ -277,6 +316,10 @@ class BatchPlan:
     # host seconds of the run's phases: setup, first batch, warm-up, batches, finish (a
     # report line with --timeline)
     phases: dict[str, float] = field(default_factory=dict)
+    # the first batch's measured cost (issue 20), and the budget at which batches would pay
+    # for it when the budget holds them smaller
+    cost: BatchCost | None = None
+    full_speed_budget: int | None = None
 
     @property
     def overlap(self) -> float | None:
@@ -311,6 +354,10 @@ class BatchPlan:
         if self.shared:
             once = "copied once" if host else "uploaded once"
             out.append(f"  batch shared by every batch ({once}): {', '.join(self.shared)}")
+        if self.cost is not None:
+            out.extend("  " + line for line in self.cost.lines(
+                self.rows, self.total_rows - self.first_rows, self.row_bytes, self.sized_by,
+                self.full_speed_budget))
         joined = [f"{n} (rows gathered on the host)" for n in self.gathered]
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:

@@ -373,3 +373,30 @@ def test_python_containers_that_differ_between_batches_are_refused(ip):
     assert "lst" not in ip.user_ns and "y" not in ip.user_ns
     gpu(ip, "labels = ['a', 'b']\ny = x * 2\n", "--batch-rows 4")
     assert ip.user_ns["labels"] == ["a", "b"]
+
+
+def test_the_first_batch_measures_what_a_batch_costs(ip, poisoned):
+    """Issue 20: the first batch's cost beyond its transfer is measured and reported; under a
+    small budget the report names the budget at which the batches would pay for it."""
+    ip.run_line_magic("vram_budget", "1MB")
+    x = fresh((400_000,), "float64")
+    ip.user_ns["x"] = x
+    cell = "y = x\nfor _ in range(30):\n    y = np.sin(y) * 0.5 + 0.25\n"
+    report = gpu(ip, cell)
+    expect = x
+    for _ in range(30):
+        expect = np.sin(expect) * 0.5 + 0.25
+    np.testing.assert_allclose(host(ip.user_ns["y"]), expect)
+    bp = report.batch
+    cost = bp.cost
+    assert cost is not None and cost.host == (report.backend != "cupy")
+    assert cost.moved_bytes == bp.first_rows * 8 and cost.moved_seconds > 0
+    assert cost.seconds > 0  # 90 launches (or NumPy calls) and their Python
+    text = str(report)
+    assert "batch cost: " in text and "measured on the first batch" in text
+    # 90 operations per batch against a few KiB to move: far over 10% on either backend
+    assert cost.share(bp.rows, bp.row_bytes) > 0.1
+    assert bp.full_speed_budget is not None and bp.full_speed_budget > 1_000_000
+    assert "held small by the budget" in text and "would run them at full speed" in text
+    if report.backend != "cupy":
+        assert "stands in for the transfer" in text and "GB/s" not in text

@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 
 from cupy_magic.run.batching import (
+    COST_SHARE,
     DEFAULT_STREAMS,
+    MAX_BATCH_BYTES,
     MAX_STREAMS,
     PROMISE,
     RULES,
+    BatchCost,
     BatchOptions,
     BatchPlan,
+    budget_to_pay,
     probe_rows,
     select_inputs,
     size_rows,
@@ -146,3 +150,77 @@ def test_a_fixed_first_batch_steps_off_other_axis_lengths():
     assert probe_rows(10, 8, {3}, 3) == 2
     assert probe_rows(10, 8, {1, 2, 3}, 3) == 4
     assert probe_rows(2**30, 4, {7}, 2**25) == 2**25  # huge inputs: found at once
+
+
+# --- batches that pay for themselves (issue 20) ----------------------------------------------
+# 1 MB moved in 0.1 ms: 10 GB/s. A cost of 2 ms is 10% of 20 ms of transfer, 200 MB: 25M rows
+# of 8 bytes, more than the 16,777,216 rows of 128 MiB.
+COST = BatchCost(seconds=2e-3, moved_seconds=1e-4, moved_bytes=10**6)
+
+
+def test_batch_cost_figures():
+    assert COST.rate == pytest.approx(1e10)
+    assert COST.rows_to_pay(8) == 25_000_000
+    assert COST.share(25_000_000, 8) == pytest.approx(COST_SHARE)
+    assert COST.share(2_500_000, 8) == pytest.approx(1.0)
+    assert COST.transfer_seconds(25_000_000, 8) == pytest.approx(0.02)
+    assert BatchCost(1e-3, 0.0, 10).rows_to_pay(8) == 1  # an upload too quick to time
+    assert BatchCost(0.0, 1e-3, 10).rows_to_pay(8) == 1  # nothing to pay for
+
+
+def test_costly_batches_grow_past_128_mib_without_a_budget():
+    rows, why = size_rows(10**9, 8, 8.0, None, 3, BatchOptions(), COST)
+    assert rows == 25_000_000 and "so that the cost of a batch (2.00 ms" in why
+    assert size_rows(10**9, 8, 8.0, None, 3, BatchOptions())[0] == 128 * 2**20 // 8
+    cheap = BatchCost(1e-4, 1e-4, 10**6)  # pays at 1.25M rows: 128 MiB stays
+    assert size_rows(10**9, 8, 8.0, None, 3, BatchOptions(), cheap)[0] == 128 * 2**20 // 8
+    assert size_rows(1000, 8, 8.0, None, 3, BatchOptions(), COST)[0] == 1000
+
+
+def test_costly_batches_stop_at_the_largest_measured_size():
+    dear = BatchCost(0.1, 1e-4, 10**6)  # pays at 1.25e9 rows
+    rows, why = size_rows(10**10, 8, 8.0, None, 3, BatchOptions(), dear)
+    assert rows == MAX_BATCH_BYTES // 8 and "at most 1.00 GiB" in why
+
+
+def test_fixed_sizes_win_over_the_cost():
+    assert size_rows(10**9, 8, 8.0, None, 3, BatchOptions(rows=1000), COST) == \
+        (1000, "--batch-rows")
+    assert size_rows(10**9, 8, 8.0, None, 3, BatchOptions(nbytes=800), COST)[0] == 100
+
+
+def test_the_budget_holds_costly_batches_back_and_names_the_budget_that_pays():
+    free, limit = 30_000_000, 40_000_000  # 10 MB in use
+    rows, why = size_rows(10**9, 8, 16.0, free, 3, BatchOptions(), COST)
+    assert rows == int(free * 0.8 / (3 * 16)) == 500_000 and "free budget" in why
+    full = budget_to_pay(rows, 10**9, 8, 16.0, 3, COST, free, limit)
+    assert full == 10_000_000 + 3 * 25_000_000 * 16 * 10 // 8  # 1.51 GB
+    rows_then = size_rows(10**9, 8, 16.0, full - (limit - free), 3, BatchOptions(), COST)[0]
+    assert rows_then == 25_000_000  # with that budget the batches pay for themselves
+    assert budget_to_pay(rows, 10**9, 8, 16.0, 3, COST, None, None) is None
+    assert budget_to_pay(25_000_000, 10**9, 8, 16.0, 3, COST, free, limit) is None
+    assert budget_to_pay(rows, 600_000, 8, 16.0, 3, COST, free, limit) == \
+        10_000_000 + 3 * 600_000 * 16 * 10 // 8  # never more rows than the input has
+
+
+def test_the_plan_says_what_a_batch_costs_and_what_holds_it_back():
+    plan = BatchPlan(("x",), (), 10**9, 8, 3, "the inputs need 8 GB", 1000, 500_000, 2001,
+                     16.0, "measured 16 B per row in the pool; ...", cost=COST,
+                     full_speed_budget=1_510_000_000)
+    text = str(plan)
+    for word in ("batch cost: 2.00 ms per batch of kernel launches and Python beyond its "
+                 "upload (measured on the first batch; upload 10.00 GB/s): 500% of the 0.40 ms "
+                 "a batch of 500,000 rows takes to upload, over the 10% a batch should cost",
+                 "held small by the budget: batches of 25,000,000 rows (190.73 MiB) would keep "
+                 "the cost under 10%; a VRAM budget of 1.41 GiB would run them at full speed"):
+        assert word in text
+    host = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 25_000_000, 41, 16.0, "s",
+                     cost=BatchCost(2e-3, 1e-4, 10**6, host=True))
+    words = "\n".join(host.lines(host=True))
+    assert "Python and NumPy work beyond copying its rows" in words
+    assert "on the CPU fallback that copy in host RAM stands in for the transfer" in words
+    assert "10% of the 20.00 ms a batch of 25,000,000 rows takes to copy, within" in words
+    assert "GB/s" not in words and "held small" not in words
+    fixed = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 1000, 10**6, 16.0, "--batch-rows",
+                      cost=COST)
+    assert "held small by --batch-rows: batches of 25,000,000 rows" in str(fixed)

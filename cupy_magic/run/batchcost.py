@@ -1,0 +1,102 @@
+"""The cost of one batch besides moving its rows, and when a batch pays for it (issue 20).
+
+Pure logic, like :mod:`cupy_magic.run.batching`, which sizes batches with it: the executor
+(:mod:`cupy_magic.run.batched`) measures the first batch, this module turns the figures into
+rows and into the report's words.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..units import format_bytes
+
+__all__ = ["COST_SHARE", "MAX_BATCH_BYTES", "BatchCost"]
+
+# Issue 20: a batch pays for itself when its fixed cost (launches, Python) is at most this
+# share of the time its rows take to move; batches grow to that size when the budget allows,
+# up to the largest batch the H200 sweep measured (1 GiB of input: 33.6 GB/s, 128 MiB 45.9).
+COST_SHARE = 0.10
+MAX_BATCH_BYTES = 2**30
+
+@dataclass(frozen=True)
+class BatchCost:
+    """What one batch costs besides moving its rows, measured on the first batch.
+
+    Parameters
+    ----------
+    seconds
+        Host seconds of the first batch after its upload, less kernel builds: launching the
+        cell's kernels and running its Python (any host sync in the cell waits here too; on
+        the CPU fallback this is the NumPy work itself). Taken as the same for every batch.
+    moved_seconds
+        Seconds the first batch's upload took, waited for (on the CPU fallback: the copy of
+        its rows in host RAM, which stands in for the transfer).
+    moved_bytes
+        Input bytes of the first batch.
+    host
+        Measured on the CPU fallback.
+    """
+
+    seconds: float
+    moved_seconds: float
+    moved_bytes: int
+    host: bool = False
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second of moving input rows (``inf`` when too quick to time)."""
+        return self.moved_bytes / self.moved_seconds if self.moved_seconds > 0 else math.inf
+
+    def transfer_seconds(self, rows: int, row_bytes: int) -> float:
+        """Seconds ``rows`` rows of input take to move at the measured rate."""
+        return rows * row_bytes / self.rate
+
+    def share(self, rows: int, row_bytes: int) -> float:
+        """The cost as a share of the transfer time of a batch of ``rows`` rows."""
+        moving = self.transfer_seconds(rows, row_bytes)
+        return self.seconds / moving if moving > 0 else (0.0 if self.seconds <= 0 else math.inf)
+
+    def rows_to_pay(self, row_bytes: int) -> int:
+        """The fewest rows per batch whose transfer time is at least ``1 / COST_SHARE``
+        times the cost (1 when the upload was too quick to time)."""
+        if not math.isfinite(self.rate) or self.seconds <= 0:
+            return 1
+        return max(1, math.ceil(self.seconds * self.rate / (COST_SHARE * max(row_bytes, 1))))
+
+    def lines(self, rows: int, total: int, row_bytes: int, sized_by: str,
+              full_budget: int | None) -> list[str]:
+        """The report's words: the cost against a batch's transfer, and what holds it back.
+
+        ``rows``: rows per batch as planned; ``sized_by``: the planner's reason;
+        ``full_budget``: the budget at which batches would pay for themselves, when the
+        budget is what holds them back (:func:`cupy_magic.run.batching.budget_to_pay`).
+        """
+        share = self.share(rows, row_bytes)
+        rate = f"{self.rate / 1e9:.2f} GB/s"
+        work, how, verb = (
+            ("Python and NumPy work beyond copying its rows", "on the CPU fallback that copy "
+             "in host RAM stands in for the transfer", "copy") if self.host else
+            ("kernel launches and Python beyond its upload", f"upload {rate}", "upload"))
+        verdict = "within" if share <= COST_SHARE else "over"
+        out = [f"batch cost: {self.seconds * 1e3:.2f} ms per batch of {work} (measured on the "
+               f"first batch; {how}): {share:.0%} of the "
+               f"{self.transfer_seconds(rows, row_bytes) * 1e3:.2f} ms a batch of {rows:,} rows "
+               f"takes to {verb}, {verdict} the {COST_SHARE:.0%} a batch should cost"]
+        if share <= COST_SHARE or rows >= total:
+            return out
+        pay = min(self.rows_to_pay(row_bytes), total)
+        size = f"{pay:,} rows ({format_bytes(pay * row_bytes)})"
+        budget = "memory budget (host)" if self.host else "VRAM budget"
+        if full_budget is not None:
+            out.append(f"batch held small by the budget: batches of {size} would keep the cost "
+                       f"under {COST_SHARE:.0%}; a {budget} of {format_bytes(full_budget)} "
+                       "would run them at full speed")
+        elif sized_by.startswith("--batch"):
+            out.append(f"batch held small by {sized_by}: batches of {size} would keep the cost "
+                       f"under {COST_SHARE:.0%}")
+        elif pay * row_bytes > MAX_BATCH_BYTES:
+            out.append(f"batch size capped at {format_bytes(MAX_BATCH_BYTES)} of input (the "
+                       f"largest measured); {size} would keep the cost under {COST_SHARE:.0%}")
+        return out
