@@ -1,0 +1,144 @@
+"""Build CuPy's kernel cache ahead of time: run notebooks' ``%%gpu`` cells once on small slices.
+
+A workshop machine runs ``scripts/warm-cache notebooks/*.ipynb`` (or :func:`warm_cache`)
+before the workshop, so that each notebook's first ``%%gpu`` cells load their kernels from
+CuPy's cache instead of compiling them (issue 20). Each notebook runs top to bottom in a
+fresh namespace of an IPython shell of its own process: its other cells as written (they
+make the inputs), its ``%%gpu`` cells on the first rows of their largest NumPy inputs (the
+rows ``--warmup`` uses), whose small results later cells then read.
+
+    python -m cupy_magic.session.warm NOTEBOOK... [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import backend as _backend
+from ..run.errors import CellError
+from ..run.warm import CellWarm, NotebookCell, WarmReport, read_cells, slice_inputs
+from .cells import last_report
+
+__all__ = ["main", "warm_cache"]
+
+
+def warm_cache(notebooks: Iterable[str | Path]) -> WarmReport:
+    """Run the ``%%gpu`` cells of ``notebooks`` once on small slices; say what was compiled.
+
+    Inside IPython (a notebook, a terminal) the notebooks run in a new Python process, so
+    the caller's namespace is left alone; elsewhere they run in this process's shell.
+
+    Returns
+    -------
+    WarmReport
+        Per ``%%gpu`` cell: the rows it ran on, kernels compiled and loaded; where CuPy's
+        cache lives. On the CPU fallback there is nothing to compile, and it says so.
+    """
+    paths = [Path(p) for p in notebooks]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no notebook at {', '.join(missing)}; give .ipynb files, "
+                                "e.g. scripts/warm-cache notebooks/*.ipynb")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        done = subprocess.run([sys.executable, "-m", __name__, "--json", *map(str, paths)],
+                              capture_output=True, text=True, check=False)
+        if not done.stdout.strip():
+            raise RuntimeError(f"warm-cache stopped: {done.stderr.strip()[-2000:]}")
+        return WarmReport.from_json(done.stdout.strip().splitlines()[-1])
+    return _warm_here(InteractiveShell.instance(), paths)
+
+
+def _warm_here(shell: Any, paths: list[Path]) -> WarmReport:
+    shell.run_line_magic("load_ext", "cupy_magic")
+    be = _backend.current()
+    report = WarmReport(be.name, be.info().name, "", notebooks=[str(p) for p in paths])
+    caches: list[str] = []  # where the cells' compile records said the cache is
+    for path in paths:
+        shell.reset(new_session=False)
+        for cell in read_cells(path):
+            if cell.gpu:
+                report.cells.append(_gpu_cell(shell, str(path), cell, caches))
+                continue
+            error = _run(shell, cell.source)
+            if error:
+                report.plain_errors.append(f"{path} cell {cell.number} (not %%gpu): failed, "
+                                           f"{error}")
+    report.cache = next((c for c in caches if c), "") if be.is_gpu else ""
+    if be.is_gpu and not report.cache:
+        import importlib
+
+        from ..backend.compiles import cache_place
+
+        report.cache = cache_place(importlib.import_module("cupy.cuda.compiler"))
+    return report
+
+
+def _gpu_cell(shell: Any, path: str, cell: NotebookCell, caches: list[str]) -> CellWarm:
+    """Run one ``%%gpu`` cell on small slices of its inputs; put the inputs back after."""
+    before = last_report()
+    full: dict[str, Any] = {}
+    rows = 0
+    try:
+        small, rows = slice_inputs(shell.transform_cell(cell.body), shell.user_ns,
+                                   _backend.current())
+    except (CellError, SyntaxError):  # run whole: the cell itself says what is wrong
+        small = {}
+    for name, part in small.items():
+        full[name] = shell.user_ns[name]
+        shell.user_ns[name] = part
+    t0 = time.perf_counter()
+    try:
+        error = _run(shell, cell.source)
+    finally:
+        for name, value in full.items():
+            if shell.user_ns.get(name) is small[name]:  # the cell did not rebind it
+                shell.user_ns[name] = value
+    warm = CellWarm(path, cell.number, cell.first_line, rows, time.perf_counter() - t0,
+                    error=error)
+    after = last_report()
+    rec = after.compiles if after is not None and after is not before else None
+    if rec is not None and rec.applies and rec.available:
+        warm.compiled, warm.loaded = len(rec.compiled), len(rec.loaded)
+        warm.compile_seconds = rec.seconds
+        caches.append(rec.cache)
+    return warm
+
+
+def _run(shell: Any, source: str) -> str:
+    """Run a cell in the shell with its output captured; ``""`` or what went wrong."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output(display=True):
+        result = shell.run_cell(source, store_history=False)
+    exc = result.error_before_exec or result.error_in_exec
+    if exc is None:
+        return ""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}".rstrip(": ")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``scripts/warm-cache``: print the report; exit 1 if a ``%%gpu`` cell failed on a GPU."""
+    ap = argparse.ArgumentParser(prog="warm-cache", description=__doc__.splitlines()[0])
+    ap.add_argument("notebooks", nargs="+", type=Path, help=".ipynb files")
+    ap.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    args = ap.parse_args(argv)
+    try:
+        report = warm_cache(args.notebooks)
+    except FileNotFoundError as exc:
+        print(f"warm-cache: {exc}", file=sys.stderr)
+        return 2
+    print(report.to_json() if args.json else str(report))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Warming the kernel cache for notebooks (issue 20): the cells read, the slices, the report,
+and ``scripts/warm-cache`` run for real (a fresh process with its own IPython shell)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cupy_magic import backend
+from cupy_magic.run.warm import CellWarm, WarmReport, read_cells, slice_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CELLS = [
+    "%load_ext cupy_magic\nimport numpy as np",
+    "# markdown: not run",
+    "x = np.random.default_rng(0).random((1_000_000, 4), dtype=np.float32)\n"
+    "w = np.ones((4, 4), np.float32)",
+    "%%gpu --to-host\ny = np.sqrt(x @ w) * 2\ntotal = y.sum()",
+    "shapes = (y.shape, x.shape)",
+    "%%gpu\nz = y.mean(axis=1)",
+    "%%gpu\nq = undefined_name * 2",
+]
+
+
+def notebook(path: Path, cells: list[str]) -> Path:
+    def cell(src: str) -> dict:
+        if src.startswith("# markdown"):
+            return {"cell_type": "markdown", "metadata": {}, "source": src}
+        return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                "source": src.splitlines(keepends=True)}
+
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                                "cells": [cell(c) for c in cells]}))
+    return path
+
+
+def test_read_cells_finds_the_gpu_cells_and_their_bodies(tmp_path):
+    cells = read_cells(notebook(tmp_path / "a.ipynb", CELLS))
+    assert [c.number for c in cells] == [1, 3, 4, 5, 6, 7]  # the markdown cell is skipped
+    gpu = [c for c in cells if c.gpu]
+    assert [c.number for c in gpu] == [4, 6, 7]
+    assert gpu[0].first_line == "%%gpu --to-host"
+    assert gpu[0].body == "y = np.sqrt(x @ w) * 2\ntotal = y.sum()"
+    assert not cells[0].gpu and cells[0].body == cells[0].source
+
+
+def test_slices_cut_the_longest_inputs_only():
+    be = backend.current()
+    ns = {"np": np, "x": np.zeros((100_000, 4)), "w": np.ones((4, 4)), "k": 3}
+    small, rows = slice_inputs("y = x @ w + k\n", ns, be)
+    assert rows == 1024 and list(small) == ["x"] and small["x"].shape == (1024, 4)
+    assert np.shares_memory(small["x"], ns["x"])  # a view: nothing copied
+    assert slice_inputs("y = w * 2\n", ns, be) == ({}, 4)  # no more rows than the slice
+
+
+def test_report_words_and_json_round_trip():
+    cells = [CellWarm("a.ipynb", 4, "%%gpu", 1024, 0.5, compiled=3, loaded=1,
+                      compile_seconds=1.25),
+             CellWarm("a.ipynb", 7, "%%gpu", 0, 0.1, error="NameError: q")]
+    gpu = WarmReport("cupy", "NVIDIA H200", "in /tmp/c (CUPY_CACHE_DIR)", cells, ["a.ipynb"])
+    text = str(gpu)
+    assert "1 of 2 %%gpu cells of 1 notebook ran once on small slices" in text
+    assert "a.ipynb cell 4 `%%gpu`: first 1,024 rows, 0.500 s; 3 kernels compiled" in text
+    assert "a.ipynb cell 7 `%%gpu`: failed, NameError: q" in text
+    assert "compiled 3 kernels in 1.25 s and found 1 in the cache already" in text
+    assert "CuPy's kernel cache is in /tmp/c (CUPY_CACHE_DIR)" in text
+    assert not gpu.ok and WarmReport.from_json(gpu.to_json()) == gpu
+    host = WarmReport("host", "CPU (NumPy)", "", cells, ["a.ipynb"])
+    assert host.ok and "nothing to compile on the CPU fallback" in str(host)
+    assert "kernels compiled" not in str(host)
+
+
+def run_script(*args: str, backend_name: str = "host", cache: Path | None = None):
+    env = {**os.environ, "CUPY_MAGIC_BACKEND": backend_name}
+    if cache is not None:
+        env["CUPY_CACHE_DIR"] = str(cache)
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "warm-cache"), *args],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def test_the_script_on_the_cpu_fallback_says_there_is_nothing_to_compile(tmp_path):
+    done = run_script(str(notebook(tmp_path / "a.ipynb", CELLS)))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "[host]: 2 of 3 %%gpu cells of 1 notebook ran once on small slices" in out
+    assert "a.ipynb cell 4 `%%gpu --to-host`: first 1,024 rows" in out
+    assert "a.ipynb cell 7 `%%gpu`: failed, NameError: name 'undefined_name' is not defined" \
+        in out
+    assert "nothing to compile on the CPU fallback" in out
+    assert "(not %%gpu): failed" not in out  # cell 5 read the slice's y and the full x
+
+
+def test_the_script_refuses_a_missing_notebook(tmp_path):
+    done = run_script(str(tmp_path / "none.ipynb"))
+    assert done.returncode == 2 and "no notebook at" in done.stderr
+
+
+def test_from_a_running_shell_the_notebooks_run_in_another_process(shell, tmp_path):
+    from cupy_magic.session.warm import warm_cache
+
+    shell.user_ns.pop("x", None)
+    report = warm_cache([notebook(tmp_path / "a.ipynb", CELLS[:4])])
+    assert [(c.cell, c.rows, c.error) for c in report.cells] == [(4, 1024, "")]
+    assert "x" not in shell.user_ns  # the notebook's names stayed in its own process
+    assert report.ok
+
+
+@pytest.mark.gpu
+def test_gpu_the_script_builds_the_cache_and_a_second_run_loads_it(tmp_path):
+    cache = tmp_path / "kernels"
+    path = str(notebook(tmp_path / "a.ipynb", CELLS[:6]))
+    first = run_script(path, "--json", backend_name="cupy", cache=cache)
+    assert first.returncode == 0, first.stderr
+    cold = WarmReport.from_json(first.stdout.strip().splitlines()[-1])
+    assert cold.backend == "cupy" and str(cache) in cold.cache
+    assert sum(c.compiled for c in cold.cells) > 0 and any(cache.iterdir())
+    second = run_script(path, "--json", backend_name="cupy", cache=cache)
+    warm = WarmReport.from_json(second.stdout.strip().splitlines()[-1])
+    # a process's first build also asks NVRTC its version, which the record may count
+    assert sum(c.compiled for c in warm.cells) < sum(c.compiled for c in cold.cells)
+    assert sum(c.loaded for c in warm.cells) > 0
