@@ -13,7 +13,10 @@ array (``--size``, default 8GiB):
   input (a) already locked (the reference), (b) locked whole first, (c) locked chunk by chunk
   a few batches ahead in helper threads, (d) staged through pinned buffers by 8 and 16
   threads, (e) copied from pageable memory;
-- the output side: rows copied into a fresh, unlocked result array through staging.
+- the output side: rows copied into a fresh, unlocked result array through staging;
+- issue 20's variants (``first_touch_variants.py``): fresh result blocks backed by transparent
+  huge pages, with and without pre-faulting helper threads, and ``cudaHostAlloc``ed; the
+  input registered in batch-aligned pieces while it streams, then whole in the background.
 
 Prints a table and writes ``first-touch-<date>.json`` under ``--out`` (default
 ``benchmarks/results``). Without a GPU it says so and exits 0.
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import first_touch_variants as variants
 import numpy as np
 
 from cupy_magic import backend
@@ -345,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         runs[f"fresh unlocked output through staging, {threads} threads"] = r
         print(f"fresh output, {threads} threads: {r['gbps']:.1f} GB/s", flush=True)
         del fresh_out
+    # Issue 20: huge-page and cudaHostAlloc result blocks, and the input registered in
+    # pieces while it streams then whole (first_touch_variants.py)
+    runs.update(variants.fresh_outputs(st, x, want, direct, pool, _threaded))
     rt.hostUnregister(x.ctypes.data)
+    runs["input in batch-aligned pieces while streaming, then whole in the background"] = \
+        variants.pieces_then_whole(st, x, out, want, chunks, direct)
     rt.hostUnregister(out.ctypes.data)
     fig["streaming"] = runs
 

@@ -1,0 +1,285 @@
+"""`%%gpu --to-host` against the obvious hand port, on realistic cells (issue 20, points 3 and 4).
+
+For each cell (element-wise pricing, row-wise normalisation, k-means iterations, a matmul
+chain, a loop of 300 small element-wise steps on 10,000 elements), in one run:
+
+- ``numpy``: the cell with NumPy on the CPU;
+- ``hand``: the hand port: ``cp.asarray`` of the inputs, the same code with ``np`` meaning
+  CuPy, ``cp.asnumpy`` of the results, synchronised (best of ``--repeats``);
+- ``gpu_warm``: ``cupy_magic.run_cell(..., to_host=True)`` after one run (best of repeats);
+  ``gpu_warm_syncs_off`` the same with ``syncs="off"`` (where the extra time goes);
+- ``first_cold``: the cell's first run in a fresh process (backend already started, as
+  after ``%load_ext``) with a new, empty
+  ``CUPY_CACHE_DIR`` (wall time of ``run_cell``, kernel compiles included);
+- ``first_after_warm_cache``: the first run in a fresh process after ``scripts/warm-cache``
+  ran a notebook of these cells on small slices into another new cache;
+- ``batched``: ``run_cell`` under a VRAM budget of a quarter of the cell's inputs (row-wise
+  cells only; best of repeats).
+
+Ratios: gpu_warm / hand (target <= 1.05), first_after_warm_cache / gpu_warm (target <= 1.2),
+first_cold / gpu_warm, batched / hand, numpy / hand. Every result is checked against NumPy.
+Writes ``peer-<stamp>.{json,md}`` (``peer-<stamp>-host.*`` with ``--host``) under ``--out``.
+
+    python3 benchmarks/peer_bench.py [--repeats 5] [--scale 1.0] [--out DIR]
+    python3 benchmarks/peer_bench.py --host --scale 0.1     # the same on the CPU fallback
+
+Without a GPU (and without ``--host``) it says so and exits 0. ``--host`` runs every mode on
+the CPU fallback (``CUPY_MAGIC_BACKEND=host``; ``hand`` is then the NumPy cell itself, and
+there is no kernel cache), labelled so in the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# name: (inputs {name: (shape, dtype)}, code, results, row-wise)
+CELLS: dict[str, tuple[dict[str, tuple[tuple[int, ...], str]], str, tuple[str, ...], bool]] = {
+    "pricing": ({"S": ((10_000_000,), "float64"), "K": ((10_000_000,), "float64"),
+                 "T": ((10_000_000,), "float64")},
+                "r, v = 0.02, 0.3\n"
+                "d1 = (np.log(S / K) + (r + 0.5 * v * v) * T) / (v * np.sqrt(T))\n"
+                "d2 = d1 - v * np.sqrt(T)\n"
+                "cdf1 = 0.5 * (1 + np.tanh(0.7978845608 * (d1 + 0.044715 * d1 ** 3)))\n"
+                "cdf2 = 0.5 * (1 + np.tanh(0.7978845608 * (d2 + 0.044715 * d2 ** 3)))\n"
+                "call = S * cdf1 - K * np.exp(-r * T) * cdf2\n", ("call",), True),
+    "rownorm": ({"x": ((200_000, 256), "float32")},
+                "mu = x.mean(axis=1, keepdims=True)\n"
+                "sd = x.std(axis=1, keepdims=True)\n"
+                "z = (x - mu) / (sd + 1e-6)\n", ("z",), True),
+    "kmeans": ({"x": ((500_000, 16), "float32"), "c": ((8, 16), "float32")},
+               "for _ in range(5):\n"
+               "    d = ((x[:, None, :] - c[None, :, :]) ** 2).sum(axis=2)\n"
+               "    label = d.argmin(axis=1)\n"
+               "    onehot = (label[:, None] == np.arange(8)[None, :]).astype(x.dtype)\n"
+               "    c = (onehot.T @ x) / np.maximum(onehot.sum(axis=0), 1)[:, None]\n",
+               ("c", "label"), False),
+    "matmul": ({"a": ((8192, 1024), "float32"), "b": ((1024, 1024), "float32"),
+                "w": ((1024, 256), "float32")},
+               "h = np.tanh(a @ b)\ny = (h @ b) @ w\n", ("y",), True),
+    "small_loop": ({"v": ((10_000,), "float32")},
+                   "y = v\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n", ("y",), False),
+}
+
+
+def make_inputs(name: str, scale: float, xp: Any = np) -> dict[str, Any]:
+    """The cell's inputs (seeded); leading axes of row-wise inputs scale with ``scale``."""
+    shapes, _, _, _ = CELLS[name]
+    rng = np.random.default_rng(0)
+    out: dict[str, Any] = {}
+    for k, (shape, dtype) in shapes.items():
+        big = shape[0] >= 100_000
+        rows = max(8, int(shape[0] * scale)) if big else shape[0]
+        out[k] = (rng.random((rows, *shape[1:])) + 0.5).astype(dtype)
+    return out
+
+
+def _best(fn: Any, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _close(got: dict[str, Any], want: dict[str, Any]) -> bool:
+    return all(np.allclose(np.asarray(got[k]), want[k], rtol=2e-3, atol=1e-4) for k in want)
+
+
+def child(name: str, scale: float) -> None:
+    """One first run of ``run_cell`` in this fresh process; prints one JSON line."""
+    import cupy_magic
+
+    cupy_magic.device_info()  # what %load_ext does before the first cell: the backend starts
+    ns = {"np": np, **make_inputs(name, scale)}
+    code = CELLS[name][1]
+    t0 = time.perf_counter()
+    r = cupy_magic.run_cell(code, ns, to_host=True)
+    wall = time.perf_counter() - t0
+    rec = r.compiles
+    print(json.dumps({"wall_s": wall, "backend": r.backend,
+                      "compiled": len(rec.compiled) if rec is not None and rec.applies else 0,
+                      "loaded": len(rec.loaded) if rec is not None and rec.applies else 0}))
+
+
+def _first_run(name: str, scale: float, env: dict[str, str]) -> dict[str, Any]:
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import peer_bench; "
+            f"peer_bench.child({name!r}, {scale!r})")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, check=True, cwd=ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _notebook(path: Path, scale: float) -> None:
+    """A notebook of every cell, for scripts/warm-cache (inputs made by a plain cell)."""
+    cells = [f"import sys; sys.path.insert(0, {str(HERE)!r})\nimport numpy as np\n"
+             "import peer_bench\n%load_ext cupy_magic"]
+    for name, (_, code, _, _) in CELLS.items():
+        cells.append(f"globals().update(peer_bench.make_inputs({name!r}, {scale!r}))")
+        cells.append("%%gpu --to-host --quiet\n" + code)
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": c} for c in cells]}))
+
+
+def first_runs(scale: float, backend_name: str) -> tuple[dict[str, dict], dict[str, dict], str]:
+    """Each cell's first run in a fresh process: cold cache, then after warm-cache."""
+    base = {**os.environ, "CUPY_MAGIC_BACKEND": backend_name}
+    cold_dir, warm_dir = tempfile.mkdtemp(prefix="peer-cold-"), tempfile.mkdtemp(prefix="peer-w-")
+    cold = {n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": cold_dir}) for n in CELLS}
+    nb = Path(warm_dir) / "peer_cells.ipynb"
+    _notebook(nb, scale)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "warm-cache"), str(nb)],
+                          env={**base, "CUPY_CACHE_DIR": warm_dir}, capture_output=True,
+                          text=True, cwd=ROOT, check=False)
+    after = {n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": warm_dir}) for n in CELLS}
+    return cold, after, done.stdout.strip()
+
+
+def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> dict[str, Any]:
+    """numpy, hand, gpu_warm (syncs warn and off) and batched for one cell, in this process."""
+    import cupy_magic
+
+    _, code, results, rowwise = CELLS[name]
+    inputs = make_inputs(name, scale)
+    ref: dict[str, Any] = {"np": np, **inputs}
+    fig: dict[str, Any] = {"input_bytes": sum(a.nbytes for a in inputs.values())}
+    fig["numpy_s"] = _best(lambda: exec(code, {"np": np, **inputs}), repeats)
+    exec(code, ref)
+    want = {k: np.asarray(ref[k]) for k in results}
+    got: dict[str, Any] = {}
+
+    def hand() -> None:
+        ns = {"np": xp, **{k: xp.asarray(v) for k, v in inputs.items()}}
+        exec(code, ns)
+        got.update({k: xp.asnumpy(ns[k]) if hasattr(xp, "asnumpy") else ns[k]
+                    for k in results})
+    fig["hand_s"] = fig["numpy_s"] if host else _best(hand, repeats)
+    if host:
+        got.update(want)
+    fig["hand_correct"] = _close(got, want)
+    last: dict[str, Any] = {}
+
+    def run(syncs: str = "warn") -> None:  # a fresh namespace: the cell may rebind inputs
+        last.clear()
+        last.update({"np": np, **inputs})
+        cupy_magic.run_cell(code, last, to_host=True, syncs=syncs)
+    for key, syncs in (("gpu_warm", "warn"), ("gpu_warm_syncs_off", "off")):
+        run(syncs)
+        fig[f"{key}_s"] = _best(lambda syncs=syncs: run(syncs), repeats)
+        fig[f"{key}_correct"] = _close(last, want)
+    if rowwise:
+        cupy_magic.set_budget(max(1, fig["input_bytes"] // 4))
+        try:
+            run()
+            fig["batched_s"] = _best(run, repeats)
+            report = cupy_magic.last_report()
+            fig["batched_batches"] = report.batch.batches if report.batch else 0
+            fig["batched_correct"] = _close(last, want)
+        finally:
+            cupy_magic.set_budget("off")
+    return fig
+
+
+def ratios(fig: dict[str, Any]) -> dict[str, float]:
+    def r(a: str, b: str) -> float | None:
+        return fig[a] / fig[b] if fig.get(a) and fig.get(b) else None
+    return {k: v for k, v in {
+        "gpu_warm/hand": r("gpu_warm_s", "hand_s"),
+        "gpu_warm_syncs_off/hand": r("gpu_warm_syncs_off_s", "hand_s"),
+        "first_after_warm_cache/gpu_warm": r("first_after_warm_cache_s", "gpu_warm_s"),
+        "first_cold/gpu_warm": r("first_cold_s", "gpu_warm_s"),
+        "batched/hand": r("batched_s", "hand_s"),
+        "numpy/hand": r("numpy_s", "hand_s")}.items() if v is not None}
+
+
+def table(rec: dict[str, Any]) -> str:
+    cols = ["numpy_s", "hand_s", "gpu_warm_s", "gpu_warm_syncs_off_s", "first_cold_s",
+            "first_after_warm_cache_s", "batched_s"]
+    keys = ["gpu_warm/hand", "first_after_warm_cache/gpu_warm", "first_cold/gpu_warm",
+            "batched/hand", "numpy/hand"]
+    lines = [f"`%%gpu --to-host` against the hand port on {rec['device']} [{rec['backend']}] "
+             f"({rec['date']}, scale {rec['scale']}, best of {rec['repeats']})", "",
+             "| cell | " + " | ".join(c.removesuffix("_s") + " ms" for c in cols) + " | "
+             + " | ".join(keys) + " | correct |",
+             "| --- |" + " ---: |" * (len(cols) + len(keys)) + " --- |"]
+    for name, fig in rec["cells"].items():
+        ms = [f"{fig[c] * 1e3:,.2f}" if fig.get(c) else "" for c in cols]
+        rs = [f"{fig['ratios'][k]:.2f}" if k in fig["ratios"] else "" for k in keys]
+        ok = all(v for k, v in fig.items() if k.endswith("correct"))
+        lines.append(f"| {name} | " + " | ".join(ms + rs) + f" | {ok} |")
+    if rec["backend"] == "host":
+        lines += ["", "CPU fallback: `hand` is the NumPy cell itself and there is no kernel "
+                  "cache, so first runs measure a fresh process only."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host", action="store_true", help="run on the CPU fallback, labelled")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--scale", type=float, default=1.0, help="scale the row-wise inputs")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    args = ap.parse_args(argv)
+    backend_name = "host" if args.host else "cupy"
+    os.environ["CUPY_MAGIC_BACKEND"] = backend_name
+    if args.host:
+        xp, device = np, f"CPU ({platform.processor() or platform.machine()}, NumPy)"
+    else:
+        from cupy_magic.backend.cupy import probe_cupy
+
+        xp, why = probe_cupy()
+        if xp is None:
+            print(f"peer_bench: no GPU visible ({why}); nothing measured. "
+                  "Run with --host for the CPU fallback's figures")
+            return 0
+        device = xp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    cold, after, warm_text = first_runs(args.scale, backend_name)
+    print(warm_text, flush=True)
+    cells: dict[str, Any] = {}
+    for name in CELLS:
+        fig = in_process(name, args.scale, args.repeats, xp, args.host)
+        fig.update(first_cold_s=cold[name]["wall_s"], first_cold_compiled=cold[name]["compiled"],
+                   first_after_warm_cache_s=after[name]["wall_s"],
+                   first_after_warm_cache_compiled=after[name]["compiled"],
+                   first_after_warm_cache_loaded=after[name]["loaded"])
+        fig["ratios"] = ratios(fig)
+        cells[name] = fig
+        print(name, json.dumps(fig["ratios"]), flush=True)
+    import cupy_magic
+
+    rec = {"device": device, "backend": backend_name, "scale": args.scale,
+           "repeats": args.repeats, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "numpy": np.__version__, "python": platform.python_version(),
+           "cupy": getattr(xp, "__version__", None) if not args.host else None,
+           "cupy_magic": cupy_magic.__version__, "warm_cache_output": warm_text,
+           "targets": {"gpu_warm/hand": 1.05, "first_after_warm_cache/gpu_warm": 1.2},
+           "cells": cells}
+    md = table(rec)
+    print(md)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / (f"peer-{time.strftime('%Y-%m-%dT%H%M')}" + ("-host" if args.host else ""))
+    stem.with_suffix(".json").write_text(json.dumps(rec, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(md + "\n")
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
