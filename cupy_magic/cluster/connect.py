@@ -9,6 +9,10 @@ fallback. Every worker gets :class:`~cupy_magic.cluster.worker.BudgetPlugin`.
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +22,7 @@ from ..units import format_bytes
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
-           "WorkerFacts", "client", "close", "ensure_budget", "status", "use"]
+           "WorkerFacts", "client", "close", "ensure_budget", "in_use", "status", "use"]
 
 CONNECT_TIMEOUT = 10  # seconds to reach a scheduler before giving up
 LOCAL_CPU_WORKERS = 2  # worker processes of ``local`` on the CPU fallback (at most the cores)
@@ -70,7 +74,10 @@ class ClusterStatus:
         p.text(str(self))
 
 
-_state: dict[str, Any] = {"client": None, "cluster": None, "kind": "", "budget": None}
+# owned: this kernel opened the client (local, or an address), so leaving closes it; a
+# Client handed to use() is the caller's and stays open
+_state: dict[str, Any] = {"client": None, "cluster": None, "kind": "", "budget": None,
+                          "owned": False}
 
 
 def _distributed() -> Any:
@@ -87,6 +94,27 @@ def client() -> Any:
     return _state["client"]
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start worker processes with SIGINT ignored (they inherit it): Jupyter interrupts a
+    kernel by signalling its whole process group, which would kill a local cluster's
+    workers at the first Ctrl-C instead of only stopping the cell."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def in_use() -> str:
+    """Which cluster is in use, in words without asking its workers (``""`` for none)."""
+    c = _state["client"]
+    return "" if c is None else f"{_state['kind']} at {c.scheduler.address}"
+
+
 def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
     distributed = _distributed()
     if be.is_gpu:
@@ -96,10 +124,14 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
             raise ClusterError("%gpu_cluster local on a GPU needs dask-cuda, which is not "
                                "installed; pip install 'cupy-magic[dask-cuda]' (or join a "
                                "cluster: %gpu_cluster tcp://HOST:8786)") from None
-        return LocalCUDACluster(dashboard_address=None), "LocalCUDACluster (one worker per GPU)"
+        with _sigint_ignored():
+            cluster = LocalCUDACluster(dashboard_address=None)
+        return cluster, "LocalCUDACluster (one worker per GPU)"
     workers = n_workers or max(1, min(LOCAL_CPU_WORKERS, os.cpu_count() or 1))
-    cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None)
+    with _sigint_ignored():
+        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                           processes=True, host="127.0.0.1",
+                                           dashboard_address=None)
     return cluster, "local CPU cluster (LocalCluster of processes, CPU fallback)"
 
 
@@ -130,11 +162,12 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
     close()
     if isinstance(target, str) and target.strip().lower() == "local":
         cluster, kind = _start_local(be, n_workers)
-        _state.update(cluster=cluster, client=_distributed().Client(cluster), kind=kind)
-        lifecycle.on_unload(close)
+        _state.update(cluster=cluster, client=_distributed().Client(cluster), kind=kind,
+                      owned=True)
     else:
         joined, kind = _join(target, timeout)
-        _state.update(client=joined, kind=kind)
+        _state.update(client=joined, kind=kind, owned=joined is not target)
+    lifecycle.on_unload(close)
     ensure_budget(be, force=True)
     return status()
 
@@ -164,9 +197,11 @@ def status() -> ClusterStatus:
 
 
 def close() -> None:
-    """Leave the cluster in use; close it and its client when this kernel started them."""
-    c, cluster = _state["client"], _state["cluster"]
-    _state.update(client=None, cluster=None, kind="", budget=None)
-    if cluster is not None:
+    """Leave the cluster in use: close the client this kernel opened (``local`` or an
+    address; a ``Client`` passed in stays open) and the cluster it started."""
+    c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
+    _state.update(client=None, cluster=None, kind="", budget=None, owned=False)
+    if c is not None and owned:
         c.close()
+    if cluster is not None:
         cluster.close()

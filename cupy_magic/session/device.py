@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import backend as _backend
 from ..backend import DeviceInfo
+from ..cluster import connect
 from ..config import BACKENDS, settings
 from ..run.cell import SYNC_MODES
 from ..units import format_bytes
@@ -33,7 +34,13 @@ def device_info() -> DeviceInfo:
 
 
 def describe_device() -> str:
-    """The one line printed at load: GPU, VRAM, driver, CUDA runtime, CuPy, budget."""
+    """The one line printed at load: GPU, VRAM, driver, CUDA runtime, CuPy, budget, and the
+    cluster ``%%gpu`` cells over Dask arrays run on, when one is in use."""
+    cluster = connect.in_use()
+    return _device_line() + (f"; cluster: {cluster}" if cluster else "")
+
+
+def _device_line() -> str:
     be = _backend.current()
     info = be.info()
     budget = be.budget.describe() if be.budget else "off"

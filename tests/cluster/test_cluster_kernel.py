@@ -1,0 +1,121 @@
+"""Ctrl-C through a real Jupyter kernel: a %%gpu cell over a Dask array on the kernel's own
+``%gpu_cluster local`` is interrupted (``KernelManager.interrupt_kernel``) while its blocks
+run; it commits nothing, its tasks and keys leave the cluster, the workers survive the
+interrupt, the kernel runs the next cell, and ``off`` leaves no worker process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+distributed = pytest.importorskip("distributed")
+jupyter_client = pytest.importorskip("jupyter_client")
+
+pytestmark = pytest.mark.kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SLOW_CELL = """%%gpu --quiet
+y = xd * 2
+for i in range(40):
+    time.sleep(0.05)
+"""
+
+
+class Kernel:
+    """A real python3 kernel on the CPU fallback, run cell by cell."""
+
+    def __init__(self) -> None:
+        self.km = jupyter_client.KernelManager(kernel_name="python3")
+        self.km.start_kernel(env={**os.environ, "CUPY_MAGIC_BACKEND": "host"})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 60) -> tuple[dict, str]:
+        """Run ``code``; return the reply's content and the text the cell printed."""
+        out: list[str] = []
+
+        def hook(msg: dict) -> None:
+            content = msg["content"]
+            out.append(content.get("text", ""))
+            out.append(content.get("data", {}).get("text/plain", ""))
+            out.extend(ANSI.sub("", t) for t in content.get("traceback", []))
+
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+        return reply["content"], "\n".join(out)
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kernel() -> Iterator[Kernel]:
+    k = Kernel()
+    yield k
+    k.close()
+
+
+def _tasks(client, state: str | None = None) -> list[str]:
+    return client.run_on_scheduler(
+        lambda dask_scheduler, state=state: [
+            str(k) for k, t in dask_scheduler.tasks.items()
+            if "cupy-magic" in str(k) and (state is None or t.state == state)])
+
+
+def _worker_keys(client) -> int:
+    return sum(client.run(lambda dask_worker: len(dask_worker.data)).values())
+
+
+def _until(check, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            pytest.fail(f"not within {timeout:g} s: {what}")
+        time.sleep(0.1)
+
+
+def test_ctrl_c_cancels_the_cells_blocks_commits_nothing_and_the_kernel_goes_on(kernel):
+    reply, text = kernel.run(
+        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport dask.array as da\n"
+        "import cupy_magic\n_ = cupy_magic.use_cluster('local', n_workers=2)\n"
+        "print('ADDR', cupy_magic.cluster_status().address)\n"
+        "x = np.random.default_rng(0).random((800, 4))\nxd = da.from_array(x, chunks=(100, 4))",
+        timeout=120)
+    assert reply["status"] == "ok", text
+    address = re.search(r"ADDR (tcp://\S+)", text).group(1)
+    watch = distributed.Client(address, timeout=30)
+    try:
+        pids = sorted(watch.run(os.getpid).values())
+        assert len(pids) == 2
+        before = _worker_keys(watch)
+        msg_id = kernel.kc.execute(SLOW_CELL)
+        _until(lambda: len(_tasks(watch, "processing")) >= 2, 60, "blocks running")
+        kernel.km.interrupt_kernel()
+        reply = kernel.kc.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        tb = ANSI.sub("", "\n".join(reply["content"]["traceback"]))
+        assert "futures on the cluster cancelled, nothing committed" in tb
+        _until(lambda: not _tasks(watch) and _worker_keys(watch) <= before, 20,
+               "the cell's tasks and keys gone from the cluster")
+        assert sorted(watch.run(os.getpid).values()) == pids  # Ctrl-C killed no worker
+        reply, text = kernel.run("print('COMMITTED', [n for n in ('y', 'i') if n in dir()])")
+        assert "COMMITTED []" in text
+        reply, text = kernel.run("%%gpu --quiet --to-host\nz = xd + 1")
+        assert reply["status"] == "ok", text
+        reply, text = kernel.run("print('SAME', bool(np.array_equal(z, x + 1)))")
+        assert "SAME True" in text
+    finally:
+        watch.close()
+    reply, text = kernel.run("%gpu_cluster off")
+    assert reply["status"] == "ok", text
+    _until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status()
+                           != psutil.STATUS_ZOMBIE for p in pids), 20,
+           "the local cluster's worker processes gone after %gpu_cluster off")
