@@ -23,7 +23,7 @@ from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect
 from .inputs import BlockInputs, prepare, python_values
 from .report import ClusterRun
-from .worker import BlockFailed, BlockSpec, block_info, run_block
+from .worker import BlockFailed, BlockSpec, block_info, drop_shared, run_block
 
 __all__ = ["SPLIT_EVERY", "ClusterExecutor"]
 
@@ -68,6 +68,7 @@ class ClusterExecutor:
         self.scatter_numpy, self.source = scatter_numpy, source
         self.fallback, self.syncs = fallback, syncs
         self.names = frozenset(darrs)
+        self.shared_keys: list[str] = []  # the workers' device copies to drop at the end
 
     def __call__(self, plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                  to_host: Any, dtype: str | None, filename: str, be: Backend) -> None:
@@ -96,6 +97,7 @@ class ClusterExecutor:
             raise self._failure(exc, be, filename, namespace) from None
         finally:
             progress.finish()
+            self._drop_shared(client)
         held.clear()  # released: the results hold keys of their own now
         self._commit(plan, results, namespace, report, be)
         report.batch = info
@@ -124,9 +126,12 @@ class ClusterExecutor:
         held.extend(inputs.futures)
         values = python_values(self.source, namespace, plan, be,
                                {*inputs.batched, *inputs.shared})
+        # an input the cell changes in place gets a copy per block, like a batched input
+        keys = {n: str(f.key) for n, f in inputs.shared.items() if n not in plan.stored}
+        self.shared_keys = list(keys.values())
         spec = BlockSpec(self.source, filename, tuple(plan.overrides), values,
                          tuple(sorted(plan.stored)), len(inputs.blocks), self.fallback,
-                         self.syncs)
+                         self.syncs, keys)
         [spec_f] = client.scatter([spec], broadcast=True, hash=False)
         held.append(spec_f)
         tasks = [dask.delayed(run_block, pure=False)(
@@ -149,6 +154,12 @@ class ClusterExecutor:
                           inputs.scatter_seconds, ClusterRun.shares(stats))
         results = self._results(futures, infos, info, to_host, be)
         return results, info
+
+    def _drop_shared(self, client: Any) -> None:
+        """Drop the workers' device copies of the cell's shared inputs (the cell ended)."""
+        if self.shared_keys:
+            keys, self.shared_keys = self.shared_keys, []
+            client.run(drop_shared, keys, on_error="ignore")  # a worker gone holds none
 
     def _wait(self, futures: list[Any], inputs: BlockInputs) -> None:
         """Wait for the blocks, counting them for the progress bar; stop at the first error."""

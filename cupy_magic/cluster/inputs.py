@@ -143,7 +143,10 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
     whole.update({k: _device_to_host(v) for k, v in
                   read_values(source, namespace, set(whole)).items()
                   if be.is_device_array(v)})
-    shared = client.scatter(whole, broadcast=True, hash=False) if whole else {}
+    # a list, not the dict: scattering a dict makes its names the keys, so the next cell's
+    # "w" would race the release of this one's, and workers could not tell the cells apart
+    shared = dict(zip(whole, client.scatter(list(whole.values()), broadcast=True, hash=False),
+                      strict=True)) if whole else {}
     futures.extend(shared.values())
     nbytes = sum(int(a.nbytes) for a in darrs.values()) + sum(numpy_in[n].nbytes for n in cut)
     return BlockInputs((*darrs, *cut), starts, blocks, shared, tuple(cut), nbytes, futures,

@@ -25,6 +25,7 @@ class WorkerShare:
     seconds: float
     syncs: int
     peak_bytes: int
+    uploads: int = 0  # shared inputs copied to this worker's device
 
 
 @dataclass
@@ -87,7 +88,8 @@ class ClusterRun:
             w = out.get(s.worker) or WorkerShare(s.worker, s.device, 0, 0, 0.0, 0, 0)
             out[s.worker] = WorkerShare(w.worker, w.device, w.blocks + 1, w.nbytes + s.nbytes,
                                         w.seconds + s.seconds, w.syncs + s.syncs,
-                                        max(w.peak_bytes, s.peak_bytes))
+                                        max(w.peak_bytes, s.peak_bytes),
+                                        w.uploads + s.uploads)
         return sorted(out.values(), key=lambda w: w.worker)
 
     def lines(self, host: bool = False) -> list[str]:
@@ -100,10 +102,12 @@ class ClusterRun:
                f"{self.run_seconds * 1e3:.1f} ms; {self.scheduler_seconds * 1e3:.1f} ms outside "
                "the busiest worker's blocks (scheduler, transfers, serialisation)"]
         if self.scattered or self.shared:
+            uploads = sum(w.uploads for w in self.workers)
             out.append(f"  cluster scattered from this kernel in {self.scatter_seconds * 1e3:.1f}"
                        f" ms: {', '.join([*self.scattered, *self.shared])}"
-                       + (f" (shared, sent once to every worker: {', '.join(self.shared)})"
-                          if self.shared else ""))
+                       + (f" (shared, sent once to every worker: {', '.join(self.shared)}; "
+                          f"{uploads} device cop{'y' if uploads == 1 else 'ies'} for "
+                          f"{self.blocks} blocks)" if self.shared else ""))
         for w in self.workers:
             out.append(f"  cluster worker {w.worker} ({w.device}): {w.blocks} blocks, "
                        f"{format_bytes(w.nbytes)} in, {w.seconds * 1e3:.1f} ms busy, "

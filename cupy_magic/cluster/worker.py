@@ -9,6 +9,7 @@ cell's line, and carries the original exception back to the kernel.
 from __future__ import annotations
 
 import builtins
+import threading
 import time
 import types
 from dataclasses import dataclass
@@ -23,7 +24,18 @@ from ..run.errors import fail
 from ..run.plan import register_source
 from ..syncs.record import SyncRecorder
 
-__all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "run_block", "worker_facts"]
+__all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "drop_shared", "run_block",
+           "shared_copies", "worker_facts"]
+
+# One device copy per worker of each shared input of a running cell, keyed by its scattered
+# key (unique per cell: scattered with hash=False); the kernel drops them when the cell ends.
+# A key once dropped is never cached again, so a block still running after a cancel does not
+# leave a copy behind.
+_shared_lock = threading.Lock()
+_shared: dict[str, Any] = {}
+_dropped: set[str] = set()
+DROPPED_KEPT = 4096  # dropped keys remembered, against a late block of a cancelled cell
+
 
 def worker_facts(dask_worker: Any = None) -> dict[str, Any]:
     """What a worker runs cells on: backend, device, memory, budget, threads (``show``)."""
@@ -48,6 +60,7 @@ class BlockSpec:
     nblocks: int
     fallback: bool = False
     syncs: str = "warn"
+    shared_keys: dict[str, str] | None = None  # shared input -> scattered key, to cache by
 
 
 @dataclass
@@ -63,6 +76,7 @@ class BlockStats:
     syncs: int = 0
     device: str = ""
     backend: str = "host"
+    uploads: int = 0  # shared inputs this block copied to the device (0: the worker's copy)
 
 
 class BlockFailed(Exception):
@@ -93,6 +107,35 @@ def _cell_lineno(exc: BaseException, filename: str) -> int | None:
     return line if isinstance(line, int) else None
 
 
+def _device_copy(be: Any, key: str | None, value: Any) -> tuple[Any, bool]:
+    """The worker's device copy of a shared input (made now if it has none); whether this
+    call uploaded it. ``key`` ``None``: a copy of this block's own."""
+    if key is None:
+        return be.to_device(np.asarray(value)).array, True
+    with _shared_lock:
+        if key in _shared:
+            return _shared[key], False
+        copy = be.to_device(np.asarray(value)).array
+        if key not in _dropped:
+            _shared[key] = copy
+        return copy, True
+
+
+def drop_shared(keys: list[str], dask_worker: Any = None) -> int:
+    """Drop this worker's device copies of a cell's shared inputs; return how many."""
+    with _shared_lock:
+        if len(_dropped) > DROPPED_KEPT:
+            _dropped.clear()
+        _dropped.update(keys)
+        return sum(_shared.pop(k, None) is not None for k in keys)
+
+
+def shared_copies(dask_worker: Any = None) -> int:
+    """How many shared device copies this worker holds now (tests, ``show``)."""
+    with _shared_lock:
+        return len(_shared)
+
+
 def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
               shared: dict[str, Any]) -> dict[str, Any]:
     """Run the cell over one block; return the names it bound and the block's stats.
@@ -110,10 +153,14 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
     work.update({n: module for n in spec.numpy_names})
     recorder = (SyncRecorder(spec.filename, spec.source, spec.syncs) if be.is_gpu
                 and spec.syncs != "off" else None)
-    t0, peak = time.perf_counter(), 0
+    t0, peak, uploads = time.perf_counter(), 0, 0
+    keys = spec.shared_keys or {}
     try:
         with be.track_memory(spec.filename) as mem:
-            for name, arr in {**shared, **batched}.items():
+            for name, arr in shared.items():
+                work[name], uploaded = _device_copy(be, keys.get(name), arr)
+                uploads += uploaded
+            for name, arr in batched.items():
                 work[name] = be.to_device(np.asarray(arr)).array
             code = compile(spec.source, spec.filename, "exec")
             if recorder is not None:
@@ -132,7 +179,8 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
     syncs = sum(c.count for c in recorder.counts) if recorder is not None \
         and recorder.available else 0
     stats = BlockStats(index, worker, rows, sum(int(a.nbytes) for a in batched.values()),
-                       time.perf_counter() - t0, peak, syncs, be.info().name, be.name)
+                       time.perf_counter() - t0, peak, syncs, be.info().name, be.name,
+                       uploads)
     out = {n: work[n] for n in spec.stored if n in work}
     return {"values": out, "stats": stats}
 

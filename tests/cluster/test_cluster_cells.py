@@ -147,3 +147,48 @@ def test_a_cluster_that_cannot_be_reached_is_one_line_with_the_fix(ip):
     assert time.monotonic() - t0 < 30
     with pytest.raises(UsageError, match="not a scheduler address"):
         ip.run_line_magic("gpu_cluster", "localhost:8786")
+
+
+def worker_copies(client) -> dict[str, int]:
+    """Shared device copies each worker holds now."""
+    from cupy_magic.cluster.worker import shared_copies
+
+    return client.run(shared_copies)
+
+
+def test_a_shared_input_is_copied_to_each_worker_once_per_cell_and_dropped_after(
+        ip, joined, data):
+    ip.user_ns.update(w=np.arange(4.0), xs=da.from_array(data, chunks=(100, 4)))
+    body = "y = XX * w + w.sum()\n"
+    ref = _in_kernel(ip, body.replace("XX", "x"), "", ["y"])["y"]
+    for _ in range(2):  # a second cell's w is a copy of its own, not the first one's key
+        ip.run_cell_magic("gpu", "--quiet --to-host", body.replace("XX", "xs"))
+        np.testing.assert_array_equal(ip.user_ns["y"], ref)
+        info = cupy_magic.last_report().batch
+        assert info.blocks == 10 and info.shared == ("w",)
+        uploads = {w.worker: w.uploads for w in info.workers}
+        assert uploads and all(n == 1 for n in uploads.values()), uploads  # not one per block
+        assert any("2 device copies for 10 blocks" in line or "1 device copy for 10 blocks"
+                   in line for line in cupy_magic.last_report().lines())
+        assert sum(worker_copies(joined).values()) == 0  # dropped when the cell ended
+
+
+def test_a_shared_input_the_cell_changes_gets_a_copy_per_block(ip, joined, data):
+    ip.user_ns.update(w=np.arange(4.0), xs=da.from_array(data, chunks=(250, 4)))
+    ip.run_cell_magic("gpu", "--quiet --to-host --reduce w=max",
+                      "w += 1\ny = xs * w\n")
+    np.testing.assert_array_equal(ip.user_ns["y"], data * (np.arange(4.0) + 1))
+    info = cupy_magic.last_report().batch
+    assert sum(w.uploads for w in info.workers) == info.blocks == 4
+
+
+def test_a_failing_cell_drops_the_workers_shared_copies(ip, joined, data):
+    ip.user_ns.update(w=np.arange(4.0))
+    body = "y = xd * w\nif len(xd) == 100:\n    raise ValueError('bad rows')\n"
+    with pytest.raises(ValueError, match="bad rows"):
+        cupy_magic.run_cell(body, ip.user_ns, filename="<cluster-shared-fail>")
+    assert "y" not in ip.user_ns
+    end = time.monotonic() + 10
+    while sum(worker_copies(joined).values()) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert sum(worker_copies(joined).values()) == 0
