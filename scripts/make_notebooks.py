@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the workshop notebooks 00 to 05 (without outputs) from the source below.
+"""Write the workshop notebooks 00 to 06 (without outputs) from the source below.
 
 Usage: scripts/make_notebooks.py [--out DIR]      (default: notebooks/)
 
@@ -2299,6 +2299,235 @@ def nb05():
     ])
 
 
+# ---------------------------------------------------------------------------------------
+# 06 beyond one GPU
+# ---------------------------------------------------------------------------------------
+
+def nb06():
+    return notebook([
+        md('''
+        # 06 Beyond one GPU: the same cell on a Dask cluster
+
+        Data many times the VRAM, or a node of several GPUs, or a cluster behind JupyterHub:
+        `%%gpu` does not grow a scheduler of its own for these. It hands the cell to Dask
+        (`distributed`, with `dask-cuda` for GPU workers), which runs it block by block along
+        the leading axis on its workers, under the same promise batching rests on: **each row's
+        results depend only on that row**.
+
+        This notebook runs one cell three ways: in the kernel, batched in the kernel, and on a
+        local cluster (`%gpu_cluster local`: one worker per GPU with `dask-cuda` on a GPU
+        machine, two worker processes on loopback on the CPU fallback). Then it measures what
+        crosses the network and when a cluster pays for itself. On a machine without a GPU the
+        cells run on NumPy with smaller sizes; every figure is printed by a cell.
+        '''),
+        code(LOAD),
+        code(SETUP),
+        SETUP_NOTE,
+        md('''
+        ## 1. One cell, three ways
+
+        The cell: an element-wise expression with a small weight vector `w` every row reads,
+        and a row-wise norm. First in the kernel, then batched (`--batch`: the kernel streams
+        the rows through the device in batches):
+        '''),
+        code('''
+        import dask.array as da
+
+        N = 2**26 if ON_GPU else 2**19            # rows of 4 float32: 1 GiB on a GPU, 8 MiB here
+        x = np.random.default_rng(0).random((N, 4), dtype=np.float32)
+        w = np.array([1, 2, 3, 4], dtype=np.float32)   # small: every block reads all of it
+        runs = {}
+        print(f"x: {x.nbytes / 2**20:,.0f} MiB, w: {w.nbytes} bytes")
+        '''),
+        code('''
+        %%gpu --to-host --quiet
+        y = np.sqrt(x) * w + 1
+        norm = np.linalg.norm(x, axis=1)
+        '''),
+        code('''
+        runs["in the kernel"] = cupy_magic.last_report()
+        y_kernel, norm_kernel = y, norm
+        '''),
+        code('''
+        %%gpu --to-host --quiet --batch
+        y = np.sqrt(x) * w + 1
+        norm = np.linalg.norm(x, axis=1)
+        '''),
+        code('''
+        runs["batched"] = cupy_magic.last_report()
+        print("batched: same results", np.array_equal(y, y_kernel) and np.allclose(norm, norm_kernel),
+              f"in {runs['batched'].batch.batches} batches")
+        '''),
+        md('''
+        Now a cluster. `%gpu_cluster local` starts one on this machine and lists its workers
+        (their device, memory and budget); `%gpu_cluster tcp://HOST:8786` would join a running
+        scheduler instead, and `cupy_magic.use_cluster(client)` a `distributed.Client` you
+        made. The device line says which cluster is in use:
+        '''),
+        code('''
+        %gpu_cluster local
+        '''),
+        code('''
+        %gpu_backend
+        '''),
+        md('''
+        `--cluster` sends the same cell to the cluster: the kernel cuts `x` into blocks of rows
+        and scatters them to the workers, sends `w` once to every worker, and each block runs
+        the cell as it runs here. The report has a row per worker:
+        '''),
+        code('''
+        %%gpu --to-host --cluster
+        y = np.sqrt(x) * w + 1
+        norm = np.linalg.norm(x, axis=1)
+        '''),
+        code('''
+        runs["on the cluster"] = cupy_magic.last_report()
+        print("cluster: same results", np.array_equal(y, y_kernel) and np.allclose(norm, norm_kernel))
+        for name, r in runs.items():
+            print(f"{name:15} {r.wall_seconds * 1e3:9.1f} ms   "
+                  f"{x.nbytes / r.wall_seconds / 1e9:6.2f} GB/s of x, wall clock ({info.name})")
+        '''),
+        md('''
+        ## 2. What crosses the network
+
+        With `--cluster` the data starts in this kernel, so all of it crosses to the workers
+        (here over loopback; between machines, over the network) and, with `--to-host`, the
+        results cross back. `w` crosses once per worker, not once per block, and each worker
+        copies it to its device once per cell. The report's cluster rows hold the figures:
+        '''),
+        code('''
+        c = runs["on the cluster"].batch
+        print(f"scattered from the kernel: {c.input_bytes / 2**20:,.0f} MiB in {c.scatter_seconds * 1e3:.0f} ms "
+              f"({c.input_bytes / max(c.scatter_seconds, 1e-9) / 1e9:.2f} GB/s)")
+        print(f"blocks: {c.blocks}; run {c.run_seconds * 1e3:.0f} ms, of which {c.scheduler_seconds * 1e3:.0f} ms "
+              "outside the busiest worker's blocks (scheduler, transfers, serialisation)")
+        for wk in c.workers:
+            print(f"  {wk.worker}: {wk.blocks} blocks, {wk.nbytes / 2**20:,.0f} MiB in, "
+                  f"{wk.seconds * 1e3:.0f} ms busy, w copied to its device {wk.uploads}x")
+        '''),
+        md('''
+        A Dask array is different: its blocks are made where they are computed. An array
+        Dask builds on the workers (read from storage there, or generated, as here) never
+        passes through the kernel, and a result without `--to-host` stays on the workers as a
+        Dask array of device blocks: only what you ask for comes back.
+        '''),
+        code('''
+        xd = da.random.random((N, 4), chunks=(N // 8, 4)).astype(np.float32)   # made on the workers
+        xd
+        '''),
+        code('''
+        %%gpu --quiet
+        yd = np.sqrt(xd) * w + 1
+        '''),
+        code('''
+        d = cupy_magic.last_report().batch
+        print(f"scattered from the kernel: {', '.join(d.scattered) or 'none of the blocks'} "
+              f"(shared: {', '.join(d.shared)}); kept on the workers: {', '.join(d.kept)}")
+        print(f"{d.blocks} blocks in {d.run_seconds * 1e3:.0f} ms; yd is {type(yd).__module__}.{type(yd).__name__}")
+        print("its first two rows, the only ones fetched:", yd[:2].compute())
+        '''),
+        md('''
+        ## 3. When the cluster is worth it
+
+        Every block costs a fixed amount beyond its own work: the scheduler picks a worker,
+        the task and its inputs are serialised and sent, the result's description comes back.
+        A cell over many tiny blocks measures that cost:
+        '''),
+        code('''
+        tiny = da.ones((64 * 100, 4), chunks=(100, 4))
+        '''),
+        code('''
+        %%gpu --quiet --reduce s=sum
+        s = tiny.sum()
+        '''),
+        code('''
+        t = cupy_magic.last_report().batch
+        per_block = t.run_seconds / t.blocks
+        big = runs["on the cluster"].batch
+        work = sum(wk.seconds for wk in big.workers) / big.blocks
+        print(f"s = {s} over {t.blocks} blocks: about {per_block * 1e3:.1f} ms a block beyond its work")
+        print(f"a block of section 1 worked {work * 1e3:.1f} ms: {work / per_block:.1f}x the fixed cost "
+              f"({len(big.workers)} workers, {info.name})")
+        '''),
+        md('''
+        Read the figures above with these rules:
+
+        - **On one GPU the kernel wins**: batching in the kernel streams rows over PCIe with
+          no scheduler, no serialisation and no second copy of the data; a local cluster on
+          the same GPU adds all three. `benchmarks/cluster_bench.py` measures the ratio on a
+          GPU (the target there: the cluster path at least half the in-kernel rate).
+        - **A cluster pays off** with more devices than one kernel can drive (a node of 8
+          GPUs, several nodes), data larger than this machine's memory, or data that already
+          lives near the workers (each worker reads its blocks from storage): then nothing
+          crosses from the kernel but the cell.
+        - **Blocks must be large** next to their fixed cost (section 3): tens of MiB of input
+          and more, not thousands of tiny blocks.
+        - **Scattering from the kernel** (`--cluster` over a NumPy array) moves every byte
+          through this process; it is for comparing the two paths on one array, not the way
+          to feed a large cluster.
+
+        ## Exercises
+
+        **1.** Run the cell of section 1 over `xd`, the array made on the workers, with
+        `--to-host`, and compare its wall time with the `--cluster` run that scattered `x`.
+        Which part of the difference is the scattering?
+        '''),
+        exercise('''
+        # your code here
+        '''),
+        solution('''
+        r = cupy_magic.run_cell("y2 = np.sqrt(xd) * w + 1\\nnorm2 = np.linalg.norm(xd, axis=1)",
+                                globals(), to_host=True, syncs="off")
+        s_ = runs["on the cluster"]
+        print(f"made on the workers {r.wall_seconds * 1e3:.0f} ms, scattered from the kernel "
+              f"{s_.wall_seconds * 1e3:.0f} ms, of which scattering {s_.batch.scatter_seconds * 1e3:.0f} ms")
+        '''),
+        md('''
+        **2.** The column means of `x` need every row, so a block cannot compute them alone.
+        Compute them on the cluster over a Dask array of `x` with a `--reduce` rule (the
+        `mean` rule weights each block by its rows) and check them against NumPy.
+        '''),
+        exercise('''
+        # your code here: xc = da.from_array(x, chunks=...), then a %%gpu cell with --reduce
+        '''),
+        solution('''
+        xc = da.from_array(x, chunks=(N // 4, 4))
+        '''),
+        solution('''
+        %%gpu --to-host --quiet --reduce m=mean
+        m = xc.mean(axis=0)
+        '''),
+        solution('''
+        exact = x.mean(axis=0, dtype=np.float64)   # float32 sums of N rows drift; compare in float64
+        print("column means", m, "equal to NumPy's in float64:", np.allclose(m, exact, rtol=1e-5))
+        '''),
+        code('''
+        %gpu_cluster off
+        '''),
+        code('''
+        del x, y, norm, y_kernel, norm_kernel, xd, yd, tiny
+        for name in ("y2", "norm2", "xc", "m"):      # if the exercises made them
+            globals().pop(name, None)
+        print(f"released {cupy_magic.free_cached() / 2**20:.0f} MiB of cached blocks")
+        '''),
+        md('''
+        ## What you learned
+
+        - `%gpu_cluster local | ADDRESS | off | show` (or `cupy_magic.use_cluster`) picks the
+          Dask cluster cells run on; the device line and `show` say which one is in use.
+        - A `%%gpu` cell over a Dask array, or with `--cluster`, runs block by block on the
+          workers, unchanged, under the same rule as batching: each row's results depend only
+          on that row; a result without a row axis needs a `--reduce` rule.
+        - What crosses the network: scattered blocks and shared inputs from the kernel (a
+          shared input once per worker), and the results you bring back; arrays Dask builds on
+          the workers, and results left as Dask arrays, stay there.
+        - Each block has a fixed cost (section 3 measured it here): on one GPU the in-kernel
+          path is faster; a cluster pays off with more GPUs or machines, data that does not fit
+          or already lives near the workers, and large blocks.
+        '''),
+    ])
+
+
 NOTEBOOKS = {
     "00_tour.ipynb": nb00,
     "01_host_vs_device.ipynb": nb01,
@@ -2306,6 +2535,7 @@ NOTEBOOKS = {
     "03_batching_streams.ipynb": nb03,
     "04_sync_pitfalls.ipynb": nb04,
     "05_checklist.ipynb": nb05,
+    "06_beyond_one_gpu.ipynb": nb06,
 }
 
 
