@@ -74,3 +74,36 @@ def test_leaving_a_client_passed_in_leaves_it_open(ip, local_client):
 def _left(ip):
     yield
     cupy_magic.use_cluster("off")
+
+
+@pytest.mark.gpu
+def test_local_on_a_gpu_is_a_local_cuda_cluster_of_cupy_workers_under_the_budget(ip):
+    """On the H200: one dask-cuda worker per GPU, cells' blocks in CuPy, the pool limited."""
+    pytest.importorskip("dask_cuda")
+    import numpy as np
+
+    from cupy_magic import backend
+
+    da = pytest.importorskip("dask.array")
+    if backend.current().name != "cupy":
+        pytest.skip("the host run is test_local_starts_processes_show_lists_them_and_off_...")
+    import cupy
+
+    cupy_magic.set_budget("2GiB")
+    started = ip.run_line_magic("gpu_cluster", "local")
+    assert started.kind.startswith("LocalCUDACluster")
+    assert len(started.workers) == cupy.cuda.runtime.getDeviceCount()
+    assert all(w.backend == "cupy" and w.budget != "off" for w in started.workers)
+    limits = connect.client().run(
+        lambda: __import__("cupy").get_default_memory_pool().get_limit())
+    assert set(limits.values()) == {2 << 30}
+    x = np.arange(4000.0).reshape(1000, 4)
+    ip.user_ns["xd"] = da.from_array(x, chunks=(250, 4))
+    ip.run_cell_magic("gpu", "--quiet", "y = xd * 2\n")
+    y = ip.user_ns["y"]
+    assert type(y._meta).__module__.startswith("cupy")
+    np.testing.assert_array_equal(cupy.asnumpy(y.compute()), x * 2)
+    pids = list(connect.client().run(os.getpid).values())
+    ip.run_line_magic("gpu_cluster", "off")
+    assert _gone(pids) == []
+    cupy_magic.set_budget(None)
