@@ -10,7 +10,6 @@ constant the code uses.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -32,48 +31,11 @@ from ..run.whole import WARMUP_ELEMENTS
 from ..units import SizeError, estimate
 from .arguments import parse_argstring, syntax_message
 from .cellshell import magics_see_the_cell
+from .values import interval, modes, on_off, to_host
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
 
 
-def _names(text: str | None) -> list[str]:
-    return [n.strip() for n in (text or "").split(",") if n.strip()]
-
-
-def _to_host(text: str | None) -> bool | list[str]:
-    """``--to-host`` as :func:`~cupy_magic.session.run_cell` takes it."""
-    if text is None:
-        return False
-    if text == "*":
-        return True
-    names = _names(text)
-    if not names or any(not n.isidentifier() for n in names):
-        raise UsageError(f"--to-host takes comma-separated variable names, got {text!r}; "
-                         "e.g. %%gpu --to-host y,total")
-    return names
-
-
-def _interval(text: str | None) -> float | None:
-    """``--interval`` in seconds, refused outside the sampler's bounds (as it does)."""
-    if text is None:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
-        raise UsageError(f"--interval {text or repr(text)} is not {MIN_INTERVAL:g} to "
-                         f"{MAX_INTERVAL:g} seconds (faster only spins a core, slower is no "
-                         f"longer live); e.g. %vram_panel --interval {DEFAULT_INTERVAL}")
-    return seconds
-
-
-def _modes(values: tuple[str, ...]) -> str:
-    return f"{', '.join(values[:-1])} or {values[-1]}"
-
-
-def _on_off(value: bool) -> str:
-    return "on" if value else "off"
 
 @magics_class
 class GpuMagics(Magics):
@@ -85,7 +47,7 @@ class GpuMagics(Magics):
               help="bring the arrays the cell assigns back as NumPy: all of them, or the "
                    "comma-separated NAMES")
     @argument("--dtype", default=None, metavar="DTYPE",
-              help=f"downcast inputs on the way in: {_modes(tuple(CAST_TARGETS))}")
+              help=f"downcast inputs on the way in: {modes(tuple(CAST_TARGETS))}")
     @argument_group("timing")
     @argument("--warmup", action="store_true",
               help=f"run once on the first rows of the inputs (at least "
@@ -101,13 +63,13 @@ class GpuMagics(Magics):
               help="make each line an NVTX range In[n]:L<line> <code> for Nsight Systems")
     @argument_group("host syncs")
     @argument("--syncs", default=None, metavar="MODE", type=str.lower,
-              help=f"{_modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
+              help=f"{modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
                    "for none; the default is set with %%gpu_syncs")
     @argument_group("CuPy's limits")
     @argument("--fallback", action="store_const", const=True, default=None,
               help="run with NumPy on the host the calls CuPy cannot run (names it lacks, "
                    "options and dtypes it has not), their copies and time in the report; "
-                   f"default {_on_off(FALLBACK_DEFAULT)} (%%gpu_fallback, c.CupyMagic.fallback)")
+                   f"default {on_off(FALLBACK_DEFAULT)} (%%gpu_fallback, c.CupyMagic.fallback)")
     @argument_group("batching")
     @argument("--batch", nargs="?", const="*", default=None, metavar="NAMES",
               help="run batch by batch over the leading axis: of the largest inputs, or of "
@@ -163,7 +125,7 @@ class GpuMagics(Magics):
             raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
         if args.syncs is not None and args.syncs not in SYNC_MODES:
             raise UsageError(f"--syncs {args.syncs} is not a mode; use --syncs "
-                             f"{_modes(SYNC_MODES)}")
+                             f"{modes(SYNC_MODES)}")
         shell = self.shell
         assert shell is not None
         # The running cell's own number: IPython 9 counts the cell up before running it (8
@@ -177,7 +139,7 @@ class GpuMagics(Magics):
                                        default_streams=session.settings().streams)
             with magics_see_the_cell(shell):
                 outcome = session.run_cell_outcome(
-                    source, shell.user_ns, to_host=_to_host(args.to_host), dtype=args.dtype,
+                    source, shell.user_ns, to_host=to_host(args.to_host), dtype=args.dtype,
                     warmup=args.warmup, syncs=args.syncs, batch=batch, fallback=args.fallback,
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
@@ -279,14 +241,14 @@ class GpuMagics(Magics):
             getattr(session, f"{actions[0]}_panels")()
             return
         try:
-            session.show_panel(interval=_interval(args.interval), device=args.device,
+            session.show_panel(interval=interval(args.interval), device=args.device,
                                text=args.text)
         except ValueError as exc:
             raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
 
     @magic_arguments()
     @argument("mode", nargs="?", default=None, type=str.lower,
-              help=f"on or off (default {_on_off(FALLBACK_DEFAULT)}); none: show the setting")
+              help=f"on or off (default {on_off(FALLBACK_DEFAULT)}); none: show the setting")
     @line_magic
     def gpu_fallback(self, line: str) -> str:
         """Show or set whether ``%%gpu`` cells run with NumPy the calls CuPy cannot run.
@@ -306,7 +268,7 @@ class GpuMagics(Magics):
         if args.mode is not None and args.mode not in ("on", "off"):
             raise UsageError(f"%gpu_fallback takes on or off, got {args.mode!r}; e.g. "
                              "%gpu_fallback on")
-        return _on_off(session.set_fallback(args.mode))
+        return on_off(session.set_fallback(args.mode))
 
     @magic_arguments()
     @argument("--free", default=None, metavar="WHAT",
@@ -341,7 +303,7 @@ class GpuMagics(Magics):
 
     @magic_arguments()
     @argument("mode", nargs="?", default=None, type=str.lower,
-              help=f"{_modes(SYNC_MODES)}; none: show the mode")
+              help=f"{modes(SYNC_MODES)}; none: show the mode")
     @line_magic
     def gpu_syncs(self, line: str) -> str:
         """Show or set the default ``--syncs`` mode of ``%%gpu`` cells for this session.
@@ -355,12 +317,12 @@ class GpuMagics(Magics):
         args = parse_argstring(self.gpu_syncs, line)
         if args.mode is not None and args.mode not in SYNC_MODES:
             raise UsageError(f"unknown sync mode {args.mode!r}; use %gpu_syncs "
-                             f"{_modes(SYNC_MODES)}")
+                             f"{modes(SYNC_MODES)}")
         return session.set_sync_mode(args.mode)
 
     @magic_arguments()
     @argument("backend", nargs="?", default=None, type=str.lower,
-              help=f"{_modes(BACKENDS)}; none: show the backend")
+              help=f"{modes(BACKENDS)}; none: show the backend")
     @line_magic
     def gpu_backend(self, line: str) -> None:
         """Show or choose the backend: ``cupy`` (GPU) or ``host`` (NumPy on the CPU).

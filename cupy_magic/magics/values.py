@@ -1,0 +1,51 @@
+"""The values of the magics' options, read as the session's functions take them."""
+
+from __future__ import annotations
+
+import math
+
+from IPython.core.error import UsageError
+
+from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
+
+__all__ = ["interval", "modes", "names_of", "on_off", "to_host"]
+
+
+def names_of(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def to_host(text: str | None) -> bool | list[str]:
+    """``--to-host`` as :func:`~cupy_magic.session.run_cell` takes it."""
+    if text is None:
+        return False
+    if text == "*":
+        return True
+    names = names_of(text)
+    if not names or any(not n.isidentifier() for n in names):
+        raise UsageError(f"--to-host takes comma-separated variable names, got {text!r}; "
+                         "e.g. %%gpu --to-host y,total")
+    return names
+
+
+def interval(text: str | None) -> float | None:
+    """``--interval`` in seconds, refused outside the sampler's bounds (as it does)."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise UsageError(f"--interval {text or repr(text)} is not {MIN_INTERVAL:g} to "
+                         f"{MAX_INTERVAL:g} seconds (faster only spins a core, slower is no "
+                         f"longer live); e.g. %vram_panel --interval {DEFAULT_INTERVAL}")
+    return seconds
+
+
+def modes(values: tuple[str, ...]) -> str:
+    return f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+def on_off(value: bool) -> str:
+    return "on" if value else "off"
