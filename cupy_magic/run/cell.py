@@ -102,6 +102,17 @@ def run_cell(
                            dtype=dtype, filename=filename, syncs=syncs,
                            unsupported={"--warmup": warmup_run, "--lines": lines,
                                         "--nvtx": nvtx})
+    return _run_here(source, plan, namespace, findings, be, to_host=to_host, dtype=dtype,
+                     warmup_run=warmup_run, syncs=syncs, filename=filename, batch=batch,
+                     lines=lines, nvtx=nvtx, label=label)
+
+
+def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
+              findings: list[SyncFinding], be: Backend, *, to_host: Any, dtype: str | None,
+              warmup_run: bool, syncs: str, filename: str, batch: BatchOptions | None,
+              lines: bool, nvtx: bool, label: str) -> CellOutcome:
+    """Run the planned cell in this kernel: whole, or in batches when its inputs do not fit."""
+    __tracebackhide__ = True
     recorder = _recorder(be, filename, source, syncs)
     liner = _line_record(be, plan, filename, source, lines, nvtx, label)
     watch = _both(recorder, liner)
