@@ -3,8 +3,8 @@ CuPy's refusals told in one line, or run with NumPy under ``--fallback``."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections import Counter
 from types import ModuleType
 from typing import Any
 
@@ -14,7 +14,7 @@ from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message
 from .record import CompatRecord
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
-__all__ = ["LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
+__all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
 
 LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError)
 SEQUENCES = frozenset({list, tuple})
@@ -26,6 +26,12 @@ _LOOSE = frozenset({list, tuple, *_SCALARS})
 MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                      "np.put_along_axis", "np.random.shuffle"})
 _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
+# dtype= arguments the slow path found CuPy can hold (np.float32, "f4", a numpy.dtype): the
+# wrappers' fast path lets a call with one of them through without the slow path. Only
+# "supported" is kept, which no setting changes (not --fallback, not the backend); a refusal
+# is decided again at each call.
+DTYPES_OK: set[Any] = set()
+_DTYPES_OK_MAX = 512
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -57,7 +63,7 @@ class Calls:
     def to_device(self, arr: numpy.ndarray) -> Any:
         return numpy.array(arr, copy=True) if self.host else self.xp.asarray(arr)
 
-    def _convert(self, value: Any, kinds: Counter[str], spec: CallSpec) -> Any:
+    def _convert(self, value: Any, kinds: dict[str, int], spec: CallSpec) -> Any:
         """A list or tuple as a device array (counted); anything else unchanged."""
         try:
             host = numpy.asarray(value)
@@ -67,17 +73,18 @@ class Calls:
             if host.dtype.kind == "O":
                 return value
             self.limit(spec, "dtype", str(host.dtype))
-        kinds[type(value).__name__] += 1
+        kind = type(value).__name__
+        kinds[kind] = kinds.get(kind, 0) + 1
         return self.xp.asarray(host)
 
     def convert(self, spec: CallSpec, args: tuple, kwargs: dict, everywhere: bool = False,
-                scalars: bool = False) -> tuple[tuple, dict, Counter[str]]:
+                scalars: bool = False) -> tuple[tuple, dict, dict[str, int]]:
         """Convert the lists at ``spec``'s array-like arguments (or at any, ``everywhere``);
         with ``scalars``, Python numbers too (only when no argument is an array).
 
         The arguments are copied only when something is converted: this runs on every call
-        with keywords (``benchmarks/compat_overhead.py``)."""
-        kinds: Counter[str] = Counter()
+        that takes the slow path (``benchmarks/compat_overhead.py``)."""
+        kinds: dict[str, int] = {}
         loose = _LOOSE if scalars else SEQUENCES
         out: list | None = None
         for i, arg in enumerate(args):
@@ -116,6 +123,9 @@ class Calls:
                 kind = ""
             if kind in UNSUPPORTED_KINDS:
                 self.limit(spec, "dtype", str(numpy.dtype(dtype)))
+            elif kind and len(DTYPES_OK) < _DTYPES_OK_MAX:
+                with contextlib.suppress(TypeError):  # unhashable (a list of fields)
+                    DTYPES_OK.add(dtype)
         return args, kwargs
 
     def slow(self, spec: CallSpec, func: Any, host_func: Any, args: tuple,

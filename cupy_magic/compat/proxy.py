@@ -1,25 +1,29 @@
 """The array module a ``%%gpu`` cell sees as ``np``, ``numpy`` and ``cp``.
 
 An :class:`ArrayModule` is a module object in front of the backend's array module. The first
-access of a name resolves it (a submodule gets its own proxy, a function a wrapper, a type or
-a constant passes through) and stores it in the proxy's ``__dict__``, so later accesses are
-plain module lookups. A wrapper's fast path is one loop over the arguments NumPy documents as
-``array_like``; lists, keywords, extra positional arguments and errors take :class:`Calls`.
+access of a name resolves it (a submodule gets its own proxy, a function or a ufunc a
+wrapper, a type or a constant passes through) and stores it in the proxy's ``__dict__``, so
+later accesses are plain module lookups. A wrapper is a plain function generated per shape of
+function (:func:`make_call`): its fast path tests the types of the ``array_like`` positions
+and the keywords that matter (options CuPy lacks, ``array_like`` keywords, a ``dtype`` not yet
+known good) without a loop or an allocation, then calls the function; lists, those keywords,
+extra positional arguments and errors take :class:`Calls`.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+import sys
+from types import CodeType, ModuleType
 from typing import Any
 
 import numpy
 
 from .advice import limit_message
-from .calls import LIMIT_ERRORS, SEQUENCES, Calls
+from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
 from .record import CompatRecord
 from .spec import MISSING, CallSpec, call_spec, numpy_module, reference_module
 
-__all__ = ["ArrayModule", "UfuncProxy", "array_module"]
+__all__ = ["ArrayModule", "array_module", "make_call", "ufunc_call"]
 
 _UFUNC_METHODS = {"reduce": (0,), "accumulate": (0,), "reduceat": (0,), "outer": (0, 1),
                   "at": (0,)}
@@ -39,23 +43,106 @@ def _ref(path: str, name: str) -> Any:
     return obj
 
 
-def make_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
-    """``func`` behind the checks: lists converted, options checked, CuPy's refusals told."""
-    positions = () if spec.explicit else spec.positions
-    limit = spec.positional_limit
-    strict = spec.explicit and calls.host
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) > limit or strict:
-            return calls.slow(spec, func, host_func, args, kwargs)
-        for i in positions:
-            if i < len(args) and type(args[i]) in SEQUENCES:
-                return calls.slow(spec, func, host_func, args, kwargs)
+# The wrappers' fast path is generated per shape of function (which positions and keywords
+# take array_like, which options CuPy lacks, whether dtype= is checked): a call that needs
+# nothing done costs one Python frame, no loop, no allocation of its own (on the CPU fallback
+# tracemalloc watches every allocation while a cell runs, so an iterator costs ~1 us there).
+_FACTORIES: dict[tuple, Any] = {}
+_FAST = """
+def factory(func, spec, host_func, slow, failed, LIMIT_ERRORS, SEQ, DTYPES_OK):
+    def call(*args, **kwargs):
+        if kwargs:{keyword_checks}
+        n = len(args)
+        if {positional_checks}:
+            return slow(spec, func, host_func, args, kwargs)
         try:
-            return func(*args)
+            return func(*args, **kwargs)
         except LIMIT_ERRORS as exc:
-            return calls.failed(spec, func, host_func, args, kwargs, exc)
+            return failed(spec, func, host_func, args, kwargs, exc)
+    return call
+"""
+_DTYPE_CHECK = """
+            dt = kwargs.get("dtype")
+            if dt is not None:
+                try:
+                    known = dt in DTYPES_OK
+                except TypeError:  # a structured dtype as a list: the slow path judges it
+                    known = False
+                if not known:
+                    return slow(spec, func, host_func, args, kwargs)"""
 
+
+def _flat_lines(code: CodeType) -> CodeType:
+    """``code`` with a location table that puts every instruction on its first line.
+
+    On the CPU fallback tracemalloc runs while a cell runs, and for each block NumPy allocates
+    inside a call it asks the innermost Python frame for its line: CPython 3.11+ finds it by
+    reading the frame's location table from the start, an entry per expression, so the
+    wrapper's checks in front of the call cost ~1 us per call there (the "unexplained" time
+    of ``benchmarks/compat_overhead.py``'s 10,000-call cell). Entries of up to 8 code units
+    without columns make that read ~8x shorter; a traceback through the wrapper names its
+    ``def`` line. Any other interpreter (or a surprise) keeps ``code`` as it is."""
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 11):
+        return code
+    try:
+        units = len(code.co_code) // 2
+        table = bytearray()
+        while units > 0:
+            n = min(8, units)
+            units -= n
+            table += bytes((0x80 | (13 << 3) | (n - 1), 0))  # no columns, line delta 0
+        flat = code.replace(co_linetable=bytes(table))
+        if {line for _, _, line in flat.co_lines()} != {code.co_firstlineno}:
+            return code
+        return flat
+    except Exception:  # a format this does not know: keep the original
+        return code
+
+
+def _factory(positions: tuple[int, ...], keywords: tuple[str, ...], options: tuple[str, ...],
+             dtype: bool, limit: int | None, strict: bool) -> Any:
+    """The compiled maker of wrappers of one shape (made once per shape, then reused)."""
+    key = (positions, keywords, options, dtype, limit, strict)
+    factory = _FACTORIES.get(key)
+    if factory is not None:
+        return factory
+    kw = [f"{name!r} in kwargs" for name in options]
+    kw += [f"type(kwargs.get({name!r})) in SEQ" for name in keywords if name != "out"]
+    checks = ""
+    if kw:
+        checks += (f"\n            if {' or '.join(kw)}:\n"
+                   "                return slow(spec, func, host_func, args, kwargs)")
+    if dtype:
+        checks += _DTYPE_CHECK
+    if not checks:
+        checks = "\n            pass"
+    pos = ["True"] if strict else []
+    if limit is not None:
+        pos.append(f"n > {limit}")
+    pos += [f"(n > {i} and type(args[{i}]) in SEQ)" for i in positions]
+    source = _FAST.format(keyword_checks=checks, positional_checks=" or ".join(pos) or "False")
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<cupy_magic.compat wrapper {len(_FACTORIES)}>", "exec"), namespace)
+    factory = namespace["factory"]
+    factory.__code__ = factory.__code__.replace(co_consts=tuple(
+        _flat_lines(c) if isinstance(c, CodeType) else c for c in factory.__code__.co_consts))
+    _FACTORIES[key] = factory
+    return factory
+
+
+def make_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
+    """``func`` behind the checks: lists converted, options checked, CuPy's refusals told.
+
+    The checks run in the order :meth:`Calls.slow` would make them; a call that none of them
+    would change goes straight to ``func`` (a dtype is known good once the slow path has
+    checked it: :data:`~.calls.DTYPES_OK`)."""
+    limit = spec.positional_limit if spec.positional_limit < (1 << 30) else None
+    factory = _factory(() if spec.explicit else spec.positions,
+                       () if spec.explicit else tuple(sorted(spec.keywords)),
+                       tuple(name for name, _ in spec.missing_options), calls.checked, limit,
+                       spec.explicit and calls.host)
+    call = factory(func, spec, host_func, calls.slow, calls.failed, LIMIT_ERRORS, SEQUENCES,
+                   DTYPES_OK)
     call.__name__ = getattr(func, "__name__", spec.name)
     call.__qualname__ = spec.name
     call.__doc__ = getattr(func, "__doc__", None)
@@ -63,41 +150,43 @@ def make_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
     return call
 
 
-class UfuncProxy:
-    """A ufunc (``np.add``) behind the same checks; ``.reduce`` and the other methods too."""
+_UFUNC_DATA = ("nin", "nout", "nargs", "ntypes", "types", "identity", "signature")
 
-    __slots__ = ("_calls", "_func", "_host", "_methods", "_spec")
 
-    def __init__(self, calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> None:
-        self._calls, self._func, self._spec, self._host = calls, func, spec, host_func
-        self._methods: dict[str, Any] = {}
+def ufunc_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
+    """A ufunc (``np.add``) behind the same checks: a :func:`make_call` wrapper (a plain
+    function, the cheapest thing Python calls) carrying the ufunc's data (``nin``, ``types``,
+    ...) and its methods (``.reduce``, ``.outer``, ...), each behind the checks too."""
+    call = make_call(calls, func, spec, host_func)
+    for attr in _UFUNC_DATA:
+        value = getattr(func, attr, MISSING)
+        if value is not MISSING:
+            setattr(call, attr, value)
+    ref = _ref("", getattr(func, "__name__", ""))
+    for name, positions in _UFUNC_METHODS.items():
+        method = getattr(func, name, MISSING)
+        if method is MISSING:
+            continue
+        mspec = CallSpec(f"{spec.name}.{name}", positions=positions)
+        host = getattr(host_func, name, MISSING)
+        wrapped = make_call(calls, method, mspec, host)
+        if calls.checked and not hasattr(ref, name):  # CuPy's ufunc lacks it (np.matmul)
+            wrapped = _refused_method(calls, mspec, host, wrapped)
+        setattr(call, name, wrapped)
+    return call
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs:
-            return self._calls.slow(self._spec, self._func, self._host, args, kwargs)
-        for arg in args:
-            if type(arg) in SEQUENCES:
-                return self._calls.slow(self._spec, self._func, self._host, args, kwargs)
-        try:
-            return self._func(*args)
-        except LIMIT_ERRORS as exc:
-            return self._calls.failed(self._spec, self._func, self._host, args, kwargs, exc)
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in _UFUNC_METHODS:
-            return getattr(self._func, name)
-        method = self._methods.get(name)
-        if method is None:
-            spec = CallSpec(f"{self._spec.name}.{name}", positions=_UFUNC_METHODS[name])
-            host = getattr(self._host, name, MISSING)
-            if self._calls.checked and not hasattr(_ref("", self._func.__name__), name):
-                self._calls.missing(spec, host)
-            method = make_call(self._calls, getattr(self._func, name), spec, host)
-            self._methods[name] = method
-        return method
+def _refused_method(calls: Calls, spec: CallSpec, host: Any, wrapped: Any) -> Any:
+    """A ufunc method CuPy lacks: each call is refused in one line, or under ``--fallback``
+    counted as a fallback and run."""
 
-    def __repr__(self) -> str:
-        return repr(self._func)
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        calls.missing(spec, host)  # raises unless --fallback
+        return wrapped(*args, **kwargs)
+
+    refused.__name__ = getattr(wrapped, "__name__", spec.name)
+    refused.__qualname__ = spec.name
+    return refused
 
 
 class ArrayModule(ModuleType):
@@ -169,7 +258,7 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
         return wrapped, True
     spec = call_spec(path, name, calls.checked)
     if isinstance(value, numpy.ufunc) or type(value).__name__ == "ufunc":
-        wrapped = UfuncProxy(calls, value, spec, host)
+        wrapped = ufunc_call(calls, value, spec, host)
     elif callable(value):
         wrapped = make_call(calls, value, spec, host)
     else:

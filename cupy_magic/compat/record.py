@@ -108,9 +108,16 @@ class CompatRecord:
         self._lines = self.source.splitlines()
         self._loops = loop_lines(self.source)
 
-    def line(self, frame: FrameType | None = None) -> int | None:
-        """The cell line running now: the innermost frame of the cell's code, or None."""
-        frame = frame or sys._getframe(1)
+    def line(self, frame: FrameType | None = None, skip: int = 0) -> int | None:
+        """The cell line running now: the innermost frame of the cell's code, or None.
+
+        ``skip``: how many frames, the caller's first, are known not to be the cell's (the
+        proxy's own), so the walk starts above them without making their frame objects."""
+        if frame is None:
+            try:
+                frame = sys._getframe(1 + skip)
+            except ValueError:
+                frame = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename != self.filename:
             frame = frame.f_back
         return frame.f_lineno if frame is not None else None
@@ -118,9 +125,9 @@ class CompatRecord:
     def code(self, line: int | None) -> str:
         return self._lines[line - 1].strip() if line and 0 < line <= len(self._lines) else ""
 
-    def moved(self, kinds: Counter[str], function: str) -> None:
+    def moved(self, kinds: dict[str, int], function: str) -> None:
         """Count Python values moved to the device for ``function`` at the current line."""
-        line = self.line()
+        line = self.line(skip=3)  # this, Calls.slow or .failed, the wrapper: not the cell
         self._moved.setdefault(line, Counter()).update(kinds)
         self._movers.setdefault(line, {})[function] = None
 
