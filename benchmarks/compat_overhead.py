@@ -15,7 +15,7 @@ names (no checks), best of ``--repeats``, alternating:
 - ``bandwidth``: a cell of three element-wise calls over ``--mib`` MiB of float32 kept on
   the device: the proxy's cost should vanish there.
 
-``--profile`` adds a cProfile of the proxy's positional loop (where the time per call goes).
+``--profile`` adds a cProfile of the 10,000-call cells (where the time per call goes).
 
 Usage::
 
@@ -120,14 +120,18 @@ def cells(xp: ModuleType, name: str, template: str, ns: dict[str, Any],
 
 
 def profile(xp: ModuleType, calls: int) -> str:
-    """The top of a cProfile of the proxy's positional ufunc loop."""
-    proxy = array_module(xp, CompatRecord("<compat_overhead>", ""))
-    ns = {"proxy": proxy, "x": xp.ones(1000, dtype=xp.float32), "N": calls}
-    code = compile(CALLS["ufunc, dtype="].replace("M", "proxy"), "<proxy>", "exec")
-    prof = cProfile.Profile()
-    prof.runcall(exec, code, ns)
+    """The top of a cProfile of 10,000-call cells through ``run_cell`` (positional, then
+    ``dtype=``): where the proxy's time goes inside a cell (on the CPU fallback the cell runs
+    under tracemalloc, whose cost lands in the frame that calls NumPy: see README)."""
     out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(8)
+    small = {"x": numpy.ones(1000, dtype=numpy.float32), "np": numpy}
+    for label, template in SMALL.items():
+        source = template.replace("OPS", str(calls)).replace("M.", "np.")
+        cupy_magic.run_cell(source, dict(small), syncs="off")
+        prof = cProfile.Profile()
+        prof.runcall(cupy_magic.run_cell, source, dict(small), syncs="off")
+        out.write(f"--- {calls:,}-call cell, {label}\n")
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(6)
     return out.getvalue()
 
 
