@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# the `kernel` fixture (a real Jupyter kernel on the CPU fallback) for the kernel tests
+pytest_plugins = ["host_kernel"]
+
 # Kernels, IPython and CuPy write under $HOME: point them at a throwaway folder before any
 # of them is imported, so the tests write nothing into the real home or the repo.
 _HOME = Path(tempfile.mkdtemp(prefix="cupy-magic-home-"))

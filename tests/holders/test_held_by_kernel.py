@@ -8,15 +8,10 @@ lists the host backend's arrays); on a GPU the same messages carry device arrays
 
 from __future__ import annotations
 
-import os
-import queue
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import start_new_kernel
+from host_kernel import run_timed
 
 pytestmark = pytest.mark.kernel
 
@@ -28,37 +23,11 @@ panel = show_panel(interval=5)  # slow samples: the section comes from the hook,
 """
 
 
-@pytest.fixture
-def kernel(tmp_path: Path) -> Iterator[Any]:
-    env = dict(os.environ, HOME=str(tmp_path), IPYTHONDIR=str(tmp_path / ".ipython"),
-               CUPY_CACHE_DIR=str(tmp_path / ".cupy"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
-               CUPY_MAGIC_BACKEND="host")
-    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
-    try:
-        yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
 def run(kc: Any, code: str, timeout: float = 60) -> list[dict[str, Any]]:
     """Execute ``code``; return the iopub messages of that request until it is idle."""
-    msg_id = kc.execute(code)
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        got.append(msg)
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            reply = kc.get_shell_msg(timeout=10)
-            assert reply["content"]["status"] == "ok", reply["content"]
-            return got
-    raise AssertionError(f"the cell did not finish in {timeout} s: {code!r}")
+    got = run_timed(kc, code, timeout)
+    request = got[-1][1]["parent_header"].get("msg_id")
+    return [msg for _, msg in got if msg["parent_header"].get("msg_id") == request]
 
 
 def held_by_updates(msgs: list[dict[str, Any]]) -> list[str]:

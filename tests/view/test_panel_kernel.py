@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import queue
 import re
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import start_new_kernel
+from host_kernel import run_timed
 
 pytestmark = pytest.mark.kernel
 
@@ -36,36 +31,7 @@ progress.finish()
 """
 
 
-@pytest.fixture
-def kernel(tmp_path: Path) -> Iterator[Any]:
-    env = dict(os.environ, HOME=str(tmp_path), IPYTHONDIR=str(tmp_path / ".ipython"),
-               CUPY_CACHE_DIR=str(tmp_path / ".cupy"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
-               CUPY_MAGIC_BACKEND="host")
-    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
-    try:
-        yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def run(kc: Any, code: str, timeout: float = 60) -> list[tuple[float, dict[str, Any]]]:
-    """Execute ``code``; return every iopub message (with arrival time) until it is idle."""
-    msg_id = kc.execute(code)
-    got: list[tuple[float, dict[str, Any]]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        got.append((time.monotonic(), msg))
-        if (msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id
-                and msg["content"]["execution_state"] == "idle"):
-            reply = kc.get_shell_msg(timeout=10)
-            assert reply["content"]["status"] == "ok", reply["content"]
-            return got
-    raise AssertionError(f"the cell did not finish in {timeout} s: {code!r}")
+run = run_timed
 
 
 def _updates(msgs: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, str]]:
