@@ -5,8 +5,8 @@ inputs every block reads whole, scattered once to every worker.
 
 from __future__ import annotations
 
-import ast
 import math
+import sys
 import time
 import types
 from dataclasses import dataclass, field
@@ -17,7 +17,7 @@ import numpy as np
 from ..backend import Backend
 from ..run.batching import BatchOptions, select_inputs
 from ..run.errors import CellError
-from ..run.names import analyse
+from ..run.names import cell_names
 from ..run.plan import CellPlan
 
 __all__ = ["BLOCK_BYTES", "BlockInputs", "dask_inputs", "is_dask_array", "prepare", "read_values"]
@@ -32,14 +32,16 @@ def is_dask_array(value: Any) -> bool:
 
 def dask_inputs(source: str, namespace: dict[str, Any]) -> dict[str, Any]:
     """The Dask arrays the cell reads, by name."""
-    names = analyse(ast.parse(source))
+    if "dask" not in sys.modules:  # no Dask imported: no Dask array anywhere (the common cell)
+        return {}
+    names = cell_names(source)
     read = (names.loaded | names.mutated) - names.written_first
     return {n: namespace[n] for n in sorted(read) if is_dask_array(namespace.get(n))}
 
 
 def read_values(source: str, namespace: dict[str, Any], skip: set[str]) -> dict[str, Any]:
     """The other values the cell reads (numbers, functions, modules), sent with the cell."""
-    names = analyse(ast.parse(source))
+    names = cell_names(source)
     read = (names.loaded | names.mutated) - names.written_first - skip
     return {n: namespace[n] for n in sorted(read) if n in namespace}
 

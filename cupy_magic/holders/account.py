@@ -11,6 +11,7 @@ the arrays cells made, in host memory.
 from __future__ import annotations
 
 import ast
+import functools
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = ["forget", "made_in", "note_cell", "top_hint", "vram_holders"]
 _origins: dict[int, tuple[Any, str]] = {}  # id(array) -> (weakref to it, "In [3], line 2")
 
 
+@functools.lru_cache(maxsize=256)
 def _assigned_lines(source: str) -> dict[str, int]:
     """The last top-level line that binds each name in ``source`` (statement starts)."""
     try:

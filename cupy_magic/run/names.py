@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import symtable
 from dataclasses import dataclass, field
 
@@ -116,6 +117,13 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(node.target, ast.Name):
             self._store(node.target.id)
         self.visit(node.value)
+
+
+@functools.lru_cache(maxsize=256)
+def cell_names(source: str) -> CellNames:
+    """The names of a cell's source, analysed once per source text (a re-run cell, and every
+    part that asks about the same cell, skips the analysis). Treat the result as read-only."""
+    return analyse(ast.parse(source))
 
 
 def analyse(tree: ast.Module) -> CellNames:

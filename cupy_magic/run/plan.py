@@ -8,7 +8,6 @@ Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 from __future__ import annotations
 
 import ast
-import functools
 import io
 import linecache
 import time
@@ -25,7 +24,7 @@ from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..units import format_bytes
 from .errors import CellError
-from .names import CellNames, analyse
+from .names import CellNames, cell_names
 from .report import InputMove
 
 __all__ = [
@@ -113,12 +112,6 @@ def _check_input(name: str, arr: np.ndarray) -> None:
                         f"{name}.filled(fill_value) and a separate mask")
 
 
-@functools.lru_cache(maxsize=256)
-def _names(source: str) -> CellNames:
-    """The cell's names, analysed once per source text (a re-run cell skips the analysis)."""
-    return analyse(ast.parse(source))
-
-
 def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
     if isinstance(to_host, bool):
         return
@@ -139,7 +132,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     ``fallback``: calls CuPy cannot run run with NumPy (``--fallback``) instead of stopping.
     """
     tree = ast.parse(source, filename, "exec")
-    names = _names(source)
+    names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype} is not supported; use "
                         f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
