@@ -83,3 +83,10 @@ def xp(ip):
     from cupy_magic import backend
 
     return backend.current().xp
+
+
+def cell_error(ip, cell: str, line: str = "") -> str:
+    """The message of the error a ``%%gpu line`` cell over ``cell`` stops with."""
+    result = ip.run_cell(f"%%gpu {line}\n{cell}")
+    assert result.error_in_exec is not None, "the cell should have stopped"
+    return str(result.error_in_exec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import cell_error as _error
 
 import cupy_magic
 from cupy_magic.compat.advice import WAYS, classify, limit_message
@@ -12,12 +13,6 @@ from cupy_magic.compat.proxy import array_module
 from cupy_magic.compat.record import CompatRecord
 
 cupy = pytest.importorskip("cupy")
-
-
-def _error(ip, cell: str, line: str = "") -> str:
-    result = ip.run_cell(f"%%gpu {line}\n{cell}")
-    assert result.error_in_exec is not None, "the cell should have stopped"
-    return str(result.error_in_exec)
 
 
 def test_lists_are_converted_and_counted_per_line(ip):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import cell_error as _error
 
 import cupy_magic
 from cupy_magic.compat import calls as calls_mod
@@ -14,12 +15,6 @@ from cupy_magic.compat.record import CompatRecord
 from cupy_magic.compat.spec import UNSUPPORTED_KINDS
 
 pytest.importorskip("cupy")
-
-
-def _error(ip, cell: str, line: str = "") -> str:
-    result = ip.run_cell(f"%%gpu {line}\n{cell}")
-    assert result.error_in_exec is not None, "the cell should have stopped"
-    return str(result.error_in_exec)
 
 
 def test_known_good_dtype_does_not_survive_as_a_refusal_or_a_fallback(ip):
