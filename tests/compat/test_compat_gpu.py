@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def gpu(shell, monkeypatch):
-    from tests.conftest import loaded
+    from conftest import loaded
 
     yield from loaded(shell, monkeypatch, "cupy")
 

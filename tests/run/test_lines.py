@@ -41,7 +41,7 @@ def test_sleeping_line_is_the_hottest_and_marked(ip) -> None:
 
 
 def test_host_rows_say_there_is_no_gpu_time(shell, monkeypatch) -> None:
-    from tests.conftest import loaded
+    from conftest import loaded
 
     for _ in loaded(shell, monkeypatch, "host"):
         shell.user_ns["x"] = np.ones(10)
@@ -126,8 +126,9 @@ def test_run_cell_from_python(ip) -> None:
 
 
 def test_nvtx_on_the_host_says_so_once(shell, monkeypatch) -> None:
+    from conftest import loaded
+
     from cupy_magic.run import lines
-    from tests.conftest import loaded
 
     monkeypatch.setattr(lines, "_SAID", set())
     for _ in loaded(shell, monkeypatch, "host"):
@@ -157,7 +158,7 @@ def test_tracer_note_when_many_events() -> None:
 # --- on the GPU -----------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_transfer_line_bytes_on_the_gpu(shell, monkeypatch) -> None:
-    from tests.conftest import loaded
+    from conftest import loaded
 
     for _ in loaded(shell, monkeypatch, "cupy"):
         shell.user_ns["h"] = np.ones(1 << 20, dtype=np.float32)
@@ -173,7 +174,7 @@ def test_transfer_line_bytes_on_the_gpu(shell, monkeypatch) -> None:
 
 @pytest.mark.gpu
 def test_sync_line_wait_on_the_gpu(shell, monkeypatch) -> None:
-    from tests.conftest import loaded
+    from conftest import loaded
 
     for _ in loaded(shell, monkeypatch, "cupy"):
         shell.run_cell_magic(
@@ -191,9 +192,8 @@ def test_sync_line_wait_on_the_gpu(shell, monkeypatch) -> None:
 
 @pytest.mark.gpu
 def test_nvtx_ranges_name_the_lines(shell, monkeypatch) -> None:
+    from conftest import loaded
     from cupy.cuda import nvtx
-
-    from tests.conftest import loaded
 
     calls: list[tuple[str, ...]] = []
     push, pop = nvtx.RangePush, nvtx.RangePop
@@ -212,7 +212,7 @@ def test_nvtx_ranges_name_the_lines(shell, monkeypatch) -> None:
 
 
 def test_host_budget_is_still_checked_at_every_line(shell, monkeypatch) -> None:
-    from tests.conftest import loaded
+    from conftest import loaded
 
     for _ in loaded(shell, monkeypatch, "host"):
         shell.run_line_magic("vram_budget", "1MB")
