@@ -28,6 +28,7 @@ __all__ = [
     "mig_uuid",
     "pcie_link_bytes_per_s",
     "query",
+    "read_brief",
     "read_device",
     "reason",
     "shutdown",
@@ -306,4 +307,24 @@ def read_device(handle: Any, pid: int | None = None) -> DeviceReading:
         clock_memory=query("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM),
         mig=mig,
         pids_match=pids_match,
+    )
+
+
+def read_brief(handle: Any) -> DeviceReading:
+    """The few figures of a device's row in the panel (name, memory, utilisation, PCIe): five
+    NVML queries where :func:`read_device` makes fourteen; the rest are :data:`NA`."""
+    if handle is NA or not available():
+        return DeviceReading()
+    nv = _state["module"]
+    mem = query("nvmlDeviceGetMemoryInfo", handle)
+    util = query("nvmlDeviceGetUtilizationRates", handle)
+    rx = query("nvmlDeviceGetPcieThroughput", handle, nv.NVML_PCIE_UTIL_RX_BYTES)
+    tx = query("nvmlDeviceGetPcieThroughput", handle, nv.NVML_PCIE_UTIL_TX_BYTES)
+    return DeviceReading(
+        name=query("nvmlDeviceGetName", handle),
+        total=getattr(mem, "total", NA), used=getattr(mem, "used", NA),
+        free=getattr(mem, "free", NA),
+        util_gpu=getattr(util, "gpu", NA), util_memory=getattr(util, "memory", NA),
+        pcie_rx=rx * 1024.0 if isinstance(rx, (int, float)) else NA,  # NVML gives KB/s
+        pcie_tx=tx * 1024.0 if isinstance(tx, (int, float)) else NA,
     )

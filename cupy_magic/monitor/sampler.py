@@ -28,7 +28,9 @@ from typing import Any, Protocol
 
 from ..lifecycle import on_unload
 from ..run.progress import CellProgress
+from .gather import WORKER_WAIT, ClusterRows
 from .nvml import NA, DeviceReading
+from .rows import DeviceRow, WorkerRow
 from .sources import (
     POOL_UNAVAILABLE,
     LiveSources,
@@ -36,15 +38,19 @@ from .sources import (
     arena_figures,
     pool_figures,
     release_cached,
+    sampled_row,
 )
 
 __all__ = [
     "Clock",
+    "ClusterRows",
+    "DeviceRow",
     "LiveSources",
     "PoolFigures",
     "Sample",
     "Sampler",
     "Subscription",
+    "WorkerRow",
     "arena_figures",
     "get_sampler",
     "pool_figures",
@@ -66,7 +72,12 @@ MAX_INTERVAL = 3600.0  # longer is a panel that never moves (and 1e308 overflows
 
 @dataclass(frozen=True)
 class Sample:
-    """Everything a panel draws, for one device at one instant."""
+    """Everything a panel draws, for one device at one instant.
+
+    ``devices`` has a compact row per visible device when there are several (the detailed
+    one included); ``workers`` a row per worker of the cluster in use, read from the
+    workers (``None`` without a cluster), and ``cluster`` its scheduler's address.
+    """
 
     time: float
     wall_time: float
@@ -81,6 +92,9 @@ class Sample:
     why_no_gpu: str = ""
     nvml_note: str = ""
     errors: tuple[str, ...] = ()
+    devices: tuple[DeviceRow, ...] = ()
+    workers: tuple[WorkerRow, ...] | None = None
+    cluster: str = ""
 
 
 class Sources(Protocol):
@@ -88,6 +102,7 @@ class Sources(Protocol):
 
     def devices(self) -> list[str]: ...
     def reading(self, device: int) -> DeviceReading: ...
+    def row(self, device: int) -> DeviceRow: ...
     def pool(self, device: int) -> PoolFigures: ...
     def host(self) -> tuple[int, int]: ...
     def budget(self) -> str: ...
@@ -127,11 +142,15 @@ class Sampler:
         Time source and waiter (default monotonic time and ``Event.wait``).
     history_seconds
         How much history to keep per device.
+    workers
+        The cluster's per-worker rows (default: those of the cluster in use).
     """
 
     def __init__(self, sources: Sources | None = None, interval: float = DEFAULT_INTERVAL,
-                 clock: Clock | None = None, history_seconds: float = HISTORY_SECONDS) -> None:
+                 clock: Clock | None = None, history_seconds: float = HISTORY_SECONDS,
+                 workers: ClusterRows | None = None) -> None:
         self.sources: Sources = sources if sources is not None else LiveSources()
+        self.workers = workers if workers is not None else ClusterRows()
         self.clock = clock or Clock()
         self.history_seconds = history_seconds
         self._interval = self._check_interval(interval)
@@ -253,10 +272,13 @@ class Sampler:
             return default
         return value
 
-    def sample(self, device: int = 0) -> Sample:
+    def sample(self, device: int = 0, workers_wait: float | None = None) -> Sample:
         """Take one sample of ``device`` now (in the calling thread); never raises.
 
         A source that fails gives :data:`~.nvml.NA` figures (never zeros it did not read).
+        With several devices, every one gets a compact row. The cluster's workers are asked
+        again, waiting at most ``workers_wait`` seconds; ``None`` shows their last answers
+        and asks nothing (a redraw on the main thread).
         """
         src, guard = self.sources, self._guard
         errors: list[str] = []
@@ -269,18 +291,29 @@ class Sampler:
         host_used, host_total = guard("host memory", errors, src.host, (NA, NA), _byte_pair)
         budget = guard("budget", errors, src.budget, NA, _instance(str))
         cell = guard("cell", errors, src.cell, None, _instance((CellProgress, type(None))))
+        count = len(guard("devices", errors, src.devices, [], _instance(list)))
+        rows = tuple(
+            sampled_row(device, backend, reading, pool, budget) if i == device
+            else guard(f"device {i}", errors, lambda i=i: src.row(i), DeviceRow(i),
+                       _instance(DeviceRow))
+            for i in range(count)) if count > 1 else ()
+        workers = guard("cluster workers", errors,
+                        lambda: self.workers.last() if workers_wait is None
+                        else self.workers.read(workers_wait), None)
         return Sample(
             time=self.clock.now(), wall_time=time.time(), device=device, backend=backend,
             reading=reading, pool=pool, budget=budget, host_used=host_used,
             host_total=host_total, cell=cell, why_no_gpu=why, nvml_note=nvml_note,
-            errors=tuple(errors),
+            errors=tuple(errors), devices=rows, workers=workers,
+            cluster=self.workers.address if workers is not None else "",
         )
 
     def tick(self) -> None:
         """Sample every watched device once and deliver the samples."""
         subs = self.subscriptions
+        wait = min(WORKER_WAIT, self._interval)
         for device in dict.fromkeys(s.device for s in subs):
-            sample = self.sample(device)
+            sample = self.sample(device, workers_wait=wait)
             with self._lock:
                 ring = self._history.setdefault(device, deque())
                 ring.append(sample)

@@ -13,14 +13,17 @@ from typing import Any
 
 from .. import backend
 from ..backend import HostBackend, PoolStats
+from ..backend.cupy import _POOLS
 from ..backend.streams import batch_streams
 from ..run import progress
 from ..run.progress import CellProgress
 from . import nvml
+from .contexts import has_context
 from .nvml import NA, DeviceReading
+from .rows import HOST_NO_POOL, NOT_USED, DeviceRow, device_row
 
-__all__ = ["POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures", "kernel_figures",
-           "pool_figures", "release_cached"]
+__all__ = ["POOL_NOT_USED", "POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures",
+           "device_pool", "kernel_figures", "pool_figures", "release_cached", "sampled_row"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,31 @@ def kernel_figures(reading: DeviceReading, device_used: int, pool_held: int) -> 
 
 POOL_UNAVAILABLE = PoolFigures(used=NA, held=NA, device_used=NA, device_total=NA,
                                fragmentation_note="the pool could not be read")
+POOL_NOT_USED = PoolFigures(used=NA, held=NA, device_used=NA, device_total=NA,
+                            fragmentation_note=f"no pool: the device is {NOT_USED}")
+
+
+def _cells_device(be: Any) -> int:
+    """The device whose pool the cells allocate from (the one current when the backend was
+    made)."""
+    return next((d for d, pool in _POOLS.items() if pool is be.pool), 0)
+
+
+def device_pool(be: Any, device: int) -> Any:
+    """The CuPy pool of ``device``, or ``None`` where this kernel never used the device.
+
+    The cells' device has the pool the extension installed. Another device is read only if
+    this process already holds its CUDA context (:func:`~.contexts.has_context`), because
+    making it current would create one; its pool is the extension's when there is one for
+    it, else CuPy's default pool (read with that device current).
+    """
+    if not be.is_gpu:
+        return None
+    if device == _cells_device(be):
+        return be.pool
+    if not has_context(device):
+        return None
+    return _POOLS.get(device) or be.cp.get_default_memory_pool()
 
 # --- pool introspection (CuPy through the backend object) --------------------------------
 
@@ -122,23 +150,43 @@ def _stats(be: Any) -> dict[str, Any]:
 
 
 def pool_figures(be: Any, device: int) -> PoolFigures:
-    """Read the pool of ``device`` from the backend ``be`` (in any thread)."""
+    """Read the pool of ``device`` from the backend ``be`` (in any thread);
+    :data:`POOL_NOT_USED` for a device this kernel never used."""
     if not be.is_gpu:
-        return PoolFigures(**_stats(be), fragmentation_note="no device pool on the host backend")
+        return PoolFigures(**_stats(be), fragmentation_note=HOST_NO_POOL)
+    pool = device_pool(be, device)
+    if pool is None:
+        return POOL_NOT_USED
     cp = be.cp
     # Pool figures are per current device, and the current device is per thread.
     with cp.cuda.Device(device):
-        pool = be.pool
+        if pool is be.pool:
+            stats = _stats(be)
+        else:
+            used, total = be.device_memory()
+            stats = {"used": int(pool.used_bytes()), "held": int(pool.total_bytes()),
+                     "limit": int(pool.get_limit()) or None, "device_used": used,
+                     "device_total": total}
         pinned = cp.get_default_pinned_memory_pool().n_free_blocks()
         # the legacy stream's arena and those of the streams batched cells ran on
         idents = [0, *(int(s.ptr) for s in batch_streams(device))]
         largest, free, arenas, note = arena_figures(pool, idents)
         host = be.host.stats()
-        return PoolFigures(**_stats(be), free_blocks=int(pool.n_free_blocks()),
+        return PoolFigures(**stats, free_blocks=int(pool.n_free_blocks()),
                            largest_free=largest,
                            arena_free=free, arenas=arenas, pinned_free_blocks=int(pinned),
                            host_locked=host["locked_bytes"], host_cached=host["cached_bytes"],
                            fragmentation_note=note)
+
+
+def sampled_row(device: int, backend_name: str, reading: DeviceReading, pool: PoolFigures,
+                budget: Any) -> DeviceRow:
+    """The row of the device a panel details, from its full sample (no second reading)."""
+    if pool is POOL_NOT_USED:
+        return device_row(device, reading, NA, NA, budget, NOT_USED)
+    if backend_name != "cupy":
+        return device_row(device, reading, NA, NA, budget, HOST_NO_POOL)
+    return device_row(device, reading, pool.used, pool.held, budget)
 
 
 class LiveSources:
@@ -146,6 +194,7 @@ class LiveSources:
 
     def __init__(self) -> None:
         self._handles: dict[tuple[str, int], Any] = {}
+        self._labels: dict[str, list[str]] = {}
 
     def _backend(self) -> Any:
         return backend.current()
@@ -163,21 +212,38 @@ class LiveSources:
         return self._handles[key]
 
     def devices(self) -> list[str]:
+        """A label per visible device (asked once per backend: devices do not come and go)."""
         be = self._backend()
-        count = be.cp.cuda.runtime.getDeviceCount() if be.is_gpu else len(nvml.visible_handles())
-        names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
-        if not names:
-            return [f"0: {be.info().name}"]
-        return [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
+        if be.name not in self._labels:
+            count = (be.cp.cuda.runtime.getDeviceCount() if be.is_gpu
+                     else len(nvml.visible_handles()))
+            names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
+            self._labels[be.name] = (
+                [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
+                or [f"0: {be.info().name}"])
+        return list(self._labels[be.name])
 
     def reading(self, device: int) -> DeviceReading:
         reading = nvml.read_device(self._handle(device))
         be = self._backend()
-        if not be.is_gpu:
-            return reading
+        pool = device_pool(be, device)
+        if pool is None:  # the host backend, or a device without a context here: none held
+            return reading if not be.is_gpu else replace(reading, this_process=0)
         with be.cp.cuda.Device(device):  # cudaMemGetInfo is per current device
             used = be.device_memory()[0]
-        return kernel_figures(reading, used, be.pool_held())  # the pool cells allocate from
+        return kernel_figures(reading, used, int(pool.total_bytes()))
+
+    def row(self, device: int) -> DeviceRow:
+        """The compact row of ``device``: five NVML figures and its pool's used and held."""
+        reading = nvml.read_brief(self._handle(device))
+        be = self._backend()
+        pool = device_pool(be, device)
+        if pool is None:
+            note = NOT_USED if be.is_gpu else HOST_NO_POOL
+            return device_row(device, reading, NA, NA, self.budget(), note)
+        with be.cp.cuda.Device(device):  # CuPy's default pool answers for the current device
+            used, held = int(pool.used_bytes()), int(pool.total_bytes())
+        return device_row(device, reading, used, held, self.budget())
 
     def pool(self, device: int) -> PoolFigures:
         return pool_figures(self._backend(), device)
@@ -186,6 +252,8 @@ class LiveSources:
         return HostBackend().device_memory()
 
     def budget(self) -> str:
+        # TODO(issue 16): one budget per device once the backend keeps them; until then the
+        # session's budget (in force on the cells' device) is shown on every device's row.
         spec = self._backend().budget
         return spec.describe() if spec is not None else "off"
 
@@ -203,14 +271,22 @@ def release_cached(device: int = 0) -> tuple[int, int, int]:
     page-locked result blocks kept for reuse (:mod:`cupy_magic.backend.hostmem`).
 
     Returns ``(device bytes, pinned blocks, page-locked host bytes)`` released (guide
-    section 5).
+    section 5). A device this kernel never used has nothing to release and is not touched.
     """
     be = backend.current()
     if not be.is_gpu:
         return be.free_cached(), 0, 0
+    pool = device_pool(be, device)
+    if pool is None:
+        return 0, 0, 0
     cp = be.cp
     with cp.cuda.Device(device):
-        released = be.free_cached()
+        if pool is be.pool:
+            released = be.free_cached()
+        else:
+            before = int(pool.total_bytes())
+            pool.free_all_blocks()
+            released = before - int(pool.total_bytes())
     pinned_pool = cp.get_default_pinned_memory_pool()
     before = pinned_pool.n_free_blocks()
     pinned_pool.free_all_blocks()

@@ -14,29 +14,14 @@ from typing import Any
 from ..monitor.nvml import NA
 from ..monitor.sampler import Sample
 from ..units import format_bytes
+from .fmt import known as _known
+from .fmt import nbytes as _b
+from .fmt import num as _num
+from .fmt import pct as _pct
+from .fmt import rate as _rate
 from .sparkline import Line, sparkline_svg
 
 __all__ = ["figures_html", "history_svgs", "memory_bar", "summary_lines"]
-
-
-def _known(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _b(value: Any) -> str:
-    return format_bytes(value) if _known(value) else "N/A"
-
-
-def _rate(value: Any) -> str:
-    return f"{value / 1e9:.1f} GB/s" if _known(value) else "N/A"
-
-
-def _num(value: Any, unit: str, fmt: str = ".0f") -> str:
-    return f"{value:{fmt}}{unit}" if _known(value) else "N/A"
-
-
-def _pct(part: Any, whole: Any) -> str:
-    return f"{part / whole:.0%}" if _known(part) and _known(whole) and whole > 0 else "N/A"
 
 
 def _float(value: Any) -> float | None:

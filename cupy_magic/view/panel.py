@@ -22,10 +22,12 @@ from ..holders.account import forget as _forget_origins
 from ..holders.account import vram_holders
 from ..lifecycle import on_unload
 from ..monitor import sampler as monitor
+from ..monitor.gather import WORKER_WAIT
 from ..monitor.nvml import NA
 from ..monitor.sampler import Sample, Sampler
 from ..units import format_bytes
 from .figures import figures_html, history_svgs, summary_lines
+from .rows import devices_html, rows_lines, workers_html
 
 __all__ = ["VramPanel", "cell_panel", "close_all", "panel_summary", "panels", "pause",
            "resume", "show_held_by", "show_panel", "watch_cells"]
@@ -41,9 +43,12 @@ HISTORY_EVERY = 1.0  # seconds between redraws of the sparklines (panel_overhead
 
 
 def panel_summary(device: int = 0, sampler: Sampler | None = None) -> str:
-    """A one-shot text summary of what the panel shows (for terminals and logs)."""
+    """A one-shot text summary of what the panel shows (for terminals and logs); the
+    cluster's workers, when one is in use, are asked and waited for at most
+    :data:`~cupy_magic.monitor.gather.WORKER_WAIT` seconds."""
     sampler = sampler or Sampler()
-    lines = summary_lines(sampler.sample(device))
+    sample = sampler.sample(device, workers_wait=WORKER_WAIT)
+    lines = {**summary_lines(sample), **rows_lines(sample)}
     return "\n".join(f"{key:>13}: {text}" for key, text in lines.items())
 
 
@@ -62,7 +67,9 @@ def _status_html(text: str) -> str:
 class VramPanel:
     """One live panel; shows samples of one device from the shared sampler.
 
-    Create it with :func:`show_panel`. ``close()`` stops its updates and removes it.
+    With several devices a row per device sits above the detailed figures of the one the
+    selector picks; with a cluster in use, a row per worker below them. Create it with
+    :func:`show_panel`. ``close()`` stops its updates and removes it.
     """
 
     def __init__(self, sampler: Sampler, device: int = 0) -> None:
@@ -85,14 +92,16 @@ class VramPanel:
                                        tooltip="free_all_blocks(): give the pool's cached "
                                                "blocks back to the device")
         self.released = w.HTML()
+        self.device_rows = w.HTML()
         self.figures = w.HTML()
         self.history = w.HTML()
+        self.worker_rows = w.HTML()
         self.status = w.HTML()
         self.held_by = w.HTML(value=_held_by[0])  # set on the main thread, after each cell
         head = w.HBox([self.title, self.selector, self.pause_button])
         buttons = w.HBox([self.release_button, self.released])
-        self.widget = w.VBox([head, self.figures, self.history, self.held_by, buttons,
-                              self.status],
+        self.widget = w.VBox([head, self.device_rows, self.figures, self.history,
+                              self.worker_rows, self.held_by, buttons, self.status],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px 10px"))
         self.widget.add_class("cupy-magic-panel")
         self.release_button.on_click(self._on_release)
@@ -120,6 +129,7 @@ class VramPanel:
         redraw = last is None or not 0 <= sample.time - last < HISTORY_EVERY
         try:
             title, figures = _title_html(sample), figures_html(sample)
+            rows = devices_html(sample), workers_html(sample)
             svgs = history_svgs(history, self.sampler.history_seconds) if redraw else None
         except Exception as exc:  # a drawing bug must not freeze the panel or reach the cell
             message = f"{type(exc).__name__}: {exc}".split("\n")[0]
@@ -133,8 +143,10 @@ class VramPanel:
         failed = (f"; N/A where a source failed ({len(sample.errors)}, see errors)"
                   if sample.errors else "")
         with self.figures.hold_sync(), self.history.hold_sync(), self.title.hold_sync(), \
-                self.status.hold_sync():
+                self.status.hold_sync(), self.device_rows.hold_sync(), \
+                self.worker_rows.hold_sync():
             self.title.value = title
+            self.device_rows.value, self.worker_rows.value = rows
             self.figures.value = figures
             if svgs is not None:
                 self.history.value = svgs
@@ -186,7 +198,8 @@ class VramPanel:
             _live.remove(self)
         self.widget.close()
         for child in (self.title, self.selector, self.pause_button, self.release_button,
-                      self.released, self.figures, self.history, self.held_by, self.status):
+                      self.released, self.device_rows, self.figures, self.history,
+                      self.worker_rows, self.held_by, self.status):
             child.close()
 
 

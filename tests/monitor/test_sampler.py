@@ -12,6 +12,7 @@ import pytest
 from cupy_magic import lifecycle
 from cupy_magic.monitor import sampler as monitor
 from cupy_magic.monitor.nvml import NA, DeviceReading
+from cupy_magic.monitor.rows import DeviceRow
 from cupy_magic.monitor.sampler import PoolFigures, Sample, Sampler
 from cupy_magic.monitor.sources import POOL_UNAVAILABLE
 from cupy_magic.run.progress import CellProgress
@@ -51,6 +52,9 @@ class FakeSources:
 
     def devices(self) -> list[str]:
         return ["0: Fake GPU", "1: Fake GPU"]
+
+    def row(self, device: int) -> DeviceRow:
+        return DeviceRow(device, name="Fake GPU", used=10 << 30, total=80 << 30)
 
     def reading(self, device: int) -> DeviceReading:
         return DeviceReading(name="Fake GPU", total=80 << 30, used=10 << 30, util_gpu=50)

@@ -121,11 +121,11 @@ def test_the_thread_outlives_an_unexpected_error_in_a_tick() -> None:
     real = sampler.sample
     calls = [0]
 
-    def sample_once_broken(device: int = 0) -> Sample:
+    def sample_once_broken(device: int = 0, workers_wait: float | None = None) -> Sample:
         calls[0] += 1
         if calls[0] == 2:
             raise AttributeError("'NoneType' object has no attribute 'limit'")
-        return real(device)
+        return real(device, workers_wait)
 
     sampler.sample = sample_once_broken  # type: ignore[method-assign]
     got: list[Sample] = []

@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 
 from cupy_magic.monitor import sampler as monitor
 from cupy_magic.monitor.nvml import NA, DeviceReading
+from cupy_magic.monitor.rows import DeviceRow
 from cupy_magic.monitor.sampler import PoolFigures, Sample, Sampler
 from cupy_magic.run.progress import CellProgress
 from cupy_magic.view import panel
@@ -31,6 +32,10 @@ class Sources:
 
     def devices(self) -> list[str]:
         return [f"{i}: Fake H200" for i in range(self.n)]
+
+    def row(self, device: int) -> DeviceRow:
+        return DeviceRow(device, name="NVIDIA H200", used=10 * GiB, total=80 * GiB,
+                         util_gpu=87, pool_note="not used by this kernel")
 
     def reading(self, device: int) -> DeviceReading:
         return gpu_reading()
