@@ -63,21 +63,27 @@ def select(prefer: str | None = None) -> tuple[Backend, str]:
 def _switch(make: Callable[[], Backend]) -> None:
     """Close the live backend, then make the new one (the order matters: closing the CuPy
     backend restores CuPy's default allocator, which the new one may install again). The
-    budget in force moves over, resolved against the new device (a share stays a share)."""
+    budgets in force move over, each resolved against its new device (a share stays a share);
+    the home device's budget goes to the new home device, the others to the devices of the
+    same number that the new backend has."""
     global _live
-    spec = None
+    specs: dict[int, BudgetSpec] = {}
+    home = 0
     if _live is not None:
-        spec = _live.budget
+        specs, home = _live.budgets, _live.home
         _live.close()
         _live = None
     _live = make()
-    if spec is not None:
-        total = _live.info().total_bytes
+    for device, spec in specs.items():
+        target = _live.home if device == home else device
+        if target >= _live.device_count() or (device != home and target == _live.home):
+            continue
+        total = _live.device_total(target)
         try:
             spec = parse_budget(spec.text, total)
         except ValueError:  # larger than the new device: keep as much as it has
             spec = BudgetSpec(spec.text, min(spec.nbytes, total) if total > 0 else spec.nbytes)
-        _live.set_budget(spec)
+        _live.set_budget(spec, target)
 
 
 def current() -> Backend:

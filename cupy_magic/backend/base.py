@@ -102,15 +102,40 @@ class Backend:
     xp: ModuleType = np
 
     def __init__(self) -> None:
-        self._budget: BudgetSpec | None = None
+        # one budget per device, by device number; the home device's is "the budget"
+        self._budgets: dict[int, BudgetSpec] = {}
+        self.home = 0  # the device cells run on unless told otherwise (%%gpu --devices)
 
     # --- description -------------------------------------------------------------------
     def info(self) -> DeviceInfo:
         raise NotImplementedError
 
-    def device_memory(self) -> tuple[int, int]:
-        """Return ``(used, total)`` bytes of the device (host RAM for the host backend)."""
+    def device_memory(self, device: int | None = None) -> tuple[int, int]:
+        """Return ``(used, total)`` bytes of ``device`` (default: the home device; host RAM
+        for the host backend)."""
         raise NotImplementedError
+
+    # --- the devices of the host (``%%gpu --devices``) -----------------------------------
+    def device_count(self) -> int:
+        """How many devices cells can run on (CUDA's visible devices on a GPU)."""
+        return 1
+
+    def device_name(self, device: int) -> str:
+        """What ``device`` is, for the report's row of it."""
+        return self.info().name
+
+    def device_total(self, device: int) -> int:
+        """Bytes of ``device``, which a budget such as ``50%`` is resolved against."""
+        return self.info().total_bytes
+
+    def on_device(self, device: int) -> contextlib.AbstractContextManager[Any]:
+        """Make ``device`` current in the block (CuPy's ``Device(i)``; nothing on the host)."""
+        return contextlib.nullcontext()
+
+    def move_to(self, value: Any, device: int) -> Any:
+        """``value`` on ``device``: a device array elsewhere is copied there (a partial of
+        ``--reduce`` from another device); anything else is returned as it is."""
+        return value
 
     # --- arrays -------------------------------------------------------------------------
     def is_device_array(self, obj: object) -> bool:
@@ -126,48 +151,73 @@ class Backend:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 
     # --- pool ---------------------------------------------------------------------------
-    def pool_used(self) -> int:
+    def pool_used(self, device: int | None = None) -> int:
+        """Bytes the pool of ``device`` (default: the home device) gives out now."""
         raise NotImplementedError
 
-    def pool_held(self) -> int:
+    def pool_held(self, device: int | None = None) -> int:
+        """Bytes the pool of ``device`` (default: the home device) holds from it."""
         raise NotImplementedError
 
     def free_cached(self) -> int:
         """Release cached blocks to the device; return the bytes released."""
         raise NotImplementedError
 
-    # --- the budget: this backend owns the one in force ----------------------------------
-    def set_budget(self, spec: BudgetSpec | None) -> None:
-        """Put ``spec`` in force (``None`` removes the budget) and enforce it."""
-        self._budget = spec
-        self._enforce(None if spec is None else spec.nbytes)
+    # --- the budget: this backend owns the one in force, per device -----------------------
+    def set_budget(self, spec: BudgetSpec | None, device: int | None = None) -> None:
+        """Put ``spec`` in force on ``device`` (default: the home device) and enforce it;
+        ``None`` removes that device's budget."""
+        device = self.home if device is None else device
+        if spec is None:
+            self._budgets.pop(device, None)
+        else:
+            self._budgets[device] = spec
+        self._enforce(None if spec is None else spec.nbytes, device)
 
-    def _enforce(self, nbytes: int | None) -> None:
-        """Apply a limit of ``nbytes`` to the pool (the CuPy backend sets the pool's)."""
+    def _enforce(self, nbytes: int | None, device: int) -> None:
+        """Apply a limit of ``nbytes`` to the pool of ``device`` (the CuPy backend sets the
+        pool's)."""
 
     @property
     def budget(self) -> BudgetSpec | None:
-        """The budget in force, as the user wrote it, or ``None``."""
-        return self._budget
+        """The home device's budget in force, as the user wrote it, or ``None``."""
+        return self._budgets.get(self.home)
+
+    @property
+    def budgets(self) -> dict[int, BudgetSpec]:
+        """Every device's budget in force, by device number (a copy)."""
+        return dict(self._budgets)
 
     @property
     def limit(self) -> int | None:
-        """The budget's bytes, or ``None`` without a budget."""
-        return None if self._budget is None else self._budget.nbytes
+        """The home device's budget in bytes, or ``None`` without a budget."""
+        return self.limit_of(self.home)
 
-    def budget_left(self) -> int | None:
-        """Bytes the budget leaves the pool now (negative when over), or None without one."""
-        limit = self.limit
-        return None if limit is None else limit - self.pool_used()
+    def limit_of(self, device: int) -> int | None:
+        """The budget of ``device`` in bytes, or ``None`` without one."""
+        spec = self._budgets.get(device)
+        return None if spec is None else spec.nbytes
 
-    def stats(self) -> PoolStats:
-        used, total = self.device_memory()
-        return PoolStats(self.pool_used(), self.pool_held(), self.limit, used, total)
+    def budget_left(self, device: int | None = None) -> int | None:
+        """Bytes the budget leaves the pool of ``device`` (default: the home device) now
+        (negative when over), or None without one."""
+        device = self.home if device is None else device
+        limit = self.limit_of(device)
+        return None if limit is None else limit - self.pool_used(device)
+
+    def stats(self, device: int | None = None) -> PoolStats:
+        """The pool figures of ``device`` (default: the home device)."""
+        device = self.home if device is None else device
+        used, total = self.device_memory(device)
+        return PoolStats(self.pool_used(device), self.pool_held(device), self.limit_of(device),
+                         used, total)
 
     # --- running ------------------------------------------------------------------------
     @contextlib.contextmanager
-    def track_memory(self, code_filename: str) -> Iterator[_Measurement]:
-        """Follow the peak pool bytes of a block (and enforce the budget in it)."""
+    def track_memory(self, code_filename: str,
+                     device: int | None = None) -> Iterator[_Measurement]:
+        """Follow the peak pool bytes of a block (and enforce the budget in it); with
+        ``device``, only that device's pool and budget."""
         raise NotImplementedError
         yield  # pragma: no cover
 
@@ -193,8 +243,9 @@ class Backend:
         pass
 
     def close(self) -> None:
-        """Undo what this backend changed in the process (pool limit, hooks)."""
-        self.set_budget(None)
+        """Undo what this backend changed in the process (pool limits, hooks)."""
+        for device in list(self._budgets):
+            self.set_budget(None, device)
 
 
 @dataclass

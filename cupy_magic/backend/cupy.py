@@ -60,28 +60,43 @@ class CupyBackend(Backend):
         self.cp = cupy
         self.xp = cupy
         device = cupy.cuda.Device().id
-        if device not in _POOLS:
-            _POOLS[device] = cupy.cuda.memory.SingleDeviceMemoryPool()
-        self.pool = _POOLS[device]
+        self.home = device
+        self.pool = self.pool_of(device)
         cupy.cuda.set_allocator(self._malloc)
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
         self._hook_base = importlib.import_module("cupy.cuda.memory_hook").MemoryHook
 
+    def pool_of(self, device: int) -> Any:
+        """The pool cells allocate from on ``device``, made on first use with the device's
+        budget as its limit (the budget exists from load on; a pool would make a CUDA
+        context on every GPU at load, so it waits until a cell runs there)."""
+        pool = _POOLS.get(device)
+        if pool is None:
+            with self.cp.cuda.Device(device):
+                pool = _POOLS[device] = self.cp.cuda.memory.SingleDeviceMemoryPool()
+        limit = self.limit_of(device)
+        if limit is not None and pool.get_limit() != limit:
+            pool.set_limit(size=limit)
+        return pool
+
     def _malloc(self, size: int) -> Any:
-        """Allocate from the pool; over the limit, release cached blocks once and retry.
+        """Allocate from the current device's pool; over the limit, release cached blocks
+        once and retry.
 
         CuPy's limit counts the pool's cached free blocks too, and it does not release them
         before refusing: without this, memory a cell freed would still count against the
         budget.
         """
+        device = self.cp.cuda.runtime.getDevice()
+        pool = self.pool if device == self.home else self.pool_of(device)
         try:
-            return self.pool.malloc(size)
+            return pool.malloc(size)
         except self.cp.cuda.memory.OutOfMemoryError:
-            if not self.pool.free_bytes():
+            if not pool.free_bytes():
                 raise
-            self.pool.free_all_blocks()
-            return self.pool.malloc(size)
+            pool.free_all_blocks()
+            return pool.malloc(size)
 
     def info(self) -> DeviceInfo:
         cp = self.cp
@@ -102,9 +117,41 @@ class CupyBackend(Backend):
             cupy_version=cp.__version__,
         )
 
-    def device_memory(self) -> tuple[int, int]:
-        free, total = self.cp.cuda.runtime.memGetInfo()
+    def device_memory(self, device: int | None = None) -> tuple[int, int]:
+        with self.on_device(self.home if device is None else device):
+            free, total = self.cp.cuda.runtime.memGetInfo()
         return int(total - free), int(total)
+
+    def device_count(self) -> int:
+        return int(self.cp.cuda.runtime.getDeviceCount())
+
+    def _props(self, device: int) -> dict[str, Any]:
+        return self.cp.cuda.runtime.getDeviceProperties(device)
+
+    def device_name(self, device: int) -> str:
+        name = self._props(device)["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    def device_total(self, device: int) -> int:
+        return int(self._props(device)["totalGlobalMem"])
+
+    def on_device(self, device: int) -> Any:
+        return self.cp.cuda.Device(device)
+
+    def move_to(self, value: Any, device: int) -> Any:
+        """A device array on another GPU copied to ``device`` (peer to peer where the GPUs
+        allow it), after the work queued on its own device."""
+        cp = self.cp
+        if not isinstance(value, cp.ndarray) or value.device.id == device:
+            return value
+        with value.device:
+            src = cp.ascontiguousarray(value)
+            cp.cuda.get_current_stream().synchronize()
+        with cp.cuda.Device(device):
+            out = cp.empty(src.shape, src.dtype)
+            out.data.copy_from_device(src.data, src.nbytes)
+            cp.cuda.get_current_stream().synchronize()
+        return out
 
     def is_device_array(self, obj: object) -> bool:
         return isinstance(obj, self.cp.ndarray)
@@ -129,37 +176,53 @@ class CupyBackend(Backend):
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
 
-    def pool_used(self) -> int:
-        return int(self.pool.used_bytes())
+    def _pool(self, device: int | None) -> Any:
+        """The pool of ``device`` if one was made (``None``: the home device's)."""
+        return self.pool if device is None or device == self.home else _POOLS.get(device)
 
-    def pool_held(self) -> int:
-        return int(self.pool.total_bytes())
+    def pool_used(self, device: int | None = None) -> int:
+        pool = self._pool(device)
+        return int(pool.used_bytes()) if pool is not None else 0
+
+    def pool_held(self, device: int | None = None) -> int:
+        pool = self._pool(device)
+        return int(pool.total_bytes()) if pool is not None else 0
 
     def free_cached(self) -> int:
-        before = self.pool_held()
-        self.pool.free_all_blocks()
-        return before - self.pool_held()
+        """Release the cached blocks of every device's pool; return the bytes released."""
+        pools = [p for d, p in _POOLS.items() if d < self.device_count()]
+        before = sum(int(p.total_bytes()) for p in pools)
+        for pool in pools:
+            pool.free_all_blocks()
+        return before - sum(int(p.total_bytes()) for p in pools)
 
-    def _enforce(self, nbytes: int | None) -> None:
-        self.pool.set_limit(size=0 if nbytes is None else int(nbytes))
+    def _enforce(self, nbytes: int | None, device: int) -> None:
+        pool = self._pool(device)
+        if pool is not None:  # otherwise pool_of sets it when the pool is made
+            pool.set_limit(size=0 if nbytes is None else int(nbytes))
 
     def synchronize(self) -> None:
         self.cp.cuda.get_current_stream().synchronize()
 
     @contextlib.contextmanager
-    def track_memory(self, code_filename: str) -> Iterator[_Measurement]:
-        tracker = _PeakTracker(self.pool_used())
+    def track_memory(self, code_filename: str,
+                     device: int | None = None) -> Iterator[_Measurement]:
+        tracker = _PeakTracker(self.pool_used(device))
         m = _Measurement(start_bytes=tracker.start, peak_bytes=tracker.start)
+
+        def counts(kw: dict[str, Any]) -> bool:  # with a device, only its pool's blocks
+            return device is None or kw.get("device_id") == device
 
         class _Hook(self._hook_base):  # type: ignore[misc, name-defined]
             name = "cupy_magic.peak"
 
             def malloc_postprocess(self, **kw: Any) -> None:
-                if kw.get("mem_ptr"):
+                if kw.get("mem_ptr") and counts(kw):
                     tracker.add(int(kw["mem_size"]))
 
             def free_postprocess(self, **kw: Any) -> None:
-                tracker.sub(int(kw["mem_size"]))
+                if counts(kw):
+                    tracker.sub(int(kw["mem_size"]))
 
         try:
             with _Hook():
@@ -194,9 +257,10 @@ class CupyBackend(Backend):
                     m.seconds = max(0.0, elapsed - building.seconds)
 
     def close(self) -> None:
-        self.set_budget(None)
+        super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
-        self.pool.free_all_blocks()  # give back what the cells freed; live arrays keep theirs
+        for pool in _POOLS.values():  # give back what the cells freed; live arrays keep theirs
+            pool.free_all_blocks()
         self.host.close()
 
 

@@ -41,6 +41,20 @@ def _host_ram_used() -> int:
         return 0
 
 
+DEVICES_ENV = "CUPY_MAGIC_HOST_DEVICES"
+
+
+def host_devices() -> int:
+    """How many devices the host backend stands for: ``CUPY_MAGIC_HOST_DEVICES`` (default 1),
+    so that ``%%gpu --devices 0,1`` can be taught and tested on a machine without a GPU."""
+    text = os.environ.get(DEVICES_ENV, "").strip() or "1"
+    try:
+        return max(1, int(text))
+    except ValueError:
+        raise ValueError(f"{DEVICES_ENV}={text!r} is not a whole number; e.g. "
+                         f"{DEVICES_ENV}=2") from None
+
+
 class HostBackend(Backend):
     """NumPy on the CPU: the fallback without a GPU, and a baseline to compare against.
 
@@ -52,10 +66,17 @@ class HostBackend(Backend):
     name = "host"
     is_gpu = False
 
-    def __init__(self, reason: str = "") -> None:
+    def __init__(self, reason: str = "", devices: int | None = None) -> None:
         super().__init__()
         self.xp = np
         self.reason = reason
+        self.devices = host_devices() if devices is None else devices
+        if self.devices < 1:
+            raise ValueError(f"a host backend needs at least 1 device, got {self.devices}; "
+                             f"e.g. {DEVICES_ENV}=2")
+        # Device number -> how many times slower its batches run (sleeps after each batch),
+        # so that the dealing of batches by throughput shows on the CPU (tests, teaching).
+        self.slow: dict[int, float] = {}
         # Traced bytes when the running cell's tracking began; shared by every thread (not
         # thread-local) so that the panel's sampler thread reads the cell's live figure.
         self._cell_base: int | None = None
@@ -67,8 +88,14 @@ class HostBackend(Backend):
         return DeviceInfo(backend=self.name, name="CPU (NumPy)", total_bytes=_host_ram_total(),
                           reason=self.reason)
 
-    def device_memory(self) -> tuple[int, int]:
+    def device_memory(self, device: int | None = None) -> tuple[int, int]:
         return _host_ram_used(), _host_ram_total()
+
+    def device_count(self) -> int:
+        return self.devices
+
+    def device_name(self, device: int) -> str:
+        return "CPU (NumPy)" if self.devices == 1 else f"CPU (NumPy) standing for device {device}"
 
     def is_device_array(self, obj: object) -> bool:
         return isinstance(obj, np.ndarray) and self._resident.get(id(obj)) is obj
@@ -91,8 +118,9 @@ class HostBackend(Backend):
         """Bytes of the arrays earlier cells left "on the device" (in host RAM here)."""
         return sum(int(a.nbytes) for a in list(self._resident.values()))
 
-    def pool_used(self) -> int:
-        """Bytes of earlier cells' arrays plus what the running cell holds now (any thread)."""
+    def pool_used(self, device: int | None = None) -> int:
+        """Bytes of earlier cells' arrays plus what the running cell holds now (any thread);
+        the devices a host backend stands for share the host's memory."""
         return self.resident_bytes() + self.cell_bytes()
 
     def cell_bytes(self) -> int:
@@ -102,14 +130,15 @@ class HostBackend(Backend):
             return 0
         return max(0, tracemalloc.get_traced_memory()[0] - base)
 
-    def pool_held(self) -> int:
+    def pool_held(self, device: int | None = None) -> int:
         return self.pool_used()
 
     def free_cached(self) -> int:
         return 0
 
     @contextlib.contextmanager
-    def track_memory(self, code_filename: str) -> Iterator[_Measurement]:
+    def track_memory(self, code_filename: str,
+                     device: int | None = None) -> Iterator[_Measurement]:
         started = not tracemalloc.is_tracing()
         if started:
             tracemalloc.start()
@@ -118,7 +147,8 @@ class HostBackend(Backend):
         tracemalloc.reset_peak()
         held = self.resident_bytes()  # earlier cells' arrays count, as they do in a GPU pool
         m = _Measurement(start_bytes=held, peak_bytes=held)
-        limit = self.limit
+        limit = self.limit_of(self.home if device is None else device)
+        on = "" if device is None or self.devices == 1 else f" on device {device}"
 
         last_line: dict[int, int] = {}
 
@@ -147,7 +177,7 @@ class HostBackend(Backend):
                                if held else "")
                     raise BudgetExceeded(
                         f"line {culprit} `{code}` took the cell to {format_bytes(peak)} of host "
-                        f"memory{earlier}, over the budget of {format_bytes(limit)}",
+                        f"memory{earlier}, over the budget{on} of {format_bytes(limit)}",
                         line=culprit)
             return local_trace
 

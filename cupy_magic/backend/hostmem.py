@@ -43,6 +43,7 @@ MIN_BYTES = 16 * 2**20  # below this a pageable copy beats locking the buffer
 LOCK_THREADS = 2
 STAGING_LIMIT = 2 * 2**30  # free page-locked staging buffers kept for later runs
 H2D, D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
+PORTABLE = 1  # cudaHostRegisterPortable: locked for every GPU (%%gpu --devices), not one
 
 
 def _default_cache_limit() -> int:
@@ -171,7 +172,8 @@ class HostMemory:
                 self._pool = cf.ThreadPoolExecutor(
                     LOCK_THREADS, thread_name_prefix="cupy-magic-lock",
                     initializer=self._on_thread)
-            region.job = self._pool.submit(self.rt.hostRegister, region.base, region.nbytes, 0)
+            region.job = self._pool.submit(self.rt.hostRegister, region.base, region.nbytes,
+                                           PORTABLE)
 
     # --- locking user buffers -------------------------------------------------------------
     def lock(self, arr: np.ndarray) -> Region | None:
@@ -294,7 +296,7 @@ class HostMemory:
         if buf is None:
             buf = _pages(nbytes)
             (touch or (lambda b: b.fill(0)))(buf)
-            self.rt.hostRegister(buf.ctypes.data, buf.nbytes, 0)
+            self.rt.hostRegister(buf.ctypes.data, buf.nbytes, PORTABLE)
         return buf
 
     def unstage(self, buf: np.ndarray) -> None:

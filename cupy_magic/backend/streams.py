@@ -85,11 +85,28 @@ class HostEngine(_Timeline):
 
     staged_batches = 0
 
-    def __init__(self, streams: int, allocate: Allocate, timed: bool = False) -> None:
+    def __init__(self, streams: int, allocate: Allocate, timed: bool = False,
+                 slow: float = 1.0) -> None:
         self.staged_why: dict[str, str] = {}  # nothing is staged on the host
         self.slots = streams
         self._allocate = allocate
         self._init_timeline(timed)
+        # a device the host backend stands for may run slow: each batch takes `slow` times
+        # as long (HostBackend.slow), so that dealing by throughput shows without a GPU
+        self.slow, self._began = slow, [0.0] * streams
+
+    def start(self, slot: int) -> None:
+        super().start(slot)
+        self._began[slot] = time.perf_counter()
+
+    def record(self, slot: int) -> None:
+        if self.slow > 1:
+            time.sleep((self.slow - 1) * (time.perf_counter() - self._began[slot]))
+        super().record(slot)
+
+    def done(self, slot: int) -> bool:
+        """Whether the slot's last batch is finished (on the host: always, once recorded)."""
+        return True
 
     @contextlib.contextmanager
     def on(self, slot: int) -> Iterator[None]:
@@ -154,10 +171,10 @@ def batch_streams(device: int) -> list[Any]:
 
 
 def _get_streams(be: CupyBackend, k: int) -> list[Any]:
-    dev = be.cp.cuda.Device().id
+    dev = be.cp.cuda.Device().id  # streams belong to the device current when made
     if not _streams:
         on_unload(_release_streams)
-    _pool, streams = _streams.setdefault(dev, (be.pool, []))
+    _pool, streams = _streams.setdefault(dev, (be.pool_of(dev), []))
     while len(streams) < k:
         streams.append(be.cp.cuda.Stream(non_blocking=True))
     return streams[:k]
@@ -343,6 +360,11 @@ class CupyEngine(_Timeline):
             self._staged.add(batch)
             self._staged_this.discard(slot)
 
+    def done(self, slot: int) -> bool:
+        """Whether the slot's last batch is finished on the device (does not wait)."""
+        event = self.events[slot]
+        return event is None or bool(event.query())
+
     def wait(self, slot: int) -> None:
         """Block until the slot's last batch is done, then finish its staged copies."""
         event = self.events[slot]
@@ -378,7 +400,8 @@ class CupyEngine(_Timeline):
 
 def make_engine(be: Backend, streams: int, allocate: Allocate,
                 timed: bool = False) -> Any:
-    """The engine for the live backend; ``timed`` records each batch's start and end."""
+    """The engine for the live backend on its current device; ``timed`` records each
+    batch's start and end."""
     if isinstance(be, CupyBackend):
         return CupyEngine(be, streams, allocate, timed)
     return HostEngine(streams, allocate, timed)

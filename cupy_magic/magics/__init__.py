@@ -28,10 +28,10 @@ from ..run.errors import CellError
 from ..run.plan import CAST_TARGETS
 from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
-from ..units import SizeError, estimate
+from ..units import estimate
 from .arguments import parse_argstring, syntax_message
 from .cellshell import magics_see_the_cell
-from .values import interval, modes, on_off, to_host
+from .values import device_number, interval, modes, on_off, to_host
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
 
@@ -83,6 +83,11 @@ class GpuMagics(Magics):
     @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
               help=f"join a result without a row axis over the batches; rules: "
                    f"{', '.join(RULES)}")
+    @argument_group("devices")
+    @argument("--devices", default=None, metavar="LIST",
+              help="deal the batches over several GPUs of this host: device numbers (0,1) or "
+                   "all; each device gets batches by its measured throughput, under its own "
+                   "budget; the cell is batched")
     @argument_group("cluster")
     @argument("--cluster", action="store_true",
               help="run on the cluster in use (%%gpu_cluster): NumPy inputs are cut into "
@@ -115,7 +120,11 @@ class GpuMagics(Magics):
            ...: y = np.sqrt(x) * 2 + 1
            ...: total = y.sum()
 
-        In [5]: %%gpu --lines                         # where the time goes, line by line
+        In [5]: %%gpu --devices all --reduce total=sum  # batches dealt over every GPU
+           ...: y = np.sqrt(x) * 2 + 1
+           ...: total = y.sum()
+
+        In [6]: %%gpu --lines                         # where the time goes, line by line
            ...: y = np.sqrt(x) * 2 + 1
            ...: total = float(y.sum())
         """
@@ -144,7 +153,7 @@ class GpuMagics(Magics):
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
-                    cluster=args.cluster)
+                    cluster=args.cluster, devices=args.devices)
         except SyntaxError as exc:
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:
@@ -159,9 +168,15 @@ class GpuMagics(Magics):
               help="8GB, 1.5GiB, 512MB, 50%%, 0.5 (a fraction of the device), or off")
     @argument("--estimate", nargs="+", default=None, metavar="SHAPE_OR_NAME",
               help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32) or a variable")
+    @argument("--device", default=None, metavar="N",
+              help="the device whose budget to set or show (default: set the same budget on "
+                   "every device, show them all)")
     @line_magic
     def vram_budget(self, line: str) -> Any:
         """Set, show or remove the VRAM budget, or estimate what an array takes.
+
+        Each device of the host has its own budget: without ``--device`` a budget is set on
+        every device (a share of each), with ``--device 1`` on that one only.
 
         Examples
         --------
@@ -173,7 +188,9 @@ class GpuMagics(Magics):
 
         In [4]: %vram_budget --estimate x   # a variable
 
-        In [5]: %vram_budget off
+        In [5]: %vram_budget 8GB --device 1   # one device's budget
+
+        In [6]: %vram_budget off
         """
         words = line.split()
         if words and words[0].startswith("-") and not words[0].startswith("--"):
@@ -184,17 +201,19 @@ class GpuMagics(Magics):
                              "e.g. --estimate 20000x20000 float32")
         args = parse_argstring(self.vram_budget, line)
         budget = " ".join(args.budget) if args.budget else None
+        device = device_number(args.device)
         try:
             if args.estimate is not None:
-                if budget is not None:
-                    raise UsageError(f"give either a budget ({budget}) or --estimate "
+                if budget is not None or device is not None:
+                    given = budget if budget is not None else f"--device {device}"
+                    raise UsageError(f"give either a budget ({given}) or --estimate "
                                      f"{' '.join(args.estimate)}, not both; e.g. "
-                                     f"%vram_budget {budget}")
+                                     f"%vram_budget {budget or '8GB'}")
                 return self._estimate(args.estimate)
             if budget is None:
-                return session.budget_status()
-            return session.set_budget(budget)
-        except SizeError as exc:
+                return session.budget_status(device)
+            return session.set_budget(budget, device)
+        except ValueError as exc:  # SizeError, or a device that is not visible
             raise UsageError(str(exc)) from None
 
     def _estimate(self, words: list[str]) -> Any:

@@ -35,7 +35,8 @@ _VALUES = {
     "--batch": "x", "--batch-rows": "100000", "--batch-bytes": "512MB",
     "--streams": str(DEFAULT_STREAMS), "--reduce": "total=sum",
     "--estimate": "20000x20000 float32", "--interval": str(DEFAULT_INTERVAL), "device": "0",
-    "--free": "Out", "--workers": "2", "--timeout": "10",
+    "--free": "Out", "--workers": "2", "--timeout": "10", "--devices": "0,1",
+    "--device": "1",
 }
 _REPEATABLE = ("--reduce",)
 _KINDS = {"int": "a whole number", "float": "a number"}

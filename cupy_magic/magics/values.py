@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 
-__all__ = ["interval", "modes", "names_of", "on_off", "to_host"]
+__all__ = ["device_number", "interval", "modes", "names_of", "on_off", "to_host"]
 
 
 def names_of(text: str | None) -> list[str]:
@@ -49,3 +49,13 @@ def modes(values: tuple[str, ...]) -> str:
 
 def on_off(value: bool) -> str:
     return "on" if value else "off"
+
+
+def device_number(text: str | None) -> int | None:
+    """``%vram_budget --device N`` as a device number (``None`` when not given)."""
+    if text is None:
+        return None
+    if not text.strip().isdigit():
+        raise UsageError(f"--device takes a device number, got {text!r}; e.g. "
+                         "%vram_budget 8GB --device 1")
+    return int(text)

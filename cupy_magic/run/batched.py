@@ -19,7 +19,6 @@ import numpy as np
 from ..backend import Backend
 from ..backend.compiles import timed
 from ..backend.streams import make_engine
-from ..units import format_bytes
 from . import progress
 from .batching import (
     RULES,
@@ -33,29 +32,11 @@ from .batching import (
 )
 from .commit import commit
 from .errors import CellError, fail
-from .plan import CellPlan, cast_target, input_shortfall, move_inputs
+from .plan import CellPlan, cast_target, move_inputs
 from .reduce import combine
 from .report import InputMove, OutputInfo, RunReport
 
-__all__ = ["batch_reason", "run_batched"]
-
-
-
-def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
-                 be: Backend, dtype: str | None) -> str:
-    """Why the cell is run in batches, or ``""`` when it runs whole."""
-    if opts is not None and opts.requested:
-        return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
-            (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
-    if not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
-        return ""
-    short = input_shortfall(inputs, dtype, be)
-    if short is None or be.limit is None:
-        return ""
-    need, free = short
-    budget = "VRAM budget" if be.is_gpu else "memory budget (host; the VRAM budget on a GPU)"
-    return (f"the inputs need {format_bytes(need)} but the {budget} of "
-            f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}")
+__all__ = ["BatchRun", "run_batched"]
 
 
 def _row_len(arr: np.ndarray) -> int:
@@ -71,7 +52,7 @@ def _empty_output(shape: tuple[int, ...], dtype: np.dtype,
     return empty(shape, dtype)
 
 
-class _BatchRun:
+class BatchRun:
     """The state of one batched run: inputs, slots, gathered rows, partial results."""
 
     def __init__(self, plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
@@ -83,7 +64,7 @@ class _BatchRun:
         self.dtypes = {n: cast_target(a, dtype) for n, a in self.inputs.items()}
         self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
                              for n, a in self.inputs.items())
-        self.eng = make_engine(be, opts.streams, _empty_output, opts.timeline)
+        self.eng = self.engine()
         self.clock = [("", time.perf_counter())]  # (phase that ended, when)
         self.base: dict[str, Any] = {}
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
@@ -98,11 +79,26 @@ class _BatchRun:
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
 
+    # --- what a run over several devices changes (cupy_magic.run.devices) ----------------
+    def engine(self) -> Any:
+        return make_engine(self.be, self.opts.streams, _empty_output, self.opts.timeline)
+
+    def slot_for(self, i: int, a: int, b: int) -> int:
+        """The slot batch ``i`` (rows ``a:b``) runs on: the slots in turn."""
+        return i % self.eng.slots
+
+    def budget_left(self) -> int | None:
+        return self.be.budget_left()
+
+    def tracked(self) -> Any:
+        """Follow the pool's peak (and enforce the budget) over a stretch of batches."""
+        return self.be.track_memory(self.filename)
+
     # --- one batch ----------------------------------------------------------------------
     def batch(self, i: int, a: int, b: int) -> None:
         __tracebackhide__ = True
         self.current = (i, a, b)
-        slot = i % self.eng.slots
+        slot = self.slot_for(i, a, b)
         self.eng.wait(slot)
         self.eng.start(slot)
         work = dict(self.base)
@@ -210,7 +206,7 @@ class _BatchRun:
         shared = self.upload_shared(report)
         with timed() as building:  # kernels CuPy compiles between the batches' launches
             first, peak_row = self.first_batch(shared)
-            free = self.be.budget_left()
+            free = self.budget_left()
             rows, sized_by = size_rows(self.total, self.row_bytes, peak_row, free,
                                        self.opts.streams, self.opts, self.cost)
             bounds = [(a, min(a + rows, self.total)) for a in range(first, self.total, rows)]
@@ -246,12 +242,12 @@ class _BatchRun:
     def first_batch(self, shared: dict[str, np.ndarray]) -> tuple[int, float]:
         """Run the small first batch, measure its pool bytes per row, allocate the outputs."""
         __tracebackhide__ = True
-        be, eng = self.be, self.eng
+        eng = self.eng
         avoid = {d for a in self.plan.inputs.values() for d in a.shape[1:]}
         avoid |= {a.shape[0] for a in shared.values() if a.ndim}
-        first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, be.budget_left())
+        first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, self.budget_left())
         self.tick("setup")
-        with be.track_memory(self.filename) as mem:
+        with self.tracked() as mem:
             self.batch(0, 0, first)
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
         self.peak = max(self.peak, mem.peak_bytes)
@@ -279,7 +275,7 @@ class _BatchRun:
         self.tick("first batch")
         self.eng.warm(rows, peak_row, buffers)
         self.tick("warm-up")
-        with self.be.track_memory(self.filename) as mem:
+        with self.tracked() as mem:
             for i, (a, b) in enumerate(bounds, start=1):
                 self.batch(i, a, b)
                 progress.step(1, (b - a) * self.row_bytes)
@@ -348,12 +344,13 @@ class _BatchRun:
 
 def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, reason: str,
                 report: RunReport, *, to_host: Any, dtype: str | None, filename: str,
-                be: Backend) -> None:
+                be: Backend, make: Callable[..., BatchRun] | None = None) -> None:
     """Run a planned cell batch by batch; commit its results only if every batch succeeds.
 
-    Called by :func:`cupy_magic.run.cell.run_cell` when :func:`batch_reason` gives a reason;
-    fills ``report`` and sets ``report.batch`` to the
-    :class:`~cupy_magic.run.batching.BatchPlan` followed.
+    Called by :func:`cupy_magic.run.cell.run_cell` when :func:`~cupy_magic.run.plan.batch_reason`
+    gives a reason; fills ``report`` and sets ``report.batch`` to the
+    :class:`~cupy_magic.run.batching.BatchPlan` followed. ``make`` builds the run from
+    :class:`BatchRun`'s arguments (a run over several devices); default one device.
     """
     __tracebackhide__ = True
     names, total = select_inputs(plan.inputs, opts)
@@ -366,7 +363,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, r
                         f"it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
     report.start_pool_bytes = be.pool_used()
     wall0 = time.perf_counter()
-    run = _BatchRun(plan, namespace, opts, names, total, dtype, be, filename)
+    run = (make or BatchRun)(plan, namespace, opts, names, total, dtype, be, filename)
     if progress.current() is None:
         progress.start(filename, 0)
     try:

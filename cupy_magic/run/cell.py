@@ -20,11 +20,12 @@ from .. import backend as _backend
 from ..backend import Backend
 from ..syncs.lint import SyncFinding, lint_cell
 from ..syncs.record import HostSyncError, SyncRecorder, merge
-from .batched import batch_reason, run_batched
+from .batched import run_batched
 from .batching import BatchOptions, select_inputs
+from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .errors import CellError, at_cell_line
 from .lines import LineRecord
-from .plan import CellPlan, check_sizes, plan_cell, register_source
+from .plan import CellPlan, batch_reason, check_sizes, plan_cell, register_source
 from .report import RunReport
 from .whole import run_whole, warmup
 
@@ -66,12 +67,16 @@ def run_cell(
     nvtx: bool = False,
     label: str = "",
     remote: Any = None,
+    devices: Any = None,
 ) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
     The engine under :func:`cupy_magic.run_cell`, which documents the parameters (there
     ``warmup_run`` is ``warmup``); this one records no report and drives no progress, and
     also returns the value of the cell's last expression (:class:`CellOutcome`).
+
+    ``devices``: the devices to deal the cell's batches over (``"all"``, ``"0,1"``, ``[0, 1]``;
+    :mod:`cupy_magic.run.devices`); the cell is then batched.
 
     ``remote``: an executor of a layer above (the cluster's,
     :class:`cupy_magic.cluster.execute.ClusterExecutor`) that runs the planned cell instead
@@ -94,6 +99,9 @@ def run_cell(
     if syncs not in SYNC_MODES:
         raise CellError(f"--syncs {syncs} is not a mode; use --syncs "
                         f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
+    chosen = None if devices is None else resolve_devices(devices, be)
+    if chosen is not None:
+        batch = for_devices(devices, batch, remote, lines)
     plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback)
     findings = _lint(source, plan, namespace, syncs, be, filename,
                      getattr(remote, "names", ()))
@@ -104,19 +112,22 @@ def run_cell(
                                         "--nvtx": nvtx})
     return _run_here(source, plan, namespace, findings, be, to_host=to_host, dtype=dtype,
                      warmup_run=warmup_run, syncs=syncs, filename=filename, batch=batch,
-                     lines=lines, nvtx=nvtx, label=label)
+                     lines=lines, nvtx=nvtx, label=label, devices=chosen)
 
 
 def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
               findings: list[SyncFinding], be: Backend, *, to_host: Any, dtype: str | None,
               warmup_run: bool, syncs: str, filename: str, batch: BatchOptions | None,
-              lines: bool, nvtx: bool, label: str) -> CellOutcome:
+              lines: bool, nvtx: bool, label: str,
+              devices: tuple[int, ...] | None = None) -> CellOutcome:
     """Run the planned cell in this kernel: whole, or in batches when its inputs do not fit."""
     __tracebackhide__ = True
     recorder = _recorder(be, filename, source, syncs)
     liner = _line_record(be, plan, filename, source, lines, nvtx, label)
     watch = _both(recorder, liner)
     reason = batch_reason(plan.inputs, batch, be, dtype)
+    if devices is not None:
+        reason = devices_reason(plan.inputs, devices, reason)
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None
@@ -124,7 +135,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         if reason:
             _run_batched(plan, namespace, report, batch or BatchOptions(), reason, watch,
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
-                         be=be)
+                         be=be, make=None if devices is None else device_run(devices))
         else:
             if batch is not None and batch.batch_only():
                 report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
@@ -138,7 +149,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
 
 def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
                  opts: BatchOptions, reason: str, watch: Any, *, to_host: Any,
-                 dtype: str | None, warm: bool, filename: str, be: Backend) -> None:
+                 dtype: str | None, warm: bool, filename: str, be: Backend,
+                 make: Any = None) -> None:
     """The batched branch: the warm-up on a slice (then --reduce once), then the batches."""
     __tracebackhide__ = True
     if warm:  # unbatched on a slice of the batched inputs, then --reduce once
@@ -147,7 +159,7 @@ def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
             plan, dtype, be, namespace, set(cut), opts.reduce)
     with watch:
         run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
-                    filename=filename, be=be)
+                    filename=filename, be=be, make=make)
     if plan.last is not None:
         report.notes.append("the cell's last expression is not shown in a batched run "
                             "(each batch has its own); assign it and join it with --reduce")

@@ -23,6 +23,7 @@ from ..backend import Backend, BudgetExceeded
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..units import format_bytes
+from .batching import BatchOptions
 from .errors import CellError
 from .names import CellNames, cell_names
 from .report import InputMove
@@ -30,6 +31,7 @@ from .report import InputMove
 __all__ = [
     "CAST_TARGETS",
     "CellPlan",
+    "batch_reason",
     "cast_target",
     "check_budget",
     "check_sizes",
@@ -202,6 +204,23 @@ def move_inputs(plan: CellPlan, dtype: str | None,
         moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, host.dtype.name,
                                cast_from, saved))
     return moved, moves
+
+
+def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
+                 be: Backend, dtype: str | None) -> str:
+    """Why the cell is run in batches, or ``""`` when it runs whole."""
+    if opts is not None and opts.requested:
+        return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
+            (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
+    if not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
+        return ""
+    short = input_shortfall(inputs, dtype, be)
+    if short is None or be.limit is None:
+        return ""
+    need, free = short
+    budget = "VRAM budget" if be.is_gpu else "memory budget (host; the VRAM budget on a GPU)"
+    return (f"the inputs need {format_bytes(need)} but the {budget} of "
+            f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}")
 
 
 def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,

@@ -9,7 +9,7 @@ from typing import Any
 from ..units import format_bytes
 from .linetable import table_lines
 
-__all__ = ["InputMove", "OutputInfo", "RunReport"]
+__all__ = ["DeviceStat", "InputMove", "OutputInfo", "RunReport"]
 
 
 def _builds(builds: list[Any]) -> str:
@@ -47,6 +47,29 @@ class InputMove:
 
 
 @dataclass(frozen=True)
+class DeviceStat:
+    """What one device did in a ``%%gpu --devices`` run (``report.devices``).
+
+    ``seconds`` is the time the device had a batch in flight (host clock, from a batch's
+    first upload to when its end was seen), ``peak_pool_bytes`` its pool's peak.
+    """
+
+    device: int
+    name: str
+    batches: int
+    rows: int
+    nbytes: int
+    seconds: float
+    peak_pool_bytes: int
+    budget_bytes: int | None = None
+
+    @property
+    def gbps(self) -> float:
+        """Input GB/s while the device was busy."""
+        return self.nbytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class OutputInfo:
     """One name the cell committed to the user namespace."""
 
@@ -79,6 +102,7 @@ class RunReport:
     batch: Any = None  # the BatchPlan of a batched run (cupy_magic.run.batching), else None
     compiles: Any = None  # the kernels built (cupy_magic.backend.compiles.CompileRecord)
     compat: Any = None  # lists moved, calls run with NumPy (cupy_magic.compat.CompatRecord)
+    devices: list[DeviceStat] = field(default_factory=list)  # %%gpu --devices: one per device
 
     @property
     def fallbacks(self) -> list[Any]:
@@ -183,6 +207,29 @@ class RunReport:
                        f"{sum(b.seconds for b in rec.loaded) * 1e3:,.1f} ms (compiled before)")
         return out
 
+    def device_lines(self) -> list[str]:
+        """A row per device of a ``--devices`` run, and the total (none otherwise)."""
+        if not self.devices:
+            return []
+        busy = "CPU time" if self.on_host else "busy"
+
+        def row(label: str, batches: int, rows: int, nbytes: int, seconds: float,
+                peak: str) -> str:
+            rate = "" if self.on_host or seconds <= 0 else f", {nbytes / seconds / 1e9:.1f} GB/s"
+            return (f"{label}: {batches} batch{'es' * (batches != 1)}, {rows:,} rows, "
+                    f"{format_bytes(nbytes)} in"
+                    f"{rate}, {busy} {seconds * 1e3:.1f} ms{peak}")
+
+        out = []
+        for d in self.devices:
+            budget = f" of {format_bytes(d.budget_bytes)}" if d.budget_bytes else ""
+            out.append(row(f"device {d.device} {d.name}", d.batches, d.rows, d.nbytes,
+                           d.seconds, f", peak {format_bytes(d.peak_pool_bytes)}{budget}"))
+        out.append(row(f"all {len(self.devices)} devices", sum(d.batches for d in self.devices),
+                       sum(d.rows for d in self.devices), sum(d.nbytes for d in self.devices),
+                       self.gpu_seconds, " (time: the run's, first batch to drain)"))
+        return out
+
     def lines(self) -> list[str]:
         """The report as plain-text lines."""
         out = [f"%%gpu on {self.device} [{self.backend}]"]
@@ -198,6 +245,7 @@ class RunReport:
                    f"wall {self.wall_seconds * 1e3:.1f} ms")
         label, figures = self._memory_text()
         out.append(f"  mem  {label} {figures}")
+        out.extend(f"  dev  {line}" for line in self.device_lines())
         for s in self.syncs:
             out.append(f"  sync {s.describe()}")
         out.extend(f"  {line}" for line in (self.compat.lines() if self.compat else ()))
@@ -247,6 +295,8 @@ class RunReport:
             row(label, f"{bar}{esc(figures)}")
         else:
             row(label, esc(figures))
+        for line in self.device_lines():
+            row("device", esc(line))
         for s in self.syncs:
             row("host sync", f"<span style='color:#b35900'>{esc(s.describe())}</span>")
         for line in self.compat.lines() if self.compat else ():

@@ -13,6 +13,7 @@ from ..run import progress
 from ..run.batching import DEFAULT_STREAMS, BatchOptions
 from ..run.cell import CellOutcome
 from ..run.cell import run_cell as _run_cell
+from ..run.errors import CellError
 from ..run.report import RunReport
 from ..view import panel as _panel
 from ..view import progressbar
@@ -49,6 +50,7 @@ def run_cell(
     lines: bool = False,
     nvtx: bool = False,
     cluster: bool = False,
+    devices: str | int | Iterable[int] | None = None,
 ) -> RunReport:
     """Run ``source`` on the GPU against ``namespace``, as a transaction (``%%gpu``).
 
@@ -102,6 +104,15 @@ def run_cell(
         when the cell reads no Dask array (``%%gpu --cluster``): its NumPy inputs are cut
         into blocks along the leading axis and scattered first. A cell that reads a Dask
         array always runs there, one task per block.
+    devices
+        Deal the cell's batches over several GPUs of this host (``%%gpu --devices 0,1``):
+        ``"all"``, ``"0,1"``, ``[0, 1]`` or ``1``. The cell is batched (as with ``batch``);
+        each device runs batches on its own streams and pool, under its own budget
+        (:func:`set_budget` with ``device=``), and gets batches by its measured throughput;
+        row results are gathered in row order and ``--reduce`` partials joined on the
+        kernel's device. ``report.devices`` has a
+        :class:`~cupy_magic.run.report.DeviceStat` per device. Not with ``cluster``,
+        ``lines`` or the ``timeline`` of ``batch``. ``None`` (default): one device.
 
     Returns
     -------
@@ -112,17 +123,20 @@ def run_cell(
     Raises
     ------
     cupy_magic.run.errors.CellError
-        For inputs CuPy cannot hold or options that do not fit the cell.
+        For inputs CuPy cannot hold or options that do not fit the cell (a device that is
+        not visible, ``devices`` with ``cluster``).
     cupy_magic.backend.BudgetExceeded
-        When the inputs or the cell's allocations do not fit the VRAM budget.
+        When the inputs or the cell's allocations do not fit the VRAM budget (of a device,
+        with ``devices``).
     BaseException
-        Whatever the cell raised, with a traceback that starts at the cell's own lines.
+        Whatever the cell raised, with a traceback that starts at the cell's own lines
+        (with ``devices``, a note names the batch, its rows and its device).
     """
     __tracebackhide__ = True
     return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
                             syncs=syncs, batch=batch, fallback=fallback, panel=panel,
-                            filename=filename,
-                            label=label, lines=lines, nvtx=nvtx, cluster=cluster).report
+                            filename=filename, label=label, lines=lines, nvtx=nvtx,
+                            cluster=cluster, devices=devices).report
 
 
 def run_cell_outcome(
@@ -141,6 +155,7 @@ def run_cell_outcome(
     lines: bool = False,
     nvtx: bool = False,
     cluster: bool = False,
+    devices: str | int | Iterable[int] | None = None,
 ) -> CellOutcome:
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
@@ -157,6 +172,10 @@ def run_cell_outcome(
     if batch is None and settings().streams != DEFAULT_STREAMS:
         batch = BatchOptions(streams=settings().streams, streams_given=False)
     fallback = settings().fallback if fallback is None else fallback
+    if devices is not None and cluster is True:
+        raise CellError(f"--devices {_text(devices)} and --cluster both say where the cell runs "
+                        "(this host's GPUs, or the Dask cluster's workers); drop one, e.g. "
+                        f"%%gpu --devices {_text(devices)}")
     remote = cluster_remote(source, namespace, cluster, batch, fallback,
                             syncs or settings().syncs)  # None: in this kernel
     progress.start(label or filename or "%%gpu cell")
@@ -166,7 +185,8 @@ def run_cell_outcome(
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
                                 fallback=fallback, filename=filename, batch=batch, lines=lines,
-                                nvtx=nvtx, label=label or "", remote=remote)
+                                nvtx=nvtx, label=label or "", remote=remote,
+                                devices=devices)
     finally:
         progress.finish()
     _last[:] = [outcome.report]
@@ -174,3 +194,10 @@ def run_cell_outcome(
                        [o.name for o in outcome.report.outputs], namespace, outcome.value,
                        _backend.current(), value_on_device=to_host is not True)
     return outcome
+
+
+def _text(devices: Any) -> str:
+    """``devices`` as ``--devices`` writes it."""
+    if isinstance(devices, (str, int)):
+        return str(devices)
+    return ",".join(map(str, devices)) if isinstance(devices, Iterable) else repr(devices)

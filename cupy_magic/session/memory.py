@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import backend as _backend
@@ -24,6 +24,9 @@ class BudgetStatus(PoolStats):
 
     backend: str = ""
     budget: BudgetSpec | None = None
+    device: int = 0
+    # the other devices of the host, when there are several (%vram_budget without --device)
+    others: tuple[BudgetStatus, ...] = ()
 
     @property
     def budget_bytes(self) -> int | None:
@@ -43,26 +46,54 @@ class BudgetStatus(PoolStats):
     def __str__(self) -> str:
         unit = "VRAM" if self.backend == "cupy" else "host memory (CPU fallback)"
         budget = self.budget.describe() if self.budget else "off (no limit)"
-        return (
+        text = (
             f"budget: {budget}\n"
             f"pool: {format_bytes(self.used)} used, {format_bytes(self.held)} held "
             f"({format_bytes(self.cached_free)} cached)\n"
             f"{unit}: {format_bytes(self.device_used)} used of {format_bytes(self.device_total)}"
         )
+        if not self.others:
+            return text
+        rows = [f"device {o.device}: budget {o.budget.describe() if o.budget else 'off'}, "
+                f"pool {format_bytes(o.used)} used, {format_bytes(o.held)} held"
+                for o in self.others]
+        return f"device {self.device}:\n{text}\n" + "\n".join(rows)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
 
 
-def budget_status() -> BudgetStatus:
-    """Return the budget, pool used/held and device used/total."""
-    be = _backend.current()
-    st = be.stats()
+def _device(device: int | None, be: Any) -> int:
+    """``device`` checked against the devices of the host (``None``: the home device)."""
+    if device is None:
+        return int(be.home)
+    count = be.device_count()
+    if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
+        raise ValueError(f"--device {device} is not a visible device: there "
+                         f"{'is 1' if count == 1 else f'are {count}'} (0 to {count - 1}); "
+                         "e.g. %vram_budget 8GB --device 0")
+    return device
+
+
+def _status(be: Any, device: int) -> BudgetStatus:
+    st = be.stats(device)
     return BudgetStatus(st.used, st.held, st.limit, st.device_used, st.device_total,
-                        backend=be.name, budget=be.budget)
+                        backend=be.name, budget=be.budgets.get(device), device=device)
 
 
-def set_budget(budget: str | int | None) -> BudgetStatus:
+def budget_status(device: int | None = None) -> BudgetStatus:
+    """Return the budget, pool used/held and device used/total of ``device`` (default: the
+    home device, with a line for each other device of the host in ``others``)."""
+    be = _backend.current()
+    home = _device(device, be)
+    status = _status(be, home)
+    if device is None and be.device_count() > 1:
+        others = tuple(_status(be, d) for d in range(be.device_count()) if d != home)
+        status = replace(status, others=others)
+    return status
+
+
+def set_budget(budget: str | int | None, device: int | None = None) -> BudgetStatus:
     """Set the VRAM budget, enforced by the pool limit; ``None`` or ``"off"`` removes it.
 
     Parameters
@@ -70,19 +101,29 @@ def set_budget(budget: str | int | None) -> BudgetStatus:
     budget
         ``"8GB"``, ``"1.5GiB"``, ``"512MB"``, ``"50%"``, ``"0.5"`` (a fraction of the device)
         or a number of bytes.
+    device
+        The device whose budget to set (``%vram_budget 8GB --device 1``); ``None`` (default)
+        sets the same budget on every device of the host, each share resolved against its
+        own device (all of them or none, if one device is too small).
 
     Raises
     ------
     cupy_magic.units.SizeError
         For a value that cannot be read, is not positive, or exceeds the device.
+    ValueError
+        For a ``device`` that is not visible.
     """
     be = _backend.current()
+    targets = range(be.device_count()) if device is None else [_device(device, be)]
     if budget is None or (isinstance(budget, str) and budget.strip().lower() == "off"):
-        be.set_budget(None)
-        return budget_status()
-    text = f"{budget}B" if isinstance(budget, int) and not isinstance(budget, bool) else budget
-    be.set_budget(parse_budget(str(text), be.info().total_bytes))
-    return budget_status()
+        specs: dict[int, BudgetSpec | None] = dict.fromkeys(targets)
+    else:
+        text = f"{budget}B" if isinstance(budget, int) and not isinstance(budget, bool) \
+            else budget
+        specs = {d: parse_budget(str(text), be.device_total(d)) for d in targets}
+    for d, spec in specs.items():
+        be.set_budget(spec, d)
+    return budget_status(device)
 
 
 def memory_pool() -> Any:
