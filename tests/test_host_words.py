@@ -28,12 +28,16 @@ def test_the_host_panel_summary_says_there_is_no_device_pool_once(hip, capsys):
     ip.run_line_magic("vram_panel", "--text")
     text = capsys.readouterr().out
     rows = dict(line.strip().split(": ", 1) for line in text.strip().splitlines())
-    assert list(rows) == ["device", "pool", "budget"], text  # no fragmentation row
+    # no fragmentation row; a GPU machine whose kernel chose the host backend still shows
+    # what NVML says about its GPU
+    gpu_seen = "activity" in rows
+    assert list(rows) == ["device", *(["activity"] if gpu_seen else []), "pool", "budget"], text
     assert rows["pool"] == ("used 7.63 MiB (the cells' arrays, in host RAM), limit 61.04 MiB; "
                             "the CPU fallback has no device pool: no cached blocks, no pinned "
                             "pool and no fragmentation")
     assert rows["budget"] == "64MB = 61.04 MiB (12% used)"
-    assert "N/A" not in text and text.count("pinned pool") == 1
+    assert gpu_seen or "N/A" not in text
+    assert text.count("pinned pool") == 1
     assert text.count("fragmentation") == 1
 
 

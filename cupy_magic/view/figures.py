@@ -60,9 +60,10 @@ def summary_lines(s: Sample) -> dict[str, str]:
                              f"{_num(r.power, ' W')} of {_num(r.power_limit, ' W')}; clocks SM "
                              f"{_num(r.clock_sm, ' MHz')}, memory {_num(r.clock_memory, ' MHz')}")
     limit = f", limit {_b(p.limit)}" if p.limit else ""
-    if s.backend == "host" and r.total is NA and _known(p.used):
-        # No pool of cached blocks, pinned pool or arenas exist here: say so once, no N/As
-        # (a pool source that failed keeps the N/A lines below: they show the failure).
+    if s.backend == "host" and _known(p.used):
+        # No pool of cached blocks, pinned pool or arenas exist here (also on a GPU machine
+        # whose kernel chose the host backend): say so once, no N/As (a pool source that
+        # failed keeps the N/A lines below: they show the failure).
         lines["pool"] = (f"used {_b(p.used)} (the cells' arrays, in host RAM){limit}; the CPU "
                          "fallback has no device pool: no cached blocks, no pinned pool and no "
                          "fragmentation")
