@@ -55,7 +55,8 @@ def _process_memory() -> int | None:
 
 def _host(dask_worker: Any) -> dict[str, Any]:
     """The worker process's memory against its memory limit, and its CPU use (percent)."""
-    limit = getattr(dask_worker, "memory_limit", None)
+    manager = getattr(dask_worker, "memory_manager", None)  # distributed >= 2022.6
+    limit = getattr(manager, "memory_limit", None) or getattr(dask_worker, "memory_limit", None)
     monitor = getattr(dask_worker, "monitor", None)
     cpu = monitor.recent().get("cpu") if monitor is not None else None
     return {"device": "CPU (NumPy)", "used": _process_memory(),
