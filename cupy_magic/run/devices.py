@@ -111,11 +111,12 @@ def for_devices(spec: Any, batch: BatchOptions | None, remote: Any,
                         "compute the Dask array here first (x.compute())")
     if lines:
         raise CellError(f"--lines is not available with --devices {spec} (each device has its "
-                        "own clock); drop one, e.g. time the lines with --devices 0 left out")
+                        "own clock); drop one, e.g. %%gpu --lines on one device")
     opts = batch or BatchOptions()
     if opts.timeline:
         raise CellError(f"--timeline is not available with --devices {spec} (each device's "
-                        "events have their own clock); drop one of them")
+                        "events have their own clock); drop one, e.g. %%gpu --batch --timeline "
+                        "on one device")
     return replace(opts, forced=True)
 
 
@@ -124,8 +125,8 @@ def devices_reason(inputs: dict[str, np.ndarray], devices: tuple[int, ...],
     """Why the cell is batched when ``--devices`` is given (it always is)."""
     if not any(a.ndim >= 1 and a.shape[0] >= 1 for a in inputs.values()):
         raise CellError(f"--devices {','.join(map(str, devices))} deals batches of the cell's "
-                        "NumPy inputs over devices, and the cell reads none with rows; remove "
-                        "--devices, or pass the array as an input")
+                        "NumPy inputs over devices, and the cell reads none with rows; use %%gpu "
+                        "without --devices, or read the array with rows in the cell")
     dealt = f"--devices {','.join(map(str, devices))}: batches dealt over " \
         f"{len(devices)} device{'s' * (len(devices) != 1)}"
     return dealt if reason.startswith("asked for") or not reason else f"{dealt}; {reason}"
@@ -202,9 +203,9 @@ class DeviceRun(BatchRun):
         if changed and len(devices) > 1:
             raise CellError(
                 f"the cell changes the shared input {changed[0]!r}, and with --devices each "
-                f"device has its own copy of it, so the copies would differ; batch it too "
-                f"(--batch {','.join([*batched, changed[0]])}) if it has a row per row, "
-                "or change it in a cell of its own")
+                f"device has its own copy of it, so the copies would differ; give it a row per "
+                f"row and batch it too (--batch {','.join([*batched, changed[0]])}), or change "
+                "it in a cell of its own")
         self.devices = devices
         self.dealer = Dealer(devices)
         self.turn = dict.fromkeys(devices, 0)  # each device's next stream
