@@ -124,8 +124,13 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
             raise ClusterError("%gpu_cluster local on a GPU needs dask-cuda, which is not "
                                "installed; pip install 'cupy-magic[dask-cuda]' (or join a "
                                "cluster: %gpu_cluster tcp://HOST:8786)") from None
+        gpus = be.device_count()
+        if n_workers is not None and not 1 <= n_workers <= gpus:
+            raise ClusterError(f"--workers {n_workers}: a local GPU cluster has one worker per "
+                               f"GPU and this machine shows {gpus}; give --workers 1 to {gpus}, "
+                               "or %gpu_backend host first for a cluster of CPU processes")
         with _sigint_ignored():
-            cluster = LocalCUDACluster(dashboard_address=None)
+            cluster = LocalCUDACluster(n_workers=n_workers, dashboard_address=None)
         return cluster, "LocalCUDACluster (one worker per GPU)"
     workers = n_workers or max(1, min(LOCAL_CPU_WORKERS, os.cpu_count() or 1))
     with _sigint_ignored():

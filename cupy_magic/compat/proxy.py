@@ -153,16 +153,19 @@ def make_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
 _UFUNC_DATA = ("nin", "nout", "nargs", "ntypes", "types", "identity", "signature")
 
 
-def ufunc_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
+def ufunc_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any, ref: Any) -> Any:
     """A ufunc (``np.add``) behind the same checks: a :func:`make_call` wrapper (a plain
     function, the cheapest thing Python calls) carrying the ufunc's data (``nin``, ``types``,
-    ...) and its methods (``.reduce``, ``.outer``, ...), each behind the checks too."""
+    ...) and its methods (``.reduce``, ``.outer``, ...), each behind the checks too.
+
+    ``ref`` is the reference module's ufunc of that name (CuPy's), whose methods say which
+    of NumPy's it has; found by the name the cell used, since CuPy names its ufuncs
+    ``cupy_add``."""
     call = make_call(calls, func, spec, host_func)
     for attr in _UFUNC_DATA:
         value = getattr(func, attr, MISSING)
         if value is not MISSING:
             setattr(call, attr, value)
-    ref = _ref("", getattr(func, "__name__", ""))
     for name, positions in _UFUNC_METHODS.items():
         method = getattr(func, name, MISSING)
         if method is MISSING:
@@ -258,7 +261,7 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
         return wrapped, True
     spec = call_spec(path, name, calls.checked)
     if isinstance(value, numpy.ufunc) or type(value).__name__ == "ufunc":
-        wrapped = ufunc_call(calls, value, spec, host)
+        wrapped = ufunc_call(calls, value, spec, host, _ref(path, name))
     elif callable(value):
         wrapped = make_call(calls, value, spec, host)
     else:

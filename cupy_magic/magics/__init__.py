@@ -368,7 +368,8 @@ class GpuMagics(Magics):
               help="local, a scheduler address (tcp://HOST:8786), off, or show (default)")
     @argument("--workers", type=int, default=None, metavar="N",
               help=f"worker processes of a local cluster on the CPU fallback (default "
-                   f"{LOCAL_CPU_WORKERS}, at most the cores); a GPU machine gets one per GPU")
+                   f"{LOCAL_CPU_WORKERS}, at most the cores); on a GPU, how many GPUs get "
+                   "one (default all)")
     @argument("--timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
               help=f"seconds to reach a scheduler (default {CONNECT_TIMEOUT})")
     @line_magic

@@ -28,7 +28,8 @@ def use_cluster(target: Any = "local", *, n_workers: int | None = None,
         cluster; ``None`` or ``"off"``: leave it (a local one is closed).
     n_workers
         Worker processes of a local CPU cluster (default
-        :data:`~cupy_magic.cluster.connect.LOCAL_CPU_WORKERS`, at most the cores).
+        :data:`~cupy_magic.cluster.connect.LOCAL_CPU_WORKERS`, at most the cores); on a GPU,
+        how many GPUs get a worker (default all; more than the GPUs is refused).
     timeout
         Seconds to reach a scheduler at an address.
 

@@ -8,8 +8,10 @@ import time
 
 import psutil
 import pytest
+from IPython.core.error import UsageError
 
 import cupy_magic
+from cupy_magic import backend as _backend
 from cupy_magic.cluster import connect
 
 
@@ -29,6 +31,8 @@ def _scheduler_clients(client) -> int:
 
 
 def test_local_starts_processes_show_lists_them_and_off_leaves_none(ip):
+    if _backend.current().is_gpu:
+        pytest.skip("a GPU kernel starts a LocalCUDACluster: the gpu test below")
     started = ip.run_line_magic("gpu_cluster", "local --workers 2")
     assert "LocalCluster of processes" in started.kind and len(started.workers) == 2
     shown = ip.run_line_magic("gpu_cluster", "show")
@@ -94,8 +98,10 @@ def test_local_on_a_gpu_is_a_local_cuda_cluster_of_cupy_workers_under_the_budget
     assert started.kind.startswith("LocalCUDACluster")
     assert len(started.workers) == cupy.cuda.runtime.getDeviceCount()
     assert all(w.backend == "cupy" and w.budget != "off" for w in started.workers)
+    # the worker's backend installs its own pool (as the kernel's does): its limit
     limits = connect.client().run(
-        lambda: __import__("cupy").get_default_memory_pool().get_limit())
+        lambda: __import__("cupy_magic.backend", fromlist=["current"]).current().pool
+        .get_limit())
     assert set(limits.values()) == {2 << 30}
     x = np.arange(4000.0).reshape(1000, 4)
     ip.user_ns["xd"] = da.from_array(x, chunks=(250, 4))
@@ -107,3 +113,6 @@ def test_local_on_a_gpu_is_a_local_cuda_cluster_of_cupy_workers_under_the_budget
     ip.run_line_magic("gpu_cluster", "off")
     assert _gone(pids) == []
     cupy_magic.set_budget(None)
+    gpus = cupy.cuda.runtime.getDeviceCount()
+    with pytest.raises(UsageError, match=f"--workers {gpus + 1}: a local GPU cluster"):
+        ip.run_line_magic("gpu_cluster", f"local --workers {gpus + 1}")

@@ -184,10 +184,11 @@ def test_sync_line_wait_on_the_gpu(shell, monkeypatch) -> None:
             "s = float(a.sum())\n")
         report = cupy_magic.last_report()
     rows = _rows(report)
-    assert rows[5].syncs == 1 and rows[5].wait_s is not None and rows[5].wait_s > 0
-    assert rows[3].count == 20 and rows[3].gpu_s > rows[5].gpu_s
-    sync = next(s for s in report.syncs if s.line == 5)
-    assert rows[5].wait_s == sync.wait_seconds  # the sync record's figure, not a new one
+    # lines count from the cell's first line: 1 a = ..., 2 for, 3 a = a @ a, 4 s = float(...)
+    assert rows[4].syncs == 1 and rows[4].wait_s is not None and rows[4].wait_s > 0
+    assert rows[3].count == 20 and rows[3].gpu_s > rows[4].gpu_s
+    sync = next(s for s in report.syncs if s.line == 4)
+    assert rows[4].wait_s == sync.wait_seconds  # the sync record's figure, not a new one
 
 
 @pytest.mark.gpu
