@@ -23,7 +23,8 @@ from .nvml import NA, DeviceReading
 from .rows import HOST_NO_POOL, NOT_USED, DeviceRow, device_row
 
 __all__ = ["POOL_NOT_USED", "POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures",
-           "device_pool", "kernel_figures", "pool_figures", "release_cached", "sampled_row"]
+           "budget_text", "device_pool", "kernel_figures", "pool_figures", "release_cached",
+           "sampled_row"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class PoolFigures(PoolStats):
     host_locked: Any = NA  # bytes of page-locked host memory (inputs and result blocks)
     host_cached: Any = NA  # of which result blocks kept for reuse
     fragmentation_note: str = ""
+    budget_text: str = ""  # this device's budget as written ("": the session's is shown)
+    unused_device: bool = False  # no pool read: this kernel never used the device
 
     @property
     def cached_free(self) -> Any:
@@ -90,13 +93,14 @@ def kernel_figures(reading: DeviceReading, device_used: int, pool_held: int) -> 
 POOL_UNAVAILABLE = PoolFigures(used=NA, held=NA, device_used=NA, device_total=NA,
                                fragmentation_note="the pool could not be read")
 POOL_NOT_USED = PoolFigures(used=NA, held=NA, device_used=NA, device_total=NA,
-                            fragmentation_note=f"no pool: the device is {NOT_USED}")
+                            fragmentation_note=f"no pool: the device is {NOT_USED}",
+                            unused_device=True)
 
 
-def _cells_device(be: Any) -> int:
-    """The device whose pool the cells allocate from (the one current when the backend was
-    made)."""
-    return next((d for d, pool in _POOLS.items() if pool is be.pool), 0)
+def budget_text(be: Any, device: int) -> str:
+    """The budget in force on ``device`` as the user wrote it, or ``"off"``."""
+    spec = be.budgets.get(device)
+    return spec.describe() if spec is not None else "off"
 
 
 def device_pool(be: Any, device: int) -> Any:
@@ -109,7 +113,7 @@ def device_pool(be: Any, device: int) -> Any:
     """
     if not be.is_gpu:
         return None
-    if device == _cells_device(be):
+    if device == be.home:
         return be.pool
     if not has_context(device):
         return None
@@ -153,17 +157,18 @@ def pool_figures(be: Any, device: int) -> PoolFigures:
     """Read the pool of ``device`` from the backend ``be`` (in any thread);
     :data:`POOL_NOT_USED` for a device this kernel never used."""
     if not be.is_gpu:
-        return PoolFigures(**_stats(be), fragmentation_note=HOST_NO_POOL)
+        return PoolFigures(**_stats(be), fragmentation_note=HOST_NO_POOL,
+                           budget_text=budget_text(be, be.home))
     pool = device_pool(be, device)
     if pool is None:
-        return POOL_NOT_USED
+        return replace(POOL_NOT_USED, budget_text=budget_text(be, device))
     cp = be.cp
     # Pool figures are per current device, and the current device is per thread.
     with cp.cuda.Device(device):
         if pool is be.pool:
             stats = _stats(be)
         else:
-            used, total = be.device_memory()
+            used, total = be.device_memory(device)
             stats = {"used": int(pool.used_bytes()), "held": int(pool.total_bytes()),
                      "limit": int(pool.get_limit()) or None, "device_used": used,
                      "device_total": total}
@@ -176,13 +181,14 @@ def pool_figures(be: Any, device: int) -> PoolFigures:
                            largest_free=largest,
                            arena_free=free, arenas=arenas, pinned_free_blocks=int(pinned),
                            host_locked=host["locked_bytes"], host_cached=host["cached_bytes"],
-                           fragmentation_note=note)
+                           fragmentation_note=note, budget_text=budget_text(be, device))
 
 
 def sampled_row(device: int, backend_name: str, reading: DeviceReading, pool: PoolFigures,
                 budget: Any) -> DeviceRow:
     """The row of the device a panel details, from its full sample (no second reading)."""
-    if pool is POOL_NOT_USED:
+    budget = pool.budget_text or budget
+    if pool.unused_device:
         return device_row(device, reading, NA, NA, budget, NOT_USED)
     if backend_name != "cupy":
         return device_row(device, reading, NA, NA, budget, HOST_NO_POOL)
@@ -229,8 +235,7 @@ class LiveSources:
         pool = device_pool(be, device)
         if pool is None:  # the host backend, or a device without a context here: none held
             return reading if not be.is_gpu else replace(reading, this_process=0)
-        with be.cp.cuda.Device(device):  # cudaMemGetInfo is per current device
-            used = be.device_memory()[0]
+        used = be.device_memory(device)[0]
         return kernel_figures(reading, used, int(pool.total_bytes()))
 
     def row(self, device: int) -> DeviceRow:
@@ -240,10 +245,10 @@ class LiveSources:
         pool = device_pool(be, device)
         if pool is None:
             note = NOT_USED if be.is_gpu else HOST_NO_POOL
-            return device_row(device, reading, NA, NA, self.budget(), note)
+            return device_row(device, reading, NA, NA, budget_text(be, device), note)
         with be.cp.cuda.Device(device):  # CuPy's default pool answers for the current device
             used, held = int(pool.used_bytes()), int(pool.total_bytes())
-        return device_row(device, reading, used, held, self.budget())
+        return device_row(device, reading, used, held, budget_text(be, device))
 
     def pool(self, device: int) -> PoolFigures:
         return pool_figures(self._backend(), device)
@@ -252,10 +257,9 @@ class LiveSources:
         return HostBackend().device_memory()
 
     def budget(self) -> str:
-        # TODO(issue 16): one budget per device once the backend keeps them; until then the
-        # session's budget (in force on the cells' device) is shown on every device's row.
-        spec = self._backend().budget
-        return spec.describe() if spec is not None else "off"
+        """The home device's budget (each device's own is in its pool figures and row)."""
+        be = self._backend()
+        return budget_text(be, be.home)
 
     def cell(self) -> CellProgress | None:
         return progress.current()

@@ -87,7 +87,7 @@ def _budget_and_cell(s: Sample, lines: dict[str, str]) -> dict[str, str]:
     """``lines`` with the budget, the running cell and the sampler's errors added."""
     p = s.pool
     used_of_budget = f" ({_pct(p.used, p.limit)} used)" if p.limit else ""
-    lines["budget"] = f"{s.budget}{used_of_budget}"
+    lines["budget"] = f"{p.budget_text or s.budget}{used_of_budget}"
     if s.cell is not None:
         done = (f", batch {s.cell.batches_done}/{s.cell.batches_total}"
                 if s.cell.batches_total else "")

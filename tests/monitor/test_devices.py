@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from monitor.test_nvml import fake_pynvml
 
+from cupy_magic.backend import BudgetSpec
 from cupy_magic.monitor import contexts, nvml, sources
 from cupy_magic.monitor.nvml import NA, DeviceReading
 from cupy_magic.monitor.rows import NOT_USED, DeviceRow
 from cupy_magic.monitor.sampler import PoolFigures, Sampler
-from cupy_magic.monitor.sources import POOL_NOT_USED, LiveSources, device_pool, pool_figures
+from cupy_magic.monitor.sources import LiveSources, device_pool, pool_figures
 
 GiB = 1 << 30
 
@@ -214,7 +215,7 @@ class FakeCuPy:
 
 
 class FakeGpuBackend:
-    name, is_gpu, budget, limit = "cupy", True, None, None
+    name, is_gpu, home = "cupy", True, 0
 
     def __init__(self) -> None:
         self.pool = FakePool(GiB, 2 * GiB)
@@ -222,8 +223,11 @@ class FakeGpuBackend:
         self.cp = FakeCuPy(self.default)
         self.host = SimpleNamespace(stats=lambda: {"locked_bytes": 0, "cached_bytes": 0},
                                     release_cached=lambda: 0)
+        self.budgets = {0: BudgetSpec("8GB", 8 * 10**9), 2: BudgetSpec("4GB", 4 * 10**9)}
+        self.memory_of: list[int | None] = []
 
-    def device_memory(self) -> tuple[int, int]:
+    def device_memory(self, device: int | None = None) -> tuple[int, int]:
+        self.memory_of.append(device)
         return 6 * GiB, 80 * GiB
 
     def stats(self) -> Any:
@@ -255,13 +259,17 @@ def test_rows_of_used_and_unused_devices(gpus: FakeGpuBackend) -> None:
     assert rows[2].pool_note == NOT_USED and rows[2].pool_used is NA
     assert rows[2].used == 10 * GiB and rows[2].util_gpu == 87  # NVML still reads it
     assert 2 not in gpus.cp.current  # never made current
+    # each device's own budget (from load on, also where no pool was made)
+    assert [r.budget for r in rows] == ["8GB = 7.45 GiB", "off", "4GB = 3.73 GiB"]
 
 
 def test_an_unused_device_is_detailed_without_being_made_current(gpus) -> None:
     s = Sampler(LiveSources(), interval=0.5).sample(2)
-    assert s.pool is POOL_NOT_USED and s.reading.this_process == 0
+    assert s.pool.unused_device and s.pool.used is NA and s.reading.this_process == 0
     assert s.reading.total == 80 * GiB and len(s.devices) == 3 and s.errors == ()
-    assert 2 not in gpus.cp.current
+    assert 2 not in gpus.cp.current and 2 not in gpus.memory_of
+    assert s.devices[2].pool_note == NOT_USED and s.devices[2].budget == "4GB = 3.73 GiB"
+    assert s.budget == "8GB = 7.45 GiB"  # the home device's: the sample's own budget line
     assert sources.release_cached(2) == (0, 0, 0) and 2 not in gpus.cp.current
 
 
@@ -270,6 +278,7 @@ def test_a_used_device_reads_its_own_pool(gpus: FakeGpuBackend) -> None:
     assert device_pool(gpus, 2) is None
     figures = pool_figures(gpus, 1)
     assert (figures.used, figures.held, figures.limit) == (3 * GiB, 5 * GiB, None)
+    assert gpus.memory_of == [1] and figures.budget_text == "off"
     assert "default pool hides its arenas" in figures.fragmentation_note
     released, _, _ = sources.release_cached(1)
     assert released == 2 * GiB and gpus.pool.freed == 0  # that device's pool, not the cells'
