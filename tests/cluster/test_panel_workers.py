@@ -17,7 +17,7 @@ import cupy_magic
 from cupy_magic import backend
 from cupy_magic.cluster import connect
 from cupy_magic.monitor import sampler as monitor
-from cupy_magic.monitor.gather import WORKER_WAIT
+from cupy_magic.monitor.gather import WORKER_WAIT, ClusterRows
 from cupy_magic.monitor.nvml import NA
 from cupy_magic.monitor.sampler import Sampler
 from cupy_magic.view import panel
@@ -32,8 +32,9 @@ class HeldClock(monitor.Clock):
 
 @pytest.fixture
 def held(joined):
-    """A panel on the real sources whose sampler ticks only when the test says."""
-    sampler = Sampler(interval=0.5, clock=HeldClock())
+    """A panel on the real sources whose sampler ticks only when the test says, and asks the
+    workers at every tick."""
+    sampler = Sampler(interval=0.5, clock=HeldClock(), workers=ClusterRows(every=0.0))
     vp = panel.VramPanel(sampler, 0)
     yield vp
     vp.close()
@@ -78,6 +79,14 @@ def test_the_workers_budget_shows_once_in_force(held, joined):
     finally:
         cupy_magic.set_budget(None)
         connect.ensure_budget(backend.current())
+
+
+def test_the_workers_are_asked_once_a_second(joined):
+    rows = ClusterRows()
+    first = rows.read(WORKER_WAIT)
+    assert len(first) == 2 and rows.read(WORKER_WAIT) is first  # within the second: as it was
+    time.sleep(rows.every)
+    assert rows.read(WORKER_WAIT) is not first and rows.last() == rows.read(0.0)
 
 
 def test_leaving_the_cluster_clears_the_rows(held, joined):
