@@ -7,6 +7,7 @@ to the innermost frame running the cell's code, as the sync record charges its s
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,8 +65,10 @@ class FallbackRow:
                 f"{self.seconds * 1e3:,.2f} ms{loop}{fix}")
 
 
+@functools.lru_cache(maxsize=128)
 def loop_lines(source: str) -> frozenset[int]:
-    """Lines of ``source`` inside a ``for`` or ``while`` body (or a comprehension)."""
+    """Lines of ``source`` inside a ``for`` or ``while`` body (or a comprehension); a cell
+    run again is not parsed again."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

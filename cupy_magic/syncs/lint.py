@@ -10,6 +10,7 @@ teaches the same lessons. The runtime side is :mod:`cupy_magic.syncs.record`.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -61,16 +62,22 @@ def lint_cell(
     -------
     list of SyncFinding
         Sorted by line, then kind; empty when the source does not parse (the runner reports
-        syntax errors itself).
+        syntax errors itself). A cell run again with the same names is not parsed again.
     """
+    return list(_lint(source, frozenset(device_names), frozenset(xp_names)))
+
+
+@functools.lru_cache(maxsize=128)
+def _lint(source: str, device_names: frozenset[str],
+          xp_names: frozenset[str]) -> tuple[SyncFinding, ...]:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return []
+        return ()
     linter = _Linter(source.splitlines(), set(device_names), set(xp_names))
     linter.block(tree.body)
     linter.lint_uncalled_functions()
-    return sorted(linter.findings.values(), key=lambda f: (f.line, f.kind))
+    return tuple(sorted(linter.findings.values(), key=lambda f: (f.line, f.kind)))
 
 
 def format_findings(findings: Iterable[SyncFinding]) -> str:
