@@ -14,10 +14,10 @@ the H200 (``benchmarks/first_touch.py``, 8 GiB float32, two runs;
 
 So :meth:`HostMemory.lock` registers a whole buffer on a helper thread and returns at once;
 copies use it when done (until then :meth:`HostMemory.copy_in`/``copy_out`` answer False and
-the caller stages rows through pinned buffers). The registration lasts while the buffer lives.
-:meth:`HostMemory.empty` gives result arrays in locked blocks given back earlier, kept up to
-:attr:`HostMemory.cache_limit` bytes. Only :mod:`cupy_magic.backend.cupy` creates one; it
-needs CUDA's runtime API (``cupy.cuda.runtime``) and nothing else from CuPy.
+the caller stages rows through pinned buffers). The registration, portable (locked for every
+GPU), lasts while the buffer lives. :meth:`HostMemory.empty` gives result arrays in locked
+blocks given back earlier, kept up to :attr:`HostMemory.cache_limit` bytes. Only
+:mod:`cupy_magic.backend.cupy` makes one, with CUDA's runtime API (``cupy.cuda.runtime``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ MIN_BYTES = 16 * 2**20  # below this a pageable copy beats locking the buffer
 LOCK_THREADS = 2
 STAGING_LIMIT = 2 * 2**30  # free page-locked staging buffers kept for later runs
 H2D, D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
-PORTABLE = 1  # cudaHostRegisterPortable: locked for every GPU (%%gpu --devices), not one
+PORTABLE = 1  # cudaHostRegisterPortable (%%gpu --devices copies from it on every GPU)
 
 
 def _default_cache_limit() -> int:
@@ -117,8 +117,7 @@ class HostMemory:
     Parameters
     ----------
     runtime
-        CUDA's runtime API: ``hostRegister``, ``hostUnregister``, ``memcpyAsync`` as in
-        ``cupy.cuda.runtime``.
+        CUDA's runtime API (``hostRegister``, ``hostUnregister``, ``memcpyAsync``).
     cache_limit
         Bytes of locked result blocks kept for reuse after their arrays are collected
         (default: a quarter of the host's memory).
@@ -163,9 +162,8 @@ class HostMemory:
             self._regions[region.base] = region
 
     def _submit(self, region: Region) -> None:
-        if region.released or self._closed:  # undone, or at unload: never register again
-            return
-        if region.job is not None and not region.job.cancelled():
+        if region.released or self._closed or (  # undone, at unload, or under way
+                region.job is not None and not region.job.cancelled()):
             return
         with self._mutex:
             if self._pool is None:

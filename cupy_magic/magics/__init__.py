@@ -85,9 +85,8 @@ class GpuMagics(Magics):
                    f"{', '.join(RULES)}")
     @argument_group("devices")
     @argument("--devices", default=None, metavar="LIST",
-              help="deal the batches over several GPUs of this host: device numbers (0,1) or "
-                   "all; each device gets batches by its measured throughput, under its own "
-                   "budget; the cell is batched")
+              help="batch the cell and deal its batches over GPUs of this host (0,1 or all) "
+                   "by their measured throughput, each under its own budget")
     @argument_group("cluster")
     @argument("--cluster", action="store_true",
               help="run on the cluster in use (%%gpu_cluster): NumPy inputs are cut into "
@@ -120,9 +119,8 @@ class GpuMagics(Magics):
            ...: y = np.sqrt(x) * 2 + 1
            ...: total = y.sum()
 
-        In [5]: %%gpu --devices all --reduce total=sum  # batches dealt over every GPU
-           ...: y = np.sqrt(x) * 2 + 1
-           ...: total = y.sum()
+        In [5]: %%gpu --devices all --reduce total=sum  # the batches over every GPU
+           ...: total = np.sqrt(x).sum()
 
         In [6]: %%gpu --lines                         # where the time goes, line by line
            ...: y = np.sqrt(x) * 2 + 1
@@ -169,14 +167,11 @@ class GpuMagics(Magics):
     @argument("--estimate", nargs="+", default=None, metavar="SHAPE_OR_NAME",
               help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32) or a variable")
     @argument("--device", default=None, metavar="N",
-              help="the device whose budget to set or show (default: set the same budget on "
-                   "every device, show them all)")
+              help="the device whose budget to set or show (default: every device)")
     @line_magic
     def vram_budget(self, line: str) -> Any:
-        """Set, show or remove the VRAM budget, or estimate what an array takes.
-
-        Each device of the host has its own budget: without ``--device`` a budget is set on
-        every device (a share of each), with ``--device 1`` on that one only.
+        """Set, show or remove the VRAM budget (of every device, or one with ``--device``),
+        or estimate what an array takes.
 
         Examples
         --------
