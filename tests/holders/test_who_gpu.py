@@ -18,6 +18,9 @@ def on_gpu(shell, monkeypatch):
     from conftest import loaded
 
     yield from loaded(shell, monkeypatch, "cupy")
+    import cupy
+
+    cupy.fft.config.get_plan_cache().clear()  # its work area stays in the pool otherwise
 
 
 def test_out_a_cufft_plan_and_cached_blocks_are_accounted_within_one_percent(on_gpu):
