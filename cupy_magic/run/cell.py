@@ -127,7 +127,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     watch = _both(recorder, liner)
     reason = batch_reason(plan.inputs, batch, be, dtype)
     if devices is not None:
-        reason = devices_reason(plan.inputs, devices, reason)
+        reason = devices_reason(plan.inputs, devices, batch_reason(plan.inputs, None, be, dtype))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

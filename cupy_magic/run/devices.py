@@ -122,14 +122,15 @@ def for_devices(spec: Any, batch: BatchOptions | None, remote: Any,
 
 def devices_reason(inputs: dict[str, np.ndarray], devices: tuple[int, ...],
                    reason: str) -> str:
-    """Why the cell is batched when ``--devices`` is given (it always is)."""
+    """Why the cell is batched when ``--devices`` is given (it always is); ``reason``: why
+    the budget alone would batch it, or ``""``."""
     if not any(a.ndim >= 1 and a.shape[0] >= 1 for a in inputs.values()):
         raise CellError(f"--devices {','.join(map(str, devices))} deals batches of the cell's "
                         "NumPy inputs over devices, and the cell reads none with rows; use %%gpu "
                         "without --devices, or read the array with rows in the cell")
     dealt = f"--devices {','.join(map(str, devices))}: batches dealt over " \
         f"{len(devices)} device{'s' * (len(devices) != 1)}"
-    return dealt if reason.startswith("asked for") or not reason else f"{dealt}; {reason}"
+    return f"{dealt}; {reason}" if reason else dealt
 
 
 @dataclass

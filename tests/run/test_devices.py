@@ -174,6 +174,19 @@ def test_reduce_rules_join_partials_from_every_device_as_numpy_does(three):
     assert all(d.batches >= 1 for d in report.devices) and len(report.devices) == 3
 
 
+@pytest.mark.parametrize("options", [{"warmup": True}, {"dtype": "float32"}, {"to_host": True},
+                                     {"fallback": True}])
+def test_cell_options_work_over_devices(three, options):
+    x, w = data(4_000, 3), np.arange(3.0)
+    ns = {"np": np, "x": x, "w": w}
+    report = run("y = np.sqrt(x * x + 1) @ w\nt = y.sum()\nn = 3\n", ns, "all", rows=300,
+                 reduce={"t": "sum"}, **options)
+    want = np.sqrt(x * x + 1) @ w
+    np.testing.assert_allclose(ns["y"], want.astype(ns["y"].dtype), rtol=1e-6)
+    assert float(ns["t"]) == pytest.approx(want.sum(), rel=1e-5) and ns["n"] == 3
+    assert [d.device for d in report.devices] == [0, 1, 2]
+
+
 def test_shared_inputs_reach_every_device(two):
     x, w = data(3_000, 4), np.arange(4.0)
     ns = {"np": np, "x": x, "w": w}
