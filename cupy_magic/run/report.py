@@ -205,6 +205,10 @@ class RunReport:
             out.append(f"{len(rec.loaded)} kernel{'s' * (len(rec.loaded) != 1)} loaded from "
                        f"the kernel cache {rec.cache} in "
                        f"{sum(b.seconds for b in rec.loaded) * 1e3:,.1f} ms (compiled before)")
+        if rec.compiled or rec.loaded:
+            out.append("first use of these kernels in this process: the GPU time also counts "
+                       "loading them onto the GPU at their first launch; run the cell again "
+                       "for the steady figure")
         return out
 
     def device_lines(self) -> list[str]:

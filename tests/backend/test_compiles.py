@@ -163,6 +163,8 @@ def test_the_report_separates_compiles_from_gpu_time(fake, monkeypatch):
            "/data/kernels (CUPY_CACHE_DIR); not counted in the GPU time" in text
     assert f"  compile   line 2 `y = build(fake, 'new')`: 1 kernel, {ms}" in text
     assert "  compile 1 kernel loaded from the kernel cache in /data/kernels" in text
+    assert "  compile first use of these kernels in this process: the GPU time also counts " \
+           "loading them onto the GPU at their first launch" in text
     assert f"GPU time (CUDA events, less {rec.timed_seconds * 1e3:,.1f} ms of kernel " \
            "compiling on the host between launches): 2.00 ms" in text
     assert "compile" in report._repr_html_() and "cached for next time" in report._repr_html_()
