@@ -221,6 +221,9 @@ class Replay:
     def pool(self, device: int) -> Any:
         return self._pool
 
+    def row(self, device: int) -> Any:
+        return self.live.row(device)
+
     def host(self) -> tuple[int, int]:
         return self._host
 

@@ -80,6 +80,11 @@ class CupyBackend(Backend):
             pool.set_limit(size=limit)
         return pool
 
+    def made_pool(self, device: int) -> Any | None:
+        """The pool of ``device`` if cells already allocated there, else ``None`` (reading
+        it makes no pool and no CUDA context)."""
+        return _POOLS.get(device)
+
     def _malloc(self, size: int) -> Any:
         """Allocate from the current device's pool; over the limit, release cached blocks
         once and retry.

@@ -44,7 +44,8 @@ def worker_facts(dask_worker: Any = None) -> dict[str, Any]:
     return {"backend": be.name, "device": info.name, "total_bytes": info.total_bytes,
             "budget": be.budget.describe() if be.budget else "off", "limit": be.limit,
             "pool_used": be.pool_used(),
-            "memory_limit": getattr(dask_worker, "memory_limit", None),
+            "memory_limit": getattr(getattr(dask_worker, "memory_manager", None),
+                                    "memory_limit", None),  # distributed >= 2022.6
             "nthreads": getattr(dask_worker, "state", None) and dask_worker.state.nthreads}
 
 

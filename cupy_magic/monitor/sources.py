@@ -13,7 +13,6 @@ from typing import Any
 
 from .. import backend
 from ..backend import HostBackend, PoolStats
-from ..backend.cupy import _POOLS
 from ..backend.streams import batch_streams
 from ..run import progress
 from ..run.progress import CellProgress
@@ -117,7 +116,7 @@ def device_pool(be: Any, device: int) -> Any:
         return be.pool
     if not has_context(device):
         return None
-    return _POOLS.get(device) or be.cp.get_default_memory_pool()
+    return be.made_pool(device) or be.cp.get_default_memory_pool()
 
 # --- pool introspection (CuPy through the backend object) --------------------------------
 

@@ -226,6 +226,9 @@ class FakeGpuBackend:
         self.budgets = {0: BudgetSpec("8GB", 8 * 10**9), 2: BudgetSpec("4GB", 4 * 10**9)}
         self.memory_of: list[int | None] = []
 
+    def made_pool(self, device: int) -> Any:
+        return self.pool if device == self.home else None
+
     def device_memory(self, device: int | None = None) -> tuple[int, int]:
         self.memory_of.append(device)
         return 6 * GiB, 80 * GiB
@@ -245,7 +248,6 @@ def gpus(fake_nvml, driver, monkeypatch: pytest.MonkeyPatch) -> FakeGpuBackend:
     """Three GPUs: cells run on 0 (the extension's pool), this process also used 1 (CuPy's
     default pool), never 2."""
     be = FakeGpuBackend()
-    monkeypatch.setattr(sources, "_POOLS", {0: be.pool})
     monkeypatch.setattr(sources.backend, "current", lambda: be)
     return be
 
