@@ -49,7 +49,7 @@ class Build:
     timed: bool  # inside a timing window (:func:`timed`): left out of the GPU time
 
 
-@dataclass
+@dataclass(eq=False)  # each block its own: list.remove must find this one, not an equal one
 class Window:
     """Build seconds spent on this thread while a :func:`timed` block ran."""
 
