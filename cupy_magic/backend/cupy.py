@@ -91,10 +91,15 @@ class CupyBackend(Backend):
 
         CuPy's limit counts the pool's cached free blocks too, and it does not release them
         before refusing: without this, memory a cell freed would still count against the
-        budget.
+        budget. CuPy checks its limit only when the pool grows, so a request its cached
+        blocks can serve is checked here against the bytes in use: cached blocks kept from
+        before the budget was set (or set lower) never let the arrays exceed it.
         """
         device = self.cp.cuda.runtime.getDevice()
         pool = self.pool if device == self.home else self.pool_of(device)
+        limit = pool.get_limit()
+        if limit and pool.used_bytes() + -(-size // 512) * 512 > limit:  # 512 B units
+            raise self.cp.cuda.memory.OutOfMemoryError(size, pool.used_bytes(), limit)
         try:
             return pool.malloc(size)
         except self.cp.cuda.memory.OutOfMemoryError:

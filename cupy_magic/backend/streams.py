@@ -314,7 +314,7 @@ class CupyEngine(Timeline):
     def done(self, slot: int) -> bool:
         """Whether the slot's last batch is finished on the device (does not wait)."""
         event = self.events[slot]
-        return event is None or bool(event.query())
+        return event is None or bool(event.done)  # cupy.cuda.Event.done: cudaEventQuery
 
     def wait(self, slot: int) -> None:
         """Block until the slot's last batch is done, then finish its staged copies."""

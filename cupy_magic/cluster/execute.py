@@ -131,7 +131,8 @@ class ClusterExecutor:
         self.shared_keys = list(keys.values())
         spec = BlockSpec(self.source, filename, tuple(plan.overrides), values,
                          tuple(sorted(plan.stored)), len(inputs.blocks), self.fallback,
-                         self.syncs, keys)
+                         self.syncs, keys,
+                         to_host=True if to_host is True else tuple(to_host or ()))
         [spec_f] = client.scatter([spec], broadcast=True, hash=False)
         held.append(spec_f)
         tasks = [dask.delayed(run_block, pure=False)(

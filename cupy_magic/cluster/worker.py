@@ -62,6 +62,10 @@ class BlockSpec:
     fallback: bool = False
     syncs: str = "warn"
     shared_keys: dict[str, str] | None = None  # shared input -> scattered key, to cache by
+    # results the kernel gathers to the host: each block copies them to host memory at
+    # once, so a worker's device holds one block's results, not every block's, under its
+    # budget (True: every result)
+    to_host: bool | tuple[str, ...] = False
 
 
 @dataclass
@@ -183,6 +187,9 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
                        time.perf_counter() - t0, peak, syncs, be.info().name, be.name,
                        uploads)
     out = {n: work[n] for n in spec.stored if n in work}
+    for name in out if spec.to_host is True else spec.to_host:
+        if name in out and be.is_device_array(out[name]):
+            out[name] = be.to_host(out[name])
     return {"values": out, "stats": stats}
 
 

@@ -41,6 +41,7 @@ class FreeResult:
     before: int = 0
     after: int = 0
     cached_released: int = 0
+    cached_kept: int = 0  # free blocks left in allocations that still hold live arrays
     measured_by: str = ""
     still_held: list[str] = field(default_factory=list)
 
@@ -50,6 +51,10 @@ class FreeResult:
                 f"({self.measured_by}: {format_bytes(self.before)} -> "
                 f"{format_bytes(self.after)}), of it {format_bytes(self.cached_released)} of "
                 "cached blocks released")
+        if self.cached_kept:
+            text += (f"; {format_bytes(self.cached_kept)} of cached blocks stay in the pool: "
+                     "they are parts of allocations that still hold live arrays (CuPy gives "
+                     "back whole allocations only)")
         if self.still_held:
             text += f". Still held elsewhere: {'; '.join(self.still_held)}"
         return text
@@ -155,6 +160,7 @@ def free(targets: list[str], namespace: dict[str, Any], be: Backend,
         drop_shell_copies(targets)
     gc.collect()
     result.cached_released = be.free_cached()
+    result.cached_kept = be.stats().cached_free
     result.after = _measure(be)
     result.returned = max(0, result.before - result.after)
     result.still_held = _still_held(watched, namespace, be)

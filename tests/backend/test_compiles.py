@@ -133,12 +133,11 @@ def test_nested_windows_each_close_their_own(fake):
     """The batched run opens a window per batch inside the run's window: a build in a
     later batch must reach both, and each block must close its own window (found on the
     H200: an inner exit removed the equal outer window, the outer one then failed)."""
-    with CompileRecord("<cell>", module=fake) as rec:
-        with timed() as outer:
-            with timed() as first:
-                pass
-            with timed() as second:
-                build(fake, "in a later batch")
+    with CompileRecord("<cell>", module=fake) as rec, timed() as outer:
+        with timed() as first:
+            pass
+        with timed() as second:
+            build(fake, "in a later batch")
     assert first.seconds == 0.0 and second.seconds == pytest.approx(rec.builds[0].seconds)
     assert outer.seconds == pytest.approx(second.seconds) and outer.seconds > 0
 

@@ -58,6 +58,20 @@ def test_pool_limit_raises_and_is_explained(gip):
     assert "VRAM budget of 244.14 MiB" in msg and "Try batching" in msg
 
 
+def test_cached_blocks_from_before_the_budget_do_not_let_arrays_exceed_it(gip):
+    """CuPy checks its pool limit only when the pool grows: 1 GiB cached before a 256 MB
+    budget would otherwise serve a 512 MiB array without a word (found on the H200)."""
+    be = backend.current()
+    gip.run_cell_magic("gpu", "--quiet", "tmp = np.ones(2**28, dtype=np.float32)\ndel tmp")
+    assert be.stats().cached_free >= 1 << 30
+    gip.run_line_magic("vram_budget", "256MB")
+    with pytest.raises(backend.BudgetExceeded, match=r"over the VRAM budget of 244\.14 MiB"):
+        gip.run_cell_magic("gpu", "--quiet", "big = np.ones(2**27, dtype=np.float32)")
+    assert "big" not in gip.user_ns
+    gip.run_cell_magic("gpu", "--quiet", "small = np.ones(2**20, dtype=np.float32)")
+    assert gip.user_ns["small"].nbytes == 4 << 20  # under the budget, from the cache
+
+
 def test_large_inputs_are_page_locked_once_while_they_live(gip):
     x = np.random.rand(16 * 2**20 // 8 * 4)  # 64 MiB
     gip.user_ns["x"] = x

@@ -106,6 +106,7 @@ def _wait_until(check, timeout: float = 40.0) -> bool:
 
 
 def test_a_stopped_worker_reads_na_and_a_killed_one_goes(ip, held, joined):
+    joined.wait_for_workers(2, timeout=60)  # the nanny restarts the one an earlier run killed
     pids = joined.run(os.getpid)
     victim, other = sorted(pids)
     assert _rows(held)[victim].note == ""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 import cupy_magic
+from cupy_magic import backend
+from cupy_magic.units import format_bytes
 
 pytestmark = pytest.mark.gpu
 
@@ -51,7 +53,14 @@ def test_out_a_cufft_plan_and_cached_blocks_are_accounted_within_one_percent(on_
     assert 0 < parts["memory no pool owns"] < 2 * GiB  # context, cuFFT/cuBLAS handles
     freed = ip.run_line_magic("vram_who", "--free Out")
     print(freed)
-    assert freed.returned >= 5 * GiB * 0.99  # the 4 GiB array and the 1 GiB of cached blocks
+    # the 4 GiB array comes back; the cached blocks come back only where a whole allocation
+    # is free: the fft's arrays and plan sit in the allocation of the first cell's temporary,
+    # so its free part stays, and the result says so
+    assert freed.returned >= 4 * GiB * 0.99
+    pool = backend.current().stats()
+    assert freed.cached_kept == pool.cached_free
+    assert (f"{format_bytes(freed.cached_kept)} of cached blocks stay in the pool"
+            in str(freed)) == (freed.cached_kept > 0)
     after = total - cp.cuda.runtime.memGetInfo()[0]
     assert used - after == pytest.approx(freed.returned, rel=0.01)
 
