@@ -2484,29 +2484,40 @@ def nb06():
         '''),
         md('''
         **2.** The column means of `x` need every row, so a block cannot compute them alone.
-        Compute them on the cluster over a Dask array of `x` with a `--reduce` rule (the
-        `mean` rule weights each block by its rows) and check them against NumPy.
+        Compute them on the cluster from the NumPy `x` with `--cluster` and a `--reduce` rule
+        (the `mean` rule weights each block by its rows), and check them against NumPy.
+        (`da.from_array(x)` would work too, but it puts all of `x` inside the task graph,
+        which Dask warns about; `--cluster` scatters the blocks to the workers first.)
         '''),
         exercise('''
-        # your code here: xc = da.from_array(x, chunks=...), then a %%gpu cell with --reduce
+        # your code here: a %%gpu cell with --cluster and --reduce
         '''),
         solution('''
-        xc = da.from_array(x, chunks=(N // 4, 4))
-        '''),
-        solution('''
-        %%gpu --to-host --quiet --reduce m=mean
-        m = xc.mean(axis=0)
+        %%gpu --cluster --to-host --quiet --reduce m=mean
+        m = x.mean(axis=0)
         '''),
         solution('''
         exact = x.mean(axis=0, dtype=np.float64)   # float32 sums of N rows drift; compare in float64
         print("column means", m, "equal to NumPy's in float64:", np.allclose(m, exact, rtol=1e-5))
+        '''),
+        md('''
+        The panel watches the workers too: with a cluster in use, `%vram_panel` has a row per
+        worker, read on that worker (its GPU's memory and utilisation, or on the CPU fallback
+        its process's memory and CPU use; its pool and budget), not from this kernel's own
+        NVML. A worker that stops answering reads N/A, and one that leaves disappears.
+        '''),
+        code('''
+        %vram_panel
+        '''),
+        code('''
+        %vram_panel --stop
         '''),
         code('''
         %gpu_cluster off
         '''),
         code('''
         del x, y, norm, y_kernel, norm_kernel, xd, yd, tiny
-        for name in ("y2", "norm2", "xc", "m"):      # if the exercises made them
+        for name in ("y2", "norm2", "m"):      # if the exercises made them
             globals().pop(name, None)
         print(f"released {cupy_magic.free_cached() / 2**20:.0f} MiB of cached blocks")
         '''),
