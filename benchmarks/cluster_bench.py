@@ -51,7 +51,7 @@ def _run(x: np.ndarray, cluster: bool, opts: BatchOptions) -> dict[str, Any]:
     assert ns["y"].shape == x.shape and float(ns["y"][-1, -1]) == float(
         np.sqrt(x[-1, -1] * x[-1, -1] + 1, dtype=np.float32))
     row = {"path": "cluster" if cluster else "kernel (batched)", "wall_s": wall,
-           "input_gbps": x.nbytes / wall / 1e9, "report": rep.lines()}
+           "input_gbps": x.nbytes / wall / 1e9, "report": rep.text_lines()}
     if cluster:
         info = rep.batch
         row.update(blocks=info.blocks, run_s=info.run_seconds,

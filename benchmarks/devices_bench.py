@@ -132,7 +132,7 @@ def devices_runs(x: np.ndarray, devices: list[int], reps: int) -> dict[str, Any]
             "per_device": [{"device": d.device, "batches": d.batches, "rows": d.rows,
                             "gbps_busy": d.gbps, "busy_s": d.seconds,
                             "peak_pool": d.peak_pool_bytes} for d in report.devices],
-            "report": report.lines()}
+            "report": report.text_lines()}
 
 
 def dask_run(x: np.ndarray, reps: int) -> dict[str, Any]:

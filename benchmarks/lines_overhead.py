@@ -60,7 +60,7 @@ def measure(name: str, source: str, namespace: dict[str, Any], repeats: int) -> 
         seconds, report = best(source, namespace, 1, True)
         with_lines.append(seconds)
     p, w = min(plain), min(with_lines)
-    rows = report.line_stats if report is not None else []
+    rows = report.lines if report is not None else []
     return {"cell": name, "source": source, "plain_s": p, "lines_s": w,
             "overhead": w / p - 1, "line_events": sum(r.count for r in rows),
             "tracer_note": next((n for n in report.notes if n.startswith("--lines")), "")

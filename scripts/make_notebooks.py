@@ -1775,8 +1775,8 @@ def nb04():
         '''),
         code('''
         slow = cupy_magic.last_report()
-        hot = max(slow.line_stats, key=lambda s: s.share)
-        loop = sum(s.share for s in slow.line_stats if s.count >= CHUNKS)
+        hot = max(slow.lines, key=lambda s: s.share)
+        loop = sum(s.share for s in slow.lines if s.count >= CHUNKS)
         print(f"hottest: line {hot.line} `{hot.code}`, ran {hot.count} times, {hot.share:.0%} of the cell")
         print(f"the lines inside the loop together: {loop:.0%} of the cell")
         if hot.gpu_s is not None:

@@ -175,7 +175,7 @@ def _attach_records(report: RunReport, plan: CellPlan, syncs: str,
             else None
         report.syncs = merge(findings, counts)
     if liner is not None:  # per line, from the tracer and the sync and compile records
-        report.line_stats = liner.rows(report.syncs, report.compiles)
+        report.lines = liner.rows(report.syncs, report.compiles)
         report.notes.extend(liner.notes)
 
 

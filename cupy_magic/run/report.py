@@ -113,7 +113,7 @@ class RunReport:
     def conversions(self) -> list[Any]:
         """The Python lists and numbers moved to the device, one row per cell line."""
         return self.compat.conversions if self.compat is not None else []
-    line_stats: list[Any] = field(default_factory=list)  # --lines: LineStat per line that ran
+    lines: list[Any] = field(default_factory=list)  # --lines: LineStat per line that ran
 
     @property
     def moved_bytes(self) -> int:
@@ -234,7 +234,7 @@ class RunReport:
                        self.gpu_seconds, " (time: the run's, first batch to drain)"))
         return out
 
-    def lines(self) -> list[str]:
+    def text_lines(self) -> list[str]:
         """The report as plain-text lines."""
         out = [f"%%gpu on {self.device} [{self.backend}]"]
         for m in self.inputs:
@@ -253,8 +253,8 @@ class RunReport:
         for s in self.syncs:
             out.append(f"  sync {s.describe()}")
         out.extend(f"  {line}" for line in (self.compat.lines() if self.compat else ()))
-        if self.line_stats:
-            table = table_lines(self.line_stats, self.syncs, self.on_host)
+        if self.lines:
+            table = table_lines(self.lines, self.syncs, self.on_host)
             out.extend(("  lines " if k == 0 else "        ") + t for k, t in enumerate(table))
         for o in self.outputs:
             out.append(f"  out  {o.name}: {self._output_text(o)}")
@@ -264,7 +264,7 @@ class RunReport:
         return out
 
     def __str__(self) -> str:
-        return "\n".join(self.lines())
+        return "\n".join(self.text_lines())
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
@@ -307,8 +307,8 @@ class RunReport:
             label, _, text = line.partition(" ")
             row(label, f"<span style='color:#b35900'>{esc(text)}</span>"
                 if label == "fallback" else esc(text))
-        if self.line_stats:
-            table = "\n".join(table_lines(self.line_stats, self.syncs, self.on_host))
+        if self.lines:
+            table = "\n".join(table_lines(self.lines, self.syncs, self.on_host))
             row("lines", f"<pre style='margin:0'>{esc(table)}</pre>")
         for o in self.outputs:
             row(f"out {o.name}", esc(self._output_text(o)))

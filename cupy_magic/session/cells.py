@@ -92,7 +92,7 @@ def run_cell(
         What the panel and the progress bar call the cell (``In [3]``).
     lines
         Record where the cell's time goes, line by line (``%%gpu --lines``): a table after
-        the report and ``report.line_stats``, one
+        the report and ``report.lines``, one
         :class:`~cupy_magic.run.lines.LineStat` per line that ran (its runs, GPU and host
         time, bytes moved, syncs and their wait, compile time, share); each line is also an
         NVTX range on the GPU.

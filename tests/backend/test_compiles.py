@@ -159,7 +159,7 @@ def test_a_compiler_without_the_private_function_is_reported_not_measured(fake):
     report = RunReport(backend="cupy", device="GPU", compiles=rec, gpu_seconds=0.5)
     assert ("  compile time not measured (this CuPy has no cupy.cuda.compiler."
             "_compile_with_cache_cuda to hook); the GPU time may include kernel compiling"
-            in report.lines())
+            in report.text_lines())
 
 
 def test_the_report_separates_compiles_from_gpu_time(fake, monkeypatch):
@@ -189,7 +189,7 @@ def test_a_warmup_that_compiled_says_so_in_its_line(fake):
         exec(code, {"build": build, "fake": fake})
     report = RunReport(backend="cupy", device="GPU", compiles=rec, warmup_seconds=0.5,
                        warmup_rows=4096)
-    line = next(x for x in report.lines() if x.startswith("  warm-up"))
+    line = next(x for x in report.text_lines() if x.startswith("  warm-up"))
     assert line.startswith("  warm-up run on the first 4,096 rows: 0.500 s, of it 1 kernel "
                            "compiled in ")
     assert "(in the warm-up run)" in str(report)
@@ -267,7 +267,7 @@ def test_a_warmup_compiles_and_the_timed_run_does_not(gip):
     rec = report.compiles
     assert rec.warmup and all(not b.timed for b in rec.compiled), rec.builds
     assert rec.timed_seconds == 0.0
-    assert "of it" in next(x for x in report.lines() if x.startswith("  warm-up"))
+    assert "of it" in next(x for x in report.text_lines() if x.startswith("  warm-up"))
 
 
 @pytest.mark.gpu

@@ -63,7 +63,7 @@ def test_element_wise_equals_the_kernel_and_stays_a_dask_array(ip, joined, data)
     assert rep.batch.blocks == 4 and sum(w.blocks for w in rep.batch.workers) == 4
     assert len(rep.batch.workers) == 2  # both processes ran blocks
     assert rep.batch.kept == ("y",)
-    assert any("cluster worker tcp://127.0.0.1" in line for line in rep.lines())
+    assert any("cluster worker tcp://127.0.0.1" in line for line in rep.text_lines())
 
 
 def test_row_wise_and_to_host_equal_the_kernel(ip, joined, data):
@@ -172,7 +172,7 @@ def test_a_shared_input_is_copied_to_each_worker_once_per_cell_and_dropped_after
         uploads = {w.worker: w.uploads for w in info.workers}
         assert uploads and all(n == 1 for n in uploads.values()), uploads  # not one per block
         assert any("2 device copies for 10 blocks" in line or "1 device copy for 10 blocks"
-                   in line for line in cupy_magic.last_report().lines())
+                   in line for line in cupy_magic.last_report().text_lines())
         assert sum(worker_copies(joined).values()) == 0  # dropped when the cell ended
 
 

@@ -11,7 +11,7 @@ from cupy_magic.run.lines import MANY_EVENTS, LineTracer, tracer_note
 
 
 def _rows(report) -> dict[int, cupy_magic.run.lines.LineStat]:
-    return {r.line: r for r in report.line_stats}
+    return {r.line: r for r in report.lines}
 
 
 def test_loop_line_counts_its_runs_and_sums_them(ip) -> None:
@@ -31,7 +31,7 @@ def test_sleeping_line_is_the_hottest_and_marked(ip) -> None:
     ip.run_cell_magic("gpu", "--lines --quiet",
                       "import time\ny = x + 1\ntime.sleep(0.2)\nz = y * 3\n")
     report = cupy_magic.last_report()
-    hot = max(report.line_stats, key=lambda r: r.seconds)
+    hot = max(report.lines, key=lambda r: r.seconds)
     assert hot.line == 3 and hot.share > 0.8
     assert hot.host_s >= 0.19
     text = str(report)
@@ -48,7 +48,7 @@ def test_host_rows_say_there_is_no_gpu_time(shell, monkeypatch) -> None:
         shell.run_cell_magic("gpu", "--lines --quiet", "y = x + 1\ns = float(y.sum())\n")
         report = cupy_magic.last_report()
         assert all(r.gpu_s is None and r.bytes_moved == 0 and r.syncs is None
-                   for r in report.line_stats)
+                   for r in report.lines)
         assert "CPU fallback: no GPU time, no PCIe, no sync record" in str(report)
         assert "<pre" in report._repr_html_()
 
@@ -79,7 +79,7 @@ def test_nothing_changes_without_the_option(ip) -> None:
     before = sys.gettrace()
     ip.run_cell_magic("gpu", "--quiet", "y = x + 1\n")
     report = cupy_magic.last_report()
-    assert report.line_stats == []
+    assert report.lines == []
     assert "lines" not in str(report) and "NVTX" not in str(report)
     assert sys.gettrace() is before
 
@@ -106,7 +106,7 @@ def test_option_bad_values(ip, line: str, words: str | None) -> None:
     ip.user_ns["x"] = np.ones(3)
     if words is None:
         ip.run_cell_magic("gpu", f"{line} --quiet", "y = x + 1\n")
-        assert cupy_magic.last_report().line_stats
+        assert cupy_magic.last_report().lines
         return
     with pytest.raises(UsageError, match=words):
         ip.run_cell_magic("gpu", line, "y = x + 1\n")
@@ -121,8 +121,8 @@ def test_run_cell_refuses_a_value_that_is_no_flag(ip) -> None:
 def test_run_cell_from_python(ip) -> None:
     ns = {"x": np.arange(5.0)}
     report = cupy_magic.run_cell("y = x + 1\nz = y * 2", ns, lines=True)
-    assert [r.line for r in report.line_stats] == [1, 2]
-    assert report.line_stats[0].code == "y = x + 1"
+    assert [r.line for r in report.lines] == [1, 2]
+    assert report.lines[0].code == "y = x + 1"
 
 
 def test_nvtx_on_the_host_says_so_once(shell, monkeypatch) -> None:
@@ -139,7 +139,7 @@ def test_nvtx_on_the_host_says_so_once(shell, monkeypatch) -> None:
         second = cupy_magic.last_report()
     assert any("no NVTX ranges on the CPU fallback" in n for n in first.notes)
     assert not any("NVTX" in n for n in second.notes)
-    assert first.line_stats == []  # --nvtx alone makes no table
+    assert first.lines == []  # --nvtx alone makes no table
 
 
 def test_tracer_note_when_many_events() -> None:
