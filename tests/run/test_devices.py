@@ -365,7 +365,11 @@ def test_gpu_devices_equal_numpy(gip, poisoned, spec):
                               "--to-host t", "y = np.sqrt(x * x + 1)\nt = y.sum(axis=0)\n")
     report = cupy_magic.last_report()
     np.testing.assert_allclose(gip.user_ns["y"], np.sqrt(x * x + 1), rtol=1e-6)
-    np.testing.assert_allclose(gip.user_ns["t"], np.sqrt(x * x + 1).sum(axis=0), rtol=1e-4)
+    # against float64 sums: NumPy's own float32 sum down axis 0 accumulates 2,000,000 rows
+    # in order and was 0.29% low on the H200 (2,289,006 for about 2,295,587), the batched
+    # partial sums were within 2e-5 of it
+    want = np.sqrt(x.astype(np.float64) ** 2 + 1).sum(axis=0)
+    np.testing.assert_allclose(gip.user_ns["t"], want, rtol=1e-4)
     assert sum(d.rows for d in report.devices) == 2_000_000
     assert all(d.seconds > 0 and d.peak_pool_bytes > 0 for d in report.devices)
 
