@@ -26,6 +26,12 @@ KINDS = {
 }
 # The CuPy way to write the common cases; keys are the function's name without "np.".
 WAYS = {
+    "Generator.normal": "loc + scale * rng.standard_normal(size)",
+    "Generator.lognormal": "np.exp(mean + sigma * rng.standard_normal(size))",
+    "Generator.choice": "a[rng.integers(0, len(a), size)] (draws with replacement)",
+    "Generator.permutation": "x[np.argsort(rng.random(len(x)))]",
+    "Generator.shuffle": "x = x[np.argsort(rng.random(len(x)))]",
+    "Generator.permuted": "x[np.argsort(rng.random(len(x)))]",
     "nditer": "loop over x.ravel() with whole-array expressions, or bring x to the host "
               "(x.get()) and iterate there",
     "ndenumerate": "np.indices(x.shape) or np.argwhere for the positions, with whole-array "

@@ -20,6 +20,7 @@ import numpy
 
 from .advice import limit_message
 from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
+from .generator import checked_default_rng
 from .record import CompatRecord
 from .spec import MISSING, CallSpec, call_spec, numpy_module, reference_module
 
@@ -264,6 +265,8 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
         wrapped = ufunc_call(calls, value, spec, host, _ref(path, name))
     elif callable(value):
         wrapped = make_call(calls, value, spec, host)
+        if sub == "random.default_rng":
+            wrapped = checked_default_rng(calls, wrapped)
     else:
         return value, True
     calls.wrapped[id(value)] = wrapped

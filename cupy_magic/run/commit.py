@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import Backend
+from ..compat.generator import plain
 from .report import OutputInfo, RunReport
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             be.keep_on_device(value)
         if be.is_device_array(value) and wants_host:
             value = be.to_host(value)
-        updates[name] = _rehome(value, plan.code.co_filename, namespace)
+        updates[name] = _rehome(plain(value), plan.code.co_filename, namespace)
     removed = [n for n in namespace if n not in work and n != "__builtins__"]
     namespace.update(updates)
     for name in removed:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend, BudgetExceeded
+from ..compat.generator import checked_generator
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..units import format_bytes
@@ -146,12 +147,15 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
         overrides["cp"] = module
     inputs: dict[str, np.ndarray] = {}
+    generator = getattr(getattr(be.xp, "random", None), "Generator", None)
     for name in sorted((names.loaded | names.mutated) - names.written_first):
         value = namespace.get(name)
         if (isinstance(value, np.ndarray) and name not in numpy_names
                 and not be.is_device_array(value)):
             _check_input(name, value)
             inputs[name] = value
+        elif generator is not None and isinstance(value, generator):
+            overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     code = compile(tree, filename, "exec")
     body, last = _split_last(tree, filename) if not _ends_quiet(source) else (None, None)
     return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted,
