@@ -167,6 +167,8 @@ _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
                            r"|must be a cupy\.ndarray object, not (\w+)"
                            r"|unhashable type: '(\w+)'|'(\w+)' object has no attribute 'ndim'"),
      "argument"),
+    (AttributeError, re.compile(r"^'(list|tuple|range|int|float|bool|complex)' object has "
+                                r"no attribute '\w+'$"), "argument"),
     (NotImplementedError, re.compile(r"(.*)"), "not-implemented"),
 )
 

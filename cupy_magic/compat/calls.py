@@ -16,10 +16,13 @@ from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
 __all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
 
-LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError)
+# AttributeError: CuPy's functions call array methods on what they get ('int' object has no
+# attribute 'dot' for np.dot(3, 4)); classify() keeps only those about Python values
+LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError, AttributeError)
 SEQUENCES = frozenset({list, tuple})
 _SCALARS = (bool, int, float, complex)
-_LOOSE = frozenset({list, tuple, *_SCALARS})
+_CONVERTED = frozenset({*SEQUENCES, range})  # what convert() moves to the device
+_LOOSE = frozenset({*_CONVERTED, *_SCALARS})
 # NumPy functions that write into their first argument: under --fallback its host copy is
 # writable and copied back; every other argument's host copy is read-only, so a function
 # that writes into one fails (and is refused) instead of changing a copy nobody sees.
@@ -67,8 +70,8 @@ class Calls:
         """A list or tuple as a device array (counted); anything else unchanged."""
         try:
             host = numpy.asarray(value)
-        except (TypeError, ValueError):  # ragged, or holds device arrays: CuPy's to judge
-            return value
+        except (TypeError, ValueError):  # ragged, or holds device arrays
+            return self._stack(value, kinds)
         if host.dtype.kind in UNSUPPORTED_KINDS:
             if host.dtype.kind == "O":
                 return value
@@ -76,6 +79,20 @@ class Calls:
         kind = type(value).__name__
         kinds[kind] = kinds.get(kind, 0) + 1
         return self.xp.asarray(host)
+
+    def _stack(self, value: Any, kinds: dict[str, int]) -> Any:
+        """A list or tuple of device arrays of one shape and Python numbers
+        (``[np.log(-1.0), 1.0]`` in a cell) stacked on the device, as NumPy's asarray would
+        make it on the host; anything else (ragged) unchanged, for CuPy to judge."""
+        if self.host or not value or not all(
+                isinstance(v, self.device_type) or type(v) in _SCALARS for v in value):
+            return value
+        parts = [self.xp.asarray(v) for v in value]
+        if len({p.shape for p in parts}) != 1:
+            return value
+        kind = type(value).__name__
+        kinds[kind] = kinds.get(kind, 0) + 1
+        return self.xp.stack(parts)
 
     def convert(self, spec: CallSpec, args: tuple, kwargs: dict, everywhere: bool = False,
                 scalars: bool = False) -> tuple[tuple, dict, dict[str, int]]:
@@ -85,7 +102,7 @@ class Calls:
         The arguments are copied only when something is converted: this runs on every call
         that takes the slow path (``benchmarks/compat_overhead.py``)."""
         kinds: dict[str, int] = {}
-        loose = _LOOSE if scalars else SEQUENCES
+        loose = _LOOSE if scalars else _CONVERTED
         out: list | None = None
         for i, arg in enumerate(args):
             if type(arg) in loose and (everywhere or i in spec.positions):

@@ -61,3 +61,24 @@ def test_fallback_in_a_loop_is_a_counted_sync(gpu):
 def test_dtype_refused_on_the_device(gpu):
     result = gpu.run_cell("%%gpu\ns = np.array(['a', 'bc'])\n")
     assert "CuPy has no dtype <U2" in str(result.error_in_exec)
+
+
+def test_a_list_of_device_scalars_and_numbers_is_stacked_on_the_device(gpu):
+    """NumPy's isfinite example: np.log gives device scalars inside the cell, and the list
+    that holds them is stacked on the device as NumPy's asarray would build it."""
+    gpu.run_cell_magic("gpu", "--to-host --quiet",
+                       "f = np.isfinite([np.log(-1.), 1., np.log(0)])\n"
+                       "m = np.maximum([np.float32(2), 3], 2.5)\n")
+    assert gpu.user_ns["f"].tolist() == [False, True, False]
+    assert gpu.user_ns["m"].tolist() == [2.5, 3.0]
+    assert cupy_magic.last_report().conversions
+
+
+def test_python_values_cupy_calls_methods_on_are_converted(gpu):
+    """CuPy calls array methods on what it gets ('int' object has no attribute 'dot'):
+    Python numbers, lists and ranges given where NumPy takes arrays are moved instead."""
+    gpu.run_cell_magic("gpu", "--to-host --quiet",
+                       "d = np.dot(3, 4)\nc = np.choose([0, 1], [[1, 2], [3, 4]])\n"
+                       "p = np.float_power(range(3), 2)\n")
+    assert int(gpu.user_ns["d"]) == 12 and gpu.user_ns["c"].tolist() == [1, 4]
+    assert gpu.user_ns["p"].tolist() == [0.0, 1.0, 4.0]
