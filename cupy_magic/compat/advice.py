@@ -23,6 +23,7 @@ KINDS = {
     "device-array": "NumPy-only code received a device array",
     "not-implemented": "CuPy has not implemented this use ({detail})",
     "argument": "CuPy does not take {detail} here",
+    "device-int": "a device array was used where Python needs an int",
 }
 # The CuPy way to write the common cases; keys are the function's name without "np.".
 WAYS = {
@@ -160,6 +161,8 @@ def _dtype_family(name: str) -> str:
 _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
     (TypeError, re.compile(r"Implicit conversion to a NumPy array is not allowed"),
      "device-array"),
+    (TypeError, re.compile(r"'ndarray' object cannot be interpreted as an integer"),
+     "device-int"),
     (Exception, re.compile(r"[Uu]nsupported dtype (\S+)|dtype (\S+) is not supported"),
      "dtype"),
     (TypeError, re.compile(r"unexpected keyword argument '(\w+)'"), "option"),
@@ -193,8 +196,10 @@ def classify(exc: BaseException) -> tuple[str, str] | None:
 
 def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
     """A :class:`CupyLimit` for a cell that failed when NumPy-only code (outside the proxy,
-    e.g. another library) received a device array; None for any other failure."""
-    if isinstance(exc, CupyLimit) or classify(exc) != ("device-array", ""):
+    e.g. another library) received a device array, or Python needed an int and got a device
+    scalar (``range(np.argmax(x))``); None for any other failure."""
+    found = classify(exc)
+    if isinstance(exc, CupyLimit) or found not in (("device-array", ""), ("device-int", "")):
         return None
     tb: TracebackType | None = exc.__traceback__
     line, callee = None, ""
@@ -209,6 +214,12 @@ def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
     code = linecache.getline(filename, line).strip() if line else ""
     where = f"line {line} `{code}`" if line else "the cell"
     who = f" ({callee})" if callee and not callee.startswith("cupy") else ""
+    if found == ("device-int", ""):
+        return CupyLimit(
+            f"{where}: a device array was used where Python needs an int (a size, a range, "
+            "an index): a CuPy scalar is not one; write int(x), which copies it to the host "
+            "(a host sync), or keep sizes as Python ints", function=callee or "?", line=line,
+            kind="device-int", fix="int(x)")
     return CupyLimit(
         f"{where}: NumPy-only code{who} received a device array, which CuPy does not convert "
         "implicitly; pass it x.get() (a NumPy copy), or use the cupyx.scipy counterpart; "

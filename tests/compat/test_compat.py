@@ -168,3 +168,15 @@ def test_limit_message_names_function_line_why_and_fix():
     unknown, _ = limit_message("np.foo", None, "", "missing", fallback=False)
     assert unknown == ("np.foo (called outside the cell's lines): CuPy has no foo; no CuPy "
                        "counterpart is known")
+
+
+def test_a_device_scalar_where_python_needs_an_int_is_one_line(ip):
+    """On the GPU `range(np.argmax(x))` fails inside CuPy's scalar with this TypeError (a
+    CuPy 0-d array is no Python int); the cell stops with one line naming the fix. The CPU
+    fallback's NumPy scalars are ints, so the error is raised here as CuPy raises it."""
+    msg = _error(ip, "n = 3\nraise TypeError(\"'ndarray' object cannot be interpreted as an "
+                     "integer\")\n")
+    assert msg.startswith("line 2 `raise TypeError(") and "\n" not in msg
+    assert msg.endswith("a device array was used where Python needs an int (a size, a range, "
+                        "an index): a CuPy scalar is not one; write int(x), which copies it to "
+                        "the host (a host sync), or keep sizes as Python ints")
