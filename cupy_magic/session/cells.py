@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,24 +35,7 @@ def forget_last() -> None:
     _last.clear()
 
 
-def run_cell(
-    source: str,
-    namespace: dict[str, Any],
-    *,
-    to_host: bool | Iterable[str] = False,
-    dtype: str | None = None,
-    warmup: bool = False,
-    syncs: str | None = None,
-    batch: BatchOptions | None = None,
-    fallback: bool | None = None,
-    panel: bool = False,
-    filename: str | None = None,
-    label: str | None = None,
-    lines: bool = False,
-    nvtx: bool = False,
-    cluster: bool = False,
-    devices: str | int | Iterable[int] | None = None,
-) -> RunReport:
+def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunReport:
     """Run ``source`` on the GPU against ``namespace``, as a transaction (``%%gpu``).
 
     Parameters
@@ -133,10 +117,7 @@ def run_cell(
         (with ``devices``, a note names the batch, its rows and its device).
     """
     __tracebackhide__ = True
-    return run_cell_outcome(source, namespace, to_host=to_host, dtype=dtype, warmup=warmup,
-                            syncs=syncs, batch=batch, fallback=fallback, panel=panel,
-                            filename=filename, label=label, lines=lines, nvtx=nvtx,
-                            cluster=cluster, devices=devices).report
+    return run_cell_outcome(source, namespace, **options).report
 
 
 def run_cell_outcome(
@@ -160,7 +141,8 @@ def run_cell_outcome(
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
     ``%%gpu`` returns that value, so IPython shows it and sets ``Out``/``_`` as for a plain
-    cell. The parameters and errors are :func:`run_cell`'s.
+    cell. The parameters and errors are :func:`run_cell`'s (this signature is the one both
+    have: ``run_cell`` shows it as its own).
 
     Returns
     -------
@@ -201,3 +183,8 @@ def _text(devices: Any) -> str:
     if isinstance(devices, (str, int)):
         return str(devices)
     return ",".join(map(str, devices)) if isinstance(devices, Iterable) else repr(devices)
+
+
+# run_cell forwards its options here: one signature, shown by help(run_cell) and IPython's `?`
+run_cell.__signature__ = inspect.signature(run_cell_outcome).replace(  # type: ignore[attr-defined]
+    return_annotation=RunReport)
