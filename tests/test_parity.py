@@ -62,6 +62,21 @@ def test_a_device_value_is_shown_as_the_device_holds_it(ip, xp):
     assert result.result.tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
+def test_to_host_brings_back_arrays_in_tuples_lists_and_named_tuples(ip, xp):
+    """`--to-host` gives NumPy for every result a NumPy cell would have: also the arrays of
+    np.diag_indices (a tuple), a list of them, and np.unique_all (a named tuple); with no
+    --to-host they stay on the device."""
+    cell(ip, "di = np.diag_indices(3)\nparts = [np.arange(2), 5]\n"
+             "u = np.unique_all(np.array([2, 1, 2]))\n", "--quiet --to-host")
+    di, parts, u = (ip.user_ns[n] for n in ("di", "parts", "u"))
+    assert type(di) is tuple and all(type(a) is np.ndarray for a in di)
+    assert type(parts) is list and type(parts[0]) is np.ndarray and parts[1] == 5
+    assert type(u).__name__ == "UniqueAllResult" and type(u.counts) is np.ndarray
+    assert u.values.tolist() == [1, 2] and u.counts.tolist() == [1, 2]
+    cell(ip, "dd = np.diag_indices(3)\n")
+    assert all(isinstance(a, xp.ndarray) for a in ip.user_ns["dd"])
+
+
 def test_a_value_bound_to_a_committed_name_is_that_name(ip):
     ip.user_ns["x"] = np.arange(4.0)
     result = cell(ip, "y = x + 1\ny", "--to-host")

@@ -52,8 +52,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         wants_host = to_host is True or (host_names is not None and name in host_names)
         if isinstance(value, np.ndarray) and not wants_host:
             be.keep_on_device(value)
-        if be.is_device_array(value) and wants_host:
-            value = be.to_host(value)
+        if wants_host:
+            value = _to_host(value, be)
         updates[name] = _rehome(plain(value), plan.code.co_filename, namespace)
     removed = [n for n in namespace if n not in work and n != "__builtins__"]
     namespace.update(updates)
@@ -68,6 +68,20 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
 
 
 _MISSING = object()
+
+
+def _to_host(value: Any, be: Backend) -> Any:
+    """``value`` with its device arrays brought to the host, also those in a tuple, a list
+    or a named tuple (``np.diag_indices``, ``np.unique_all``, ``np.linalg.svd``); the same
+    object when it holds none."""
+    if be.is_device_array(value):
+        return be.to_host(value)
+    if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+        items = [_to_host(v, be) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 def _rehome(value: Any, filename: str, namespace: dict[str, Any]) -> Any:
