@@ -129,7 +129,7 @@ class ClusterExecutor:
         # an input the cell changes in place gets a copy per block, like a batched input
         keys = {n: str(f.key) for n, f in inputs.shared.items() if n not in plan.stored}
         self.shared_keys = list(keys.values())
-        spec = BlockSpec(self.source, filename, tuple(plan.overrides), values,
+        spec = BlockSpec(self.source, filename, plan.module_names, values,
                          tuple(sorted(plan.stored)), len(inputs.blocks), self.fallback,
                          self.syncs, keys,
                          to_host=True if to_host is True else tuple(to_host or ()))

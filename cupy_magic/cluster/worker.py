@@ -8,7 +8,6 @@ cell's line, and carries the original exception back to the kernel.
 
 from __future__ import annotations
 
-import builtins
 import threading
 import time
 import types
@@ -20,6 +19,7 @@ import numpy as np
 from .. import backend as _backend
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
+from ..compat.scope import cell_builtins
 from ..run.errors import fail
 from ..run.plan import register_source
 from ..syncs.record import SyncRecorder
@@ -154,7 +154,7 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
     record = CompatRecord(spec.filename, spec.source, fallback=spec.fallback,
                           host=not be.is_gpu)
     module = array_module(be.xp, record)
-    work: dict[str, Any] = {"__builtins__": builtins, **spec.values}
+    work: dict[str, Any] = {"__builtins__": cell_builtins(module), **spec.values}
     work.update({n: module for n in spec.numpy_names})
     recorder = (SyncRecorder(spec.filename, spec.source, spec.syncs) if be.is_gpu
                 and spec.syncs != "off" else None)

@@ -148,6 +148,7 @@ def make_call(calls: Calls, func: Any, spec: CallSpec, host_func: Any) -> Any:
     call.__qualname__ = spec.name
     call.__doc__ = getattr(func, "__doc__", None)
     call.__wrapped__ = func  # type: ignore[attr-defined]
+    call.__cupy_magic_numpy__ = host_func  # what the name means outside a cell
     return call
 
 
@@ -291,5 +292,6 @@ def _wrap_host(calls: Calls, host: Any, sub: str, path: str, name: str,
 
     fall_back.__name__ = getattr(host, "__name__", name)
     fall_back.__doc__ = getattr(host, "__doc__", None)
+    fall_back.__cupy_magic_numpy__ = host  # type: ignore[attr-defined]
     return fall_back
 

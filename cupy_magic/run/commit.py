@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import Backend
-from ..compat.generator import plain
+from ..compat.scope import host_value
 from .report import OutputInfo, RunReport
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             be.keep_on_device(value)
         if wants_host:
             value = _to_host(value, be)
-        updates[name] = _rehome(plain(value), plan.code.co_filename, namespace)
+        updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace)
     removed = [n for n in namespace if n not in work and n != "__builtins__"]
     namespace.update(updates)
     for name in removed:

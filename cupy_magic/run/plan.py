@@ -23,6 +23,7 @@ from ..backend import Backend, BudgetExceeded
 from ..compat.generator import checked_generator
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
+from ..compat.scope import cell_builtins
 from ..units import format_bytes
 from .batching import BatchOptions
 from .errors import CellError
@@ -87,6 +88,11 @@ class CellPlan:
         exec(self.body, namespace)
         return eval(self.last, namespace)
 
+    @property
+    def module_names(self) -> tuple[str, ...]:
+        """The names that mean the array module in the cell (``np``, ``cp``, ...)."""
+        return tuple(n for n, v in self.overrides.items() if isinstance(v, ModuleType))
+
     def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
         """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
         return replace(self, inputs=inputs)
@@ -144,6 +150,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     record = CompatRecord(filename, source, fallback=fallback, host=not be.is_gpu)
     module = array_module(be.xp, record)
     overrides: dict[str, Any] = {k: module for k in numpy_names}
+    overrides["__builtins__"] = cell_builtins(module)  # import numpy in the cell: the same
     if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
         overrides["cp"] = module
     inputs: dict[str, np.ndarray] = {}

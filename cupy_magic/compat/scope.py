@@ -1,0 +1,62 @@
+"""What NumPy's names mean inside a cell and outside it.
+
+Inside a ``%%gpu`` cell, ``import numpy as np``, ``from numpy import linalg as LA`` and
+``from numpy.fft import fft`` give the cell's array module (:class:`~.proxy.ArrayModule`),
+as the ``np`` the cell finds in the namespace does: a cell pasted from NumPy code, imports
+and all, runs on the device instead of silently on the CPU. What the cell leaves in the user
+namespace is the plain value again (:func:`host_value`): NumPy's module or function for a
+proxy or a wrapper, the array module's Generator for a checked one.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from .generator import plain
+from .proxy import ArrayModule
+from .spec import MISSING, numpy_module
+
+__all__ = ["cell_builtins", "host_value"]
+
+_FRONTED = "numpy"
+
+
+def cell_builtins(module: ArrayModule) -> dict[str, Any]:
+    """The builtins a cell runs with: Python's, with an ``__import__`` that gives ``module``
+    (or its submodule) for ``numpy`` and ``numpy.*`` and imports anything else as usual."""
+    real = builtins.__import__
+
+    def cell_import(name: str, globals: Any = None, locals: Any = None,
+                    fromlist: Any = (), level: int = 0) -> Any:
+        if level or not (name == _FRONTED or name.startswith(_FRONTED + ".")):
+            return real(name, globals, locals, fromlist, level)
+        real(name, globals, locals, fromlist, level)  # a name NumPy lacks fails as usual
+        if not fromlist:  # import numpy[.linalg] [as x]: the top module (Python walks on)
+            return module
+        found: Any = module
+        for part in name.split(".")[1:]:  # from numpy.linalg import norm: the submodule
+            found = getattr(found, part)
+        for wanted in fromlist:  # a name CuPy lacks is refused here, in one line (Python
+            if wanted != "*":    # would turn the AttributeError into a bare ImportError)
+                getattr(found, wanted)
+        return found
+
+    scope = dict(builtins.__dict__)
+    scope["__import__"] = cell_import
+    return scope
+
+
+def host_value(value: Any) -> Any:
+    """``value`` as the user namespace keeps it after the cell: NumPy's own module for a
+    proxy (``LA`` bound by ``from numpy import linalg as LA``), NumPy's function for a
+    wrapper (``from numpy import sqrt``), the plain Generator for a checked one; anything
+    else unchanged."""
+    if isinstance(value, ArrayModule):
+        _calls, target, path, _fallen = value.__dict__["__compat__"]
+        found = numpy_module(path.rstrip("."))
+        return found if found is not MISSING else target
+    if callable(value) and hasattr(value, "__cupy_magic_numpy__"):
+        host = value.__cupy_magic_numpy__  # MISSING: a CuPy name NumPy lacks (cp.asnumpy)
+        return host if host is not MISSING else getattr(value, "__wrapped__", value)
+    return plain(value)
