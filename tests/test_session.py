@@ -117,3 +117,42 @@ def test_an_unknown_backend_is_refused_by_name(host: None, name: str) -> None:
         cupy_magic.use_backend(name)
     assert cupy_magic.device_info().backend == "host"  # nothing switched
     assert cupy_magic.budget_status().budget_bytes == 10**9
+
+
+def test_the_budget_status_of_an_unused_gpu_makes_no_context_there() -> None:
+    """%vram_budget on a host of several GPUs lists every device; a GPU this kernel never
+    used is described from its properties and budget only: reading its used memory would
+    make a CUDA context there (found in review). Scripted: this machine may have no GPU."""
+    from types import SimpleNamespace
+
+    from cupy_magic.backend import BudgetSpec
+    from cupy_magic.session import memory
+
+    read: list[int] = []
+
+    budgets = {1: BudgetSpec("4GB", 4 * 10**9)}
+
+    class TwoGpus(SimpleNamespace):
+        name, is_gpu, home = "cupy", True, 0
+
+        @property
+        def budgets(self) -> dict:
+            return budgets
+
+        def made_pool(self, device: int) -> object | None:
+            return object() if device == 0 else None
+
+        def limit_of(self, device: int) -> int | None:
+            return self.budgets[device].nbytes if device in self.budgets else None
+
+        def device_total(self, device: int) -> int:
+            return 80 << 30
+
+        def stats(self, device: int) -> SimpleNamespace:
+            read.append(device)
+            return SimpleNamespace(used=1, held=2, limit=None, device_used=3, device_total=4)
+
+    other = memory._other(TwoGpus(), 1)
+    assert read == [] and other.limit == 4 * 10**9 and other.device_total == 80 << 30
+    memory._other(TwoGpus(), 0)
+    assert read == [0]  # a device with a pool already has its context: read as before

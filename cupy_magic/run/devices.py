@@ -195,6 +195,16 @@ class _Span:
     fresh: bool = True
 
 
+def _global_names(code: Any) -> set[str]:
+    """Every global name ``code`` reads, also inside the functions, lambdas and
+    comprehensions it defines (``def f(v): return v @ w`` reads ``w``)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _global_names(const)
+    return names
+
+
 class DeviceRun(BatchRun):
     """A :class:`BatchRun` whose batches are dealt over ``devices``."""
 
@@ -213,6 +223,7 @@ class DeviceRun(BatchRun):
         self.flight: dict[int, tuple[int, int, float, tuple[int, int, int]]] = {}
         self.peaks = dict.fromkeys(devices, 0)
         self.bases: dict[int, dict[str, Any]] = {}
+        self.copied: set[str] = set()  # device arrays of earlier cells, copied per device
         self.span: _Span | None = None
         self.device = devices[0]  # the device of the batch being dealt (for errors)
         self.dealt = 0
@@ -258,10 +269,18 @@ class DeviceRun(BatchRun):
     def upload_shared(self, report: RunReport) -> dict[str, np.ndarray]:
         """Copy the inputs every batch shares to each device (one row each in the report)."""
         shared = {n: a for n, a in self.plan.inputs.items() if n not in self.inputs}
-        device_arrays = {n: v for n in self.plan.code.co_names
+        device_arrays = {n: v for n in sorted(_global_names(self.plan.code))
                          if self.be.is_device_array(v := self.namespace.get(n))}
+        changed = sorted(set(device_arrays) & self.plan.stored)
+        if changed and len(self.devices) > 1:
+            raise CellError(
+                f"the cell changes {changed[0]!r}, a device array of an earlier cell, and with "
+                "--devices each device has its own copy of it, so the copies would differ; "
+                "change it in a cell of its own, or run this one without --devices")
+        self.copied = set(device_arrays)
         rows: dict[str, InputMove] = {}
         for device in self.devices:
+            self.device = device  # an error while copying names this device
             with self.be.on_device(device):
                 moved, moves = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be)
                 moved.update({n: self.be.move_to(v, device) for n, v in device_arrays.items()})
@@ -302,10 +321,21 @@ class DeviceRun(BatchRun):
             or None
         return final, bp
 
+    def tail(self) -> dict[str, Any]:
+        """As one device's; the device arrays of earlier cells stay the user's own, not the
+        copy on the device that ran the last batch."""
+        kept = super().tail()
+        for name in self.copied:
+            kept[name] = self.namespace[name]
+        return kept
+
     def abort(self) -> None:
         if self.eng.busy_device is not None:  # an error of a call over every device
             self.device = self.eng.busy_device
         super().abort()
+        for base in self.bases.values():  # every device's copies, not only the last one's
+            base.clear()
+        self.bases.clear()
 
     def where(self, exc: BaseException) -> str:
         on = f" on device {self.device} ({self.be.device_name(self.device)})"

@@ -88,9 +88,19 @@ def budget_status(device: int | None = None) -> BudgetStatus:
     home = _device(device, be)
     status = _status(be, home)
     if device is None and be.device_count() > 1:
-        others = tuple(_status(be, d) for d in range(be.device_count()) if d != home)
+        others = tuple(_other(be, d) for d in range(be.device_count()) if d != home)
         status = replace(status, others=others)
     return status
+
+
+def _other(be: Any, device: int) -> BudgetStatus:
+    """Another device's line: its budget and pool. Its used memory is read only where this
+    kernel already has a pool there, since reading it makes a CUDA context on the device
+    (hundreds of MiB, and refused on a GPU another process holds in exclusive mode)."""
+    if be.is_gpu and getattr(be, "made_pool", lambda d: None)(device) is None:
+        return BudgetStatus(0, 0, be.limit_of(device), 0, be.device_total(device),
+                            backend=be.name, budget=be.budgets.get(device), device=device)
+    return _status(be, device)
 
 
 def set_budget(budget: str | int | None, device: int | None = None) -> BudgetStatus:

@@ -8,6 +8,8 @@ path run in CI. The ``gpu`` tests at the end need one real GPU, and two for the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from conftest import HAS_GPU, loaded
@@ -16,7 +18,9 @@ from IPython.core.error import UsageError
 import cupy_magic
 from cupy_magic import backend
 from cupy_magic.backend.devices import DeviceEngines
+from cupy_magic.backend.host import HostBackend
 from cupy_magic.run import batched as pipeline
+from cupy_magic.run import devices as devices_mod
 from cupy_magic.run.batching import BatchOptions
 from cupy_magic.run.devices import Dealer, resolve_devices
 from cupy_magic.run.errors import CellError
@@ -423,3 +427,66 @@ def test_a_gpu_failing_mid_run_is_named_and_the_pools_return(gip, monkeypatch):
                            "y = x * 2\n")
     assert "on device 1" in " ".join(info.value.__notes__) and "y" not in gip.user_ns
     assert (be.pool_used(0), be.pool_used(1)) == before
+
+
+@pytest.fixture
+def copying(monkeypatch):
+    """The host backend's devices made to copy a device array as a GPU does (on the host one
+    object stands for every device); returns what each copy was made from."""
+    made: list[int] = []
+
+    def move_to(self, value, device):
+        if self.is_device_array(value) and device != self.home:
+            made.append(id(value))
+            out = value.copy()
+            self.keep_on_device(out)
+            return out
+        return value
+
+    monkeypatch.setattr(HostBackend, "move_to", move_to)
+    return made
+
+
+def test_device_arrays_of_earlier_cells_stay_the_users_own(two, copying):
+    """A device array the cell reads, also only inside a function it defines, is copied to
+    every device; the namespace keeps the user's array, not the last batch's device copy
+    (found in review: with --devices 1 it was replaced every time)."""
+    be = backend.current()
+    w, v = np.full(3, 2.0), np.full(3, 3.0)
+    be.keep_on_device(w)
+    be.keep_on_device(v)
+    ns = two.user_ns
+    ns.update(w=w, v=v, x=data(4_000))
+    run("def scale(a):\n    return a * v\ny = scale(x) * w\n", ns, "1,0")
+    assert ns["w"] is w and ns["v"] is v
+    assert sorted(set(copying)) == sorted({id(w), id(v)})  # v found inside scale too
+    np.testing.assert_array_equal(ns["y"], ns["x"] * 6.0)
+
+
+def test_a_cell_that_changes_a_copied_device_array_is_refused(two, copying):
+    be = backend.current()
+    w = np.ones(3)
+    be.keep_on_device(w)
+    ns = two.user_ns
+    ns.update(w=w, x=data(2_000))
+    with pytest.raises(CellError, match="the cell changes 'w', a device array of an earlier "
+                                        "cell, and with --devices each device has its own"):
+        run("w[0] = 5\ny = x * w\n", ns, "0,1")
+    assert ns["w"][0] == 1 and "y" not in ns
+
+
+def test_a_failure_clears_every_devices_copies(two, copying, monkeypatch):
+    seen: dict[str, Any] = {}
+    abort = devices_mod.DeviceRun.abort
+
+    def watch(self):
+        abort(self)
+        seen["bases"] = dict(self.bases)
+
+    monkeypatch.setattr(devices_mod.DeviceRun, "abort", watch)
+    ns = two.user_ns
+    ns.update(x=data(4_000), s=np.arange(50.0))
+    with pytest.raises(ValueError, match="late"):
+        run("y = x * s.sum()\nif x[0, 0] < 2 and x.shape[0] < 600:\n"
+            "    raise ValueError('late')\n", ns, "0,1")
+    assert seen["bases"] == {} and "y" not in ns
