@@ -159,8 +159,9 @@ class CupyBackend(Backend):
             cp.cuda.get_current_stream().synchronize()
         with cp.cuda.Device(device):
             out = cp.empty(src.shape, src.dtype)
-            out.data.copy_from_device(src.data, src.nbytes)
-            cp.cuda.get_current_stream().synchronize()
+            stream = cp.cuda.get_current_stream()  # the copy and the wait on one stream,
+            out.data.copy_from_device_async(src.data, src.nbytes, stream)  # also per-thread
+            stream.synchronize()
         return out
 
     def is_device_array(self, obj: object) -> bool:
