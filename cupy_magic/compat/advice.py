@@ -13,7 +13,7 @@ import re
 from types import TracebackType
 
 __all__ = ["FALLBACK_HINT", "KINDS", "WAYS", "CupyLimit", "MissingInCupy", "classify",
-           "explain_failure", "limit_message"]
+           "explain_failure", "limit_message", "why_text"]
 
 FALLBACK_HINT = "or run the cell with %%gpu --fallback (NumPy on the host for this call)"
 KINDS = {
@@ -125,6 +125,12 @@ def _short(function: str) -> str:
     return function.removeprefix("np.")
 
 
+def why_text(function: str, kind: str, detail: str = "") -> str:
+    """Why CuPy cannot run ``function`` ("CuPy has no nditer"): the message's middle, also
+    the reason a fallback row gives."""
+    return KINDS[kind].format(short=_short(function), detail=detail)
+
+
 def limit_message(function: str, line: int | None, code: str, kind: str,
                   detail: str = "", fallback: bool = True) -> tuple[str, str]:
     """The one-line message and the fix for ``function`` at ``line`` of the cell.
@@ -139,7 +145,7 @@ def limit_message(function: str, line: int | None, code: str, kind: str,
     fix = WAYS.get(f"{short}({detail})") or WAYS.get(f"({_dtype_family(detail)})"
                                                      if kind == "dtype" else f"({detail})") \
         or WAYS.get(short, "")
-    why = KINDS[kind].format(short=short, detail=detail)
+    why = why_text(function, kind, detail)
     where = f" at line {line} `{code}`" if line else " (called outside the cell's lines)"
     hint = FALLBACK_HINT if fallback else ""
     if fix:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy
 
-from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message
+from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
 from .record import CompatRecord
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
@@ -201,7 +201,7 @@ class Calls:
         message, fix = limit_message(spec.name, line, self.record.code(line), kind, detail,
                                      fallback=not self.record.fallback)
         if self.record.fallback:
-            raise _Fallback(message.split(": ", 1)[1].split(";")[0])
+            raise _Fallback(why_text(spec.name, kind, detail))
         error = MissingInCupy if kind == "missing" else CupyLimit
         raise error(message, function=spec.name, line=line, kind=kind, fix=fix) from None
 
@@ -215,9 +215,21 @@ class Calls:
 
     def missing_value(self, spec: CallSpec) -> None:
         """Count one use of NumPy's value (a constant, a scalar type) under ``--fallback``."""
-        why = limit_message(spec.name, None, "", "missing")[0].split(": ", 1)[1].split(";")[0]
-        self.record.fell_back(spec.name, why, WAYS.get(spec.name.removeprefix("np."), "")
-                              ).calls += 1
+        self.record.fell_back(spec.name, why_text(spec.name, "missing"),
+                              WAYS.get(spec.name.removeprefix("np."), "")).calls += 1
+
+    def host_call(self, spec: CallSpec, host: Any) -> Any:
+        """NumPy's ``host`` as ``--fallback`` runs a name CuPy lacks: each call on host
+        copies, counted in the report."""
+        why = why_text(spec.name, "missing")
+
+        def fall_back(*args: Any, **kwargs: Any) -> Any:
+            return self.run_host(spec, host, args, kwargs, why)
+
+        fall_back.__name__ = getattr(host, "__name__", spec.name)
+        fall_back.__doc__ = getattr(host, "__doc__", None)
+        fall_back.__cupy_magic_numpy__ = host  # type: ignore[attr-defined]
+        return fall_back
 
     # --- the fallback -------------------------------------------------------------------
     def _down(self, value: Any, moved: list[int], writable: bool = False) -> Any:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy
 
-from .advice import limit_message
 from .calls import Calls
 from .spec import MISSING, CallSpec, reference_module
 
@@ -52,14 +51,7 @@ class CheckedGenerator:
             spec = CallSpec(f"Generator.{name}")
             host = getattr(self._numpy(), name)
             calls.missing(spec, host)  # raises unless --fallback
-            why = limit_message(spec.name, None, "", "missing")[0].split(": ", 1)[1]
-            why = why.split(";")[0]
-
-            def fall_back(*args: Any, **kwargs: Any) -> Any:
-                return calls.run_host(spec, host, args, kwargs, why)
-
-            fall_back.__name__ = name
-            return fall_back
+            return calls.host_call(spec, host)
         return getattr(generator, name)
 
     def __setattr__(self, name: str, value: Any) -> None:

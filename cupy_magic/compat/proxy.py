@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy
 
-from .advice import limit_message
 from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
 from .generator import checked_default_rng
 from .record import CompatRecord
@@ -284,14 +283,5 @@ def _wrap_host(calls: Calls, host: Any, sub: str, path: str, name: str,
         return ArrayModule(calls, host, sub + ".", fallen=True)
     if not callable(host):
         return host
-    spec = call_spec(path, name, False)
-    why = limit_message(spec.name, None, "", "missing")[0].split(": ", 1)[1].split(";")[0]
-
-    def fall_back(*args: Any, **kwargs: Any) -> Any:
-        return calls.run_host(spec, host, args, kwargs, why)
-
-    fall_back.__name__ = getattr(host, "__name__", name)
-    fall_back.__doc__ = getattr(host, "__doc__", None)
-    fall_back.__cupy_magic_numpy__ = host  # type: ignore[attr-defined]
-    return fall_back
+    return calls.host_call(call_spec(path, name, False), host)
 
