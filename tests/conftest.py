@@ -90,3 +90,18 @@ def cell_error(ip, cell: str, line: str = "") -> str:
     result = ip.run_cell(f"%%gpu {line}\n{cell}")
     assert result.error_in_exec is not None, "the cell should have stopped"
     return str(result.error_in_exec)
+
+
+@pytest.fixture
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gathered outputs of batched cells start as garbage, so a row no batch wrote shows."""
+    import numpy as np
+
+    from cupy_magic.run import batched
+
+    def empty(shape, dtype, alloc=np.empty):
+        out = alloc(shape, dtype)
+        out.view(np.uint8)[...] = 0xA5
+        return out
+
+    monkeypatch.setattr(batched, "_empty_output", empty)

@@ -11,7 +11,6 @@ from IPython.core.error import UsageError
 
 import cupy_magic
 from cupy_magic import backend
-from cupy_magic.run import batched as pipeline
 from cupy_magic.run import progress
 
 
@@ -34,17 +33,6 @@ def fresh(shape, dtype, seed=0):
     if np.dtype(dtype).kind == "c":
         return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
     return rng.random(shape).astype(dtype)
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    """Gathered outputs start as garbage, so a row the pipeline never writes shows."""
-    def empty(shape, dtype, alloc=np.empty):
-        out = alloc(shape, dtype)
-        out.view(np.uint8)[...] = 0xA5
-        return out
-
-    monkeypatch.setattr(pipeline, "_empty_output", empty)
 
 
 # --- results equal the unbatched run --------------------------------------------------------

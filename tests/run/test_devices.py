@@ -19,7 +19,6 @@ import cupy_magic
 from cupy_magic import backend
 from cupy_magic.backend.devices import DeviceEngines
 from cupy_magic.backend.host import HostBackend
-from cupy_magic.run import batched as pipeline
 from cupy_magic.run import devices as devices_mod
 from cupy_magic.run.batching import BatchOptions
 from cupy_magic.run.devices import Dealer, resolve_devices
@@ -44,15 +43,19 @@ two = _fixture(2)
 three = _fixture(3)
 
 
-@pytest.fixture
-def poisoned(monkeypatch):
-    """Gathered outputs start as garbage, so a row no device wrote shows."""
-    def empty(shape, dtype, alloc=np.empty):
-        out = alloc(shape, dtype)
-        out.view(np.uint8)[...] = 0xA5
-        return out
+def _fail_upload(monkeypatch, device: int, at: int, message: str) -> None:
+    """Make the ``at``-th upload to ``device`` raise ``RuntimeError(message)``."""
+    real = DeviceEngines.upload
+    count = {"n": 0}
 
-    monkeypatch.setattr(pipeline, "_empty_output", empty)
+    def upload(self, slot, name, arr, a, b, dtype):
+        if self.device_of(slot) == device:
+            count["n"] += 1
+            if count["n"] == at:
+                raise RuntimeError(message)
+        return real(self, slot, name, arr, a, b, dtype)
+
+    monkeypatch.setattr(DeviceEngines, "upload", upload)
 
 
 def data(rows=10_000, cols=3, seed=0):
@@ -239,17 +242,7 @@ def test_the_report_has_a_row_per_device_and_the_total(two):
 
 
 def test_a_device_failing_mid_run_stops_the_cell_names_it_and_commits_nothing(two, monkeypatch):
-    real = DeviceEngines.upload
-    seen = {"n": 0}
-
-    def upload(self, slot, name, arr, a, b, dtype):
-        if self.device_of(slot) == 1:
-            seen["n"] += 1
-            if seen["n"] == 3:
-                raise RuntimeError("device 1 fell off the bus")
-        return real(self, slot, name, arr, a, b, dtype)
-
-    monkeypatch.setattr(DeviceEngines, "upload", upload)
+    _fail_upload(monkeypatch, device=1, at=3, message="device 1 fell off the bus")
     x = data(8_000, 2)
     ns = {"np": np, "x": x, "y": "before"}
     with pytest.raises(RuntimeError, match="fell off the bus") as info:
@@ -410,17 +403,7 @@ def test_two_gpus_share_the_batches_with_own_pools_and_budgets(gip, poisoned):
 def test_a_gpu_failing_mid_run_is_named_and_the_pools_return(gip, monkeypatch):
     be = backend.current()
     before = (be.pool_used(0), be.pool_used(1))
-    real = DeviceEngines.upload
-    count = {"n": 0}
-
-    def upload(self, slot, name, arr, a, b, dtype):
-        if self.device_of(slot) == 1:
-            count["n"] += 1
-            if count["n"] == 4:
-                raise RuntimeError("GPU 1 lost")
-        return real(self, slot, name, arr, a, b, dtype)
-
-    monkeypatch.setattr(DeviceEngines, "upload", upload)
+    _fail_upload(monkeypatch, device=1, at=4, message="GPU 1 lost")
     gip.user_ns["x"] = np.ones((4_000_000, 2), np.float32)
     with pytest.raises(RuntimeError, match="GPU 1 lost") as info:
         gip.run_cell_magic("gpu", "--quiet --devices 0,1 --batch-rows 100000",
