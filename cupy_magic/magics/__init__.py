@@ -362,9 +362,8 @@ class GpuMagics(Magics):
     @argument("target", nargs="?", default="show",
               help="local, a scheduler address (tcp://HOST:8786), off, or show (default)")
     @argument("--workers", type=int, default=None, metavar="N",
-              help=f"worker processes of a local cluster on the CPU fallback (default "
-                   f"{LOCAL_CPU_WORKERS}, at most the cores); on a GPU, how many GPUs get "
-                   "one (default all)")
+              help=f"workers of a local cluster: processes on the CPU fallback (default "
+                   f"{LOCAL_CPU_WORKERS}, at most the cores), GPUs on a GPU (default all)")
     @argument("--timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
               help=f"seconds to reach a scheduler (default {CONNECT_TIMEOUT})")
     @line_magic

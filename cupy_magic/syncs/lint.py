@@ -41,28 +41,22 @@ class SyncFinding:
         return f"line {self.line} `{self.code}`: {self.why}{loop}; instead: {self.fix}"
 
 
-def lint_cell(
-    source: str,
-    device_names: Iterable[str],
-    xp_names: Iterable[str] = ("np", "numpy", "cp", "cupy"),
-) -> list[SyncFinding]:
+def lint_cell(source: str, device_names: Iterable[str],
+              xp_names: Iterable[str] = ("np", "numpy", "cp", "cupy")) -> list[SyncFinding]:
     """Find the lines of a cell that are likely to synchronise the GPU with the host.
 
     Parameters
     ----------
     source : str
         The cell's Python source.
-    device_names : iterable of str
-        Names that hold device arrays when the cell starts.
-    xp_names : iterable of str
-        Names bound to the array module inside the cell; calls through them that create
-        arrays return device values.
+    device_names, xp_names : iterable of str
+        Names that hold device arrays when the cell starts; names bound to the array module
+        inside the cell (calls through them that create arrays return device values).
 
     Returns
     -------
     list of SyncFinding
-        Sorted by line, then kind; empty when the source does not parse (the runner reports
-        syntax errors itself). A cell run again with the same names is not parsed again.
+        By line, then kind; empty if the source does not parse; cached by source and names.
     """
     return list(_lint(source, frozenset(device_names), frozenset(xp_names)))
 
