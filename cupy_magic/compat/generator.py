@@ -51,8 +51,12 @@ class CheckedGenerator:
             spec = CallSpec(f"Generator.{name}")
             host = getattr(self._numpy(), name)
             calls.missing(spec, host)  # raises unless --fallback
-            return calls.host_call(spec, host)
-        return getattr(generator, name)
+            value = calls.host_call(spec, host)
+        else:
+            value = getattr(generator, name)
+        if callable(value):  # a method: later calls (a loop's) skip these checks
+            self.__dict__[name] = value
+        return value
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.__dict__["_generator"], name, value)
