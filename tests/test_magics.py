@@ -69,11 +69,13 @@ def test_numpy_names_mean_the_backend_module_inside_only(ip, xp):
     import numpy
 
     ip.user_ns["numpy"] = numpy
-    gpu(ip, "mod_np = np\nmod_numpy = numpy\nmod_cp = cp\n")
-    # one module in front of the backend's (cupy_magic.compat): its names, checked calls
-    assert ip.user_ns["mod_np"] is ip.user_ns["mod_numpy"] is ip.user_ns["mod_cp"]
-    assert ip.user_ns["mod_np"].__name__ == xp.__name__
-    assert ip.user_ns["mod_np"].ndarray is xp.ndarray
+    gpu(ip, "same = np is numpy is cp\nname = np.__name__\nnd = np.ndarray\nmod_np = np\n")
+    # inside: one module in front of the backend's (cupy_magic.compat): its names, checked calls
+    assert ip.user_ns["same"] is True
+    assert ip.user_ns["name"] == xp.__name__
+    assert ip.user_ns["nd"] is xp.ndarray
+    # outside: a module the cell leaves behind is NumPy's own again (compat.scope.host_value)
+    assert ip.user_ns["mod_np"] is numpy
     assert ip.user_ns["np"] is numpy and ip.user_ns["numpy"] is numpy
 
 
