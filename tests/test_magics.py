@@ -216,6 +216,16 @@ def test_report_is_an_object_and_printed_unless_quiet(ip, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_peak_counts_a_temporary_the_cell_freed(ip, xp):
+    gpu(ip, "t = np.ones(1 << 20)\ndel t\ny = np.ones(10)\n", "--quiet")
+    report = cupy_magic.last_report()
+    assert report.peak_pool_bytes - report.start_pool_bytes >= 8 << 20
+    if xp.__name__ == "cupy":  # read by the allocator: no MemoryHook slows every operation
+        gpu(ip, "import cupy\nhooks = len(cupy.cuda.memory_hook.get_memory_hooks())\n",
+            "--quiet")
+        assert ip.user_ns["hooks"] == 0
+
+
 def test_odd_inputs_work(ip):
     f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
     ip.user_ns.update(f=f, s=np.arange(20.0)[::3], z=np.zeros((0, 4)), b=np.array([True, False]))

@@ -77,23 +77,6 @@ class Transfer:
     pinned: bool
 
 
-class _PeakTracker:
-    """Running current/peak of pool bytes, fed by allocation callbacks."""
-
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.current = start
-        self.peak = start
-
-    def add(self, nbytes: int) -> None:
-        self.current += nbytes
-        if self.current > self.peak:
-            self.peak = self.current
-
-    def sub(self, nbytes: int) -> None:
-        self.current -= nbytes
-
-
 class Backend:
     """The protocol shared by the CuPy and host backends."""
 

@@ -1,0 +1,147 @@
+"""Where the microseconds per operation go in a ``%%gpu`` cell of many small operations.
+
+One cell, a loop of ``--ops`` steps of two small element-wise operations each
+(``y = y * 0.999 + 0.001`` on 10,000 float32, the ``small_loop`` cell of ``peer_bench.py``), is
+timed (best of ``--repeats``, the device synchronised at the end) under each layer the
+extension adds, one at a time:
+
+- ``cupy``: plain ``exec`` with CuPy's default allocator: the hand port, the reference;
+- ``pool``: plain ``exec``, CuPy calling the ``SingleDeviceMemoryPool`` cupy_magic installs
+  directly (``set_allocator(pool.malloc)``);
+- ``backend``: plain ``exec`` under the allocator cupy_magic installs (``CupyBackend._malloc``:
+  the budget check), no measurement open;
+- ``measured``: the same inside ``track_memory`` (the peak read at each allocation);
+- ``hook``: ``measured`` plus a CuPy ``MemoryHook`` of four no-op Python methods, which is how
+  cupy_magic followed the peak before (kept to show what it cost);
+- ``run_cell`` and ``run_cell syncs off``: the whole cell through :func:`cupy_magic.run_cell`.
+
+The cost of each layer per array operation is ``(t - t_cupy) / (2 * ops)``. Without a GPU
+the rows are plain ``exec`` with NumPy and ``run_cell`` on the CPU fallback, labelled ``host``.
+
+Usage::
+
+    python benchmarks/op_overhead.py [--ops 3000] [--repeats 7]
+
+Prints a table and writes ``benchmarks/results/op-overhead-<UTC time>-<gpu|host>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import cupy_magic  # noqa: E402
+from cupy_magic import backend as _backend  # noqa: E402
+
+CELL = "y = v\nfor _ in range(OPS):\n    y = y * 0.999 + 0.001\n"
+
+
+def best(fn: Callable[[], None], repeats: int, sync: Callable[[], None]) -> float:
+    """Best wall seconds of ``repeats`` calls of ``fn`` (after one untimed call)."""
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def variants(be: Any, code: str, v: Any) -> Iterator[tuple[str, Callable[[], None], Any]]:
+    """``(name, run, context)`` for each layer on this backend."""
+    def plain() -> None:
+        exec(code, {"v": v})
+
+    def cell(syncs: str) -> Callable[[], None]:
+        return lambda: cupy_magic.run_cell(code, {"np": be.xp, "v": v}, syncs=syncs)
+
+    if not be.is_gpu:
+        yield "numpy", plain, contextlib.nullcontext
+        yield "run_cell", cell("warn"), contextlib.nullcontext
+        yield "run_cell syncs off", cell("off"), contextlib.nullcontext
+        return
+    cp = be.cp
+
+    @contextlib.contextmanager
+    def allocator(malloc: Any) -> Iterator[None]:
+        cp.cuda.set_allocator(malloc)
+        try:
+            yield
+        finally:
+            cp.cuda.set_allocator(be._malloc)
+
+    @contextlib.contextmanager
+    def measured() -> Iterator[None]:
+        with be.track_memory("<op_overhead>"):
+            yield
+
+    class NoOpHook(cp.cuda.memory_hook.MemoryHook):  # type: ignore[misc, name-defined]
+        name = "op_overhead.noop"
+
+        def malloc_preprocess(self, **kw: Any) -> None: ...
+        def malloc_postprocess(self, **kw: Any) -> None: ...
+        def free_preprocess(self, **kw: Any) -> None: ...
+        def free_postprocess(self, **kw: Any) -> None: ...
+
+    @contextlib.contextmanager
+    def hooked() -> Iterator[None]:
+        with measured(), NoOpHook():
+            yield
+
+    yield "cupy", plain, lambda: allocator(cp.get_default_memory_pool().malloc)
+    yield "pool", plain, lambda: allocator(be.pool.malloc)
+    yield "backend", plain, contextlib.nullcontext
+    yield "measured", plain, measured
+    yield "hook", plain, hooked
+    yield "run_cell", cell("warn"), contextlib.nullcontext
+    yield "run_cell syncs off", cell("off"), contextlib.nullcontext
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    be = _backend.current()
+    code = CELL.replace("OPS", str(args.ops))
+    v = be.xp.ones(10_000, dtype=be.xp.float32)
+    rows: list[dict[str, Any]] = []
+    for name, run, context in variants(be, code, v):
+        with context():
+            seconds = best(run, args.repeats, be.synchronize)
+        rows.append({"variant": name, "seconds": seconds})
+    base = rows[0]["seconds"]
+    operations = 2 * args.ops
+    for r in rows:
+        r["us_per_op"] = r["seconds"] / operations * 1e6
+        r["extra_us_per_op"] = (r["seconds"] - base) / operations * 1e6
+    where = "gpu" if be.is_gpu else "host"
+    print(f"cost per array operation on {be.info().name} [{where}]: {args.ops:,} steps of 2 "
+          f"operations on 10,000 float32, best of {args.repeats}")
+    for r in rows:
+        print(f"  {r['variant']:<20} {r['seconds'] * 1e3:9.2f} ms  {r['us_per_op']:7.2f} us/op"
+              f"  {r['extra_us_per_op']:+7.2f} us/op against {rows[0]['variant']}")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
+    out = ROOT / "benchmarks" / "results" / f"op-overhead-{stamp}-{where}.json"
+    out.write_text(json.dumps({
+        "benchmark": "op_overhead", "backend": where, "device": be.info().name,
+        "python": platform.python_version(), "ops": args.ops, "repeats": args.repeats,
+        "cell": code, "rows": rows}, indent=2))
+    print(f"  written {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
