@@ -38,10 +38,6 @@ WAYS = {
     "ndenumerate": "np.indices(x.shape) or np.argwhere for the positions, with whole-array "
                    "expressions",
     "ndindex": "np.indices(shape).reshape(len(shape), -1).T",
-    "seterr": "np.isfinite(y).all() after the computation (CuPy never warns on overflow or "
-              "division by zero)",
-    "errstate": "drop it: CuPy never warns on overflow or division by zero",
-    "geterr": "drop it: CuPy never warns on overflow or division by zero",
     "emath": "np.sqrt(x.astype(complex)) (emath picks complex output by value)",
     "datetime64": "integer offsets (e.g. seconds as int64) on the device, dates on the host",
     "timedelta64": "integer offsets (e.g. seconds as int64) on the device",

@@ -19,6 +19,7 @@ from typing import Any
 import numpy
 
 from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
+from .fperrors import FP_ERRORS, fp_errors_call
 from .generator import checked_default_rng
 from .record import CompatRecord
 from .spec import MISSING, CallSpec, call_spec, numpy_module, reference_module
@@ -240,6 +241,8 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
     if fallen:
         return _wrap_host(calls, host, sub, path, name, target), True
     if calls.checked and host is not MISSING and _ref(path, name) is MISSING:
+        if not path and name in FP_ERRORS:  # NumPy's host settings; 'ignore' is the GPU's
+            return fp_errors_call(calls, host, name), True
         calls.missing(call_spec(path, name, False), host)  # raises unless --fallback
         if isinstance(host, type) and issubclass(host, numpy.generic):
             # a scalar type (np.datetime64, np.bytes_) is also a dtype, and issubclass's
