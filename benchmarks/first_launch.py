@@ -1,0 +1,125 @@
+"""Where a fresh process's first ``%%gpu`` cell spends its time when every kernel is cached.
+
+On the H200, a cell's first run in a new kernel took 0.3 to 0.45 s of "GPU time" even with all
+its kernels loaded from a warm ``CUPY_CACHE_DIR`` (``peer_bench.py``, ``compile_cache.py``);
+run again in the same process it took 10 to 90 ms. This splits that first cost, each case in
+a fresh process over one warm cache (filled by a first process):
+
+- ``steps``: the CUDA context (``cudaFree(0)``), a first allocation and fill, a first
+  element-wise kernel, a second one, then the ``small_loop`` cell of ``peer_bench.py`` through
+  :func:`cupy_magic.run_cell`, each timed (synchronised);
+- ``cell first``: the cell as the first GPU work of the process;
+- ``warmed in a thread``: the first three steps in a background thread (as ``%load_ext``
+  could do), joined, then the cell.
+
+Usage::
+
+    python benchmarks/first_launch.py [--out DIR]
+
+Prints the figures and writes ``first-launch-<UTC time>.json`` under ``--out``
+(``benchmarks/results``). Without a GPU it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CELL = "y = v\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n"
+
+
+def _steps(cp: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    t = time.perf_counter()
+    cp.cuda.runtime.free(0)
+    out["context_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    x = cp.ones(4, dtype=cp.float32)
+    cp.cuda.Device().synchronize()
+    out["first_alloc_fill_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    (x * 2).sum()
+    cp.cuda.Device().synchronize()
+    out["first_elementwise_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    cp.sqrt(x)
+    cp.cuda.Device().synchronize()
+    out["second_kernel_s"] = time.perf_counter() - t
+    return out
+
+
+def child(mode: str) -> None:
+    """One fresh process: ``mode`` is steps, cell or thread; prints one JSON line."""
+    import threading
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    import cupy as cp
+
+    import cupy_magic
+
+    cupy_magic.device_info()  # what %load_ext does
+    fig: dict[str, Any] = {}
+    if mode == "steps":
+        fig.update(_steps(cp))
+    elif mode == "thread":
+        t = time.perf_counter()
+        worker = threading.Thread(target=lambda: fig.update(_steps(cp)))
+        worker.start()
+        worker.join()
+        fig["thread_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    report = cupy_magic.run_cell(CELL, {"np": np, "v": np.ones(10_000, np.float32)},
+                                 to_host=True)
+    fig["cell_s"] = time.perf_counter() - t
+    fig["cell_gpu_s"] = report.gpu_seconds
+    t = time.perf_counter()
+    cupy_magic.run_cell(CELL, {"np": np, "v": np.ones(10_000, np.float32)}, to_host=True)
+    fig["cell_again_s"] = time.perf_counter() - t
+    print(json.dumps(fig))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no CuPy or no device
+        print(f"first_launch: no GPU ({type(exc).__name__}); nothing measured")
+        return 0
+    env = {**os.environ, "CUPY_CACHE_DIR": tempfile.mkdtemp(prefix="first-launch-")}
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import first_launch; "
+    runs: dict[str, Any] = {}
+    for label, mode in (("fill the cache", "steps"), ("steps", "steps"), ("cell first", "cell"),
+                        ("warmed in a thread", "thread"), ("cell first again", "cell")):
+        done = subprocess.run([sys.executable, "-c", code + f"first_launch.child({mode!r})"],
+                              env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+        runs[label] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{label:<20} " + "  ".join(f"{k} {v * 1e3:8.1f} ms"
+                                           for k, v in runs[label].items()), flush=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"first-launch-{stamp}.json"
+    path.write_text(json.dumps({"benchmark": "first_launch", "cell": CELL,
+                                "device": cupy.cuda.runtime.getDeviceProperties(0)["name"]
+                                .decode(), "runs": runs}, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
