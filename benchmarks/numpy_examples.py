@@ -184,10 +184,19 @@ def differs(ref: Any, got: Any, loose: bool) -> str:
         rtol = min(1e-3, 1e4 * float(numpy.finfo(a.dtype).eps))
         finite = numpy.isfinite(a)
         scale = float(numpy.abs(a[finite]).max()) if finite.any() else 0.0
-        ok = numpy.allclose(b, a, rtol=rtol, atol=rtol * scale, equal_nan=True)
+        bad = ~numpy.isclose(b, a, rtol=rtol, atol=rtol * scale, equal_nan=True)
     else:
-        ok = numpy.array_equal(a, b)
-    return "" if ok else "values differ"
+        bad = a != b
+    return "values differ" + _where_differ(a, b, bad) if bad.any() else ""
+
+
+def _where_differ(a: Any, b: Any, bad: Any) -> str:
+    """" at [i]: NumPy 0.5, the cell 0.25 (k of n differ)": the first difference."""
+    import numpy
+
+    i = tuple(int(j) for j in numpy.argwhere(bad)[0]) if a.ndim else ()
+    return (f" at {list(i)}: NumPy {a[i]!r}, the cell {b[i]!r} ({int(bad.sum())} of {a.size} "
+            "differ)")
 
 
 def compared(namespace: dict[str, Any]) -> dict[str, Any]:
