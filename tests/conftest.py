@@ -46,6 +46,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture
+def cupy_names() -> None:
+    """Skip where CuPy is not installed: the CPU fallback checks a cell's calls against
+    CuPy's names and signatures only where CuPy can be imported (``compat.spec``), as in CI;
+    a plain ``pip install -e '.[test]'`` has no CuPy."""
+    pytest.importorskip("cupy", reason="the calls are checked against CuPy's names; "
+                        "pip install cupy-cuda13x (importable without a GPU)")
+
+
 @pytest.fixture(scope="session")
 def shell():
     """The one real IPython InteractiveShell of the test session."""

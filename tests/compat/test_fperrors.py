@@ -33,7 +33,8 @@ def test_ignore_and_restoring_the_settings_run_as_numpy(ip, xp):
     ("np.seterr('call')", "all='call'"),
     ("np.seterr(over='print', under='ignore')", "over='print'"),
 ])
-def test_a_mode_the_device_cannot_honour_is_refused_in_one_line(ip, xp, flags, call, shown):
+def test_a_mode_the_device_cannot_honour_is_refused_in_one_line(ip, xp, cupy_names, flags, call,
+                                                              shown):
     before = np.geterr()
     ip.user_ns.pop("z", None)
     ip.user_ns["x"] = np.array([1.0, 0.0])

@@ -13,7 +13,7 @@ import cupy_magic
 from cupy_magic.compat.generator import CheckedGenerator
 
 
-def test_a_method_cupy_lacks_is_one_line_with_the_cupy_way(ip):
+def test_a_method_cupy_lacks_is_one_line_with_the_cupy_way(ip, cupy_names):
     ip.user_ns.pop("n", None)
     msg = cell_error(ip, "rng = np.random.default_rng(0)\nu = rng.random(3)\n"
                          "n = rng.normal(0, 1, 5)\n", "--to-host")
@@ -23,7 +23,7 @@ def test_a_method_cupy_lacks_is_one_line_with_the_cupy_way(ip):
     assert "n" not in ip.user_ns and "u" not in ip.user_ns
 
 
-def test_fallback_runs_numpys_generator_from_the_same_seed_and_reports_it(ip):
+def test_fallback_runs_numpys_generator_from_the_same_seed_and_reports_it(ip, cupy_names):
     ip.run_cell_magic("gpu", "--to-host --fallback --quiet",
                       "rng = np.random.default_rng(7)\nn = rng.normal(2.0, 0.5, 6)\n")
     np.testing.assert_array_equal(ip.user_ns["n"], np.random.default_rng(7).normal(2.0, 0.5, 6))
@@ -35,7 +35,7 @@ def test_fallback_runs_numpys_generator_from_the_same_seed_and_reports_it(ip):
     assert type(rng).__module__.split(".")[0] in ("numpy", "cupy")
 
 
-def test_a_generator_from_an_earlier_cell_is_checked_too(ip):
+def test_a_generator_from_an_earlier_cell_is_checked_too(ip, cupy_names):
     ip.run_cell_magic("gpu", "--quiet", "rng = np.random.default_rng(1)\n")
     msg = cell_error(ip, "p = rng.permutation(5)\n")
     assert msg.startswith("Generator.permutation at line 1 `p = rng.permutation(5)`: CuPy has "

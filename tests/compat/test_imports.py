@@ -29,7 +29,7 @@ def test_imports_in_the_cell_give_the_array_module(ip, xp):
     assert not any(isinstance(v, ArrayModule) for v in ns.values())
 
 
-def test_an_imported_name_cupy_lacks_is_refused_like_np_dot_name(ip):
+def test_an_imported_name_cupy_lacks_is_refused_like_np_dot_name(ip, cupy_names):
     ip.user_ns.pop("it", None)
     result = ip.run_cell("%%gpu\nfrom numpy import nditer\nit = nditer\n")
     assert str(result.error_in_exec).startswith("np.nditer at line 1 `from numpy import "
