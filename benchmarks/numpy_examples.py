@@ -65,7 +65,7 @@ OUT = "doctest_out_"
 _DROP_IMPORT = re.compile(r"^\s*import numpy( as np)?\s*$")
 _PLOT = re.compile(r"\bplt\b|matplotlib|mpl_toolkits")
 CAUSES = {"missing": "missing in CuPy", "dtype": "dtype", "option": "option",
-          "device-array": "NumPy-only code"}
+          "device-array": "NumPy-only code", "view": "view"}
 TARGETS = {"pass_rate_default": 0.85, "pass_rate_fallback": 0.95}
 
 

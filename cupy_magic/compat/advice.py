@@ -24,6 +24,8 @@ KINDS = {
     "not-implemented": "CuPy has not implemented this use ({detail})",
     "argument": "CuPy does not take {detail} here",
     "device-int": "a device array was used where Python needs an int",
+    "view": ("NumPy returns a view of its argument here, and run on the host the result "
+             "can only be a copy on the device (a write to one would not show in the other)"),
 }
 # The CuPy way to write the common cases; keys are the function's name without "np.".
 WAYS = {

@@ -255,6 +255,21 @@ class Calls:
             return type(value)(self._up(v, moved) for v in value)
         return value
 
+    def _no_view(self, spec: CallSpec, result: Any, args: tuple, copies: tuple,
+                 written: tuple) -> None:
+        """Refuse a NumPy result that is a view of a device argument's host copy: NumPy
+        returns a view of the argument there (``np.asmatrix(x)``), and the device can only
+        get a copy, so a later write to one would not show in the other."""
+        if not isinstance(result, numpy.ndarray) or any(result is w for w in written):
+            return
+        for arg, copy in zip(args, copies, strict=True):
+            if (copy is not arg and isinstance(copy, numpy.ndarray)
+                    and numpy.may_share_memory(result, copy)):
+                line = self.record.line()
+                message, fix = limit_message(spec.name, line, self.record.code(line), "view",
+                                             fallback=False)
+                raise CupyLimit(message, function=spec.name, line=line, kind="view", fix=fix)
+
     def run_host(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict,
                  why: str) -> Any:
         """Run ``host_func`` (NumPy's) on host copies; results back on the device."""
@@ -282,9 +297,13 @@ class Calls:
                 "argument, and under --fallback that would change a host copy only; write the "
                 "result to a new name instead", function=spec.name, line=line,
                 kind="not-implemented") from None
+        self._no_view(spec, result, (*args, *kwargs.values()), (*hargs, *hkw.values()),
+                      written=(hkw.get("out"), hargs[0] if mutates and args else None))
         writes = [(out, hkw["out"])] if out is not None else []
         if mutates and args:
             writes.append((args[0], hargs[0]))
+        if scratch:  # NumPy left its scratch in the inputs: so do the device arrays
+            writes.extend((a, h) for a, h in zip(args, hargs, strict=True) if a is not out)
         for dev, host in writes:
             if isinstance(dev, self.device_type):
                 dev[...] = self._up(host, up)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy
 
 from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
+from .differs import guarded
 from .fperrors import FP_ERRORS, fp_errors_call
 from .generator import checked_default_rng
 from .record import CompatRecord
@@ -244,9 +245,10 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
         if not path and name in FP_ERRORS:  # NumPy's host settings; 'ignore' is the GPU's
             return fp_errors_call(calls, host, name), True
         calls.missing(call_spec(path, name, False), host)  # raises unless --fallback
-        if isinstance(host, type) and issubclass(host, numpy.generic):
-            # a scalar type (np.datetime64, np.bytes_) is also a dtype, and issubclass's
-            # argument: NumPy's own, counted at each use like a constant
+        if isinstance(host, type) and issubclass(host, (numpy.generic, numpy.ndarray)):
+            # a scalar type or array class (np.datetime64, np.bytes_, np.recarray) is a dtype,
+            # issubclass's or .view's argument: NumPy's own, counted at each use like a
+            # constant (np.nditer and other classes that take arrays run as fallback calls)
             calls.missing_value(call_spec(path, name, False))
             return host, False
         if not callable(host) and not isinstance(host, ModuleType):
@@ -272,6 +274,7 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
             wrapped = checked_default_rng(calls, wrapped)
     else:
         return value, True
+    wrapped = guarded(calls, sub, wrapped, host, spec)  # where CuPy differs from NumPy
     calls.wrapped[id(value)] = wrapped
     return wrapped, True
 

@@ -1,0 +1,93 @@
+"""Calls where CuPy silently gives another result than NumPy: made right, or refused.
+
+Found with ``benchmarks/numpy_examples.py`` on the H200 (NumPy's docstring examples, whose
+results are compared with NumPy's):
+
+- **Window functions** (``np.bartlett``, ``blackman``, ``hamming``, ``hanning``, ``kaiser``):
+  CuPy's kernels take their parameter as float32, so a float64 window has float32 precision
+  (``hanning(12)[1]``: 0.07937321066856384 against NumPy's 0.07937323358440945). A window is
+  made from scalars, so the cell computes it with NumPy on the host and moves its ``M``
+  values to the device; the report's fallback row says so.
+- **``np.float_power`` in complex**: for complex64 inputs, or a ``dtype=complex128``, CuPy
+  runs its complex64 loop (``'FF->D'``), so the result has complex64 precision (1.19e-08
+  where NumPy gives -1.8e-16); the inputs are widened to complex128 first.
+- **``np.arange`` with an integer dtype and a fractional start, stop or step**: NumPy steps
+  by ``int(start + step) - int(start)`` (``arange(-3, 3, 0.5, dtype=int)`` is -3, -2, -1, ...),
+  CuPy by the fraction; refused in one line, on both backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from .advice import CupyLimit
+from .calls import Calls
+from .spec import CallSpec
+
+__all__ = ["guarded"]
+
+WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
+_WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
+               "float64 array); NumPy's float64 window, computed on the host from scalars")
+_ARANGE_FIX = ("np.arange(start, stop, step).astype(dtype) for steps of the fraction, or "
+               "integer start, stop and step")
+
+
+def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> Any:
+    """``wrapped`` (the cell's ``np.<sub>``), or a function in front of it when CuPy is
+    known to differ from NumPy for ``sub``; on the CPU fallback only the refusals apply."""
+    on_device = calls.xp is not numpy
+    if sub in WINDOWS and on_device:
+        why = _WINDOW_WHY.format(name=sub)
+
+        def window(*args: Any, **kwargs: Any) -> Any:
+            return calls.run_host(spec, host, args, kwargs, why)
+        return _like(window, wrapped)
+    if sub == "float_power" and on_device:
+        def float_power(*args: Any, **kwargs: Any) -> Any:
+            if len(args) >= 2 and _complex(args[:2], kwargs.get("dtype")):
+                wide = tuple(calls.xp.asarray(a, dtype=numpy.complex128) for a in args[:2])
+                kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
+                return wrapped(*wide, *args[2:], **kwargs)
+            return wrapped(*args, **kwargs)
+        return _like(float_power, wrapped)
+    if sub == "arange" and calls.checked:
+        def arange(*args: Any, **kwargs: Any) -> Any:
+            dtype = kwargs.get("dtype", args[3] if len(args) > 3 else None)
+            if dtype is not None and numpy.dtype(dtype).kind in "iub":
+                values = [*args[:3], *(kwargs.get(k) for k in ("start", "stop", "step"))]
+                if any(_fraction(v) for v in values):
+                    line = calls.record.line()
+                    where = f" at line {line} `{calls.record.code(line)}`" if line else ""
+                    raise CupyLimit(
+                        f"np.arange{where}: with an integer dtype and a fractional start, "
+                        "stop or step, NumPy and CuPy give different values (NumPy steps by "
+                        f"int(start + step) - int(start)); instead: {_ARANGE_FIX}",
+                        function="np.arange", line=line, kind="not-implemented",
+                        fix=_ARANGE_FIX)
+            return wrapped(*args, **kwargs)
+        return _like(arange, wrapped)
+    return wrapped
+
+
+def _complex(inputs: tuple, dtype: Any) -> bool:
+    """CuPy would take its complex64 loop where NumPy computes in complex128."""
+    if dtype is not None:
+        return numpy.dtype(dtype) == numpy.complex128
+    return any(getattr(a, "dtype", None) == numpy.complex64 for a in inputs)
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, (float, numpy.floating)) and not float(value).is_integer()
+
+
+def _like(func: Any, wrapped: Any) -> Any:
+    """``func`` with ``wrapped``'s name, documentation and data (a ufunc's ``nin``,
+    ``types``, methods, and what the name means outside a cell)."""
+    func.__dict__.update(getattr(wrapped, "__dict__", {}))
+    func.__name__ = getattr(wrapped, "__name__", func.__name__)
+    func.__qualname__ = getattr(wrapped, "__qualname__", func.__qualname__)
+    func.__doc__ = getattr(wrapped, "__doc__", None)
+    return func

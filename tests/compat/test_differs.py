@@ -1,0 +1,91 @@
+"""Calls where CuPy silently gives another result than NumPy (``cupy_magic.compat.differs``):
+the window functions and ``np.float_power`` in complex are made right on the device;
+``np.arange`` with an integer dtype and a fractional step is refused on both backends; and
+under ``--fallback`` a NumPy result that is a view of its argument is refused (the device can
+only get a copy). Through a real shell."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+
+def _error(ip, body: str, flags: str = "--quiet") -> str:
+    result = ip.run_cell(f"%%gpu {flags}\n{body}")
+    assert result.error_in_exec is not None, "the cell should have stopped"
+    return str(result.error_in_exec)
+
+
+def test_arange_with_an_integer_dtype_and_a_fraction_is_refused(ip, xp, cupy_names):
+    ip.user_ns.pop("a", None)
+    message = _error(ip, "b = np.arange(6)\na = np.arange(-3, 3, 0.5, dtype=int)\n")
+    assert message.startswith("np.arange at line 2 `a = np.arange(-3, 3, 0.5, dtype=int)`: "
+                              "with an integer dtype and a fractional start, stop or step")
+    assert "\n" not in message and ".astype(dtype)" in message
+    assert "a" not in ip.user_ns and "b" not in ip.user_ns  # the cell is a transaction
+
+
+def test_arange_that_both_compute_alike_runs(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --to-host",
+                      "a = np.arange(0, 6, 2.0, dtype=int)\nb = np.arange(-3, 3, 0.5)\n"
+                      "c = np.arange(5, dtype=np.int32)\n")
+    np.testing.assert_array_equal(ip.user_ns["a"], np.arange(0, 6, 2.0, dtype=int))
+    np.testing.assert_array_equal(ip.user_ns["b"], np.arange(-3, 3, 0.5))
+    assert ip.user_ns["c"].dtype == np.int32
+
+
+def test_fallback_refuses_a_view_of_a_device_argument(ip, xp, cupy_names):
+    ip.user_ns["x"] = np.arange(4.0).reshape(2, 2)
+    ip.user_ns.pop("m", None)
+    message = _error(ip, "m = np.asmatrix(x)\n", "--quiet --fallback")
+    assert message.startswith("np.asmatrix at line 1 `m = np.asmatrix(x)`: NumPy returns a "
+                              "view of its argument here")
+    assert "--fallback" not in message.split(":", 2)[2]  # no hint to use what failed
+    assert "m" not in ip.user_ns
+
+
+def test_fallback_of_a_new_array_still_runs(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host", "g = np.geomspace(1, 1000, 4)\n")
+    np.testing.assert_allclose(ip.user_ns["g"], np.geomspace(1, 1000, 4))
+
+
+def test_fallback_leaves_numpys_scratch_in_the_inputs(ip, xp, cupy_names):
+    a = np.array([[10.0, np.nan, 4.0], [3.0, 2.0, 1.0]])
+    ip.user_ns["a"] = a
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host",
+                      "b = a.copy()\nm = np.nanpercentile(b, 50, axis=1, overwrite_input=True)\n")
+    ref_b = a.copy()
+    ref_m = np.nanpercentile(ref_b, 50, axis=1, overwrite_input=True)
+    np.testing.assert_array_equal(ip.user_ns["m"], ref_m)
+    np.testing.assert_array_equal(ip.user_ns["b"], ref_b)  # as NumPy left its input
+
+
+def test_an_array_class_cupy_lacks_is_numpys_under_fallback(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --fallback",
+                      "sub = issubclass(np.recarray, np.ndarray)\nr = np.recarray\n")
+    assert ip.user_ns["sub"] is True and ip.user_ns["r"] is np.recarray
+
+
+@pytest.mark.gpu
+def test_windows_and_complex_float_power_equal_numpy_on_the_gpu(shell, monkeypatch):
+    from conftest import loaded
+
+    for _ in loaded(shell, monkeypatch, "cupy"):
+        shell.run_cell_magic("gpu", "--quiet --to-host",
+                             "w = [np.bartlett(12), np.blackman(12), np.hamming(12), "
+                             "np.hanning(12), np.kaiser(12, 14)]\n"
+                             "p = np.float_power(np.array([-1, -4]), 1.5, dtype=complex)\n"
+                             "q = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)\n")
+        rows = {r.function for r in cupy_magic.last_report().fallbacks}
+        windows = shell.user_ns["w"]
+        p, q = shell.user_ns["p"], shell.user_ns["q"]
+    want = [np.bartlett(12), np.blackman(12), np.hamming(12), np.hanning(12), np.kaiser(12, 14)]
+    for got, ref in zip(windows, want, strict=True):
+        np.testing.assert_array_equal(got, ref)  # NumPy's window, computed on the host
+    assert {"np.bartlett", "np.blackman", "np.hamming", "np.hanning", "np.kaiser"} <= rows
+    ref = np.float_power(np.array([-1, -4]), 1.5, dtype=complex)
+    assert p.dtype == np.complex128 and np.allclose(p, ref, rtol=1e-14, atol=1e-14)
+    ref = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)
+    assert q.dtype == ref.dtype and np.allclose(q, ref, rtol=1e-14, atol=1e-14)
