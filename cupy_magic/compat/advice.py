@@ -24,6 +24,9 @@ KINDS = {
     "not-implemented": "CuPy has not implemented this use ({detail})",
     "argument": "CuPy does not take {detail} here",
     "device-int": "a device array was used where Python needs an int",
+    "differs": "NumPy and CuPy give different values for {detail}",
+    "fp-errors": ("the GPU never checks floating-point errors, so {detail} cannot be honoured "
+                  "by the cell's device computations (they run as if 'ignore' were set)"),
     "view": ("NumPy returns a view of its argument here, and run on the host the result "
              "can only be a copy on the device (a write to one would not show in the other)"),
 }
@@ -40,6 +43,10 @@ WAYS = {
     "ndenumerate": "np.indices(x.shape) or np.argwhere for the positions, with whole-array "
                    "expressions",
     "ndindex": "np.indices(shape).reshape(len(shape), -1).T",
+    "arange": ("np.arange(start, stop, step).astype(dtype) for steps of the fraction, or "
+               "integer start, stop and step"),
+    **dict.fromkeys(("errstate", "seterr"), "check the result (np.isfinite(y).all() after the "
+                    "computation), or set the mode outside the %%gpu cell for NumPy code"),
     "emath": "np.sqrt(x.astype(complex)) (emath picks complex output by value)",
     "datetime64": "integer offsets (e.g. seconds as int64) on the device, dates on the host",
     "timedelta64": "integer offsets (e.g. seconds as int64) on the device",

@@ -161,11 +161,8 @@ class Calls:
         except LIMIT_ERRORS as exc:
             return self.failed(spec, func, host_func, args, kwargs, exc)
         if (spec.explicit and self.host and self.checked and isinstance(result, numpy.ndarray)
-                and result.dtype.kind in UNSUPPORTED_KINDS):
-            try:  # NumPy made it; CuPy would refuse the dtype
-                self.limit(spec, "dtype", str(result.dtype))
-            except _Fallback as fb:
-                return self.run_host(spec, host_func, args, kwargs, fb.why)
+                and result.dtype.kind in UNSUPPORTED_KINDS):  # NumPy made it; CuPy would not
+            return self.refuse(spec, host_func, args, kwargs, "dtype", str(result.dtype))
         return result
 
     def failed(self, spec: CallSpec, func: Any, host_func: Any, args: tuple, kwargs: dict,
@@ -188,8 +185,14 @@ class Calls:
                 else:
                     self.record.moved(kinds, spec.name)
                     return result
+        return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
+
+    def refuse(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict, kind: str,
+               detail: str = "", cause: BaseException | None = None) -> Any:
+        """Stop the cell with the one-line message; under ``--fallback``, run the call with
+        NumPy (``host_func``) instead and return its result."""
         try:
-            self.limit(spec, kind, detail, cause=exc)
+            self.limit(spec, kind, detail, cause=cause)
         except _Fallback as fb:
             return self.run_host(spec, host_func, args, kwargs, fb.why)
         raise AssertionError("unreachable: limit() always raises")

@@ -13,7 +13,7 @@ results are compared with NumPy's):
   where NumPy gives -1.8e-16); the inputs are widened to complex128 first.
 - **``np.arange`` with an integer dtype and a fractional start, stop or step**: NumPy steps
   by ``int(start + step) - int(start)`` (``arange(-3, 3, 0.5, dtype=int)`` is -3, -2, -1, ...),
-  CuPy by the fraction; refused in one line, on both backends.
+  CuPy by the fraction; refused in one line on both backends, NumPy's under ``--fallback``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy
 
-from .advice import CupyLimit
 from .calls import Calls
 from .spec import CallSpec
 
@@ -31,8 +30,8 @@ __all__ = ["guarded"]
 WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
 _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
                "float64 array); NumPy's float64 window, computed on the host from scalars")
-_ARANGE_FIX = ("np.arange(start, stop, step).astype(dtype) for steps of the fraction, or "
-               "integer start, stop and step")
+_ARANGE = ("an integer dtype with a fractional start, stop or step (NumPy steps by "
+           "int(start + step) - int(start))")
 
 
 def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> Any:
@@ -59,14 +58,7 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
             if dtype is not None and numpy.dtype(dtype).kind in "iub":
                 values = [*args[:3], *(kwargs.get(k) for k in ("start", "stop", "step"))]
                 if any(_fraction(v) for v in values):
-                    line = calls.record.line()
-                    where = f" at line {line} `{calls.record.code(line)}`" if line else ""
-                    raise CupyLimit(
-                        f"np.arange{where}: with an integer dtype and a fractional start, "
-                        "stop or step, NumPy and CuPy give different values (NumPy steps by "
-                        f"int(start + step) - int(start)); instead: {_ARANGE_FIX}",
-                        function="np.arange", line=line, kind="not-implemented",
-                        fix=_ARANGE_FIX)
+                    return calls.refuse(spec, host, args, kwargs, "differs", _ARANGE)
             return wrapped(*args, **kwargs)
         return _like(arange, wrapped)
     return wrapped

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .advice import CupyLimit
+from .advice import CupyLimit, limit_message
 from .calls import Calls
 
 __all__ = ["FP_ERRORS", "fp_errors_call"]
@@ -23,8 +23,6 @@ __all__ = ["FP_ERRORS", "fp_errors_call"]
 FP_ERRORS = frozenset({"errstate", "seterr", "geterr", "seterrcall", "geterrcall"})
 _KINDS = ("all", "divide", "over", "under", "invalid")
 _QUIET = (None, "ignore", "warn")
-_FIX = ("check the result (np.isfinite(y).all() after the computation), or set the mode "
-        "outside the %%gpu cell for NumPy code")
 
 
 def fp_errors_call(calls: Calls, host: Any, name: str) -> Any:
@@ -38,13 +36,11 @@ def fp_errors_call(calls: Calls, host: Any, name: str) -> Any:
         modes = {k: v for k, v in asked.items() if v not in _QUIET}
         if modes:
             line = calls.record.line()
-            where = f" at line {line} `{calls.record.code(line)}`" if line else ""
             shown = ", ".join(f"{k}={v!r}" for k, v in modes.items())
-            raise CupyLimit(
-                f"np.{name}({shown}){where}: the GPU never checks floating-point errors, so "
-                f"{shown} cannot be honoured by the cell's device computations (they run as "
-                f"if 'ignore' were set); instead: {_FIX}",
-                function=f"np.{name}", line=line, kind="not-implemented", fix=_FIX)
+            message, fix = limit_message(f"np.{name}", line, calls.record.code(line),
+                                         "fp-errors", shown, fallback=False)
+            raise CupyLimit(message, function=f"np.{name}", line=line, kind="fp-errors",
+                            fix=fix)
         return host(*args, **kwargs)
 
     checked.__name__ = getattr(host, "__name__", name)

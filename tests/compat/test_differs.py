@@ -22,9 +22,17 @@ def test_arange_with_an_integer_dtype_and_a_fraction_is_refused(ip, xp, cupy_nam
     ip.user_ns.pop("a", None)
     message = _error(ip, "b = np.arange(6)\na = np.arange(-3, 3, 0.5, dtype=int)\n")
     assert message.startswith("np.arange at line 2 `a = np.arange(-3, 3, 0.5, dtype=int)`: "
-                              "with an integer dtype and a fractional start, stop or step")
-    assert "\n" not in message and ".astype(dtype)" in message
+                              "NumPy and CuPy give different values for an integer dtype with "
+                              "a fractional start, stop or step")
+    assert "\n" not in message and ".astype(dtype)" in message and "--fallback" in message
     assert "a" not in ip.user_ns and "b" not in ip.user_ns  # the cell is a transaction
+
+
+def test_arange_under_fallback_is_numpys(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host",
+                      "a = np.arange(-3, 3, 0.5, dtype=int)\n")
+    np.testing.assert_array_equal(ip.user_ns["a"], np.arange(-3, 3, 0.5, dtype=int))
+    assert [r.function for r in cupy_magic.last_report().fallbacks] == ["np.arange"]
 
 
 def test_arange_that_both_compute_alike_runs(ip, xp, cupy_names):
