@@ -179,10 +179,13 @@ _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
     (TypeError, re.compile(r"unexpected keyword argument '(\w+)'"), "option"),
     (TypeError, re.compile(r"Unsupported type (<class '\w+'>)|does not support (Python \w+)"
                            r"|must be a cupy\.ndarray object, not (\w+)"
-                           r"|unhashable type: '(\w+)'|'(\w+)' object has no attribute 'ndim'"),
+                           r"|unhashable type: '(\w+)'|'(\w+)' object has no attribute 'ndim'"
+                           r"|has incorrect type \(expected cupy\.\S+, got (\w+)\)"
+                           r"|should be of type cupy\.ndarray"),
      "argument"),
-    (AttributeError, re.compile(r"^'(list|tuple|range|int|float|bool|complex)' object has "
-                                r"no attribute '\w+'$"), "argument"),
+    (Exception, re.compile(r"only supports cupy\.ndarray"), "argument"),
+    (AttributeError, re.compile(r"^'(list|tuple|range|set|int|float|bool|complex)' object "
+                                r"has no attribute '\w+'$"), "argument"),
     (NotImplementedError, re.compile(r"(.*)"), "not-implemented"),
 )
 
@@ -199,6 +202,8 @@ def classify(exc: BaseException) -> tuple[str, str] | None:
             detail = next((g for g in match.groups() if g), "") if match.groups() else ""
             if kind == "argument" and detail and not detail.startswith(("<", "Python")):
                 detail = f"a Python {detail}"
+            if kind == "argument" and not detail:
+                detail = "a Python value"
             if kind == "option":
                 detail = f"{detail}="
             return kind, detail.rstrip(".")

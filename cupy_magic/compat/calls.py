@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +30,10 @@ _LOOSE = frozenset({*_CONVERTED, *_SCALARS})
 MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                      "np.put_along_axis", "np.random.shuffle"})
 _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
+# A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
+# on read-only host copies up to this size, never for calls with effects beyond their result
+_PROBE_BYTES = 64 << 20
+_NO_PROBE = ("random.", "save", "load", "info", "set", "tofile", "show")
 # dtype= arguments the slow path found CuPy can hold (np.float32, "f4", a numpy.dtype): the
 # wrappers' fast path lets a call with one of them through without the slow path. Only
 # "supported" is kept, which no setting changes (not --fallback, not the backend); a refusal
@@ -170,7 +175,9 @@ class Calls:
         """CuPy raised: retry once with Python values converted, else tell or fall back."""
         found = classify(exc)
         if found is None:
-            raise exc
+            if not self._numpy_runs(spec, host_func, args, kwargs):
+                raise exc  # NumPy fails too: the cell's own error, as it is
+            found = ("not-implemented", str(exc).split("\n")[0].rstrip("."))
         kind, detail = found
         if kind == "argument":
             arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
@@ -186,6 +193,25 @@ class Calls:
                     self.record.moved(kinds, spec.name)
                     return result
         return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
+
+    def _numpy_runs(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict) -> bool:
+        """Whether NumPy runs a call CuPy failed on with an error :func:`classify` does not
+        know (``np.pad(x, 2, mode='median')``: "mode 'median' is not supported"): then it is
+        CuPy's limit, told in one line, and ``--fallback`` can run it."""
+        short = spec.name.removeprefix("np.")
+        values = (*args, *kwargs.values())
+        if (host_func is MISSING or spec.name in MUTATES or short.startswith(_NO_PROBE)
+                or sum(getattr(v, "nbytes", 0) for v in values) > _PROBE_BYTES):
+            return False
+        moved = [0]
+        try:
+            with warnings.catch_warnings(), numpy.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                host_func(*(self._down(a, moved) for a in args),
+                          **{k: self._down(v, moved) for k, v in kwargs.items()})
+        except Exception:
+            return False
+        return True
 
     def refuse(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict, kind: str,
                detail: str = "", cause: BaseException | None = None) -> Any:

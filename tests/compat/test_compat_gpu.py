@@ -82,3 +82,15 @@ def test_python_values_cupy_calls_methods_on_are_converted(gpu):
                        "p = np.float_power(range(3), 2)\n")
     assert int(gpu.user_ns["d"]) == 12 and gpu.user_ns["c"].tolist() == [1, 4]
     assert gpu.user_ns["p"].tolist() == [0.0, 1.0, 4.0]
+
+
+def test_unknown_cupy_error_is_named_and_falls_back_on_the_gpu(gpu):
+    gpu.user_ns["x"] = np.arange(5.0)
+    gpu.user_ns.pop("p", None)
+    result = gpu.run_cell("%%gpu --quiet\np = np.pad(x, 2, mode='median')\n")
+    text = str(result.error_in_exec)
+    assert text.startswith("np.pad at line 1 `p = np.pad(x, 2, mode='median')`: CuPy has not "
+                           "implemented this use (mode 'median' is not supported)"), text
+    assert "p" not in gpu.user_ns
+    gpu.run_cell_magic("gpu", "--quiet --fallback --to-host", "p = np.pad(x, 2, mode='median')\n")
+    np.testing.assert_array_equal(gpu.user_ns["p"], np.pad(np.arange(5.0), 2, mode="median"))
