@@ -181,7 +181,9 @@ _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
                            r"|must be a cupy\.ndarray object, not (\w+)"
                            r"|unhashable type: '(\w+)'|'(\w+)' object has no attribute 'ndim'"
                            r"|has incorrect type \(expected cupy\.\S+, got (\w+)\)"
-                           r"|should be of type cupy\.ndarray"),
+                           r"|should be of type cupy\.ndarray"
+                           r"|int\(\) argument must be a string, a bytes-like object or a "
+                           r"real number, not '(\w+)'"),
      "argument"),
     (Exception, re.compile(r"only supports cupy\.ndarray"), "argument"),
     (AttributeError, re.compile(r"^'(list|tuple|range|set|int|float|bool|complex)' object "
@@ -210,12 +212,36 @@ def classify(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
+# What device arrays do not do outside np.* calls (met on the H200 in NumPy's docstring
+# examples): (error type, CuPy's message, what the cell asked, the CuPy way)
+_ARRAY_LIMITS: tuple[tuple[type[BaseException], re.Pattern[str], str, str], ...] = (
+    (IndexError, re.compile(r"unsupported iterator index"),
+     "x.flat[...] with an array index", "x.ravel()[i]"),
+    (TypeError, re.compile(r"'Flags' object does not support item assignment"),
+     "setting x.flags (a device array cannot be made read-only)",
+     "keep a copy (y = x.copy()) where a read-only flag was meant"),
+    (TypeError, re.compile(r"operand type\(s\) all returned NotImplemented from __array_ufunc__"),
+     "an operator between a device array and a Python list or NumPy array",
+     "np.asarray(the list) first, so both sides are device arrays"),
+)
+
+
+def _array_limit(exc: BaseException) -> tuple[str, str] | None:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return next(((what, fix) for base, pattern, what, fix in _ARRAY_LIMITS
+                 if isinstance(exc, base) and pattern.search(text)), None)
+
+
 def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
     """A :class:`CupyLimit` for a cell that failed when NumPy-only code (outside the proxy,
-    e.g. another library) received a device array, or Python needed an int and got a device
-    scalar (``range(np.argmax(x))``); None for any other failure."""
+    e.g. another library) received a device array, Python needed an int and got a device
+    scalar (``range(np.argmax(x))``), or a device array was asked what CuPy's arrays do not
+    do (``x.flat[idx]``, :data:`_ARRAY_LIMITS`); None for any other failure."""
+    if isinstance(exc, CupyLimit):
+        return None
     found = classify(exc)
-    if isinstance(exc, CupyLimit) or found not in (("device-array", ""), ("device-int", "")):
+    array_limit = _array_limit(exc) if found is None else None
+    if found not in (("device-array", ""), ("device-int", "")) and array_limit is None:
         return None
     tb: TracebackType | None = exc.__traceback__
     line, callee = None, ""
@@ -230,6 +256,10 @@ def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
     code = linecache.getline(filename, line).strip() if line else ""
     where = f"line {line} `{code}`" if line else "the cell"
     who = f" ({callee})" if callee and not callee.startswith("cupy") else ""
+    if array_limit is not None:
+        what, fix = array_limit
+        return CupyLimit(f"{where}: CuPy does not support {what}; instead: {fix}",
+                         function=callee or "?", line=line, kind="not-implemented", fix=fix)
     if found == ("device-int", ""):
         return CupyLimit(
             f"{where}: a device array was used where Python needs an int (a size, a range, "

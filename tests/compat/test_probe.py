@@ -66,3 +66,34 @@ def test_calls_with_effects_are_not_tried_on_numpy(tmp_path):
         calls.failed(call_spec("", "save", False), _cupy_pad, np.save,
                      (str(target), np.arange(3.0)), {}, exc)
     assert info.value is exc and not target.exists()  # np.save was not run to find out
+
+
+@pytest.mark.parametrize(("error", "what"), [
+    (IndexError("unsupported iterator index"), "x.flat[...] with an array index"),
+    (TypeError("'Flags' object does not support item assignment"), "setting x.flags"),
+    (TypeError("operand type(s) all returned NotImplemented from __array_ufunc__(<ufunc "
+               "'equal'>, '__call__', array([1., 2.]), [1.0, 2.0])"), "an operator between"),
+])
+def test_what_device_arrays_do_not_do_is_named_at_the_cells_line(error, what):
+    from cupy_magic.compat.advice import explain_failure
+
+    import linecache
+
+    source = "y = 1\nraise error\n"
+    linecache.cache["<cell 7>"] = (len(source), None, source.splitlines(True), "<cell 7>")
+    cell = compile(source, "<cell 7>", "exec")
+    try:
+        exec(cell, {"error": error})
+    except type(error) as exc:
+        limit = explain_failure(exc, "<cell 7>")
+    assert limit is not None
+    text = str(limit)
+    assert text.startswith(f"line 2 `raise error`: CuPy does not support {what}"), text
+    assert "instead: " in text and "\n" not in text and limit.line == 2
+
+
+def test_other_errors_are_left_as_they_are():
+    from cupy_magic.compat.advice import explain_failure
+
+    assert explain_failure(IndexError("index 5 is out of bounds"), "<cell 7>") is None
+    assert explain_failure(TypeError("unsupported operand type(s) for +"), "<cell 7>") is None
