@@ -7,7 +7,7 @@ import contextlib
 import time
 import warnings
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy
 
@@ -213,6 +213,14 @@ class Calls:
             return False
         return True
 
+    def stop(self, function: str, kind: str, detail: str = "") -> NoReturn:
+        """Stop the cell with the one-line message, with or without ``--fallback`` (for what
+        NumPy on the host cannot make right either)."""
+        line = self.record.line()
+        message, fix = limit_message(function, line, self.record.code(line), kind, detail,
+                                     fallback=False)
+        raise CupyLimit(message, function=function, line=line, kind=kind, fix=fix)
+
     def refuse(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict, kind: str,
                detail: str = "", cause: BaseException | None = None) -> Any:
         """Stop the cell with the one-line message; under ``--fallback``, run the call with
@@ -294,10 +302,7 @@ class Calls:
         for arg, copy in zip(args, copies, strict=True):
             if (copy is not arg and isinstance(copy, numpy.ndarray)
                     and numpy.may_share_memory(result, copy)):
-                line = self.record.line()
-                message, fix = limit_message(spec.name, line, self.record.code(line), "view",
-                                             fallback=False)
-                raise CupyLimit(message, function=spec.name, line=line, kind="view", fix=fix)
+                self.stop(spec.name, "view")
 
     def run_host(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict,
                  why: str) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .advice import CupyLimit, limit_message
 from .calls import Calls
 
 __all__ = ["FP_ERRORS", "fp_errors_call"]
@@ -35,12 +34,8 @@ def fp_errors_call(calls: Calls, host: Any, name: str) -> Any:
         asked.update((k, v) for k, v in kwargs.items() if k in _KINDS)
         modes = {k: v for k, v in asked.items() if v not in _QUIET}
         if modes:
-            line = calls.record.line()
-            shown = ", ".join(f"{k}={v!r}" for k, v in modes.items())
-            message, fix = limit_message(f"np.{name}", line, calls.record.code(line),
-                                         "fp-errors", shown, fallback=False)
-            raise CupyLimit(message, function=f"np.{name}", line=line, kind="fp-errors",
-                            fix=fix)
+            calls.stop(f"np.{name}", "fp-errors",
+                       ", ".join(f"{k}={v!r}" for k, v in modes.items()))
         return host(*args, **kwargs)
 
     checked.__name__ = getattr(host, "__name__", name)
