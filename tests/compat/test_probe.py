@@ -9,10 +9,12 @@ CuPy's failing function is stood in for by a function that raises the message Cu
 
 from __future__ import annotations
 
+import linecache
+
 import numpy as np
 import pytest
 
-from cupy_magic.compat.advice import CupyLimit
+from cupy_magic.compat.advice import CupyLimit, explain_failure
 from cupy_magic.compat.calls import Calls
 from cupy_magic.compat.record import CompatRecord
 from cupy_magic.compat.spec import call_spec
@@ -75,10 +77,6 @@ def test_calls_with_effects_are_not_tried_on_numpy(tmp_path):
                "'equal'>, '__call__', array([1., 2.]), [1.0, 2.0])"), "an operator between"),
 ])
 def test_what_device_arrays_do_not_do_is_named_at_the_cells_line(error, what):
-    from cupy_magic.compat.advice import explain_failure
-
-    import linecache
-
     source = "y = 1\nraise error\n"
     linecache.cache["<cell 7>"] = (len(source), None, source.splitlines(True), "<cell 7>")
     cell = compile(source, "<cell 7>", "exec")
@@ -93,7 +91,5 @@ def test_what_device_arrays_do_not_do_is_named_at_the_cells_line(error, what):
 
 
 def test_other_errors_are_left_as_they_are():
-    from cupy_magic.compat.advice import explain_failure
-
     assert explain_failure(IndexError("index 5 is out of bounds"), "<cell 7>") is None
     assert explain_failure(TypeError("unsupported operand type(s) for +"), "<cell 7>") is None
