@@ -25,7 +25,7 @@ import numpy
 from .calls import Calls
 from .spec import CallSpec
 
-__all__ = ["guarded"]
+__all__ = ["dressed_like", "guarded"]
 
 WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
 _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
@@ -43,7 +43,7 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
 
         def window(*args: Any, **kwargs: Any) -> Any:
             return calls.run_host(spec, host, args, kwargs, why)
-        return _like(window, wrapped)
+        return dressed_like(window, wrapped)
     if sub == "float_power" and on_device:
         def float_power(*args: Any, **kwargs: Any) -> Any:
             if len(args) >= 2 and _complex(args[:2], kwargs.get("dtype")):
@@ -51,7 +51,7 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                 kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
                 return wrapped(*wide, *args[2:], **kwargs)
             return wrapped(*args, **kwargs)
-        return _like(float_power, wrapped)
+        return dressed_like(float_power, wrapped)
     if sub == "arange" and calls.checked:
         def arange(*args: Any, **kwargs: Any) -> Any:
             dtype = kwargs.get("dtype", args[3] if len(args) > 3 else None)
@@ -60,7 +60,7 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                 if any(_fraction(v) for v in values):
                     return calls.refuse(spec, host, args, kwargs, "differs", _ARANGE)
             return wrapped(*args, **kwargs)
-        return _like(arange, wrapped)
+        return dressed_like(arange, wrapped)
     return wrapped
 
 
@@ -75,7 +75,7 @@ def _fraction(value: Any) -> bool:
     return isinstance(value, (float, numpy.floating)) and not float(value).is_integer()
 
 
-def _like(func: Any, wrapped: Any) -> Any:
+def dressed_like(func: Any, wrapped: Any) -> Any:
     """``func`` with ``wrapped``'s name, documentation and data (a ufunc's ``nin``,
     ``types``, methods, and what the name means outside a cell)."""
     func.__dict__.update(getattr(wrapped, "__dict__", {}))

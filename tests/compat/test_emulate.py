@@ -1,0 +1,51 @@
+"""Options CuPy's reductions lack (``where=``, ``initial=``, ``count_nonzero(keepdims=)``),
+done with the backend's own functions (``cupy_magic.compat.emulate``): the same values and
+dtypes as NumPy's, through a real shell on both backends (on the CPU fallback the calls are
+checked against CuPy's names, so CuPy must be importable)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+CALLS = [
+    "np.sum([[0, 1], [np.nan, 5]], where=[False, True], axis=1)",
+    "np.sum(x, where=m)",
+    "np.sum(x, axis=0, where=m, keepdims=True)",
+    "np.sum(np.array([1, 2], dtype=np.int8), where=[True, True], initial=5)",
+    "np.sum(x, where=m, dtype=np.float32)",
+    "np.prod([1., np.nan, 3.], where=[True, False, True])",
+    "np.all([[True, True], [False, True]], where=[[True], [False]])",
+    "np.any([[True, False], [False, False]], where=[[False], [True]])",
+    "np.max(np.array([[-50], [10]]), axis=-1, initial=0, where=[[False], [True]])",
+    "np.min(x, where=m, initial=100.0, axis=1)",
+    "np.count_nonzero(c, axis=1, keepdims=True)",
+    "np.count_nonzero(c, keepdims=True)",
+    "np.count_nonzero(c, axis=(0, 1), keepdims=True)",
+]
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_masked_reductions_equal_numpy(ip, xp, cupy_names, call):
+    inputs = {"x": np.arange(12.0).reshape(3, 4), "m": np.arange(12).reshape(3, 4) % 3 > 0,
+              "c": np.array([[0, 1, 7, 0], [3, 0, 2, 19]])}
+    ip.user_ns.update(inputs)
+    ip.run_cell_magic("gpu", "--quiet --to-host", f"got = {call}\n")
+    want = eval(call, {"np": np, **inputs})
+    got = ip.user_ns["got"]
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+    assert not _fell_back(ip)
+
+
+def _fell_back(ip) -> bool:
+    import cupy_magic
+
+    return bool(cupy_magic.last_report().fallbacks)
+
+
+def test_max_with_where_but_no_initial_is_still_refused(ip, xp, cupy_names):
+    ip.user_ns["x"] = np.arange(4.0)
+    result = ip.run_cell("%%gpu --quiet\ny = np.max(x, where=x > 1)\n")
+    assert str(result.error_in_exec).startswith(
+        "np.max at line 1 `y = np.max(x, where=x > 1)`: CuPy's max has no where= option")
