@@ -2127,8 +2127,8 @@ def nb05():
         ## 5. Code CuPy cannot run, and what `--fallback` costs
 
         Inside `%%gpu`, `np` is CuPy, which has most of NumPy but not all of it: some names are
-        missing (`np.nditer`, `np.ndenumerate`, `np.emath`, `np.seterr`), some options too
-        (`np.sum(x, where=...)`), and string and date dtypes. A cell that calls one stops there
+        missing (`np.nditer`, `np.ndenumerate`, `np.emath`, `np.insert`), some options too
+        (`np.mean(x, where=...)`), and string and date dtypes. A cell that calls one stops there
         with one line: the function, the cell line, why, and the CuPy way to write it. (Python
         lists passed where NumPy takes an array need nothing: they are moved to the device and
         the report counts them.) This cell is meant to fail:
@@ -2241,10 +2241,10 @@ def nb05():
         del ke
         '''),
         md('''
-        **Exercise 3: a fallback in a loop.** This cell sums the positive values of each row
-        with `np.sum(..., where=...)`, an option CuPy's `sum` does not have, so it needs
-        `--fallback`. Read its `fallback` row (calls, bytes, the loop flag), then write the sums
-        without a fallback, check that they agree, and compare the two times.
+        **Exercise 3: a fallback in a loop.** This cell averages the positive values of each
+        row with `np.mean(..., where=...)`, an option CuPy's `mean` does not have, so it needs
+        `--fallback`. Read its `fallback` row (calls, bytes, the loop flag), then write the
+        means without a fallback, check that they agree, and compare the two times.
         '''),
         code('''
         ROWS = 200
@@ -2254,24 +2254,25 @@ def nb05():
         table = v[:ROWS * 1024].reshape(ROWS, 1024)
         pos = np.empty(ROWS, dtype=np.float32)
         for i in range(ROWS):
-            pos[i] = np.sum(table[i], where=table[i] > 0)
+            pos[i] = np.mean(table[i], where=table[i] > 0)
         '''),
         exercise('''
         # your code here
         '''),
         solution('''
         %%gpu --to-host same
-        pos_2 = np.where(table > 0, table, 0).sum(axis=1)   # every row at once, on the device
+        pos_2 = np.where(table > 0, table, 0).sum(axis=1) / (table > 0).sum(axis=1)  # all rows
         same = np.allclose(pos, pos_2, rtol=1e-4)
         '''),
         solution('''
         LOOP_CELL = """
         for i in range(ROWS):
-            pos[i] = np.sum(table[i], where=table[i] > 0)
+            pos[i] = np.mean(table[i], where=table[i] > 0)
         """
         t_fb = best_run(LOOP_CELL, fallback=True, key="wall_seconds").wall_seconds
-        t_dev = best_run("pos_2 = np.where(table > 0, table, 0).sum(axis=1)", key="wall_seconds").wall_seconds
-        print(f"same sums: {bool(same)}; --fallback in a loop {t_fb * 1e3:.2f} ms, one device "
+        t_dev = best_run("pos_2 = np.where(table > 0, table, 0).sum(axis=1) / (table > 0).sum(axis=1)",
+                         key="wall_seconds").wall_seconds
+        print(f"same means: {bool(same)}; --fallback in a loop {t_fb * 1e3:.2f} ms, one device "
               f"expression {t_dev * 1e3:.3f} ms: {t_fb / t_dev:.0f}x ({info.name})")
         '''),
         code('''
