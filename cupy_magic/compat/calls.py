@@ -15,7 +15,8 @@ from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message, why
 from .record import CompatRecord
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
-__all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
+__all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls", "dressed_like",
+           "fronting"]
 
 # AttributeError: CuPy's functions call array methods on what they get ('int' object has no
 # attribute 'dot' for np.dot(3, 4)); classify() keeps only those about Python values
@@ -40,6 +41,25 @@ _NO_PROBE = ("random.", "save", "load", "info", "set", "tofile", "show")
 # is decided again at each call.
 DTYPES_OK: set[Any] = set()
 _DTYPES_OK_MAX = 512
+
+
+def fronting(func: Any, host: Any, name: str) -> Any:
+    """``func``, a cell's stand-in for NumPy's ``host``, named and documented as ``host``,
+    which is what the name means again outside the cell (:func:`.scope.host_value`)."""
+    func.__name__ = getattr(host, "__name__", name)
+    func.__doc__ = getattr(host, "__doc__", None)
+    func.__cupy_magic_numpy__ = host
+    return func
+
+
+def dressed_like(func: Any, wrapped: Any) -> Any:
+    """``func``, put in front of the cell's wrapper ``wrapped``, with its name, documentation
+    and data (a ufunc's ``nin``, ``types`` and methods; ``__cupy_magic_numpy__``)."""
+    func.__dict__.update(getattr(wrapped, "__dict__", {}))
+    func.__name__ = getattr(wrapped, "__name__", func.__name__)
+    func.__qualname__ = getattr(wrapped, "__qualname__", func.__qualname__)
+    func.__doc__ = getattr(wrapped, "__doc__", None)
+    return func
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -263,10 +283,7 @@ class Calls:
         def fall_back(*args: Any, **kwargs: Any) -> Any:
             return self.run_host(spec, host, args, kwargs, why)
 
-        fall_back.__name__ = getattr(host, "__name__", spec.name)
-        fall_back.__doc__ = getattr(host, "__doc__", None)
-        fall_back.__cupy_magic_numpy__ = host  # type: ignore[attr-defined]
-        return fall_back
+        return fronting(fall_back, host, spec.name)
 
     # --- the fallback -------------------------------------------------------------------
     def _down(self, value: Any, moved: list[int], writable: bool = False) -> Any:

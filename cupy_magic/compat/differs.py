@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy
 
-from .calls import Calls
+from .calls import Calls, dressed_like
 from .spec import CallSpec
 
-__all__ = ["dressed_like", "guarded"]
+__all__ = ["guarded"]
 
 WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
 _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
@@ -74,12 +74,3 @@ def _complex(inputs: tuple, dtype: Any) -> bool:
 def _fraction(value: Any) -> bool:
     return isinstance(value, (float, numpy.floating)) and not float(value).is_integer()
 
-
-def dressed_like(func: Any, wrapped: Any) -> Any:
-    """``func`` with ``wrapped``'s name, documentation and data (a ufunc's ``nin``,
-    ``types``, methods, and what the name means outside a cell)."""
-    func.__dict__.update(getattr(wrapped, "__dict__", {}))
-    func.__name__ = getattr(wrapped, "__name__", func.__name__)
-    func.__qualname__ = getattr(wrapped, "__qualname__", func.__qualname__)
-    func.__doc__ = getattr(wrapped, "__doc__", None)
-    return func

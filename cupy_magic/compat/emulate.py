@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .differs import dressed_like
+from .calls import dressed_like
 
 __all__ = ["emulated"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .calls import Calls
+from .calls import Calls, fronting
 
 __all__ = ["FP_ERRORS", "fp_errors_call"]
 
@@ -38,7 +38,4 @@ def fp_errors_call(calls: Calls, host: Any, name: str) -> Any:
                        ", ".join(f"{k}={v!r}" for k, v in modes.items()))
         return host(*args, **kwargs)
 
-    checked.__name__ = getattr(host, "__name__", name)
-    checked.__doc__ = getattr(host, "__doc__", None)
-    checked.__cupy_magic_numpy__ = host  # type: ignore[attr-defined]
-    return checked
+    return fronting(checked, host, name)
