@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy
 
-from .calls import Calls
+from .calls import Calls, dressed_like
 from .spec import MISSING, CallSpec, reference_module
 
 __all__ = ["CheckedGenerator", "checked_default_rng", "checked_generator", "plain"]
@@ -86,9 +86,7 @@ def checked_default_rng(calls: Calls, default_rng: Any) -> Any:
     def checked(*args: Any, **kwargs: Any) -> CheckedGenerator:
         return CheckedGenerator(calls, default_rng(*args, **kwargs), (args, kwargs))
 
-    checked.__name__ = "default_rng"
-    checked.__doc__ = getattr(default_rng, "__doc__", None)
-    return checked
+    return dressed_like(checked, default_rng)
 
 
 def checked_generator(module: Any, generator: Any) -> CheckedGenerator:

@@ -29,6 +29,16 @@ def test_imports_in_the_cell_give_the_array_module(ip, xp):
     assert not any(isinstance(v, ArrayModule) for v in ns.values())
 
 
+def test_functions_in_front_of_wrappers_are_numpys_own_outside(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet", "from numpy.random import default_rng\n"
+                      "from numpy import hanning, arange, sum as total\n"
+                      "rng = default_rng(0)\nn = total(arange(3))\n")
+    ns = ip.user_ns
+    assert ns["default_rng"] is numpy.random.default_rng  # not the cell's checked maker
+    assert ns["hanning"] is numpy.hanning and ns["arange"] is numpy.arange
+    assert ns["total"] is numpy.sum and int(ns["n"]) == 3
+
+
 def test_an_imported_name_cupy_lacks_is_refused_like_np_dot_name(ip, cupy_names):
     ip.user_ns.pop("it", None)
     result = ip.run_cell("%%gpu\nfrom numpy import nditer\nit = nditer\n")
