@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import numpy
 
 from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
+from .emulate import EMULATED, NOT_EMULATED, emulate
 from .record import CompatRecord
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
@@ -173,6 +174,10 @@ class Calls:
     def slow(self, spec: CallSpec, func: Any, host_func: Any, args: tuple,
              kwargs: dict) -> Any:
         """A call with keywords, extra positional arguments or lists."""
+        if self.checked and spec.name in EMULATED:  # an option CuPy lacks, done with its own
+            done = emulate(self.xp, spec.name, args, kwargs)
+            if done is not NOT_EMULATED:
+                return done
         try:
             args, kwargs = self._options(spec, args, kwargs)
             if not spec.explicit:

@@ -20,7 +20,6 @@ import numpy
 
 from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
 from .differs import guarded
-from .emulate import emulated
 from .fperrors import FP_ERRORS, fp_errors_call
 from .generator import checked_default_rng
 from .record import CompatRecord
@@ -276,8 +275,6 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
     else:
         return value, True
     wrapped = guarded(calls, sub, wrapped, host, spec)  # where CuPy differs from NumPy
-    if calls.checked:  # options CuPy lacks, done with its own functions (np.sum(where=))
-        wrapped = emulated(calls.xp, sub, wrapped)
     calls.wrapped[id(value)] = wrapped
     return wrapped, True
 
