@@ -35,7 +35,8 @@ _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result
 _PROBE_BYTES = 64 << 20
-_NO_PROBE = ("random.", "save", "load", "info", "set", "tofile", "show")
+_NO_PROBE = ("random.", "save", "load", "info", "set_", "seterr", "setbufsize", "tofile",
+             "show")
 # dtype= arguments the slow path found CuPy can hold (np.float32, "f4", a numpy.dtype): the
 # wrappers' fast path lets a call with one of them through without the slow path. Only
 # "supported" is kept, which no setting changes (not --fallback, not the backend); a refusal
