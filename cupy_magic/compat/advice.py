@@ -32,8 +32,6 @@ KINDS = {
 }
 # The CuPy way to write the common cases; keys are the function's name without "np.".
 WAYS = {
-    "Generator.normal": "loc + scale * rng.standard_normal(size)",
-    "Generator.lognormal": "np.exp(mean + sigma * rng.standard_normal(size))",
     "Generator.choice": "a[rng.integers(0, len(a), size)] (draws with replacement)",
     "Generator.permutation": "x[np.argsort(rng.random(len(x)))]",
     "Generator.shuffle": "x = x[np.argsort(rng.random(len(x)))]",

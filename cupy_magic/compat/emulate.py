@@ -4,12 +4,14 @@
 (nor ``initial=``) on its reductions. A masked reduction is the plain reduction over
 ``np.where(mask, x, fill)``, where ``fill`` leaves the result unchanged: 0 for ``sum``, 1 for
 ``prod``, False for ``any``, True for ``all``, and ``initial`` for ``max`` and ``min`` (which
-NumPy requires there). Done this way the call runs on the device and gives NumPy's result;
-``count_nonzero(..., keepdims=True)`` is the count with its axes kept.
+NumPy requires there); ``initial`` alone is taken into the plain reduction's result (added,
+multiplied, or the larger or smaller). Done this way the call runs on the device and gives
+NumPy's result; ``count_nonzero(..., keepdims=True)`` is the count with its axes kept.
 
 A call with an option CuPy lacks takes the slow path (:meth:`~.calls.Calls.slow`), which asks
 :func:`emulate` first; calls with options this does not cover (``out=``, ``max``/``min``
-without ``initial``) are refused there in one line as before.
+with ``where=`` but without ``initial``, ``max``/``min`` of an empty array) are refused there
+in one line as before.
 """
 
 from __future__ import annotations
@@ -39,25 +41,33 @@ def emulate(xp: Any, function: str, args: tuple, kwargs: dict) -> Any:
         return counts.reshape(tuple(1 if _kept(i, axis, a.ndim) else n
                                     for i, n in enumerate(a.shape)))
     name = _REDUCTIONS[short]
-    if (len(args) != 1 or "where" not in kwargs or not set(kwargs) <= _TAKEN
-            or (name not in _FILLS and kwargs.get("initial") is None)):
+    initial = kwargs.get("initial")
+    if (len(args) != 1 or not ("where" in kwargs or initial is not None)
+            or not set(kwargs) <= _TAKEN or (name not in _FILLS and initial is None)):
         return NOT_EMULATED
-    return _masked(xp, name, args[0], kwargs)
+    a = xp.asarray(args[0])
+    if name in ("max", "min") and a.size == 0:  # NumPy gives initial; refused here
+        return NOT_EMULATED
+    return _masked(xp, name, a, kwargs)
 
 
 def _masked(xp: Any, name: str, a: Any, kwargs: dict) -> Any:
-    """``np.<name>(a, where=..., ...)`` as the plain reduction over the filled array."""
-    a = xp.asarray(a)
-    where = xp.asarray(kwargs["where"])
+    """``np.<name>(a, where=..., initial=..., ...)`` as the plain reduction over the array
+    filled where it is masked, with ``initial`` cast to the array's dtype as NumPy casts it
+    (unsafe: ``np.max([1, 2], initial=3.7)`` is 3) and then taken into the result."""
     initial = kwargs.get("initial")
-    fill = initial if name in ("max", "min") else _FILLS[name]
-    filled = xp.where(where, a, xp.asarray(fill, dtype=a.dtype))
+    if "where" in kwargs:
+        fill = initial if name in ("max", "min") else _FILLS[name]
+        a = xp.where(xp.asarray(kwargs["where"]), a, xp.asarray(fill).astype(a.dtype))
     options = {k: kwargs[k] for k in ("axis", "dtype", "keepdims") if k in kwargs}
     if name in ("any", "all", "max", "min"):
         options.pop("dtype", None)
-    result = getattr(xp, name)(filled, **options)
+    result = getattr(xp, name)(a, **options)
     if initial is not None and name in ("sum", "prod"):  # NumPy casts it to the result's dtype
         result = (result + initial if name == "sum" else result * initial).astype(result.dtype)
+    elif initial is not None:  # max, min: the filled slices already hold it where masked
+        pick = xp.maximum if name == "max" else xp.minimum
+        result = pick(result, xp.asarray(initial).astype(result.dtype))
     return result
 
 

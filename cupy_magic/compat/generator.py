@@ -2,10 +2,13 @@
 
 CuPy's ``Generator`` has 18 of the methods NumPy's has; ``rng.normal``, ``rng.choice``,
 ``rng.permutation`` and the rest are missing. Without this a cell stops with a bare
-``AttributeError: 'Generator' object has no attribute 'normal'``. Here a method CuPy lacks is
-refused in one line with the CuPy way to write it, like a missing ``np`` function, or under
-``--fallback`` run by NumPy's Generator (made from the same arguments, so seeded the same)
-with its results copied to the device and counted in the report.
+``AttributeError: 'Generator' object has no attribute 'normal'``. Here ``normal`` and
+``lognormal`` run on the device, made from ``standard_normal`` exactly as NumPy makes them
+(``loc + scale * z``, ``exp`` of that), so with NumPy's Generator they give NumPy's very
+numbers; any other method CuPy lacks is refused in one line with the CuPy way to write it,
+like a missing ``np`` function, or under ``--fallback`` run by NumPy's Generator (made from
+the same arguments, so seeded the same) with its results copied to the device and counted in
+the report.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import numpy
 from .calls import Calls, dressed_like
 from .spec import MISSING, CallSpec, reference_module
 
-__all__ = ["CheckedGenerator", "checked_default_rng", "checked_generator", "plain"]
+__all__ = ["CheckedGenerator", "checked_default_rng", "checked_generator", "lognormal",
+           "normal", "plain"]
 
 
 def _reference_generator() -> Any:
@@ -46,7 +50,9 @@ class CheckedGenerator:
     def __getattr__(self, name: str) -> Any:
         calls, generator = self.__dict__["_calls"], self.__dict__["_generator"]
         reference = _reference_generator()
-        if (calls.checked and not name.startswith("_") and reference is not MISSING
+        if name in _SUPPLIED:
+            value = _supplied(name, generator)
+        elif (calls.checked and not name.startswith("_") and reference is not MISSING
                 and not hasattr(reference, name) and hasattr(numpy.random.Generator, name)):
             spec = CallSpec(f"Generator.{name}")
             host = getattr(self._numpy(), name)
@@ -77,6 +83,53 @@ class CheckedGenerator:
                 host = numpy.random.default_rng()
             self.__dict__["_host"] = host
         return self.__dict__["_host"]
+
+
+def normal(generator: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
+    """NumPy's ``Generator.normal`` with ``generator``'s ``standard_normal``: ``loc + scale *
+    z`` over the broadcast shape of ``loc`` and ``scale`` (or ``size``), float64, as NumPy
+    computes it. A 0-d array where NumPy returns a float (``rng.normal()``)."""
+    xp = _module_of(generator)
+    loc, scale = xp.asarray(loc, dtype=xp.float64), xp.asarray(scale, dtype=xp.float64)
+    # NumPy refuses a negative scale; checking a device array's values waits for the GPU
+    if scale.size and bool((scale < 0).any()):
+        raise ValueError("scale < 0")
+    shape = numpy.broadcast_shapes(loc.shape, scale.shape)
+    if size is not None:
+        size = (int(size),) if numpy.ndim(size) == 0 else tuple(int(n) for n in size)
+        if numpy.broadcast_shapes(size, shape) != size:
+            raise ValueError(f"shape mismatch: objects cannot be broadcast to a single shape; "
+                             f"loc and scale of shape {shape} against size {size}")
+        shape = size
+    return loc + scale * generator.standard_normal(size=shape)
+
+
+def lognormal(generator: Any, mean: Any = 0.0, sigma: Any = 1.0, size: Any = None) -> Any:
+    """NumPy's ``Generator.lognormal``: ``exp`` of :func:`normal`, as NumPy computes it."""
+    sigma_ = _module_of(generator).asarray(sigma)
+    if sigma_.size and bool((sigma_ < 0).any()):
+        raise ValueError("sigma < 0")
+    return _module_of(generator).exp(normal(generator, mean, sigma, size))
+
+
+_SUPPLIED = {"normal": normal, "lognormal": lognormal}
+
+
+def _module_of(generator: Any) -> Any:
+    """The array module ``generator`` draws into (NumPy's or CuPy's)."""
+    return numpy if isinstance(generator, numpy.random.Generator) else __import__("cupy")
+
+
+def _supplied(name: str, generator: Any) -> Any:
+    """``generator.<name>`` done with its own methods (:data:`_SUPPLIED`), named as NumPy's."""
+    make = _SUPPLIED[name]
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        return make(generator, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = getattr(numpy.random.Generator, name).__doc__
+    return method
 
 
 def checked_default_rng(calls: Calls, default_rng: Any) -> Any:

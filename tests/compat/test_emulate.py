@@ -19,6 +19,13 @@ CALLS = [
     "np.any([[True, False], [False, False]], where=[[False], [True]])",
     "np.max(np.array([[-50], [10]]), axis=-1, initial=0, where=[[False], [True]])",
     "np.min(x, where=m, initial=100.0, axis=1)",
+    "np.sum([10], initial=5)",
+    "np.prod([1, 2], initial=5)",
+    "np.sum(x, axis=1, initial=0.5)",
+    "np.max([[-50], [10]], axis=-1, initial=0)",
+    "np.max(np.array([1, 2]), initial=3.7)",
+    "np.min(x, axis=0, initial=3.5, keepdims=True)",
+    "np.min(np.array([1.5, 2.0], dtype=np.float32), initial=1.25)",
     "np.count_nonzero(c, axis=1, keepdims=True)",
     "np.count_nonzero(c, keepdims=True)",
     "np.count_nonzero(c, axis=(0, 1), keepdims=True)",
@@ -49,3 +56,12 @@ def test_max_with_where_but_no_initial_is_still_refused(ip, xp, cupy_names):
     result = ip.run_cell("%%gpu --quiet\ny = np.max(x, where=x > 1)\n")
     assert str(result.error_in_exec).startswith(
         "np.max at line 1 `y = np.max(x, where=x > 1)`: CuPy's max has no where= option")
+
+
+def test_max_of_an_empty_array_with_initial_is_refused_then_falls_back(ip, xp, cupy_names):
+    ip.user_ns["x"] = np.zeros((0,))
+    result = ip.run_cell("%%gpu --quiet\ny = np.max(x, initial=3)\n")
+    assert str(result.error_in_exec).startswith(
+        "np.max at line 1 `y = np.max(x, initial=3)`: CuPy's max has no initial= option")
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host", "y = np.max(x, initial=3)\n")
+    assert ip.user_ns["y"] == 3.0 and _fell_back(ip)
