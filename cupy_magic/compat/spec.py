@@ -29,6 +29,11 @@ _EXPLICIT = frozenset({"array", "asarray", "asanyarray", "ascontiguousarray",
 # Parameters NumPy documents as array_like that CuPy reads on the host as a sequence.
 _HOST_SEQUENCES = frozenset({"reps", "shape", "newshape", "axes", "axis", "pad_width"})
 _PARAM = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*:\s*(.*)$")
+# "array_like", "1-D array_like", "int or array_like", "float or array_like of floats"; not
+# "sequence of array_like" (a list of arrays there is the function's own input)
+_ARRAY_LIKE = re.compile(r"(?:[\w-]+,?\s+(?:or\s+)?)*array[_-]like")
+# array_like parameters whose lists mean something else: bins=[10, 20] are two bin counts
+_NOT_ARRAYS = frozenset({("histogram2d", "bins"), ("histogramdd", "bins")})
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ def numpy_module(path: str) -> Any:
 
 
 def _array_like_names(func: Any) -> set[str]:
-    """Parameters NumPy's docstring types as ``array_like`` (not ``sequence of``)."""
+    """Parameters NumPy's docstring types as ``array_like`` (also ``int or array_like``;
+    not ``sequence of array_like``)."""
     doc = inspect.getdoc(func) or ""
     names: set[str] = set()
     in_params = False
@@ -94,9 +100,11 @@ def _array_like_names(func: Any) -> set[str]:
             in_params = line.strip() in ("Parameters", "Other Parameters")
             continue
         match = _PARAM.match(line) if in_params and not line.startswith(" ") else None
-        if match and re.match(r"array[_-]like", match.group(2).strip()):
+        kind = match.group(2).strip() if match else ""
+        if _ARRAY_LIKE.match(kind) and not re.search(r"\bof\s+array[_-]like", kind):
             names.update(n.strip().lstrip("*") for n in match.group(1).split(","))
-    return names - _HOST_SEQUENCES
+    name = getattr(func, "__name__", "")
+    return {n for n in names - _HOST_SEQUENCES if (name, n) not in _NOT_ARRAYS}
 
 
 def _params(func: Any) -> list[inspect.Parameter] | None:

@@ -102,3 +102,12 @@ def test_flat_with_an_array_index_is_named_on_the_gpu(gpu):
     assert str(result.error_in_exec).startswith(
         "line 1 `y = x.flat[np.array([0, 4])]`: CuPy does not support x.flat[...] with an "
         "array index; instead: x.ravel()[i]"), str(result.error_in_exec)
+
+
+def test_lists_at_int_or_array_like_parameters_are_converted(gpu):
+    # NumPy documents these as "int or array_like", "1-D array_like": a list there is an array
+    gpu.run_cell_magic("gpu", "--quiet --to-host",
+                       "p = np.random.permutation([1, 4, 9, 12, 15])\n"
+                       "i = np.searchsorted([11, 12, 13, 14, 15], 13)\n")
+    assert sorted(gpu.user_ns["p"].tolist()) == [1, 4, 9, 12, 15]
+    assert int(gpu.user_ns["i"]) == 2
