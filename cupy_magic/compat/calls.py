@@ -12,12 +12,12 @@ from typing import Any, NoReturn
 import numpy
 
 from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
+from .dress import fronting
 from .emulate import EMULATED, NOT_EMULATED, emulate
 from .record import CompatRecord
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
-__all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls", "dressed_like",
-           "fronting"]
+__all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
 
 # AttributeError: CuPy's functions call array methods on what they get ('int' object has no
 # attribute 'dot' for np.dot(3, 4)); classify() keeps only those about Python values
@@ -35,6 +35,9 @@ _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result
 _PROBE_BYTES = 64 << 20
+# device integer arrays up to this size are read as Python ints where CuPy needs them
+_HOST_INTS = 1 << 16
+_FAILED: Any = object()
 _NO_PROBE = ("random.", "save", "load", "info", "set_", "seterr", "setbufsize", "tofile",
              "show")
 # dtype= arguments the slow path found CuPy can hold (np.float32, "f4", a numpy.dtype): the
@@ -43,25 +46,6 @@ _NO_PROBE = ("random.", "save", "load", "info", "set_", "seterr", "setbufsize", 
 # is decided again at each call.
 DTYPES_OK: set[Any] = set()
 _DTYPES_OK_MAX = 512
-
-
-def fronting(func: Any, host: Any, name: str) -> Any:
-    """``func``, a cell's stand-in for NumPy's ``host``, named and documented as ``host``,
-    which is what the name means again outside the cell (:func:`.scope.host_value`)."""
-    func.__name__ = getattr(host, "__name__", name)
-    func.__doc__ = getattr(host, "__doc__", None)
-    func.__cupy_magic_numpy__ = host
-    return func
-
-
-def dressed_like(func: Any, wrapped: Any) -> Any:
-    """``func``, put in front of the cell's wrapper ``wrapped``, with its name, documentation
-    and data (a ufunc's ``nin``, ``types`` and methods; ``__cupy_magic_numpy__``)."""
-    func.__dict__.update(getattr(wrapped, "__dict__", {}))
-    func.__name__ = getattr(wrapped, "__name__", func.__name__)
-    func.__qualname__ = getattr(wrapped, "__qualname__", func.__qualname__)
-    func.__doc__ = getattr(wrapped, "__doc__", None)
-    return func
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -205,6 +189,10 @@ class Calls:
                 raise exc  # NumPy fails too: the cell's own error, as it is
             found = ("not-implemented", str(exc).split("\n")[0].rstrip("."))
         kind, detail = found
+        if kind == "device-int":  # np.hsplit(x, np.array([3, 6])): NumPy reads them as ints
+            result = self._with_host_ints(func, args, kwargs)
+            if result is not _FAILED:
+                return result
         if kind == "argument":
             arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
                          for a in (*args, *kwargs.values()))
@@ -220,6 +208,19 @@ class Calls:
                     return result
         return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
 
+    def _with_host_ints(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``func`` again with its small device integer arrays as Python ints or lists (a
+        copy to the host each: a host sync, as NumPy's reading them is), or ``_FAILED``."""
+        values = [v.tolist() if isinstance(v, self.device_type) and v.dtype.kind in "iub"
+                  and v.size <= _HOST_INTS else v for v in (*args, *kwargs.values())]
+        try:
+            if all(v is w for v, w in zip(values, (*args, *kwargs.values()), strict=True)):
+                return _FAILED
+            return func(*values[:len(args)], **dict(zip(kwargs, values[len(args):],
+                                                             strict=True)))
+        except LIMIT_ERRORS:
+            return _FAILED
+
     def _numpy_runs(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether NumPy runs a call CuPy failed on with an error :func:`classify` does not
         know (``np.pad(x, 2, mode='median')``: "mode 'median' is not supported"): then it is
@@ -233,8 +234,10 @@ class Calls:
         try:
             with warnings.catch_warnings(), numpy.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                host_func(*(self._down(a, moved) for a in args),
-                          **{k: self._down(v, moved) for k, v in kwargs.items()})
+                scratch = any(kwargs.get(k) is True for k in _SCRATCH)  # out= may be written
+                host_func(*(self._down(a, moved, writable=scratch) for a in args),
+                          **{k: self._down(v, moved, writable=scratch or k == "out")
+                             for k, v in kwargs.items()})
         except Exception:
             return False
         return True

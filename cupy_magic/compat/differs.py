@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy
 
-from .calls import Calls, dressed_like
+from .calls import Calls
+from .dress import dressed_like
 from .spec import CallSpec
 
 __all__ = ["guarded"]

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .calls import Calls, fronting
+from .calls import Calls
+from .dress import fronting
 
 __all__ = ["FP_ERRORS", "fp_errors_call"]
 

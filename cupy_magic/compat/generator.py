@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy
 
-from .calls import Calls, dressed_like
+from .calls import Calls
+from .dress import dressed_like
 from .spec import MISSING, CallSpec, reference_module
 
 __all__ = ["CheckedGenerator", "checked_default_rng", "checked_generator", "lognormal",

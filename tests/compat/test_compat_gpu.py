@@ -111,3 +111,12 @@ def test_lists_at_int_or_array_like_parameters_are_converted(gpu):
                        "i = np.searchsorted([11, 12, 13, 14, 15], 13)\n")
     assert sorted(gpu.user_ns["p"].tolist()) == [1, 4, 9, 12, 15]
     assert int(gpu.user_ns["i"]) == 2
+
+
+def test_device_ints_where_cupy_needs_python_ints_are_read_on_the_host(gpu):
+    gpu.user_ns["x"] = np.arange(16.0).reshape(4, 4)
+    gpu.run_cell_magic("gpu", "--quiet --to-host", "parts = np.hsplit(x, np.array([1, 3]))\n")
+    want = np.hsplit(np.arange(16.0).reshape(4, 4), [1, 3])
+    assert [p.shape for p in gpu.user_ns["parts"]] == [w.shape for w in want]
+    for got, ref in zip(gpu.user_ns["parts"], want, strict=True):
+        np.testing.assert_array_equal(got, ref)
