@@ -6,7 +6,8 @@
 ``prod``, False for ``any``, True for ``all``, and ``initial`` for ``max`` and ``min`` (which
 NumPy requires there); ``initial`` alone is taken into the plain reduction's result (added,
 multiplied, or the larger or smaller). Done this way the call runs on the device and gives
-NumPy's result; ``count_nonzero(..., keepdims=True)`` is the count with its axes kept.
+NumPy's result; ``count_nonzero(..., keepdims=True)`` is the count with its axes kept, and
+``indices(..., sparse=True)`` an ``arange`` per axis.
 
 A call with an option CuPy lacks takes the slow path (:meth:`~.calls.Calls.slow`), which asks
 :func:`emulate` first; calls with options this does not cover (``out=``, ``max``/``min``
@@ -23,7 +24,7 @@ __all__ = ["EMULATED", "NOT_EMULATED", "emulate"]
 _FILLS = {"sum": 0, "prod": 1, "any": False, "all": True}
 _REDUCTIONS = {**{n: n for n in (*_FILLS, "max", "min")}, "amax": "max", "amin": "min"}
 _TAKEN = frozenset({"axis", "dtype", "keepdims", "where", "initial"})
-EMULATED = frozenset(f"np.{n}" for n in (*_REDUCTIONS, "count_nonzero"))
+EMULATED = frozenset(f"np.{n}" for n in (*_REDUCTIONS, "count_nonzero", "indices"))
 NOT_EMULATED = object()
 
 
@@ -31,6 +32,8 @@ def emulate(xp: Any, function: str, args: tuple, kwargs: dict) -> Any:
     """``function(*args, **kwargs)`` (``"np.sum"``, one of :data:`EMULATED`) done with
     ``xp``'s functions when it uses an option this module covers, else :data:`NOT_EMULATED`."""
     short = function.removeprefix("np.")
+    if short == "indices":
+        return _sparse_indices(xp, *args, **kwargs)
     if short == "count_nonzero":
         if len(args) != 1 or not kwargs.get("keepdims") or not set(kwargs) <= {"axis",
                                                                                  "keepdims"}:
@@ -69,6 +72,17 @@ def _masked(xp: Any, name: str, a: Any, kwargs: dict) -> Any:
         pick = xp.maximum if name == "max" else xp.minimum
         result = pick(result, xp.asarray(initial).astype(result.dtype))
     return result
+
+
+def _sparse_indices(xp: Any, dimensions: Any, dtype: Any = int, sparse: bool = False,
+                    **others: Any) -> Any:
+    """``np.indices(dimensions, sparse=True)``: one ``arange`` per axis, shaped to broadcast
+    (as NumPy makes them); else :data:`NOT_EMULATED`."""
+    if sparse is not True or others:
+        return NOT_EMULATED
+    dims = tuple(int(d) for d in dimensions)
+    return tuple(xp.arange(d, dtype=dtype).reshape((1,) * i + (d,) + (1,) * (len(dims) - i - 1))
+                 for i, d in enumerate(dims))
 
 
 def _kept(i: int, axis: Any, ndim: int) -> bool:

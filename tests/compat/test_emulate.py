@@ -51,6 +51,20 @@ def _fell_back(ip) -> bool:
     return bool(cupy_magic.last_report().fallbacks)
 
 
+@pytest.mark.parametrize("call", ["np.indices((2, 3), sparse=True)",
+                                  "np.indices((4, 1, 2), dtype=np.int32, sparse=True)",
+                                  "np.indices((3,), int, True)"])
+def test_sparse_indices_equal_numpy(ip, xp, cupy_names, call):
+    ip.run_cell_magic("gpu", "--quiet --to-host", f"got = {call}\n")
+    want = eval(call, {"np": np})
+    got = ip.user_ns["got"]
+    assert isinstance(got, tuple) and len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    assert not _fell_back(ip)
+
+
 def test_max_with_where_but_no_initial_is_still_refused(ip, xp, cupy_names):
     ip.user_ns["x"] = np.arange(4.0)
     result = ip.run_cell("%%gpu --quiet\ny = np.max(x, where=x > 1)\n")
