@@ -20,10 +20,12 @@ import numpy
 
 from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
 from .differs import guarded
+from .dress import fronting
 from .fperrors import FP_ERRORS, fp_errors_call
 from .generator import checked_default_rng
 from .record import CompatRecord
 from .spec import MISSING, CallSpec, call_spec, numpy_module, reference_module
+from .supplement import NotSupplied, supplied
 
 __all__ = ["ArrayModule", "array_module", "make_call", "ufunc_call"]
 
@@ -244,6 +246,9 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
     if calls.checked and host is not MISSING and _ref(path, name) is MISSING:
         if not path and name in FP_ERRORS:  # NumPy's host settings; 'ignore' is the GPU's
             return fp_errors_call(calls, host, name), True
+        made = supplied(sub)
+        if made is not None:  # done with the array module's own functions
+            return _supplied_call(calls, made, host, call_spec(path, name, False)), True
         calls.missing(call_spec(path, name, False), host)  # raises unless --fallback
         if isinstance(host, type) and issubclass(host, (numpy.generic, numpy.ndarray)):
             # a scalar type or array class (np.datetime64, np.bytes_, np.recarray) is a dtype,
@@ -277,6 +282,20 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
     wrapped = guarded(calls, sub, wrapped, host, spec)  # where CuPy differs from NumPy
     calls.wrapped[id(value)] = wrapped
     return wrapped, True
+
+
+def _supplied_call(calls: Calls, made: Any, host: Any, spec: CallSpec) -> Any:
+    """A function CuPy lacks, made from the array module's own (:mod:`.supplement`): run on
+    the device; a use it does not cover is refused in one line (or falls back to NumPy)."""
+    xp = calls.xp
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return made(xp, *args, **kwargs)
+        except NotSupplied as exc:
+            return calls.refuse(spec, host, args, kwargs, "not-implemented", str(exc))
+
+    return fronting(call, host, spec.name)
 
 
 def _wrap_host(calls: Calls, host: Any, sub: str, path: str, name: str,
