@@ -184,6 +184,9 @@ _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
                            r"real number, not '(\w+)'"),
      "argument"),
     (Exception, re.compile(r"only supports cupy\.ndarray"), "argument"),
+    # a device array where CuPy's function needs a Python number (np.random.randint(1, [3, 5]))
+    (TypeError, re.compile(r"(only 0-dimensional arrays can be converted to Python scalars)"),
+     "not-implemented"),
     (AttributeError, re.compile(r"^'(list|tuple|range|set|int|float|bool|complex)' object "
                                 r"has no attribute '\w+'$"), "argument"),
     (NotImplementedError, re.compile(r"(.*)"), "not-implemented"),

@@ -211,30 +211,34 @@ def geomspace(xp: Any, start: Any, stop: Any, num: int = 50, endpoint: bool = Tr
     return (xp.moveaxis(result, 0, axis) if axis != 0 else result).astype(dtype, copy=False)
 
 
-def _order(m: Any, p: Any, name: str) -> int:
-    """The order ``m`` of ``numpy.poly<name>`` checked as NumPy does; ``poly1d`` is refused."""
+def _order(xp: Any, m: Any, p: Any, name: str) -> tuple[int, Any, Any]:
+    """The order ``m`` of ``numpy.poly<name>`` checked as NumPy does, the coefficients, and
+    the poly1d class to give back a poly1d in (None for coefficients), as NumPy does."""
     if int(m) < 0:
         what, other = ("derivative", "polyint") if name == "der" else ("integral", "polyder")
         raise ValueError(f"Order of {what} must be positive (see {other})")
-    if isinstance(p, numpy.poly1d):
-        raise NotSupplied(f"poly{name}: poly1d input is not supplied")
-    return int(m)
+    if type(p).__name__ != "poly1d":
+        return int(m), p, None
+    if isinstance(p, numpy.poly1d) is not (xp is numpy):  # a poly1d of the other module
+        raise NotSupplied(f"poly{name}: a poly1d of the host is not supplied on the device")
+    return int(m), p.coeffs, type(p)
 
 
 def polyder(xp: Any, p: Any, m: int = 1) -> Any:
-    """``numpy.polyder`` of coefficients, highest power first."""
-    m, p = _order(m, p, "der"), xp.asarray(p)
+    """``numpy.polyder`` of coefficients (or a poly1d), highest power first."""
+    m, p, poly = _order(xp, m, p, "der")
+    p = xp.asarray(p)
     while True:
         n = len(p) - 1  # first, as NumPy: a 0-d p is a TypeError
         derivative = p[:-1] * xp.arange(n, 0, -1)
         if m == 0:
-            return p
+            return p if poly is None else poly(p)
         p, m = derivative, m - 1
 
 
 def polyint(xp: Any, p: Any, m: int = 1, k: Any = None) -> Any:
-    """``numpy.polyint`` of coefficients, highest power first, with constants ``k``."""
-    m = _order(m, p, "int")
+    """``numpy.polyint`` of coefficients (or a poly1d), highest power first, constants ``k``."""
+    m, p, poly = _order(xp, m, p, "int")
     k = xp.atleast_1d(xp.zeros(m, float) if k is None else xp.asarray(k))
     if len(k) == 1 and m > 1:
         k = k[0] * xp.ones(m, float)
@@ -243,7 +247,7 @@ def polyint(xp: Any, p: Any, m: int = 1, k: Any = None) -> Any:
     p = xp.asarray(p)
     for i in range(m):
         p = xp.concatenate((p / xp.arange(len(p), 0, -1), k[i:i + 1]))
-    return p
+    return p if poly is None else poly(p)
 
 
 def spacing(xp: Any, x: Any, /, out: Any = None, **options: Any) -> Any:
@@ -385,16 +389,6 @@ SUPPLIED: dict[str, Callable[..., Any]] = {
 
 
 def supplied(name: str) -> Callable[..., Any] | None:
-    """The device version of NumPy's ``name``, or None.
-
-    Parameters
-    ----------
-    name : str
-        The function's name below the ``numpy`` module: ``"geomspace"``, ``"linalg.trace"``.
-
-    Returns
-    -------
-    callable or None
-        A function taking the array module first, then NumPy's arguments.
-    """
+    """The device version of NumPy's ``name`` (below ``numpy``: ``"geomspace"``,
+    ``"linalg.trace"``), taking the array module first, then NumPy's arguments; or None."""
     return SUPPLIED.get(name)

@@ -151,6 +151,8 @@ def test_cupy_namespace_questions_without_the_device():
     (NotImplementedError("Reduction for logical_and is not implemented"),
      ("not-implemented", "Reduction for logical_and is not implemented")),
     (TypeError("f() got an unexpected keyword argument 'axis'"), ("option", "axis=")),
+    (TypeError("only 0-dimensional arrays can be converted to Python scalars"),
+     ("not-implemented", "only 0-dimensional arrays can be converted to Python scalars")),
     (ValueError("operands could not be broadcast together"), None),
 ])
 def test_classify_reads_cupys_refusals(error, kind):

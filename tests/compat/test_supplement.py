@@ -389,8 +389,6 @@ NOT_SUPPLIED = [
     case("linalg.multi_dot", [real(2, 3), real(3, 4), real(4, 2)], out=np.empty((2, 2))),
     case("geomspace", 1, 256, 9, dtype=int),
     case("geomspace", 1, 256, 2, endpoint=False, dtype=np.int32),
-    case("polyder", np.poly1d([1, 2, 3])),
-    case("polyint", np.poly1d([1, 2, 3])),
     case("spacing", real(3), where=np.array([True, False, True])),
     case("spacing", real(3), np.empty(3)),
     case("spacing", real(3), dtype=np.float32),
@@ -566,3 +564,25 @@ def test_a_use_not_supplied_is_one_line_then_falls_back(ip, cupy_names):
     np.testing.assert_array_equal(ip.user_ns["g"], np.geomspace(1, 256, 9, dtype=int))
     [row] = cupy_magic.last_report().fallbacks
     assert row.function == "np.geomspace" and row.calls == 1
+
+
+@pytest.mark.parametrize("name", ["polyder", "polyint"])
+def test_a_poly1d_gives_a_poly1d_as_numpy_does(name):
+    got = SUPPLIED[name](np, np.poly1d([1.0, 2.0, 3.0]), 2)
+    want = getattr(np, name)(np.poly1d([1.0, 2.0, 3.0]), 2)
+    assert isinstance(got, np.poly1d) and got == want
+
+
+@pytest.mark.gpu
+def test_a_host_poly1d_is_not_supplied_on_the_device():
+    import cupy
+
+    with pytest.raises(NotSupplied):
+        SUPPLIED["polyder"](cupy, np.poly1d([1.0, 2.0, 3.0]))
+
+
+def test_a_cells_poly1d_stays_a_poly1d(ip, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --to-host",
+                      "p = np.poly1d([1, 1, 1, 1])\np2 = np.polyder(p)\nv = p2(2.0)\n"
+                      "same = type(p2) is type(p)\n")
+    assert ip.user_ns["same"] is True and float(ip.user_ns["v"]) == 17.0
