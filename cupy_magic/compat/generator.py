@@ -13,6 +13,7 @@ the report.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy
@@ -90,11 +91,10 @@ def normal(generator: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -
     """NumPy's ``Generator.normal`` with ``generator``'s ``standard_normal``: ``loc + scale *
     z`` over the broadcast shape of ``loc`` and ``scale`` (or ``size``), float64, as NumPy
     computes it. A 0-d array where NumPy returns a float (``rng.normal()``)."""
+    if _negative(scale):
+        raise ValueError("scale < 0")
     xp = _module_of(generator)
     loc, scale = xp.asarray(loc, dtype=xp.float64), xp.asarray(scale, dtype=xp.float64)
-    # NumPy refuses a negative scale; checking a device array's values waits for the GPU
-    if scale.size and bool((scale < 0).any()):
-        raise ValueError("scale < 0")
     shape = numpy.broadcast_shapes(loc.shape, scale.shape)
     if size is not None:
         size = (int(size),) if numpy.ndim(size) == 0 else tuple(int(n) for n in size)
@@ -107,8 +107,7 @@ def normal(generator: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -
 
 def lognormal(generator: Any, mean: Any = 0.0, sigma: Any = 1.0, size: Any = None) -> Any:
     """NumPy's ``Generator.lognormal``: ``exp`` of :func:`normal`, as NumPy computes it."""
-    sigma_ = _module_of(generator).asarray(sigma)
-    if sigma_.size and bool((sigma_ < 0).any()):
+    if _negative(sigma):
         raise ValueError("sigma < 0")
     return _module_of(generator).exp(normal(generator, mean, sigma, size))
 
@@ -116,9 +115,17 @@ def lognormal(generator: Any, mean: Any = 0.0, sigma: Any = 1.0, size: Any = Non
 _SUPPLIED = {"normal": normal, "lognormal": lognormal}
 
 
+def _negative(value: Any) -> bool:
+    """Whether a scale NumPy checks has a negative value: read where it is (Python numbers
+    and NumPy arrays on the host; a device array's check waits for the GPU, as NumPy's)."""
+    if hasattr(value, "__cuda_array_interface__"):
+        return bool((value < 0).any())
+    return bool(numpy.any(numpy.asarray(value) < 0))
+
+
 def _module_of(generator: Any) -> Any:
     """The array module ``generator`` draws into (NumPy's or CuPy's)."""
-    return numpy if isinstance(generator, numpy.random.Generator) else __import__("cupy")
+    return importlib.import_module(type(generator).__module__.partition(".")[0])
 
 
 def _supplied(name: str, generator: Any) -> Any:
