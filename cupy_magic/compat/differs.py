@@ -14,10 +14,15 @@ results are compared with NumPy's):
 - **``np.arange`` with an integer dtype and a fractional start, stop or step**: NumPy steps
   by ``int(start + step) - int(start)`` (``arange(-3, 3, 0.5, dtype=int)`` is -3, -2, -1, ...),
   CuPy by the fraction; refused in one line on both backends, NumPy's under ``--fallback``.
+- **``np.load`` of an ``.npz``**: CuPy's ``NpzFile`` has only ``[key]`` and ``close``; NumPy's
+  is a mapping with ``.files``, ``keys()``, iteration, ``len`` and ``in``
+  (``npzfile.files`` stopped NumPy's own example). The cell gets a :class:`DeviceNpz`: NumPy's
+  mapping, its arrays read onto the device.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy
@@ -26,7 +31,7 @@ from .calls import Calls
 from .dress import dressed_like
 from .spec import CallSpec
 
-__all__ = ["guarded"]
+__all__ = ["DeviceNpz", "guarded"]
 
 WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
 _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
@@ -62,7 +67,48 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                     return calls.refuse(spec, host, args, kwargs, "differs", _ARANGE)
             return wrapped(*args, **kwargs)
         return dressed_like(arange, wrapped)
+    if sub == "load" and on_device:
+        def load(*args: Any, **kwargs: Any) -> Any:
+            result = wrapped(*args, **kwargs)
+            return DeviceNpz(result) if hasattr(result, "npz_file") else result
+        return dressed_like(load, wrapped)
     return wrapped
+
+
+class DeviceNpz(Mapping):
+    """``np.load``'s ``.npz`` in a cell: NumPy's ``NpzFile`` (``.files``, ``keys()``,
+    iteration, ``len``, ``in``, ``with``) whose arrays are read onto the device by CuPy's."""
+
+    def __init__(self, npz: Any) -> None:
+        self._npz = npz  # CuPy's NpzFile; NumPy's is its .npz_file
+
+    def __getitem__(self, key: str) -> Any:
+        return self._npz[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._npz.npz_file)
+
+    def __len__(self) -> int:
+        return len(self._npz.npz_file)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._npz.npz_file
+
+    def __getattr__(self, name: str) -> Any:  # files, zip, fid, ...: NumPy's
+        return getattr(self.__dict__["_npz"].npz_file, name)
+
+    def __enter__(self) -> DeviceNpz:
+        self._npz.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._npz.__exit__(*exc)
+
+    def close(self) -> None:
+        self._npz.close()
+
+    def __repr__(self) -> str:
+        return f"{self._npz.npz_file!r} (its arrays read onto the device)"
 
 
 def _complex(inputs: tuple, dtype: Any) -> bool:

@@ -100,3 +100,36 @@ def test_windows_and_complex_float_power_equal_numpy_on_the_gpu(shell, monkeypat
     assert p.dtype == np.complex128 and np.allclose(p, ref, rtol=1e-14, atol=1e-14)
     ref = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)
     assert q.dtype == ref.dtype and np.allclose(q, ref, rtol=1e-14, atol=1e-14)
+
+
+def test_an_npz_in_a_cell_is_numpys_mapping_over_cupys_reader():
+    import io
+
+    npz_module = pytest.importorskip("cupy._io.npz", reason="CuPy's NpzFile is the reader")
+    from cupy_magic.compat.differs import DeviceNpz
+
+    buf = io.BytesIO()
+    np.savez(buf, x=np.arange(3), y=np.ones(2))
+    buf.seek(0)
+    with DeviceNpz(npz_module.NpzFile(np.load(buf))) as data:
+        assert data.files == ["x", "y"] and sorted(data) == ["x", "y"] and len(data) == 2
+        assert "x" in data and "z" not in data and list(data.keys()) == ["x", "y"]
+        assert "its arrays read onto the device" in repr(data)
+
+
+@pytest.mark.gpu
+def test_np_load_of_an_npz_in_a_cell_has_files_and_device_arrays(shell, monkeypatch, tmp_path):
+    from conftest import loaded
+
+    path = tmp_path / "a.npz"
+    np.savez(path, x=np.arange(3), y=np.ones(2))
+    for _ in loaded(shell, monkeypatch, "cupy"):
+        shell.user_ns["path"] = str(path)
+        shell.run_cell_magic("gpu", "--quiet",
+                             "data = np.load(path)\nnames = sorted(data.files)\nx = data['x']\n"
+                             "n = len(data)\n")
+        import cupy
+
+        assert shell.user_ns["names"] == ["x", "y"] and shell.user_ns["n"] == 2
+        assert isinstance(shell.user_ns["x"], cupy.ndarray)
+        np.testing.assert_array_equal(shell.user_ns["x"].get(), np.arange(3))
