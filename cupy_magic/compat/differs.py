@@ -14,6 +14,10 @@ results are compared with NumPy's):
 - **``np.arange`` with an integer dtype and a fractional start, stop or step**: NumPy steps
   by ``int(start + step) - int(start)`` (``arange(-3, 3, 0.5, dtype=int)`` is -3, -2, -1, ...),
   CuPy by the fraction; refused in one line on both backends, NumPy's under ``--fallback``.
+- **``np.format_float_scientific`` and ``np.format_float_positional``**: CuPy's make every
+  argument a 0-d array first, so a NumPy float32 scalar prints with float64's digits
+  (``'3.1415927410125732e+00'`` for NumPy's ``'3.1415927e+00'``); the cell calls NumPy's with
+  only its device arrays copied to the host.
 - **``np.load`` of an ``.npz``**: CuPy's ``NpzFile`` has only ``[key]`` and ``close``; NumPy's
   is a mapping with ``.files``, ``keys()``, iteration, ``len`` and ``in``
   (``npzfile.files`` stopped NumPy's own example). The cell gets a :class:`DeviceNpz`: NumPy's
@@ -33,6 +37,7 @@ from .spec import CallSpec
 
 __all__ = ["DeviceNpz", "guarded"]
 
+_FORMATS = frozenset({"format_float_scientific", "format_float_positional"})
 WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
 _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
                "float64 array); NumPy's float64 window, computed on the host from scalars")
@@ -67,6 +72,11 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                     return calls.refuse(spec, host, args, kwargs, "differs", _ARANGE)
             return wrapped(*args, **kwargs)
         return dressed_like(arange, wrapped)
+    if sub in _FORMATS and on_device:
+        def format_float(*args: Any, **kwargs: Any) -> Any:
+            return host(*(calls.to_host(a) if isinstance(a, calls.device_type) else a
+                          for a in args), **kwargs)
+        return dressed_like(format_float, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:
             result = wrapped(*args, **kwargs)

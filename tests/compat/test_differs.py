@@ -133,3 +133,17 @@ def test_np_load_of_an_npz_in_a_cell_has_files_and_device_arrays(shell, monkeypa
         assert shell.user_ns["names"] == ["x", "y"] and shell.user_ns["n"] == 2
         assert isinstance(shell.user_ns["x"], cupy.ndarray)
         np.testing.assert_array_equal(shell.user_ns["x"].get(), np.arange(3))
+
+
+@pytest.mark.gpu
+def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(shell, monkeypatch):
+    from conftest import loaded
+
+    for _ in loaded(shell, monkeypatch, "cupy"):
+        shell.run_cell_magic("gpu", "--quiet",
+                             "s = np.format_float_scientific(np.float32(np.pi))\n"
+                             "p = np.format_float_positional(np.float32(np.pi))\n"
+                             "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n")
+        assert shell.user_ns["s"] == np.format_float_scientific(np.float32(np.pi))
+        assert shell.user_ns["p"] == np.format_float_positional(np.float32(np.pi))
+        assert shell.user_ns["d"] == np.format_float_scientific(np.float64(np.pi), precision=3)
