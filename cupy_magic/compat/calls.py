@@ -35,8 +35,7 @@ _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result
 _PROBE_BYTES = 64 << 20
-# device integer arrays up to this size are read as Python ints where CuPy needs them
-_HOST_INTS = 1 << 16
+_HOST_INTS = 1 << 16  # device integer arrays read as Python ints where CuPy needs them
 _FAILED: Any = object()
 _NO_PROBE = ("random.", "save", "load", "info", "set_", "seterr", "setbufsize", "tofile",
              "show")
@@ -193,6 +192,10 @@ class Calls:
             result = self._with_host_ints(func, args, kwargs)
             if result is not _FAILED:
                 return result
+        if isinstance(kwargs.get("out"), self.device_type):  # np.percentile(..., out=out)
+            result = self._into_out(func, args, kwargs)
+            if result is not _FAILED:
+                return result
         if kind == "argument":
             arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
                          for a in (*args, *kwargs.values()))
@@ -216,10 +219,23 @@ class Calls:
         try:
             if all(v is w for v, w in zip(values, (*args, *kwargs.values()), strict=True)):
                 return _FAILED
-            return func(*values[:len(args)], **dict(zip(kwargs, values[len(args):],
-                                                             strict=True)))
+            return func(*values[:len(args)], **dict(zip(kwargs, values[len(args):], strict=True)))
         except LIMIT_ERRORS:
             return _FAILED
+
+    def _into_out(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``func`` without the ``out=`` CuPy failed on, its result written into ``out`` as
+        NumPy writes it (the same shape, a same-kind cast)."""
+        out, rest = kwargs["out"], {k: v for k, v in kwargs.items() if k != "out"}
+        try:
+            value = func(*args, **rest)
+        except LIMIT_ERRORS:
+            return _FAILED
+        if (not isinstance(value, self.device_type) or value.shape != out.shape
+                or not numpy.can_cast(value.dtype, out.dtype, "same_kind")):
+            return _FAILED
+        out[...] = value
+        return out
 
     def _numpy_runs(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether NumPy runs a call CuPy failed on with an error :func:`classify` does not
@@ -379,6 +395,6 @@ class Calls:
 class _Fallback(Exception):
     """Raised by :meth:`Calls.limit` under ``--fallback``: run this call with NumPy."""
 
-    def __init__(self, why: str) -> None:
-        super().__init__(why)
-        self.why = why
+    @property
+    def why(self) -> str:
+        return str(self.args[0])

@@ -317,7 +317,7 @@ def insert(xp: Any, arr: Any, obj: Any, values: Any, axis: Any = None) -> Any:
 def _nanquantile(xp: Any, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: Any,
                  weights: Any, percent: bool, overwrite: bool) -> Any:
     """``numpy.nanquantile`` (``nanpercentile`` with ``percent``) for method 'linear'."""
-    if out is not None or weights is not None or method != "linear" or isinstance(axis, tuple):
+    if weights is not None or method != "linear" or isinstance(axis, tuple):
         raise NotSupplied("nanquantile: only method='linear', axis None or an int is supplied")
     if overwrite:  # NumPy leaves its scratch in the input, as --fallback does
         raise NotSupplied("nanquantile: overwrite_input=True is not supplied")
@@ -363,7 +363,13 @@ def _nanquantile(xp: Any, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     result = xp.where(count == 0, xp.nan, result) if floating else result
     if floating and result.dtype != a.dtype and bool(count.ravel()[0] == 0):  # host sync
         result = result.astype(a.dtype)  # forced: an all-NaN first slice sets NumPy's dtype
-    return result.reshape(q.shape + kept) if keep else result
+    result = result.reshape(q.shape + kept) if keep else result
+    if out is None:
+        return result
+    if out.shape != result.shape or not numpy.can_cast(result.dtype, out.dtype, "same_kind"):
+        raise NotSupplied("nanquantile: out= of another shape or kind of dtype is not supplied")
+    out[...] = result  # as NumPy writes it
+    return out
 
 
 def nanquantile(xp: Any, a: Any, q: Any, axis: Any = None, out: Any = None,

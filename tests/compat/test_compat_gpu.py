@@ -120,3 +120,14 @@ def test_device_ints_where_cupy_needs_python_ints_are_read_on_the_host(gpu):
     assert [p.shape for p in gpu.user_ns["parts"]] == [w.shape for w in want]
     for got, ref in zip(gpu.user_ns["parts"], want, strict=True):
         np.testing.assert_array_equal(got, ref)
+
+
+def test_out_cupy_fails_on_is_written_as_numpy_writes_it(gpu):
+    a = np.array([[10.0, 7.0, 4.0], [3.0, 2.0, 1.0]])
+    gpu.user_ns["a"] = a
+    gpu.run_cell_magic("gpu", "--quiet --to-host",
+                       "out = np.zeros(3)\nr = np.percentile(a, 50, axis=0, out=out)\n"
+                       "same = r is out\nq = np.nanquantile(a, 0.5, axis=0, out=np.zeros(3))\n")
+    np.testing.assert_array_equal(gpu.user_ns["out"], np.percentile(a, 50, axis=0))
+    np.testing.assert_array_equal(gpu.user_ns["q"], np.nanquantile(a, 0.5, axis=0))
+    assert gpu.user_ns["same"] is True

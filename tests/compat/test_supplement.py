@@ -397,7 +397,8 @@ NOT_SUPPLIED = [
     case("insert", [1, 2, 3], np.array([1.0]), 0),
     case("nanquantile", real(5), 0.5, method="nearest"),
     case("nanquantile", real(2, 5), 0.5, axis=(0, 1)),
-    case("nanquantile", real(5), 0.5, out=np.empty(())),
+    case("nanquantile", real(5), 0.5, out=np.empty((2,))),
+    case("nanquantile", real(5), 0.5, out=np.empty((), dtype=np.int64)),
     case("nanquantile", real(5), 0.5, method="inverted_cdf", weights=np.ones(5)),
     case("nanquantile", real(5), True),
     case("nanquantile", real(5), np.full((1, 1, 1), 0.5)),
@@ -586,3 +587,14 @@ def test_a_cells_poly1d_stays_a_poly1d(ip, cupy_names):
                       "p = np.poly1d([1, 1, 1, 1])\np2 = np.polyder(p)\nv = p2(2.0)\n"
                       "same = type(p2) is type(p)\n")
     assert ip.user_ns["same"] is True and float(ip.user_ns["v"]) == 17.0
+
+
+@pytest.mark.parametrize("name, q", [("nanquantile", 0.25), ("nanpercentile", [10, 90])])
+def test_out_is_written_as_numpy_writes_it(name, q):
+    a = np.array([[10.0, np.nan, 4.0], [3.0, 2.0, 1.0]])
+    want_out = np.empty(np.shape(getattr(np, name)(a, q, axis=1)))
+    got_out = np.empty_like(want_out)
+    want = getattr(np, name)(a, q, axis=1, out=want_out)
+    got = SUPPLIED[name](np, a, q, axis=1, out=got_out)
+    assert got is got_out and want is want_out
+    np.testing.assert_array_equal(got_out, want_out)
