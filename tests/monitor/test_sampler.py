@@ -87,6 +87,8 @@ def run_until(sampler: Sampler, n: int, device: int = 0) -> list[Sample]:
     done = threading.Event()
 
     def collect(sample: Sample, history: Sequence[Sample]) -> None:
+        if done.is_set():  # a tick already under way when it stopped: not asked for
+            return
         got.append(sample)
         if len(got) >= n:
             sampler.stop()  # from the thread itself: sets the event, no join
