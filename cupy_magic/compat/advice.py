@@ -12,8 +12,8 @@ import linecache
 import re
 from types import TracebackType
 
-__all__ = ["FALLBACK_HINT", "KINDS", "WAYS", "CupyLimit", "MissingInCupy", "classify",
-           "explain_failure", "limit_message", "why_text"]
+__all__ = ["FALLBACK_HINT", "KINDS", "LIMIT_ERRORS", "WAYS", "CupyLimit", "MissingInCupy",
+           "classify", "explain_failure", "limit_message", "why_text"]
 
 FALLBACK_HINT = "or run the cell with %%gpu --fallback (NumPy on the host for this call)"
 KINDS = {
@@ -166,6 +166,11 @@ def _dtype_family(name: str) -> str:
         return "dtype datetime"
     return "dtype object" if name == "object" else "dtype string"
 
+
+# The errors a CuPy function may raise for what NumPy runs (AttributeError: CuPy's functions
+# call array methods on what they get, 'int' object has no attribute 'dot' for np.dot(3, 4));
+# classify() keeps only those it knows
+LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError, AttributeError)
 
 _RULES: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
     (TypeError, re.compile(r"Implicit conversion to a NumPy array is not allowed"),

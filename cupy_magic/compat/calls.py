@@ -11,17 +11,15 @@ from typing import Any, NoReturn
 
 import numpy
 
-from .advice import WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
+from .advice import LIMIT_ERRORS, WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
 from .dress import fronting
 from .emulate import EMULATED, NOT_EMULATED, emulate
 from .record import CompatRecord
+from .retry import FAILED, into_out, with_host_ints
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
 
-__all__ = ["DTYPES_OK", "LIMIT_ERRORS", "MUTATES", "SEQUENCES", "Calls"]
+__all__ = ["DTYPES_OK", "MUTATES", "SEQUENCES", "Calls"]
 
-# AttributeError: CuPy's functions call array methods on what they get ('int' object has no
-# attribute 'dot' for np.dot(3, 4)); classify() keeps only those about Python values
-LIMIT_ERRORS = (TypeError, ValueError, NotImplementedError, AttributeError)
 SEQUENCES = frozenset({list, tuple})
 _SCALARS = (bool, int, float, complex)
 _CONVERTED = frozenset({*SEQUENCES, range})  # what convert() moves to the device
@@ -35,8 +33,6 @@ _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result
 _PROBE_BYTES = 64 << 20
-_HOST_INTS = 1 << 16  # device integer arrays read as Python ints where CuPy needs them
-_FAILED: Any = object()
 _NO_PROBE = ("random.", "save", "load", "info", "set_", "seterr", "setbufsize", "tofile",
              "show")
 # dtype= arguments the slow path found CuPy can hold (np.float32, "f4", a numpy.dtype): the
@@ -189,12 +185,12 @@ class Calls:
             found = ("not-implemented", str(exc).split("\n")[0].rstrip("."))
         kind, detail = found
         if kind == "device-int":  # np.hsplit(x, np.array([3, 6])): NumPy reads them as ints
-            result = self._with_host_ints(func, args, kwargs)
-            if result is not _FAILED:
+            result = with_host_ints(self.device_type, spec, func, args, kwargs)
+            if result is not FAILED:
                 return result
         if isinstance(kwargs.get("out"), self.device_type):  # np.percentile(..., out=out)
-            result = self._into_out(func, args, kwargs)
-            if result is not _FAILED:
+            result = into_out(self.device_type, func, args, kwargs)
+            if result is not FAILED:
                 return result
         if kind == "argument":
             arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
@@ -210,32 +206,6 @@ class Calls:
                     self.record.moved(kinds, spec.name)
                     return result
         return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
-
-    def _with_host_ints(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """``func`` again with its small device integer arrays as Python ints or lists (a
-        copy to the host each: a host sync, as NumPy's reading them is), or ``_FAILED``."""
-        values = [v.tolist() if isinstance(v, self.device_type) and v.dtype.kind in "iub"
-                  and v.size <= _HOST_INTS else v for v in (*args, *kwargs.values())]
-        try:
-            if all(v is w for v, w in zip(values, (*args, *kwargs.values()), strict=True)):
-                return _FAILED
-            return func(*values[:len(args)], **dict(zip(kwargs, values[len(args):], strict=True)))
-        except LIMIT_ERRORS:
-            return _FAILED
-
-    def _into_out(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """``func`` without the ``out=`` CuPy failed on, its result written into ``out`` as
-        NumPy writes it (the same shape, a same-kind cast)."""
-        out, rest = kwargs["out"], {k: v for k, v in kwargs.items() if k != "out"}
-        try:
-            value = func(*args, **rest)
-        except LIMIT_ERRORS:
-            return _FAILED
-        if (not isinstance(value, self.device_type) or value.shape != out.shape
-                or not numpy.can_cast(value.dtype, out.dtype, "same_kind")):
-            return _FAILED
-        out[...] = value
-        return out
 
     def _numpy_runs(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether NumPy runs a call CuPy failed on with an error :func:`classify` does not

@@ -17,7 +17,7 @@ results are compared with NumPy's):
 - **``np.format_float_scientific`` and ``np.format_float_positional``**: CuPy's make every
   argument a 0-d array first, so a NumPy float32 scalar prints with float64's digits
   (``'3.1415927410125732e+00'`` for NumPy's ``'3.1415927e+00'``); the cell calls NumPy's with
-  only its device arrays copied to the host.
+  its device values as NumPy scalars of their dtype (``x[0]``, ``x.sum()`` are scalars there).
 - **``np.load`` of an ``.npz``**: CuPy's ``NpzFile`` has only ``[key]`` and ``close``; NumPy's
   is a mapping with ``.files``, ``keys()``, iteration, ``len`` and ``in``
   (``npzfile.files`` stopped NumPy's own example). The cell gets a :class:`DeviceNpz`: NumPy's
@@ -74,8 +74,9 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
         return dressed_like(arange, wrapped)
     if sub in _FORMATS and on_device:
         def format_float(*args: Any, **kwargs: Any) -> Any:
-            return host(*(calls.to_host(a) if isinstance(a, calls.device_type) else a
-                          for a in args), **kwargs)
+            def down(a: Any) -> Any:  # a device value stands for NumPy's scalar (x[0])
+                return calls.to_host(a)[()] if isinstance(a, calls.device_type) else a
+            return host(*map(down, args), **{k: down(v) for k, v in kwargs.items()})
         return dressed_like(format_float, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:

@@ -17,7 +17,10 @@ in one line as before.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
+
+import numpy
 
 __all__ = ["EMULATED", "NOT_EMULATED", "emulate"]
 
@@ -46,7 +49,8 @@ def emulate(xp: Any, function: str, args: tuple, kwargs: dict) -> Any:
     name = _REDUCTIONS[short]
     initial = kwargs.get("initial")
     if (len(args) != 1 or not ("where" in kwargs or initial is not None)
-            or not set(kwargs) <= _TAKEN or (name not in _FILLS and initial is None)):
+            or not set(kwargs) <= _TAKEN or (name not in _FILLS and initial is None)
+            or numpy.ndim(initial) != 0):
         return NOT_EMULATED
     a = xp.asarray(args[0])
     if name in ("max", "min") and a.size == 0:  # NumPy gives initial; refused here
@@ -56,22 +60,23 @@ def emulate(xp: Any, function: str, args: tuple, kwargs: dict) -> Any:
 
 def _masked(xp: Any, name: str, a: Any, kwargs: dict) -> Any:
     """``np.<name>(a, where=..., initial=..., ...)`` as the plain reduction over the array
-    filled where it is masked, with ``initial`` cast to the array's dtype as NumPy casts it
-    (unsafe: ``np.max([1, 2], initial=3.7)`` is 3) and then taken into the result."""
+    filled where it is masked, ``initial`` cast on the host as NumPy casts it (unsafe:
+    ``np.max([1, 2], initial=3.7)`` is 3; out of range for the dtype, NumPy's error) and
+    then taken into the result."""
     initial = kwargs.get("initial")
     if "where" in kwargs:
         fill = initial if name in ("max", "min") else _FILLS[name]
-        a = xp.where(xp.asarray(kwargs["where"]), a, xp.asarray(fill).astype(a.dtype))
+        a = xp.where(xp.asarray(kwargs["where"]), a, numpy.asarray(fill, dtype=a.dtype)[()])
     options = {k: kwargs[k] for k in ("axis", "dtype", "keepdims") if k in kwargs}
     if name in ("any", "all", "max", "min"):
         options.pop("dtype", None)
     result = getattr(xp, name)(a, **options)
-    if initial is not None and name in ("sum", "prod"):  # NumPy casts it to the result's dtype
-        result = (result + initial if name == "sum" else result * initial).astype(result.dtype)
-    elif initial is not None:  # max, min: the filled slices already hold it where masked
-        pick = xp.maximum if name == "max" else xp.minimum
-        result = pick(result, xp.asarray(initial).astype(result.dtype))
-    return result
+    if initial is None:
+        return result
+    start = numpy.asarray(initial, dtype=result.dtype)[()]  # NumPy casts it to the result's
+    if name in ("sum", "prod"):
+        return (result + start if name == "sum" else result * start).astype(result.dtype)
+    return (xp.maximum if name == "max" else xp.minimum)(result, start)
 
 
 def _sparse_indices(xp: Any, dimensions: Any, dtype: Any = int, sparse: bool = False,
@@ -80,7 +85,7 @@ def _sparse_indices(xp: Any, dimensions: Any, dtype: Any = int, sparse: bool = F
     (as NumPy makes them); else :data:`NOT_EMULATED`."""
     if sparse is not True or others:
         return NOT_EMULATED
-    dims = tuple(int(d) for d in dimensions)
+    dims = tuple(operator.index(d) for d in dimensions)
     return tuple(xp.arange(d, dtype=dtype).reshape((1,) * i + (d,) + (1,) * (len(dims) - i - 1))
                  for i, d in enumerate(dims))
 

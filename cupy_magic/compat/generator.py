@@ -14,6 +14,7 @@ the report.
 from __future__ import annotations
 
 import importlib
+import operator
 from typing import Any
 
 import numpy
@@ -93,11 +94,14 @@ def normal(generator: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -
     computes it. A 0-d array where NumPy returns a float (``rng.normal()``)."""
     if _negative(scale):
         raise ValueError("scale < 0")
+    if isinstance(loc, (str, bytes)) or isinstance(scale, (str, bytes)):
+        raise TypeError("loc and scale must be numbers or arrays of numbers, not strings")
     xp = _module_of(generator)
     loc, scale = xp.asarray(loc, dtype=xp.float64), xp.asarray(scale, dtype=xp.float64)
     shape = numpy.broadcast_shapes(loc.shape, scale.shape)
     if size is not None:
-        size = (int(size),) if numpy.ndim(size) == 0 else tuple(int(n) for n in size)
+        size = ((operator.index(size),) if numpy.ndim(size) == 0
+                else tuple(operator.index(n) for n in size))
         if numpy.broadcast_shapes(size, shape) != size:
             raise ValueError(f"shape mismatch: objects cannot be broadcast to a single shape; "
                              f"loc and scale of shape {shape} against size {size}")
@@ -116,11 +120,12 @@ _SUPPLIED = {"normal": normal, "lognormal": lognormal}
 
 
 def _negative(value: Any) -> bool:
-    """Whether a scale NumPy checks has a negative value: read where it is (Python numbers
-    and NumPy arrays on the host; a device array's check waits for the GPU, as NumPy's)."""
-    if hasattr(value, "__cuda_array_interface__"):
-        return bool((value < 0).any())
-    return bool(numpy.any(numpy.asarray(value) < 0))
+    """Whether a scale NumPy checks has a negative value (or -0.0): read where it is (Python
+    numbers and NumPy arrays on the host; a device array's check waits for the GPU)."""
+    on = _module_of(value) if hasattr(value, "__cuda_array_interface__") else numpy
+    value = on.asarray(value)  # NumPy refuses -0.0 too: it tests the sign bit
+    return bool((on.signbit(value) & ~on.isnan(value)).any()) if value.dtype.kind in "fc" \
+        else bool((value < 0).any())
 
 
 def _module_of(generator: Any) -> Any:

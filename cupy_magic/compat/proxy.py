@@ -18,14 +18,15 @@ from typing import Any
 
 import numpy
 
-from .calls import DTYPES_OK, LIMIT_ERRORS, SEQUENCES, Calls
+from .advice import LIMIT_ERRORS
+from .calls import DTYPES_OK, SEQUENCES, Calls
 from .differs import guarded
 from .dress import fronting
 from .fperrors import FP_ERRORS, fp_errors_call
 from .generator import checked_default_rng
 from .record import CompatRecord
 from .spec import MISSING, CallSpec, call_spec, numpy_module, reference_module
-from .supplement import NotSupplied, supplied
+from .supplement import SUPPLIED, NotSupplied
 
 __all__ = ["ArrayModule", "array_module", "make_call", "ufunc_call"]
 
@@ -246,7 +247,7 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
     if calls.checked and host is not MISSING and _ref(path, name) is MISSING:
         if not path and name in FP_ERRORS:  # NumPy's host settings; 'ignore' is the GPU's
             return fp_errors_call(calls, host, name), True
-        made = supplied(sub)
+        made = SUPPLIED.get(sub)
         if made is not None:  # done with the array module's own functions
             return _supplied_call(calls, made, host, call_spec(path, name, False)), True
         calls.missing(call_spec(path, name, False), host)  # raises unless --fallback
@@ -289,11 +290,16 @@ def _supplied_call(calls: Calls, made: Any, host: Any, spec: CallSpec) -> Any:
     the device; a use it does not cover is refused in one line (or falls back to NumPy)."""
     xp = calls.xp
 
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return made(xp, *args, **kwargs)
+
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            return made(xp, *args, **kwargs)
+            return run(*args, **kwargs)
         except NotSupplied as exc:
             return calls.refuse(spec, host, args, kwargs, "not-implemented", str(exc))
+        except LIMIT_ERRORS as exc:  # CuPy's refusal inside (a list of device scalars), or
+            return calls.failed(spec, run, host, args, kwargs, exc)  # the cell's own error
 
     return fronting(call, host, spec.name)
 

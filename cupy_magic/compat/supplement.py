@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy
 
-__all__ = ["SUPPLIED", "NotSupplied", "supplied"]
+__all__ = ["SUPPLIED", "NotSupplied"]
 
 _AxisError = getattr(numpy, "exceptions", numpy).AxisError
 _NO_VALUE = getattr(numpy, "_NoValue", None)
@@ -338,7 +338,7 @@ def _nanquantile(xp: Any, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     kept = tuple(1 if axis is None or i == along else n for i, n in enumerate(a.shape))
     if a.size == 0:  # NumPy gives the nanmean of nothing here: nan, whatever q
         empty = xp.full(kept, xp.nan, numpy.result_type(a.dtype, 1.0))
-        return empty if keep else empty.squeeze(None if axis is None else along)
+        return _into(out, empty if keep else empty.squeeze(None if axis is None else along))
     values = xp.moveaxis(xp.sort(a.ravel() if axis is None else a, axis=along), along, 0)
     rest, floating = values.shape[1:], a.dtype.kind == "f"
     count = xp.sum(~xp.isnan(values), axis=0) if floating else xp.full(rest, values.shape[0])
@@ -363,12 +363,16 @@ def _nanquantile(xp: Any, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     result = xp.where(count == 0, xp.nan, result) if floating else result
     if floating and result.dtype != a.dtype and bool(count.ravel()[0] == 0):  # host sync
         result = result.astype(a.dtype)  # forced: an all-NaN first slice sets NumPy's dtype
-    result = result.reshape(q.shape + kept) if keep else result
+    return _into(out, result.reshape(q.shape + kept) if keep else result)
+
+
+def _into(out: Any, result: Any) -> Any:
+    """``result``, or written into ``out`` as NumPy writes it (its shape, a same-kind cast)."""
     if out is None:
         return result
     if out.shape != result.shape or not numpy.can_cast(result.dtype, out.dtype, "same_kind"):
         raise NotSupplied("nanquantile: out= of another shape or kind of dtype is not supplied")
-    out[...] = result  # as NumPy writes it
+    out[...] = result
     return out
 
 
@@ -386,6 +390,7 @@ def nanpercentile(xp: Any, a: Any, q: Any, axis: Any = None, out: Any = None,
     return _nanquantile(xp, a, q, axis, out, method, keepdims, weights, True, overwrite_input)
 
 
+# NumPy's name below ``numpy`` -> its device version, taking the array module first
 SUPPLIED: dict[str, Callable[..., Any]] = {
     name: globals()[name.replace(".", "_")] for name in (
         "linalg.trace", "linalg.diagonal", "linalg.outer", "linalg.vecdot", "vecdot", "matvec",
@@ -393,8 +398,3 @@ SUPPLIED: dict[str, Callable[..., Any]] = {
         "linalg.multi_dot", "geomspace", "polyder", "polyint", "spacing", "unstack", "insert",
         "nanquantile", "nanpercentile")}
 
-
-def supplied(name: str) -> Callable[..., Any] | None:
-    """The device version of NumPy's ``name`` (below ``numpy``: ``"geomspace"``,
-    ``"linalg.trace"``), taking the array module first, then NumPy's arguments; or None."""
-    return SUPPLIED.get(name)

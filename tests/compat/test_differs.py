@@ -143,7 +143,9 @@ def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(shell, monk
         shell.run_cell_magic("gpu", "--quiet",
                              "s = np.format_float_scientific(np.float32(np.pi))\n"
                              "p = np.format_float_positional(np.float32(np.pi))\n"
-                             "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n")
+                             "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n"
+                             "f = np.format_float_positional(np.full(2, 3.14159, np.float32)[0])\n")
         assert shell.user_ns["s"] == np.format_float_scientific(np.float32(np.pi))
         assert shell.user_ns["p"] == np.format_float_positional(np.float32(np.pi))
         assert shell.user_ns["d"] == np.format_float_scientific(np.float64(np.pi), precision=3)
+        assert shell.user_ns["f"] == np.format_float_positional(np.float32(3.14159))

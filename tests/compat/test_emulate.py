@@ -20,6 +20,8 @@ CALLS = [
     "np.max(np.array([[-50], [10]]), axis=-1, initial=0, where=[[False], [True]])",
     "np.min(x, where=m, initial=100.0, axis=1)",
     "np.sum([10], initial=5)",
+    "np.sum([1, 2], initial=-0.5)",
+    "np.prod([2, 3], initial=1.5)",
     "np.prod([1, 2], initial=5)",
     "np.sum(x, axis=1, initial=0.5)",
     "np.max([[-50], [10]], axis=-1, initial=0)",
