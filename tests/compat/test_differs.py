@@ -12,6 +12,14 @@ import pytest
 import cupy_magic
 
 
+@pytest.fixture
+def gpu(shell, monkeypatch):
+    """The shell with the extension loaded on the GPU backend."""
+    from conftest import loaded
+
+    yield from loaded(shell, monkeypatch, "cupy")
+
+
 def _error(ip, body: str, flags: str = "--quiet") -> str:
     result = ip.run_cell(f"%%gpu {flags}\n{body}")
     assert result.error_in_exec is not None, "the cell should have stopped"
@@ -80,18 +88,16 @@ def test_an_array_class_cupy_lacks_is_numpys_under_fallback(ip, xp, cupy_names):
 
 
 @pytest.mark.gpu
-def test_windows_and_complex_float_power_equal_numpy_on_the_gpu(shell, monkeypatch):
-    from conftest import loaded
-
-    for _ in loaded(shell, monkeypatch, "cupy"):
-        shell.run_cell_magic("gpu", "--quiet --to-host",
-                             "w = [np.bartlett(12), np.blackman(12), np.hamming(12), "
-                             "np.hanning(12), np.kaiser(12, 14)]\n"
-                             "p = np.float_power(np.array([-1, -4]), 1.5, dtype=complex)\n"
-                             "q = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)\n")
-        rows = {r.function for r in cupy_magic.last_report().fallbacks}
-        windows = shell.user_ns["w"]
-        p, q = shell.user_ns["p"], shell.user_ns["q"]
+def test_windows_and_complex_float_power_equal_numpy_on_the_gpu(gpu):
+    shell = gpu
+    shell.run_cell_magic("gpu", "--quiet --to-host",
+                         "w = [np.bartlett(12), np.blackman(12), np.hamming(12), "
+                         "np.hanning(12), np.kaiser(12, 14)]\n"
+                         "p = np.float_power(np.array([-1, -4]), 1.5, dtype=complex)\n"
+                         "q = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)\n")
+    rows = {r.function for r in cupy_magic.last_report().fallbacks}
+    windows = shell.user_ns["w"]
+    p, q = shell.user_ns["p"], shell.user_ns["q"]
     want = [np.bartlett(12), np.blackman(12), np.hamming(12), np.hanning(12), np.kaiser(12, 14)]
     for got, ref in zip(windows, want, strict=True):
         np.testing.assert_array_equal(got, ref)  # NumPy's window, computed on the host
@@ -118,34 +124,30 @@ def test_an_npz_in_a_cell_is_numpys_mapping_over_cupys_reader():
 
 
 @pytest.mark.gpu
-def test_np_load_of_an_npz_in_a_cell_has_files_and_device_arrays(shell, monkeypatch, tmp_path):
-    from conftest import loaded
-
+def test_np_load_of_an_npz_in_a_cell_has_files_and_device_arrays(gpu, tmp_path):
     path = tmp_path / "a.npz"
     np.savez(path, x=np.arange(3), y=np.ones(2))
-    for _ in loaded(shell, monkeypatch, "cupy"):
-        shell.user_ns["path"] = str(path)
-        shell.run_cell_magic("gpu", "--quiet",
-                             "data = np.load(path)\nnames = sorted(data.files)\nx = data['x']\n"
-                             "n = len(data)\n")
-        import cupy
+    shell = gpu
+    shell.user_ns["path"] = str(path)
+    shell.run_cell_magic("gpu", "--quiet",
+                         "data = np.load(path)\nnames = sorted(data.files)\nx = data['x']\n"
+                         "n = len(data)\n")
+    import cupy
 
-        assert shell.user_ns["names"] == ["x", "y"] and shell.user_ns["n"] == 2
-        assert isinstance(shell.user_ns["x"], cupy.ndarray)
-        np.testing.assert_array_equal(shell.user_ns["x"].get(), np.arange(3))
+    assert shell.user_ns["names"] == ["x", "y"] and shell.user_ns["n"] == 2
+    assert isinstance(shell.user_ns["x"], cupy.ndarray)
+    np.testing.assert_array_equal(shell.user_ns["x"].get(), np.arange(3))
 
 
 @pytest.mark.gpu
-def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(shell, monkeypatch):
-    from conftest import loaded
-
-    for _ in loaded(shell, monkeypatch, "cupy"):
-        shell.run_cell_magic("gpu", "--quiet",
-                             "s = np.format_float_scientific(np.float32(np.pi))\n"
-                             "p = np.format_float_positional(np.float32(np.pi))\n"
-                             "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n"
-                             "f = np.format_float_positional(np.full(2, 3.14159, np.float32)[0])\n")
-        assert shell.user_ns["s"] == np.format_float_scientific(np.float32(np.pi))
-        assert shell.user_ns["p"] == np.format_float_positional(np.float32(np.pi))
-        assert shell.user_ns["d"] == np.format_float_scientific(np.float64(np.pi), precision=3)
-        assert shell.user_ns["f"] == np.format_float_positional(np.float32(3.14159))
+def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(gpu):
+    shell = gpu
+    shell.run_cell_magic("gpu", "--quiet",
+                         "s = np.format_float_scientific(np.float32(np.pi))\n"
+                         "p = np.format_float_positional(np.float32(np.pi))\n"
+                         "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n"
+                         "f = np.format_float_positional(np.full(2, 3.14159, np.float32)[0])\n")
+    assert shell.user_ns["s"] == np.format_float_scientific(np.float32(np.pi))
+    assert shell.user_ns["p"] == np.format_float_positional(np.float32(np.pi))
+    assert shell.user_ns["d"] == np.format_float_scientific(np.float64(np.pi), precision=3)
+    assert shell.user_ns["f"] == np.format_float_positional(np.float32(3.14159))
