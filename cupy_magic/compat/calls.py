@@ -220,7 +220,7 @@ class Calls:
         try:
             with warnings.catch_warnings(), numpy.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                scratch = any(kwargs.get(k) is True for k in _SCRATCH)  # out= may be written
+                scratch = _scratch(kwargs)  # out= may be written
                 host_func(*(self._down(a, moved, writable=scratch) for a in args),
                           **{k: self._down(v, moved, writable=scratch or k == "out")
                              for k, v in kwargs.items()})
@@ -326,7 +326,7 @@ class Calls:
         down, up = [0], [0]
         mutates = spec.name in MUTATES
         # overwrite_input=True lets NumPy use its input as scratch: the copies may be written
-        scratch = any(kwargs.get(k) is True for k in _SCRATCH)
+        scratch = _scratch(kwargs)
         hargs = tuple(self._down(a, down, writable=scratch or (mutates and i == 0))
                       for i, a in enumerate(args))
         out = kwargs.get("out")
@@ -360,6 +360,11 @@ class Calls:
         row.to_device_bytes += up[0]
         row.seconds += time.perf_counter() - t0
         return result
+
+
+def _scratch(kwargs: dict) -> bool:
+    """Whether the call lets NumPy use its inputs as scratch (``overwrite_input=True``)."""
+    return any(kwargs.get(k) is True for k in _SCRATCH)
 
 
 class _Fallback(Exception):

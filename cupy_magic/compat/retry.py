@@ -21,7 +21,7 @@ import numpy
 from .advice import LIMIT_ERRORS
 from .spec import CallSpec
 
-__all__ = ["FAILED", "into_out", "with_host_ints"]
+__all__ = ["FAILED", "into_out", "with_host_ints", "written"]
 
 FAILED: Any = object()
 HOST_INTS = 1 << 10  # the largest device integer argument read as Python ints
@@ -53,8 +53,13 @@ def into_out(device_type: type, func: Any, args: tuple, kwargs: dict) -> Any:
         value = func(*args, **rest)
     except LIMIT_ERRORS:
         return FAILED
-    if (not isinstance(value, device_type) or value.shape != out.shape
-            or not numpy.can_cast(value.dtype, out.dtype, "same_kind")):
+    return written(out, value) if isinstance(value, device_type) else FAILED
+
+
+def written(out: Any, value: Any) -> Any:
+    """``out`` with ``value`` written into it as NumPy writes a result there (the same shape,
+    a same-kind cast), or :data:`FAILED` where NumPy would not write it as it is."""
+    if value.shape != out.shape or not numpy.can_cast(value.dtype, out.dtype, "same_kind"):
         return FAILED
     out[...] = value
     return out

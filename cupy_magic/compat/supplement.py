@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy
 
+from .retry import FAILED, written
+
 __all__ = ["SUPPLIED", "NotSupplied"]
 
 _AxisError = getattr(numpy, "exceptions", numpy).AxisError
@@ -367,13 +369,11 @@ def _nanquantile(xp: Any, a: Any, q: Any, axis: Any, out: Any, method: str, keep
 
 
 def _into(out: Any, result: Any) -> Any:
-    """``result``, or written into ``out`` as NumPy writes it (its shape, a same-kind cast)."""
-    if out is None:
-        return result
-    if out.shape != result.shape or not numpy.can_cast(result.dtype, out.dtype, "same_kind"):
+    """``result``, or written into ``out`` as NumPy writes it (:func:`.retry.written`)."""
+    done = result if out is None else written(out, result)
+    if done is FAILED:
         raise NotSupplied("nanquantile: out= of another shape or kind of dtype is not supplied")
-    out[...] = result
-    return out
+    return done
 
 
 def nanquantile(xp: Any, a: Any, q: Any, axis: Any = None, out: Any = None,
