@@ -42,19 +42,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cupy_magic.backend.cupy import probe_cupy  # noqa: E402
 from cupy_magic.units import format_bytes, parse_size  # noqa: E402
 
 
 def _gpu() -> bool:
+    """A GPU to measure on: CuPy with a device (cupy_magic's own probe) and dask-cuda."""
+    if probe_cupy()[0] is None:
+        return False
     try:
-        import cupy
         import dask_cuda  # noqa: F401
     except ImportError:
         return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # no driver: no GPU
-        return False
+    return True
 
 
 def work(block: np.ndarray, gpu: bool, out: np.ndarray | None = None) -> np.ndarray:
