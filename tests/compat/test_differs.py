@@ -90,10 +90,10 @@ def test_an_array_class_cupy_lacks_is_numpys_under_fallback(ip, xp, cupy_names):
 @pytest.mark.gpu
 def test_windows_and_complex_float_power_equal_numpy_on_the_gpu(gpu):
     gpu.run_cell_magic("gpu", "--quiet --to-host",
-                         "w = [np.bartlett(12), np.blackman(12), np.hamming(12), "
-                         "np.hanning(12), np.kaiser(12, 14)]\n"
-                         "p = np.float_power(np.array([-1, -4]), 1.5, dtype=complex)\n"
-                         "q = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)\n")
+                       "w = [np.bartlett(12), np.blackman(12), np.hamming(12), "
+                       "np.hanning(12), np.kaiser(12, 14)]\n"
+                       "p = np.float_power(np.array([-1, -4]), 1.5, dtype=complex)\n"
+                       "q = np.float_power(np.array([-1, -4], dtype=np.complex64), 1.5)\n")
     rows = {r.function for r in cupy_magic.last_report().fallbacks}
     windows = gpu.user_ns["w"]
     p, q = gpu.user_ns["p"], gpu.user_ns["q"]
@@ -128,8 +128,8 @@ def test_np_load_of_an_npz_in_a_cell_has_files_and_device_arrays(gpu, tmp_path):
     np.savez(path, x=np.arange(3), y=np.ones(2))
     gpu.user_ns["path"] = str(path)
     gpu.run_cell_magic("gpu", "--quiet",
-                         "data = np.load(path)\nnames = sorted(data.files)\nx = data['x']\n"
-                         "n = len(data)\n")
+                       "data = np.load(path)\nnames = sorted(data.files)\nx = data['x']\n"
+                       "n = len(data)\n")
     import cupy
 
     assert gpu.user_ns["names"] == ["x", "y"] and gpu.user_ns["n"] == 2
@@ -140,10 +140,10 @@ def test_np_load_of_an_npz_in_a_cell_has_files_and_device_arrays(gpu, tmp_path):
 @pytest.mark.gpu
 def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(gpu):
     gpu.run_cell_magic("gpu", "--quiet",
-                         "s = np.format_float_scientific(np.float32(np.pi))\n"
-                         "p = np.format_float_positional(np.float32(np.pi))\n"
-                         "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n"
-                         "f = np.format_float_positional(np.full(2, 3.14159, np.float32)[0])\n")
+                       "s = np.format_float_scientific(np.float32(np.pi))\n"
+                       "p = np.format_float_positional(np.float32(np.pi))\n"
+                       "d = np.format_float_scientific(np.asarray(np.pi), precision=3)\n"
+                       "f = np.format_float_positional(np.full(2, 3.14159, np.float32)[0])\n")
     assert gpu.user_ns["s"] == np.format_float_scientific(np.float32(np.pi))
     assert gpu.user_ns["p"] == np.format_float_positional(np.float32(np.pi))
     assert gpu.user_ns["d"] == np.format_float_scientific(np.float64(np.pi), precision=3)
