@@ -2128,7 +2128,7 @@ def nb05():
 
         Inside `%%gpu`, `np` is CuPy, which has most of NumPy but not all of it: some names are
         missing (`np.nditer`, `np.ndenumerate`, `np.emath`, `np.insert`), some options too
-        (`np.mean(x, where=...)`), and string and date dtypes. A cell that calls one stops there
+        (`np.nanmean(x, where=...)`), and string and date dtypes. A cell that calls one stops there
         with one line: the function, the cell line, why, and the CuPy way to write it. (Python
         lists passed where NumPy takes an array need nothing: they are moved to the device and
         the report counts them.) This cell is meant to fail:
@@ -2242,7 +2242,7 @@ def nb05():
         '''),
         md('''
         **Exercise 3: a fallback in a loop.** This cell averages the positive values of each
-        row with `np.mean(..., where=...)`, an option CuPy's `mean` does not have, so it needs
+        row with `np.nanmean(..., where=...)`, an option CuPy's `nanmean` does not have, so it needs
         `--fallback`. Read its `fallback` row (calls, bytes, the loop flag), then write the
         means without a fallback, check that they agree, and compare the two times.
         '''),
@@ -2254,7 +2254,7 @@ def nb05():
         table = v[:ROWS * 1024].reshape(ROWS, 1024)
         pos = np.empty(ROWS, dtype=np.float32)
         for i in range(ROWS):
-            pos[i] = np.mean(table[i], where=table[i] > 0)
+            pos[i] = np.nanmean(table[i], where=table[i] > 0)
         '''),
         exercise('''
         # your code here
@@ -2267,7 +2267,7 @@ def nb05():
         solution('''
         LOOP_CELL = """
         for i in range(ROWS):
-            pos[i] = np.mean(table[i], where=table[i] > 0)
+            pos[i] = np.nanmean(table[i], where=table[i] > 0)
         """
         t_fb = best_run(LOOP_CELL, fallback=True, key="wall_seconds").wall_seconds
         t_dev = best_run("pos_2 = np.where(table > 0, table, 0).sum(axis=1) / (table > 0).sum(axis=1)",

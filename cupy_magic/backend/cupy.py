@@ -64,6 +64,7 @@ class CupyBackend(Backend):
         # the measurements track_memory has open, by device: _malloc raises their peaks
         self._open: dict[int, list[_Measurement]] = {}
         cupy.cuda.set_allocator(self._malloc)
+        self._restore_flat = flat_device_index(cupy)
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
 
@@ -271,9 +272,44 @@ class CupyBackend(Backend):
     def close(self) -> None:
         super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
+        self._restore_flat()
         for pool in _POOLS.values():  # give back what the cells freed; live arrays keep theirs
             pool.free_all_blocks()
         self.host.close()
+
+
+def flat_device_index(cupy: ModuleType) -> Any:
+    """Let ``x.flat[i]`` take a device integer index, as NumPy's takes ``np.argmax(x)``; give
+    the function that puts CuPy's own back (a no-op where CuPy's class is not where it was).
+
+    CuPy's flat iterator takes only Python ints and slices ("unsupported iterator index"); a
+    device index reads ``x.ravel()[i]`` (NumPy's values), and writes through it where that
+    is a view (a C-contiguous ``x``)."""
+    flatiter = getattr(getattr(getattr(cupy, "_indexing", None), "iterate", None), "flatiter",
+                       None)
+    if (flatiter is None or "__getitem__" not in vars(flatiter)
+            or hasattr(flatiter.__getitem__, "__cupy_magic__")):  # absent, or already done
+        return lambda: None
+    get, put = flatiter.__getitem__, flatiter.__setitem__
+
+    def device_index(ind: Any) -> bool:
+        return isinstance(ind, cupy.ndarray) and ind.dtype.kind in "iu"
+
+    def getitem(self: Any, ind: Any) -> Any:
+        return self.base.ravel()[ind] if device_index(ind) else get(self, ind)
+
+    def setitem(self: Any, ind: Any, value: Any) -> None:
+        if device_index(ind) and self.base.flags.c_contiguous:
+            self.base.ravel()[ind] = value
+        else:
+            put(self, ind, value)
+
+    getitem.__cupy_magic__ = True  # type: ignore[attr-defined]
+    flatiter.__getitem__, flatiter.__setitem__ = getitem, setitem
+
+    def restore() -> None:
+        flatiter.__getitem__, flatiter.__setitem__ = get, put
+    return restore
 
 
 def _nvidia_driver_version() -> str:

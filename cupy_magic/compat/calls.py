@@ -4,6 +4,7 @@ CuPy's refusals told in one line, or run with NumPy under ``--fallback``."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import warnings
 from types import ModuleType
@@ -12,23 +13,24 @@ from typing import Any, NoReturn
 import numpy
 
 from .advice import LIMIT_ERRORS, WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
+from .draws import DRAWS
 from .dress import fronting
 from .emulate import EMULATED, NOT_EMULATED, emulate
+from .moves import SEQUENCES, Moves
 from .record import CompatRecord
 from .retry import FAILED, into_out, with_host_ints
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
+from .supplement import NotSupplied
 
 __all__ = ["DTYPES_OK", "MUTATES", "SEQUENCES", "Calls"]
 
-SEQUENCES = frozenset({list, tuple})
-_SCALARS = (bool, int, float, complex)
-_CONVERTED = frozenset({*SEQUENCES, range})  # what convert() moves to the device
-_LOOSE = frozenset({*_CONVERTED, *_SCALARS})
 # NumPy functions that write into their first argument: under --fallback its host copy is
 # writable and copied back; every other argument's host copy is read-only, so a function
 # that writes into one fails (and is refused) instead of changing a copy nobody sees.
 MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                      "np.put_along_axis", "np.random.shuffle"})
+# Uses CuPy refuses that are made from its own functions, by NumPy's name below ``numpy``
+COMPLETIONS = {**DRAWS}
 _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result
@@ -53,7 +55,7 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-class Calls:
+class Calls(Moves):
     """One cell's handling of the calls the proxy could not pass straight through."""
 
     def __init__(self, xp: ModuleType, record: CompatRecord, reference: ModuleType | None):
@@ -64,62 +66,6 @@ class Calls:
         self.device_type = xp.ndarray
         # one wrapper per function object (keyed by id; the module keeps the object alive)
         self.wrapped: dict[int, Any] = {}
-
-    # --- moves --------------------------------------------------------------------------
-    def to_host(self, arr: Any) -> numpy.ndarray:
-        return numpy.array(arr, copy=True) if self.host else self.xp.asnumpy(arr)
-
-    def to_device(self, arr: numpy.ndarray) -> Any:
-        return numpy.array(arr, copy=True) if self.host else self.xp.asarray(arr)
-
-    def _convert(self, value: Any, kinds: dict[str, int], spec: CallSpec) -> Any:
-        """A list or tuple as a device array (counted); anything else unchanged."""
-        try:
-            host = numpy.asarray(value)
-        except (TypeError, ValueError):  # ragged, or holds device arrays
-            return self._stack(value, kinds)
-        if host.dtype.kind in UNSUPPORTED_KINDS:
-            if host.dtype.kind == "O":
-                return value
-            self.limit(spec, "dtype", str(host.dtype))
-        kind = type(value).__name__
-        kinds[kind] = kinds.get(kind, 0) + 1
-        return self.xp.asarray(host)
-
-    def _stack(self, value: Any, kinds: dict[str, int]) -> Any:
-        """A list or tuple of device arrays of one shape and Python numbers
-        (``[np.log(-1.0), 1.0]`` in a cell) stacked on the device, as NumPy's asarray would
-        make it on the host; anything else (ragged) unchanged, for CuPy to judge."""
-        if self.host or not value or not all(
-                isinstance(v, self.device_type) or type(v) in _SCALARS for v in value):
-            return value
-        parts = [self.xp.asarray(v) for v in value]
-        if len({p.shape for p in parts}) != 1:
-            return value
-        kind = type(value).__name__
-        kinds[kind] = kinds.get(kind, 0) + 1
-        return self.xp.stack(parts)
-
-    def convert(self, spec: CallSpec, args: tuple, kwargs: dict, everywhere: bool = False,
-                scalars: bool = False) -> tuple[tuple, dict, dict[str, int]]:
-        """Convert the lists at ``spec``'s array-like arguments (or at any, ``everywhere``);
-        with ``scalars``, Python numbers too (only when no argument is an array).
-
-        The arguments are copied only when something is converted: this runs on every call
-        that takes the slow path (``benchmarks/compat_overhead.py``)."""
-        kinds: dict[str, int] = {}
-        loose = _LOOSE if scalars else _CONVERTED
-        out: list | None = None
-        for i, arg in enumerate(args):
-            if type(arg) in loose and (everywhere or i in spec.positions):
-                out = list(args) if out is None else out
-                out[i] = self._convert(arg, kinds, spec)
-        kw: dict | None = None
-        for key, arg in kwargs.items():
-            if type(arg) in loose and key != "out" and (everywhere or key in spec.keywords):
-                kw = dict(kwargs) if kw is None else kw
-                kw[key] = self._convert(arg, kinds, spec)
-        return (args if out is None else tuple(out)), (kwargs if kw is None else kw), kinds
 
     # --- the slow path ------------------------------------------------------------------
     def _options(self, spec: CallSpec, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -193,19 +139,43 @@ class Calls:
             if result is not FAILED:
                 return result
         if kind == "argument":
-            arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
-                         for a in (*args, *kwargs.values()))
-            new_args, new_kwargs, kinds = self.convert(spec, args, kwargs, everywhere=True,
-                                                       scalars=not arrays)
-            if kinds:
-                try:
-                    result = func(*new_args, **new_kwargs)
-                except LIMIT_ERRORS:
-                    pass
-                else:
-                    self.record.moved(kinds, spec.name)
-                    return result
+            try:
+                result = self._converted(spec, func, args, kwargs)
+            except _Fallback as fb:  # a list of strings: NumPy's under --fallback
+                return self.run_host(spec, host_func, args, kwargs, fb.why)
+            if result is not FAILED:
+                return result
+        completed = COMPLETIONS.get(spec.name.removeprefix("np."))
+        if completed is not None and kind in ("argument", "not-implemented"):
+            try:  # a use CuPy has not implemented, made from its own functions
+                return completed(self.xp, *args, **kwargs)
+            except NotSupplied:
+                pass
         return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
+
+    def _converted(self, spec: CallSpec, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``func`` again with the Python values CuPy refused made device arrays, as NumPy
+        reads them: the items of a "sequence of array_like" parameter (``np.stack((x, y))``
+        of two lists, ``np.ravel_multi_index((3, 1), dims)``), then lists anywhere (numbers
+        too when no argument is an array), then numbers at ``array_like`` parameters next to
+        arrays (``np.inner(x, 7)``; NumPy's asarray makes them int64 or float64 arrays too);
+        :data:`FAILED` when none applies or CuPy refuses it too."""
+        arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
+                     for a in (*args, *kwargs.values()))
+        tries = (lambda: self.convert_items(spec, args, kwargs),
+                 lambda: self.convert(spec, args, kwargs, everywhere=True, scalars=not arrays),
+                 lambda: self.convert(spec, args, kwargs, scalars=True))
+        for attempt in tries[:3 if arrays else 2]:
+            new_args, new_kwargs, kinds = attempt()
+            if not kinds:
+                continue
+            try:
+                result = func(*new_args, **new_kwargs)
+            except LIMIT_ERRORS:
+                continue
+            self.record.moved(kinds, spec.name)
+            return result
+        return FAILED
 
     def _numpy_runs(self, spec: CallSpec, host_func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether NumPy runs a call CuPy failed on with an error :func:`classify` does not
@@ -214,7 +184,9 @@ class Calls:
         short = spec.name.removeprefix("np.")
         values = (*args, *kwargs.values())
         if (host_func is MISSING or spec.name in MUTATES or short.startswith(_NO_PROBE)
-                or sum(getattr(v, "nbytes", 0) for v in values) > _PROBE_BYTES):
+                or sum(v.nbytes for v in values if isinstance(v, (self.device_type,
+                                                                  numpy.ndarray)))
+                > _PROBE_BYTES):  # (np.float32 has an nbytes too: a descriptor)
             return False
         moved = [0]
         try:
@@ -276,6 +248,10 @@ class Calls:
         why = why_text(spec.name, "missing")
 
         def fall_back(*args: Any, **kwargs: Any) -> Any:
+            if spec.name == "np.bmat" and args and isinstance(args[0], str):
+                # NumPy reads the names in the string from its caller's frame: the cell's
+                caller = sys._getframe(1)
+                kwargs = {"ldict": caller.f_locals, "gdict": caller.f_globals, **kwargs}
             return self.run_host(spec, host, args, kwargs, why)
 
         return fronting(fall_back, host, spec.name)
@@ -354,12 +330,24 @@ class Calls:
             if isinstance(dev, self.device_type):
                 dev[...] = self._up(host, up)
                 result = dev if result is host else result
-        result = self._up(result, up)
+        if self.host or not _host_data(args, kwargs):
+            result = self._up(result, up)
+        # else NumPy-only data went in (strings, np.matrix): its results stay with it on the
+        # host, so that `a[np.unique(a, return_index=True)[1]]` indexes a host array with
+        # host indices
         row.calls += 1
         row.to_host_bytes += down[0]
         row.to_device_bytes += up[0]
         row.seconds += time.perf_counter() - t0
         return result
+
+
+def _host_data(args: tuple, kwargs: dict) -> bool:
+    """Whether a NumPy array (one CuPy cannot hold, kept on the host) is among the
+    arguments, also inside a list or tuple."""
+    values = [*args, *kwargs.values()]
+    values += [v for value in values if type(value) in SEQUENCES for v in value]
+    return any(isinstance(v, numpy.ndarray) for v in values)
 
 
 def _scratch(kwargs: dict) -> bool:

@@ -22,10 +22,29 @@ results are compared with NumPy's):
   is a mapping with ``.files``, ``keys()``, iteration, ``len`` and ``in``
   (``npzfile.files`` stopped NumPy's own example). The cell gets a :class:`DeviceNpz`: NumPy's
   mapping, its arrays read onto the device.
+- **``np.percentile`` and ``np.quantile`` of data with a NaN**: NumPy gives NaN for a slice
+  holding one; CuPy sorts the NaN last and interpolates over the rest (3.5 for NumPy's nan in
+  NumPy's own example). The slices holding a NaN are set to NaN on the device.
+- **``np.std`` and ``np.var`` with a wider ``dtype=``** (float32 data, ``dtype=float64``):
+  CuPy's result has float32 precision (0.45000000066 for NumPy's 0.44999999925 in NumPy's
+  example); the data is cast to ``dtype`` first, as NumPy computes in it.
+- **``np.ravel_multi_index`` without ``mode=``**: NumPy's default is 'raise' (an index out of
+  bounds is an error), CuPy's 'wrap' (it wraps silently); the cell passes NumPy's default.
+- **``np.require`` with 'A', 'W' or 'E'**: a device array is always aligned, writeable and a
+  base-class array, and CuPy's refuses those letters; they are taken as met.
+- **``np.isin`` with a Python set**: NumPy makes the set one object, equal to no element, so
+  the result is all False (all True with ``invert=True``), as NumPy's documentation warns;
+  CuPy refuses the set. The cell gets NumPy's result, made on the device.
+- **``np.mintypecode`` of a device array**: NumPy's reads each element's type character,
+  which a device array cannot give it; the cell passes the array's own (and a list of type
+  characters stays a list, never an array of strings).
+- **``np.binary_repr`` and ``np.base_repr`` of a device number** (``x[0]``, a 0-d array there):
+  NumPy's reads the number as a Python int, a host sync as NumPy's reading it is.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -37,6 +56,8 @@ from .spec import CallSpec
 
 __all__ = ["DeviceNpz", "guarded"]
 
+_QUANTILES = frozenset({"percentile", "quantile"})
+_MET = frozenset({"A", "ALIGNED", "W", "WRITEABLE", "E", "ENSUREARRAY"})  # by any device array
 _FORMATS = frozenset({"format_float_scientific", "format_float_positional"})
 WINDOWS = frozenset({"bartlett", "blackman", "hamming", "hanning", "kaiser"})
 _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precision in a "
@@ -78,6 +99,52 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                 return calls.to_host(a)[()] if isinstance(a, calls.device_type) else a
             return host(*map(down, args), **{k: down(v) for k, v in kwargs.items()})
         return dressed_like(format_float, wrapped)
+    if sub in _QUANTILES and on_device:
+        def quantile(*args: Any, **kwargs: Any) -> Any:
+            return _nan_slices(calls.xp, wrapped, args, kwargs)
+        return dressed_like(quantile, wrapped)
+    if sub in ("std", "var") and on_device:
+        def spread(*args: Any, **kwargs: Any) -> Any:
+            dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
+            a = args[0] if args else None
+            if dtype is not None and isinstance(a, calls.device_type):
+                dtype = numpy.dtype(dtype)
+                if dtype != a.dtype and numpy.can_cast(a.dtype, dtype, "safe"):
+                    args = (a.astype(dtype), *args[1:])
+            return wrapped(*args, **kwargs)
+        return dressed_like(spread, wrapped)
+    if sub == "ravel_multi_index" and on_device:
+        def ravel_multi_index(*args: Any, **kwargs: Any) -> Any:
+            if len(args) < 3 and "mode" not in kwargs:
+                kwargs = {**kwargs, "mode": "raise"}
+            return wrapped(*args, **kwargs)
+        return dressed_like(ravel_multi_index, wrapped)
+    if sub == "require" and on_device:
+        def require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: Any) -> Any:
+            if requirements is not None and not isinstance(requirements, str):
+                requirements = [r for r in requirements if str(r).upper() not in _MET]
+            return wrapped(a, dtype, requirements or None, **kwargs)
+        return dressed_like(require, wrapped)
+    if sub in ("binary_repr", "base_repr") and on_device:
+        def text_of(*args: Any, **kwargs: Any) -> Any:
+            if args and isinstance(args[0], calls.device_type) and args[0].ndim == 0:
+                args = (operator.index(args[0].item()), *args[1:])  # host sync, as NumPy's
+            return wrapped(*args, **kwargs)
+        return dressed_like(text_of, wrapped)
+    if sub == "mintypecode" and calls.checked:
+        def mintypecode(typechars: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(typechars, calls.device_type):  # each element's is the array's
+                typechars = [typechars.dtype.char] * (len(typechars) if typechars.ndim else 1)
+            return host(typechars, *args, **kwargs)  # NumPy's, on type characters only
+        return dressed_like(mintypecode, wrapped)
+    if sub == "isin" and on_device:
+        def isin(element: Any, test_elements: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(test_elements, (set, frozenset)):
+                invert = kwargs.get("invert", args[1] if len(args) > 1 else False)
+                shape = calls.xp.asarray(element).shape
+                return calls.xp.full(shape, bool(invert))
+            return wrapped(element, test_elements, *args, **kwargs)
+        return dressed_like(isin, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:
             result = wrapped(*args, **kwargs)
@@ -120,6 +187,32 @@ class DeviceNpz(Mapping):
 
     def __repr__(self) -> str:
         return f"{self._npz.npz_file!r} (its arrays read onto the device)"
+
+
+def _nan_slices(xp: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+    """``np.percentile``/``np.quantile`` with NaN where the slice reduced holds a NaN."""
+    names = ("a", "q", "axis", "out", "overwrite_input", "method", "keepdims")
+    given = {**dict(zip(names, args, strict=False)), **kwargs}
+    a, axis, keep = given.get("a"), given.get("axis"), bool(given.get("keepdims"))
+    if type(a) in (list, tuple):  # host data: its NaNs found on the host
+        a = numpy.asarray(a)
+        nan = xp.asarray(numpy.isnan(a).any(axis=axis, keepdims=keep)) \
+            if a.dtype.kind in "fc" else None
+    elif isinstance(a, xp.ndarray) and a.dtype.kind in "fc":
+        nan = xp.isnan(a).any(axis=axis, keepdims=keep)  # before CuPy may sort a in place
+    else:
+        nan = None
+    if nan is None:
+        return wrapped(*args, **kwargs)
+    result = wrapped(*args, **kwargs)
+    if not isinstance(result, xp.ndarray) or result.dtype.kind not in "fc":
+        return result
+    out = given.get("out")
+    fixed = xp.where(nan, xp.asarray(numpy.nan, result.dtype), result)
+    if out is not None:
+        out[...] = fixed
+        return out
+    return fixed
 
 
 def _complex(inputs: tuple, dtype: Any) -> bool:

@@ -6,8 +6,9 @@
 ``prod``, False for ``any``, True for ``all``, and ``initial`` for ``max`` and ``min`` (which
 NumPy requires there); ``initial`` alone is taken into the plain reduction's result (added,
 multiplied, or the larger or smaller). Done this way the call runs on the device and gives
-NumPy's result; ``count_nonzero(..., keepdims=True)`` is the count with its axes kept, and
-``indices(..., sparse=True)`` an ``arange`` per axis.
+NumPy's result; ``count_nonzero(..., keepdims=True)`` is the count with its axes kept,
+``indices(..., sparse=True)`` an ``arange`` per axis, and ``mean``, ``var`` and ``std`` with
+``where=`` the moments of the selected values, computed as NumPy computes them.
 
 A call with an option CuPy lacks takes the slow path (:meth:`~.calls.Calls.slow`), which asks
 :func:`emulate` first; calls with options this does not cover (``out=``, ``max``/``min``
@@ -27,7 +28,8 @@ __all__ = ["EMULATED", "NOT_EMULATED", "emulate"]
 _FILLS = {"sum": 0, "prod": 1, "any": False, "all": True}
 _REDUCTIONS = {**{n: n for n in (*_FILLS, "max", "min")}, "amax": "max", "amin": "min"}
 _TAKEN = frozenset({"axis", "dtype", "keepdims", "where", "initial"})
-EMULATED = frozenset(f"np.{n}" for n in (*_REDUCTIONS, "count_nonzero", "indices"))
+_MOMENTS = frozenset({"mean", "var", "std"})
+EMULATED = frozenset(f"np.{n}" for n in (*_REDUCTIONS, *_MOMENTS, "count_nonzero", "indices"))
 NOT_EMULATED = object()
 
 
@@ -37,6 +39,8 @@ def emulate(xp: Any, function: str, args: tuple, kwargs: dict) -> Any:
     short = function.removeprefix("np.")
     if short == "indices":
         return _sparse_indices(xp, *args, **kwargs)
+    if short in _MOMENTS:
+        return _moment(xp, short, *args, **kwargs)
     if short == "count_nonzero":
         if len(args) != 1 or not kwargs.get("keepdims") or not set(kwargs) <= {"axis",
                                                                                  "keepdims"}:
@@ -77,6 +81,41 @@ def _masked(xp: Any, name: str, a: Any, kwargs: dict) -> Any:
     if name in ("sum", "prod"):
         return (result + start if name == "sum" else result * start).astype(result.dtype)
     return (xp.maximum if name == "max" else xp.minimum)(result, start)
+
+
+def _moment(xp: Any, name: str, a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
+            ddof: Any = 0, keepdims: bool = False, *, where: Any = None,
+            **others: Any) -> Any:
+    """``np.mean``/``var``/``std`` with ``where=``, as NumPy computes them: the mean of the
+    selected values (in float64 for integers), then the mean square of their distance to it,
+    divided by ``count - ddof``; else :data:`NOT_EMULATED` (``out=``, ``mean=``, float16)."""
+    if where is None or out is not None or others or (name == "mean" and ddof != 0):
+        return NOT_EMULATED
+    a = xp.asarray(a)
+    if a.dtype.kind not in "biufc" or a.dtype == numpy.float16:
+        return NOT_EMULATED
+    mask = xp.broadcast_to(xp.asarray(where, dtype=bool), a.shape)
+    if dtype is None and a.dtype.kind in "biu":
+        dtype = numpy.float64
+    count = xp.sum(mask, axis=axis, keepdims=True)
+    total = xp.sum(xp.where(mask, a, 0), axis=axis, dtype=dtype, keepdims=True)
+    mean = (total / count).astype(total.dtype)
+    if name == "mean":
+        return mean if keepdims else _squeezed(mean, axis, a.ndim)
+    x = xp.where(mask, a - mean, 0)
+    square = x.real * x.real + x.imag * x.imag if x.dtype.kind == "c" else x * x
+    ret = xp.sum(square, axis=axis, dtype=dtype, keepdims=True)
+    ret = (ret / xp.maximum(count - ddof, 0)).astype(ret.dtype)
+    ret = xp.sqrt(ret) if name == "std" else ret
+    return ret if keepdims else _squeezed(ret, axis, a.ndim)
+
+
+def _squeezed(x: Any, axis: Any, ndim: int) -> Any:
+    """``x`` reduced with ``keepdims=True`` over ``axis``, without those axes."""
+    if axis is None:
+        return x.reshape(())
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return x.squeeze(tuple(operator.index(ax) % ndim for ax in axes))
 
 
 def _sparse_indices(xp: Any, dimensions: Any, dtype: Any = int, sparse: bool = False,

@@ -256,6 +256,8 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
             # issubclass's or .view's argument: NumPy's own, counted at each use like a
             # constant (np.nditer and other classes that take arrays run as fallback calls)
             calls.missing_value(call_spec(path, name, False))
+            if host is numpy.matrix:  # made from arrays: np.matrix(x) of a device x
+                return _host_class(calls, call_spec(path, name, False), host), False
             return host, False
         if not callable(host) and not isinstance(host, ModuleType):
             return host, False  # a constant: counted at each use
@@ -302,6 +304,33 @@ def _supplied_call(calls: Calls, made: Any, host: Any, spec: CallSpec) -> Any:
             return calls.failed(spec, run, host, args, kwargs, exc)  # the cell's own error
 
     return fronting(call, host, spec.name)
+
+
+class _HostClass(type):
+    """The type of a cell's stand-in for a NumPy array class CuPy lacks: ``isinstance`` and
+    ``issubclass`` answer for NumPy's class itself."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.__cupy_magic_numpy__)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls.__cupy_magic_numpy__)
+
+
+def _host_class(calls: Calls, spec: CallSpec, host: type) -> type:
+    """NumPy's array class ``host`` (``np.matrix``) as ``--fallback`` runs it: made from host
+    copies of a cell's device arrays, and staying on the host (CuPy has no such class)."""
+    made = calls.wrapped.get(id(host))
+    if made is None:
+        fall_back = calls.host_call(spec, host)
+
+        def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+            return fall_back(*args, **kwargs)
+
+        made = calls.wrapped[id(host)] = _HostClass(host.__name__, (host,), {
+            "__new__": __new__, "__cupy_magic_numpy__": host, "__module__": host.__module__,
+            "__doc__": host.__doc__, "__qualname__": host.__qualname__})
+    return made
 
 
 def _wrap_host(calls: Calls, host: Any, sub: str, path: str, name: str,

@@ -32,8 +32,12 @@ _PARAM = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*:\s*(.*)$")
 # "array_like", "1-D array_like", "int or array_like", "float or array_like of floats"; not
 # "sequence of array_like" (a list of arrays there is the function's own input)
 _ARRAY_LIKE = re.compile(r"(?:[\w-]+,?\s+(?:or\s+)?)*array[_-]like")
-# array_like parameters whose lists mean something else: bins=[10, 20] are two bin counts
-_NOT_ARRAYS = frozenset({("histogram2d", "bins"), ("histogramdd", "bins")})
+# "sequence of array_like", "tuple of array_like", "sequence of arrays": a list of arrays
+_SEQUENCE_OF = re.compile(r"(?:sequence|tuple|list)\s+of\s+(?:array[_-]like|(?:nd)?arrays)")
+# array_like parameters whose lists mean something else: bins=[10, 20] are two bin counts,
+# typechars=['d', 'f'] type characters
+_NOT_ARRAYS = frozenset({("histogram2d", "bins"), ("histogramdd", "bins"),
+                         ("mintypecode", "typechars")})
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class CallSpec:
         How the cell writes it: ``np.histogram``, ``np.linalg.norm``.
     positions, keywords
         The positional indices and keyword names NumPy documents as ``array_like``.
+    sequence_positions, sequences
+        Those NumPy documents as a sequence of arrays (``np.stack``'s ``arrays``).
     explicit
         A creation function (``np.array``): lists are its input, not converted before it.
     missing_options
@@ -59,6 +65,8 @@ class CallSpec:
     name: str
     positions: tuple[int, ...] = ()
     keywords: frozenset[str] = frozenset()
+    sequence_positions: tuple[int, ...] = ()
+    sequences: frozenset[str] = frozenset()
     explicit: bool = False
     missing_options: tuple[tuple[str, Any], ...] = ()
     positional_limit: int = 1 << 30
@@ -89,9 +97,10 @@ def numpy_module(path: str) -> Any:
     return obj
 
 
-def _array_like_names(func: Any) -> set[str]:
+def _array_like_names(func: Any, sequences: bool = False) -> set[str]:
     """Parameters NumPy's docstring types as ``array_like`` (also ``int or array_like``;
-    not ``sequence of array_like``)."""
+    not ``sequence of array_like``), or with ``sequences`` those typed as a sequence of
+    arrays."""
     doc = inspect.getdoc(func) or ""
     names: set[str] = set()
     in_params = False
@@ -101,7 +110,11 @@ def _array_like_names(func: Any) -> set[str]:
             continue
         match = _PARAM.match(line) if in_params and not line.startswith(" ") else None
         kind = match.group(2).strip() if match else ""
-        if _ARRAY_LIKE.match(kind) and not re.search(r"\bof\s+array[_-]like", kind):
+        if sequences:
+            found = bool(_SEQUENCE_OF.match(kind))
+        else:
+            found = bool(_ARRAY_LIKE.match(kind)) and not re.search(r"\bof\s+array[_-]like", kind)
+        if found:
             names.update(n.strip().lstrip("*") for n in match.group(1).split(","))
     name = getattr(func, "__name__", "")
     return {n for n in names - _HOST_SEQUENCES if (name, n) not in _NOT_ARRAYS}
@@ -155,11 +168,14 @@ def _spec(path: str, name: str, ref_path_exists: bool) -> CallSpec:
         ref_obj = _ref_attr(ref, path, name)
         cupy_params = _params(ref_obj) if ref_obj is not MISSING else None
     wanted = _array_like_names(func)
+    items = _array_like_names(func, sequences=True)
     positional = _positional(numpy_params or [])
     return CallSpec(
         label,
         positions=tuple(i for i, p in enumerate(positional) if p.name in wanted),
         keywords=frozenset(wanted),
+        sequence_positions=tuple(i for i, p in enumerate(positional) if p.name in items),
+        sequences=frozenset(items),
         explicit=name in _EXPLICIT,
         missing_options=_options(numpy_params, cupy_params),
         positional_limit=_limit(cupy_params),

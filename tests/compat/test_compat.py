@@ -58,8 +58,9 @@ def test_dtype_cupy_has_not(ip):
 
 def test_option_cupy_has_not(ip):
     ip.user_ns["x"] = np.arange(6.0)
-    message = _error(ip, "s = np.mean(x, where=x > 2)")
-    assert message.startswith("np.mean at line 1") and "CuPy's mean has no where= option" in message
+    message = _error(ip, "s = np.nanmean(x, where=x > 2)")
+    assert message.startswith("np.nanmean at line 1")
+    assert "CuPy's nanmean has no where= option" in message
     # NumPy's default for an option CuPy lacks changes nothing: it runs
     ip.run_cell_magic("gpu", "--to-host", "s = np.sort(x[::-1], order=None)")
     assert ip.user_ns["s"].tolist() == sorted(ip.user_ns["x"].tolist())
@@ -69,7 +70,7 @@ def test_fallback_rows_bytes_calls_and_loop(ip):
     ip.user_ns["x"] = np.arange(8.0)
     ip.run_cell_magic("gpu", "--fallback --to-host",
                       "t = 0.0\nfor i in range(3):\n    for v in np.nditer(x):\n"
-                      "        t += float(v)\ns = np.mean(x, where=x > 2)\n"
+                      "        t += float(v)\ns = np.nanmean(x, where=x > 2)\n"
                       "r = np.emath.sqrt(np.array([-1.0, 4.0]))\n")
     assert ip.user_ns["t"] == 3 * 28.0 and ip.user_ns["s"] == (3 + 4 + 5 + 6 + 7) / 5
     assert ip.user_ns["r"].tolist() == [1j, 2 + 0j]
@@ -77,7 +78,7 @@ def test_fallback_rows_bytes_calls_and_loop(ip):
     nditer = rows["np.nditer"]
     assert (nditer.line, nditer.calls, nditer.to_host_bytes) == (3, 3, 3 * 64)
     assert nditer.looped and "inside a loop" in nditer.describe()
-    summed = rows["np.mean"]
+    summed = rows["np.nanmean"]
     assert (summed.calls, summed.to_host_bytes) == (1, 64 + 8)  # x and the boolean mask
     assert summed.to_device_bytes == 0 and "where=" in summed.why  # a NumPy scalar stays
     assert rows["np.emath.sqrt"].to_device_bytes == 32
@@ -136,8 +137,8 @@ def test_cupy_namespace_questions_without_the_device():
     for name in ("nditer", "ndenumerate", "nested_iters", "emath", "datetime64", "void"):
         with pytest.raises(AttributeError, match=f"CuPy has no {name}"):
             getattr(module, name)
-    with pytest.raises(NotImplementedError, match="CuPy's mean has no where= option"):
-        module.mean(None, where=False)
+    with pytest.raises(NotImplementedError, match="CuPy's nanmean has no where= option"):
+        module.nanmean(None, where=False)
     with pytest.raises(AttributeError, match="has no attribute 'not_a_name'"):
         module.not_a_name  # noqa: B018
 

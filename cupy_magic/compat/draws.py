@@ -1,0 +1,67 @@
+"""Random draws CuPy's ``cupy.random`` has not implemented, made on the device.
+
+- **``np.random.choice(a, size, replace=False, p=p)``**: CuPy draws without replacement only
+  uniformly. Drawing successively, each time in proportion to the weights left, is the same as
+  keeping the ``size`` largest keys ``log(u) / p`` of one uniform ``u`` per item (Efraimidis
+  and Spirakis, 2006), so one ``random_sample`` and one sort on the device give NumPy's
+  distribution (not its numbers: CuPy's generator is another). NumPy's checks of ``p`` are made
+  with one host sync, as NumPy's reading them is.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy
+
+from .supplement import NotSupplied
+
+__all__ = ["DRAWS"]
+
+
+def random_choice(xp: Any, a: Any, size: Any = None, replace: bool = True,
+                  p: Any = None) -> Any:
+    """``numpy.random.choice`` without replacement and with weights ``p``."""
+    if replace or p is None:
+        raise NotSupplied("random.choice: only replace=False with p= is supplied")
+    if isinstance(a, (int, numpy.integer)) or (hasattr(a, "ndim") and a.ndim == 0
+                                                and a.dtype.kind in "iu"):
+        count = operator.index(a.item() if hasattr(a, "item") else a)
+        if count <= 0:
+            raise ValueError("a must be a positive integer unless no samples are taken")
+        pool = xp.arange(count)
+    else:
+        pool = xp.asarray(a)
+        if pool.ndim != 1:
+            raise ValueError("a must be 1-dimensional")
+    weights = xp.asarray(p, dtype=numpy.float64)
+    if weights.ndim != 1:
+        raise ValueError("p must be 1-dimensional")
+    if weights.shape[0] != pool.shape[0]:
+        raise ValueError("'a' and 'p' must have same size")
+    shape = () if size is None else tuple(numpy.atleast_1d(numpy.asarray(size)).tolist())
+    n = math.prod(shape)
+    if n > pool.shape[0]:
+        raise ValueError("Cannot take a larger sample than population when 'replace=False'")
+    # host sync forced: NumPy's errors for p need its values
+    facts = xp.stack([xp.isnan(weights).any(), weights.min(), weights.sum(),
+                      xp.count_nonzero(weights)])
+    nan, low, total, nonzero = (facts.get() if hasattr(facts, "get") else facts).tolist()
+    if nan:
+        raise ValueError("probabilities contain NaN")
+    if low < 0:
+        raise ValueError("probabilities are not non-negative")
+    if abs(total - 1.0) > math.sqrt(numpy.finfo(numpy.float64).eps):
+        raise ValueError("probabilities do not sum to 1")
+    if nonzero < n:
+        raise ValueError("Fewer non-zero entries in p than size")
+    with numpy.errstate(divide="ignore"):
+        keys = xp.log(xp.random.random_sample(pool.shape[0])) / weights  # p = 0: -inf
+    chosen = pool[xp.argsort(-keys)[:n]]
+    return chosen[0] if size is None else chosen.reshape(shape)
+
+
+# NumPy's name below ``numpy`` -> its device version, taking the array module first
+DRAWS = {"random.choice": random_choice}

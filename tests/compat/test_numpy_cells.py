@@ -1,0 +1,125 @@
+"""NumPy code from NumPy's own documentation that CuPy refused or computed differently (found
+by ``benchmarks/numpy_examples.py`` on the H200), run unchanged in a ``%%gpu --to-host`` cell
+on both backends through a real shell and compared with NumPy: the same dtype, shape and
+values, with and without ``--fallback``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+# (the cell, the names to compare); each is NumPy code as a user writes it
+CELLS = [
+    # percentile/quantile of data holding a NaN: NaN, as NumPy's (CuPy interpolated past it)
+    ("a = np.array([[10., 7., 4.], [3., 2., 1.]])\na[0][1] = np.nan\n"
+     "p = np.percentile(a, 50)\nq = np.quantile(a, [0.25, 0.5], axis=1)\n"
+     "r = np.percentile(a, 50, axis=0, keepdims=True)\ns = np.quantile([1.0, np.nan], 0.5)\n",
+     "p q r s"),
+    # std/var computing in a wider dtype= than the data
+    ("a = np.zeros((2, 512 * 512), dtype=np.float32)\na[0, :] = 1.0\na[1, :] = 0.1\n"
+     "s = np.std(a, dtype=np.float64)\nv = np.var(a, axis=1, dtype=np.float64)\n", "s v"),
+    # an index out of bounds is NumPy's error, never wrapped: see the test below
+    ("i = np.ravel_multi_index((3, 1, 4, 1), (6, 7, 8, 9))\n"
+     "j = np.ravel_multi_index(np.array([[3, 6, 6], [4, 5, 1]]), (7, 6))\n", "i j"),
+    ("x = np.arange(6).reshape(2, 3)\n"
+     "y = np.require(x, dtype=np.float32, requirements=['A', 'O', 'W', 'F'])\n"
+     "f = y.flags['F_CONTIGUOUS']\n", "y f"),
+    ("x = np.array([5, 3])\nb = np.binary_repr(x[0], width=8)\nc = np.base_repr(x[1], 3)\n",
+     "b c"),
+    ("a = np.arange(6).reshape(2, 3) + 10\nm = a.flat[np.argmax(a)]\nn = a.flat[np.argmin(a)]\n"
+     "a.flat[np.argmin(a)] = 0\n", "m n a"),
+    ("x = [-2.1, -1, 4.3]\ny = [3, 1.1, 0.12]\nX = np.stack((x, y), axis=0)\nc = np.cov(X)\n",
+     "X c"),
+    ("e = np.inner(np.eye(2), 7)\nf = np.inner(np.eye(2, dtype=np.float32), 2)\n", "e f"),
+    ("element = 2 * np.arange(4).reshape((2, 2))\na = np.isin(element, {0, 2, 4})\n"
+     "b = np.isin(element, frozenset({0}), invert=True)\nc = np.isin(element, [0, 2])\n", "a b c"),
+    ("a = np.mintypecode(['d', 'f', 'S'])\nx = np.array([1.1, 2-3.j])\nb = np.mintypecode(x)\n"
+     "c = np.mintypecode('abceh', default='G')\nd = np.mintypecode(np.ones((2, 2), 'f'))\n",
+     "a b c d"),
+]
+
+
+def _numpy(cell: str, names: str) -> dict:
+    scope: dict = {"np": np}
+    exec(cell, scope)
+    return {n: scope[n] for n in names.split()}
+
+
+def _same(got, want) -> None:
+    if isinstance(want, (str, bool)):
+        assert got == want
+        return
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    assert np.shape(got) == np.shape(want)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+
+
+@pytest.mark.parametrize("flags", ["", "--fallback"])
+@pytest.mark.parametrize(("cell", "names"), CELLS)
+def test_numpys_cell_gives_numpys_values(ip, xp, cupy_names, cell, names, flags):
+    result = ip.run_cell(f"%%gpu --quiet --to-host {flags}\n{cell}")
+    assert result.error_in_exec is None, result.error_in_exec
+    for name, want in _numpy(cell, names).items():
+        _same(ip.user_ns[name], want)
+
+
+def test_an_index_out_of_bounds_is_numpys_error(ip, xp, cupy_names):
+    result = ip.run_cell("%%gpu --quiet\ni = np.ravel_multi_index((7, 1), (6, 7))\n")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert "invalid entry in coordinates array" in str(result.error_in_exec)
+
+
+def test_bmat_of_a_string_reads_the_cells_names(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --fallback",
+                      "A = np.asmatrix('1 1; 1 1')\nB = np.asmatrix('2 2; 2 2')\n"
+                      "M = np.bmat('A, B; B, A')\n")
+    want = np.bmat([[np.ones((2, 2)), 2 * np.ones((2, 2))], [2 * np.ones((2, 2)),
+                                                              np.ones((2, 2))]])
+    assert isinstance(ip.user_ns["M"], np.matrix)
+    np.testing.assert_array_equal(ip.user_ns["M"], want)
+    assert "np.bmat" in [r.function for r in cupy_magic.last_report().fallbacks]
+
+
+def test_strings_kept_on_the_host_index_with_host_results(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host",
+                      "a = np.array(['a', 'b', 'b', 'c', 'a'])\n"
+                      "u, indices = np.unique(a, return_index=True)\nfirst = a[indices]\n"
+                      "order = np.lexsort((('b', 'a', 'c'), ('x', 'x', 'y')))\n")
+    np.testing.assert_array_equal(ip.user_ns["first"], np.array(["a", "b", "c"]))
+    np.testing.assert_array_equal(ip.user_ns["order"], np.array([1, 0, 2]))
+
+
+def test_np_matrix_of_a_device_array_under_fallback_is_numpys(ip, xp, cupy_names):
+    ip.user_ns["a"] = np.array([[1.0, 2.0], [3.0, 4.0]])
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host",
+                      "m = np.matrix(a)\nis_m = isinstance(m, np.matrix)\n"
+                      "sub = issubclass(type(m), np.matrix)\nainv = np.linalg.inv(np.matrix(a))\n"
+                      "w, v = np.linalg.eigh(np.matrix([[2.0, 1.0], [1.0, 2.0]]))\n")
+    ns = ip.user_ns
+    assert type(ns["m"]) is np.matrix and ns["is_m"] and ns["sub"]
+    np.testing.assert_allclose(ns["ainv"], np.linalg.inv(np.matrix(ns["a"])))
+    assert type(ns["ainv"]) is np.matrix and type(ns["v"]) is np.matrix
+    np.testing.assert_allclose(ns["w"], [1.0, 3.0])
+    assert "np.matrix" in [r.function for r in cupy_magic.last_report().fallbacks]
+
+
+@pytest.mark.gpu
+def test_flat_takes_a_device_index_while_the_extension_is_loaded(shell, monkeypatch):
+    import cupy
+    from conftest import loaded
+    from cupy._indexing.iterate import flatiter
+
+    cupys = flatiter.__getitem__, flatiter.__setitem__
+    session = loaded(shell, monkeypatch, "cupy")
+    next(session)
+    x = cupy.arange(6).reshape(2, 3)
+    assert int(x.flat[cupy.argmax(x)]) == 5
+    x.flat[cupy.asarray(1)] = 9
+    assert x.get().tolist() == [[0, 9, 2], [3, 4, 5]]
+    with pytest.raises(StopIteration):
+        next(session)  # unload
+    assert (flatiter.__getitem__, flatiter.__setitem__) == cupys
+    with pytest.raises(IndexError, match="unsupported iterator index"):
+        x.flat[cupy.asarray(1)]
