@@ -140,7 +140,7 @@ class Calls(Moves):
                 return result
         if kind == "argument":
             try:
-                result = self._converted(spec, func, args, kwargs)
+                result = self._converted(spec, func, host_func, args, kwargs)
             except _Fallback as fb:  # a list of strings: NumPy's under --fallback
                 return self.run_host(spec, host_func, args, kwargs, fb.why)
             if result is not FAILED:
@@ -153,13 +153,16 @@ class Calls(Moves):
                 pass
         return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
 
-    def _converted(self, spec: CallSpec, func: Any, args: tuple, kwargs: dict) -> Any:
+    def _converted(self, spec: CallSpec, func: Any, host_func: Any, args: tuple,
+                   kwargs: dict) -> Any:
         """``func`` again with the Python values CuPy refused made device arrays, as NumPy
         reads them: the items of a "sequence of array_like" parameter (``np.stack((x, y))``
         of two lists, ``np.ravel_multi_index((3, 1), dims)``), then lists anywhere (numbers
         too when no argument is an array), then numbers at ``array_like`` parameters next to
         arrays (``np.inner(x, 7)``; NumPy's asarray makes them int64 or float64 arrays too);
-        :data:`FAILED` when none applies or CuPy refuses it too."""
+        :data:`FAILED` when none applies or CuPy refuses it too. A retry CuPy takes but
+        fails with an error of the cell's own (an index out of bounds, which NumPy raises
+        too) raises it."""
         arrays = any(isinstance(a, (self.device_type, numpy.ndarray))
                      for a in (*args, *kwargs.values()))
         tries = (lambda: self.convert_items(spec, args, kwargs),
@@ -171,7 +174,10 @@ class Calls(Moves):
                 continue
             try:
                 result = func(*new_args, **new_kwargs)
-            except LIMIT_ERRORS:
+            except LIMIT_ERRORS as exc:
+                if classify(exc) is None and not self._numpy_runs(spec, host_func, args,
+                                                                  kwargs):
+                    raise exc from None  # NumPy fails too: the cell's own error
                 continue
             self.record.moved(kinds, spec.name)
             return result
@@ -343,11 +349,20 @@ class Calls(Moves):
 
 
 def _host_data(args: tuple, kwargs: dict) -> bool:
-    """Whether a NumPy array (one CuPy cannot hold, kept on the host) is among the
-    arguments, also inside a list or tuple."""
-    values = [*args, *kwargs.values()]
-    values += [v for value in values if type(value) in SEQUENCES for v in value]
-    return any(isinstance(v, numpy.ndarray) for v in values)
+    """Whether data CuPy cannot hold is among the arguments: a NumPy array (kept on the host
+    for its dtype or class) or text, also inside lists and tuples (``np.lexsort((first_names,
+    surnames))``, whose indices then index those tuples)."""
+    values = [*args, *kwargs.values()]  # a str here is an option (mode='median'), not data
+    if any(isinstance(v, numpy.ndarray) for v in values):
+        return True
+    inside = [v for value in values if type(value) in SEQUENCES for v in value]
+    while inside:
+        value = inside.pop()
+        if isinstance(value, (numpy.ndarray, str, bytes)):
+            return True
+        if type(value) in SEQUENCES and len(value) < 10_000:
+            inside.extend(value)
+    return False
 
 
 def _scratch(kwargs: dict) -> bool:

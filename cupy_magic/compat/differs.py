@@ -35,6 +35,11 @@ results are compared with NumPy's):
 - **``np.isin`` with a Python set**: NumPy makes the set one object, equal to no element, so
   the result is all False (all True with ``invert=True``), as NumPy's documentation warns;
   CuPy refuses the set. The cell gets NumPy's result, made on the device.
+- **``np.genfromtxt`` and ``np.loadtxt`` of a stream whose data CuPy cannot hold** (text
+  columns): CuPy's call NumPy's parser and then refuse the result, so the stream was read to its
+  end and ``--fallback`` read nothing. The cell calls NumPy's parser once, moves a result CuPy
+  can hold to the device, and refuses (or under ``--fallback`` keeps on the host) one it
+  cannot.
 - **``np.mintypecode`` of a device array**: NumPy's reads each element's type character,
   which a device array cannot give it; the cell passes the array's own (and a list of type
   characters stays a list, never an array of strings).
@@ -52,7 +57,7 @@ import numpy
 
 from .calls import Calls
 from .dress import dressed_like
-from .spec import CallSpec
+from .spec import UNSUPPORTED_KINDS, CallSpec
 
 __all__ = ["DeviceNpz", "guarded"]
 
@@ -131,6 +136,14 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                 args = (operator.index(args[0].item()), *args[1:])  # host sync, as NumPy's
             return wrapped(*args, **kwargs)
         return dressed_like(text_of, wrapped)
+    if sub in ("genfromtxt", "loadtxt") and calls.checked:  # both backends refuse alike
+        def read_text(*args: Any, **kwargs: Any) -> Any:
+            result = host(*args, **kwargs)  # NumPy's parser, which CuPy's calls: read once
+            if result.dtype.names or result.dtype.kind in UNSUPPORTED_KINDS:
+                return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
+                                    str(result.dtype))
+            return calls.to_device(result)
+        return dressed_like(read_text, wrapped)
     if sub == "mintypecode" and calls.checked:
         def mintypecode(typechars: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(typechars, calls.device_type):  # each element's is the array's

@@ -8,7 +8,8 @@ NumPy requires there); ``initial`` alone is taken into the plain reduction's res
 multiplied, or the larger or smaller). Done this way the call runs on the device and gives
 NumPy's result; ``count_nonzero(..., keepdims=True)`` is the count with its axes kept,
 ``indices(..., sparse=True)`` an ``arange`` per axis, and ``mean``, ``var`` and ``std`` with
-``where=`` the moments of the selected values, computed as NumPy computes them.
+``where=`` (``var`` and ``std`` also with a ``mean=`` given, or ``correction=``) the moments
+of the selected values, computed as NumPy computes them.
 
 A call with an option CuPy lacks takes the slow path (:meth:`~.calls.Calls.slow`), which asks
 :func:`emulate` first; calls with options this does not cover (``out=``, ``max``/``min``
@@ -84,25 +85,32 @@ def _masked(xp: Any, name: str, a: Any, kwargs: dict) -> Any:
 
 
 def _moment(xp: Any, name: str, a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
-            ddof: Any = 0, keepdims: bool = False, *, where: Any = None,
-            **others: Any) -> Any:
-    """``np.mean``/``var``/``std`` with ``where=``, as NumPy computes them: the mean of the
-    selected values (in float64 for integers), then the mean square of their distance to it,
-    divided by ``count - ddof``; else :data:`NOT_EMULATED` (``out=``, ``mean=``, float16)."""
-    if where is None or out is not None or others or (name == "mean" and ddof != 0):
+            ddof: Any = 0, keepdims: bool = False, *, where: Any = None, mean: Any = None,
+            correction: Any = None) -> Any:
+    """``np.mean``/``var``/``std`` with ``where=`` (or ``var``/``std`` with ``mean=`` or
+    ``correction=``), as NumPy computes them: the mean of the selected values (in float64 for
+    integers; or the ``mean`` given), then the mean square of their distance to it, divided by
+    ``count - ddof``; else :data:`NOT_EMULATED` (``out=``, float16, ...)."""
+    if correction is not None:
+        if ddof != 0:
+            raise ValueError("ddof and correction can't be provided simultaneously.")
+        ddof = correction
+    if (out is not None or (name == "mean" and (ddof != 0 or mean is not None))
+            or (where is None and mean is None and correction is None)):
         return NOT_EMULATED
     a = xp.asarray(a)
     if a.dtype.kind not in "biufc" or a.dtype == numpy.float16:
         return NOT_EMULATED
-    mask = xp.broadcast_to(xp.asarray(where, dtype=bool), a.shape)
+    mask = xp.broadcast_to(xp.asarray(True if where is None else where, dtype=bool), a.shape)
     if dtype is None and a.dtype.kind in "biu":
         dtype = numpy.float64
     count = xp.sum(mask, axis=axis, keepdims=True)
-    total = xp.sum(xp.where(mask, a, 0), axis=axis, dtype=dtype, keepdims=True)
-    mean = (total / count).astype(total.dtype)
-    if name == "mean":
-        return mean if keepdims else _squeezed(mean, axis, a.ndim)
-    x = xp.where(mask, a - mean, 0)
+    if mean is None:
+        total = xp.sum(xp.where(mask, a, 0), axis=axis, dtype=dtype, keepdims=True)
+        mean = (total / count).astype(total.dtype)
+        if name == "mean":
+            return mean if keepdims else _squeezed(mean, axis, a.ndim)
+    x = xp.where(mask, a - xp.asarray(mean), 0)
     square = x.real * x.real + x.imag * x.imag if x.dtype.kind == "c" else x * x
     ret = xp.sum(square, axis=axis, dtype=dtype, keepdims=True)
     ret = (ret / xp.maximum(count - ddof, 0)).astype(ret.dtype)

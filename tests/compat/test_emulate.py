@@ -38,6 +38,10 @@ CALLS = [
     "np.std(x, where=[[True], [True], [False]])",
     "np.std(x.astype(np.float32), where=m, axis=(0, 1))",
     "np.std(x + 1j * x[::-1], where=m, axis=1, keepdims=True)",
+    "np.std(x, axis=1, mean=np.mean(x, axis=1, keepdims=True))",
+    "np.var(x, axis=0, mean=np.mean(x, axis=0, keepdims=True), ddof=1)",
+    "np.var(c, correction=1)",
+    "np.std(x, where=m, mean=np.mean(x, where=m, keepdims=True), correction=0.5)",
 ]
 
 
@@ -89,3 +93,10 @@ def test_max_of_an_empty_array_with_initial_is_refused_then_falls_back(ip, xp, c
         "np.max at line 1 `y = np.max(x, initial=3)`: CuPy's max has no initial= option")
     ip.run_cell_magic("gpu", "--quiet --fallback --to-host", "y = np.max(x, initial=3)\n")
     assert ip.user_ns["y"] == 3.0 and _fell_back(ip)
+
+
+def test_ddof_and_correction_together_is_numpys_error(ip, xp, cupy_names):
+    ip.user_ns["x"] = np.arange(6.0)
+    result = ip.run_cell("%%gpu --quiet\ns = np.std(x, ddof=1, correction=1)\n")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert "ddof and correction can't be provided simultaneously" in str(result.error_in_exec)

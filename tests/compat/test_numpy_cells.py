@@ -123,3 +123,19 @@ def test_flat_takes_a_device_index_while_the_extension_is_loaded(shell, monkeypa
     assert (flatiter.__getitem__, flatiter.__setitem__) == cupys
     with pytest.raises(IndexError, match="unsupported iterator index"):
         x.flat[cupy.asarray(1)]
+
+
+def test_text_readers_read_their_stream_once(ip, xp, cupy_names):
+    ip.run_cell_magic("gpu", "--quiet --to-host",
+                      "from io import StringIO\nd = np.genfromtxt(StringIO('1,2\\n3,4'), "
+                      "delimiter=',')\nl = np.loadtxt(StringIO('1 2\\n3 4'))\n")
+    np.testing.assert_array_equal(ip.user_ns["d"], [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(ip.user_ns["l"], [[1.0, 2.0], [3.0, 4.0]])
+    cell = ("from io import StringIO\ns = StringIO('11.3abcde')\n"
+            "t = np.genfromtxt(s, dtype=None, names=['i', 'f', 's'], delimiter=[1, 3, 5])\n")
+    result = ip.run_cell(f"%%gpu --quiet\n{cell}")
+    assert "CuPy has no dtype" in str(result.error_in_exec)
+    ip.run_cell_magic("gpu", "--quiet --fallback --to-host", cell)
+    want = np.genfromtxt(__import__("io").StringIO("11.3abcde"), dtype=None,
+                         names=["i", "f", "s"], delimiter=[1, 3, 5])
+    assert ip.user_ns["t"] == want  # read once: NumPy's record, not an empty read
