@@ -17,6 +17,7 @@ from .draws import DRAWS
 from .dress import fronting
 from .emulate import EMULATED, NOT_EMULATED, emulate
 from .moves import SEQUENCES, Moves
+from .padding import PADS
 from .record import CompatRecord
 from .retry import FAILED, into_out, with_host_ints
 from .spec import MISSING, UNSUPPORTED_KINDS, CallSpec
@@ -30,7 +31,7 @@ __all__ = ["DTYPES_OK", "MUTATES", "SEQUENCES", "Calls"]
 MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                      "np.put_along_axis", "np.random.shuffle"})
 # Uses CuPy refuses that are made from its own functions, by NumPy's name below ``numpy``
-COMPLETIONS = {**DRAWS}
+COMPLETIONS = {**DRAWS, **PADS}
 _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result
