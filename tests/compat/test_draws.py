@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cupy_magic.compat.draws import DRAWS, random_choice
+from cupy_magic.compat.draws import DRAWS, random_choice, random_randint
 from cupy_magic.compat.supplement import NotSupplied
 
 P = np.array([0.1, 0.2, 0.3, 0.4])
@@ -70,7 +70,47 @@ def test_other_uses_are_not_supplied():
         random_choice(np, 5, 3, replace=True, p=[*P.tolist(), 0])
     with pytest.raises(NotSupplied):
         random_choice(np, 5, 3, replace=False)
-    assert set(DRAWS) == {"random.choice"}
+    assert set(DRAWS) == {"random.choice", "random.randint"}
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    ((1, [3, 5, 10]), {}), (([1, 5, 7], 10), {"dtype": np.uint8}),
+    (([[1], [3]], [4, 10]), {"size": (2, 2)}), (([-5, 0], [0, 2**40]), {"dtype": np.int64})])
+def test_randint_with_array_bounds_has_numpys_shape_dtype_and_range(args, kwargs):
+    got = random_randint(np, *args, **kwargs)
+    want = np.random.randint(*args, **kwargs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    low, high = (0, args[0]) if len(args) == 1 else args
+    assert np.all(got >= np.broadcast_to(low, got.shape))
+    assert np.all(got < np.broadcast_to(high, got.shape))
+
+
+def _randint_uniform(xp, seed_with) -> None:
+    seed_with(3)
+    got = random_randint(xp, 0, xp.asarray(np.full(300_000, 3)))
+    got = got.get() if hasattr(got, "get") else got
+    np.testing.assert_allclose(np.bincount(got, minlength=3) / got.size, [1 / 3] * 3, atol=0.005)
+
+
+def test_randint_draws_each_value_alike():
+    _randint_uniform(np, np.random.seed)
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [((5, [3, 10]), {}), (([1, 2], [1, 3]), {}),
+                                              (([-1], 5), {"dtype": np.uint8}),
+                                              (([1], 300), {"dtype": np.uint8})])
+def test_randint_bad_bounds_are_numpys_error(args, kwargs):
+    with pytest.raises(ValueError) as want:
+        np.random.randint(*args, **kwargs)
+    with pytest.raises(ValueError) as got:
+        random_randint(np, *args, **kwargs)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.gpu
+def test_randint_draws_each_value_alike_on_the_gpu():
+    cupy = pytest.importorskip("cupy")
+    _randint_uniform(cupy, cupy.random.seed)
 
 
 @pytest.mark.gpu
