@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import numpy
 
 from .advice import LIMIT_ERRORS, WAYS, CupyLimit, MissingInCupy, classify, limit_message, why_text
+from .complete import COMPLETED
 from .draws import DRAWS
 from .dress import fronting
 from .emulate import EMULATED, NOT_EMULATED, emulate
@@ -31,7 +32,7 @@ __all__ = ["DTYPES_OK", "MUTATES", "SEQUENCES", "Calls"]
 MUTATES = frozenset({"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                      "np.put_along_axis", "np.random.shuffle"})
 # Uses CuPy refuses that are made from its own functions, by NumPy's name below ``numpy``
-COMPLETIONS = {**DRAWS, **PADS}
+COMPLETIONS = {**COMPLETED, **DRAWS, **PADS}
 _SCRATCH = ("overwrite_input", "overwrite_a", "overwrite_b")
 # A CuPy error classify() does not know is CuPy's limit when NumPy runs the same call: tried
 # on read-only host copies up to this size, never for calls with effects beyond their result

@@ -19,7 +19,7 @@ from typing import Any
 import numpy
 
 from .advice import LIMIT_ERRORS
-from .calls import DTYPES_OK, SEQUENCES, Calls
+from .calls import COMPLETIONS, DTYPES_OK, SEQUENCES, Calls
 from .differs import guarded
 from .dress import fronting
 from .fperrors import FP_ERRORS, fp_errors_call
@@ -247,7 +247,7 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
     if calls.checked and host is not MISSING and _ref(path, name) is MISSING:
         if not path and name in FP_ERRORS:  # NumPy's host settings; 'ignore' is the GPU's
             return fp_errors_call(calls, host, name), True
-        made = SUPPLIED.get(sub)
+        made = SUPPLIED.get(sub) or COMPLETIONS.get(sub)
         if made is not None:  # done with the array module's own functions
             return _supplied_call(calls, made, host, call_spec(path, name, False)), True
         calls.missing(call_spec(path, name, False), host)  # raises unless --fallback

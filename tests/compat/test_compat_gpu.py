@@ -87,13 +87,24 @@ def test_python_values_cupy_calls_methods_on_are_converted(gpu):
 def test_unknown_cupy_error_is_named_and_falls_back_on_the_gpu(gpu):
     gpu.user_ns["x"] = np.arange(5.0)
     gpu.user_ns.pop("p", None)
-    result = gpu.run_cell("%%gpu --quiet\np = np.pad(x, 2, mode='median')\n")
+    cell = "p = np.percentile(x, 40, method='hazen')\n"
+    result = gpu.run_cell(f"%%gpu --quiet\n{cell}")
     text = str(result.error_in_exec)
-    assert text.startswith("np.pad at line 1 `p = np.pad(x, 2, mode='median')`: CuPy has not "
-                           "implemented this use (mode 'median' is not supported)"), text
+    assert text.startswith("np.percentile at line 1 `p = np.percentile(x, 40, method='hazen')`: "
+                           "CuPy has not implemented this use ('hazen' method is not yet "
+                           "supported"), text
     assert "p" not in gpu.user_ns
-    gpu.run_cell_magic("gpu", "--quiet --fallback --to-host", "p = np.pad(x, 2, mode='median')\n")
+    gpu.run_cell_magic("gpu", "--quiet --fallback --to-host", cell)
+    assert float(gpu.user_ns["p"]) == np.percentile(np.arange(5.0), 40, method="hazen")
+
+
+def test_pad_median_runs_on_the_gpu(gpu):
+    gpu.user_ns["x"] = np.arange(5.0)
+    gpu.run_cell_magic("gpu", "--quiet --to-host", "p = np.pad(x, 2, mode='median')\n")
     np.testing.assert_array_equal(gpu.user_ns["p"], np.pad(np.arange(5.0), 2, mode="median"))
+    import cupy_magic
+
+    assert not cupy_magic.last_report().fallbacks
 
 
 def test_flat_with_an_array_index_is_numpys_on_the_gpu(gpu):

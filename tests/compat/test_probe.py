@@ -1,5 +1,6 @@
 """A CuPy error :func:`~cupy_magic.compat.advice.classify` does not know
-(``np.pad(x, 2, mode='median')`` on the H200: "mode 'median' is not supported") is CuPy's
+(``np.percentile(x, 40, method='hazen')`` on the H200: "'hazen' method is not yet
+supported. Please use any other method.") is CuPy's
 limit when NumPy runs the same call on host copies: told in one line, or run with NumPy
 under ``--fallback``; when NumPy fails too, the error is the cell's own and is left as it is.
 
@@ -24,20 +25,22 @@ def _calls(fallback: bool = False) -> Calls:
     return Calls(np, CompatRecord("<cell>", "", fallback=fallback), None)
 
 
-def _cupy_pad(*args, **kwargs):
-    raise ValueError("mode 'median' is not supported")
+_HAZEN = "'hazen' method is not yet supported. Please use any other method."
+
+
+def _cupy_refuses(*args, **kwargs):  # CuPy's percentile, or any CuPy function, refusing
+    raise ValueError(_HAZEN)
 
 
 def test_an_unknown_cupy_error_numpy_does_not_raise_is_a_one_line_limit():
     calls = _calls()
     x = np.arange(5.0)
-    exc = ValueError("mode 'median' is not supported")
     with pytest.raises(CupyLimit) as info:
-        calls.failed(call_spec("", "pad", False), _cupy_pad, np.pad, (x, 2),
-                     {"mode": "median"}, exc)
+        calls.failed(call_spec("", "percentile", False), _cupy_refuses, np.percentile, (x, 40),
+                     {"method": "hazen"}, ValueError(_HAZEN))
     text = str(info.value)
-    assert text.startswith("np.pad")
-    assert "CuPy has not implemented this use (mode 'median' is not supported)" in text
+    assert text.startswith("np.percentile")
+    assert "CuPy has not implemented this use ('hazen' method is not yet supported" in text
     assert "--fallback" in text and "\n" not in text
     assert info.value.kind == "not-implemented"
 
@@ -45,17 +48,17 @@ def test_an_unknown_cupy_error_numpy_does_not_raise_is_a_one_line_limit():
 def test_under_fallback_numpy_runs_it():
     calls = _calls(fallback=True)
     x = np.arange(5.0)
-    got = calls.failed(call_spec("", "pad", False), _cupy_pad, np.pad, (x, 2),
-                       {"mode": "median"}, ValueError("mode 'median' is not supported"))
-    np.testing.assert_array_equal(got, np.pad(x, 2, mode="median"))
-    assert [r.function for r in calls.record.fallbacks] == ["np.pad"]
+    got = calls.failed(call_spec("", "percentile", False), _cupy_refuses, np.percentile, (x, 40),
+                       {"method": "hazen"}, ValueError(_HAZEN))
+    assert got == np.percentile(x, 40, method="hazen")
+    assert [r.function for r in calls.record.fallbacks] == ["np.percentile"]
 
 
 def test_an_error_numpy_raises_too_is_the_cells_own():
     calls = _calls()
     exc = ValueError("cannot reshape array of size 5 into shape (2,)")
     with pytest.raises(ValueError) as info:
-        calls.failed(call_spec("", "reshape", False), _cupy_pad, np.reshape,
+        calls.failed(call_spec("", "reshape", False), _cupy_refuses, np.reshape,
                      (np.arange(5.0), (2,)), {}, exc)
     assert info.value is exc
 
@@ -65,7 +68,7 @@ def test_calls_with_effects_are_not_tried_on_numpy(tmp_path):
     target = tmp_path / "a.npy"
     exc = ValueError("something CuPy says")
     with pytest.raises(ValueError) as info:
-        calls.failed(call_spec("", "save", False), _cupy_pad, np.save,
+        calls.failed(call_spec("", "save", False), _cupy_refuses, np.save,
                      (str(target), np.arange(3.0)), {}, exc)
     assert info.value is exc and not target.exists()  # np.save was not run to find out
 

@@ -13,39 +13,24 @@ import pytest
 
 from cupy_magic.compat.supplement import SUPPLIED, NotSupplied
 
-R = np.random.default_rng(20240611)
-
-
-def real(*shape: int, dtype: Any = np.float64) -> np.ndarray:
-    return R.standard_normal(shape).astype(dtype)
-
-
-def cplx(*shape: int, dtype: Any = np.complex128) -> np.ndarray:
-    return (R.standard_normal(shape) + 1j * R.standard_normal(shape)).astype(dtype)
-
-
-def ints(*shape: int, dtype: Any = np.int64) -> np.ndarray:
-    return R.integers(-9, 10, shape).astype(dtype)
+from .cases import (
+    R,
+    assert_arrays_same,
+    case,
+    cplx,
+    ints,
+    numpy_function,
+    numpy_result,
+    real,
+    to_device,
+    to_host,
+)
 
 
 def with_nans(x: np.ndarray, share: float = 0.3) -> np.ndarray:
     x = x.copy()
     x[R.random(x.shape) < share] = np.nan
     return x
-
-
-def case(name: str, *args: Any, **kwargs: Any) -> Any:
-    shown = ", ".join([*(_short(a) for a in args), *(f"{k}={_short(v)}" for k, v in
-                                                       kwargs.items())])
-    return pytest.param(name, args, kwargs, id=f"{name}({shown})")
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype}{list(value.shape)}"
-    if isinstance(value, (list, tuple)) and len(repr(value)) > 30:
-        return f"{type(value).__name__}[{len(value)}]"
-    return repr(value)
 
 
 NAN_ROWS = with_nans(real(4, 6))
@@ -295,19 +280,6 @@ EXACT = {"linalg.diagonal", "unstack", "insert", "spacing", "polyder"}
 VIEWS = {"linalg.diagonal", "unstack"}
 
 
-def numpy_function(name: str) -> Any:
-    function: Any = np
-    for part in name.split("."):
-        function = getattr(function, part)
-    return function
-
-
-def numpy_result(name: str, args: tuple, kwargs: dict) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return numpy_function(name)(*args, **kwargs)
-
-
 def assert_same(name: str, got: Any, want: Any) -> None:
     """``got`` (host data) has ``want``'s type of container, dtype, shape and values."""
     if isinstance(want, tuple):
@@ -315,16 +287,7 @@ def assert_same(name: str, got: Any, want: Any) -> None:
         for g, w in zip(got, want, strict=True):
             assert_same(name, g, w)
         return
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype
-    assert got.shape == want.shape
-    if name in EXACT or want.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, want)
-        return
-    rtol = {2: 2e-3, 4: 1e-5}.get(np.finfo(want.dtype).dtype.itemsize, 1e-12)
-    finite = np.abs(want[np.isfinite(want)])
-    atol = rtol * (finite.max() if finite.size else 0.0)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    assert_arrays_same(got, want, name in EXACT)
 
 
 @pytest.mark.parametrize(("name", "args", "kwargs"), CASES)
@@ -485,22 +448,6 @@ def test_supplied_names_are_in_numpy_and_not_in_cupy() -> None:
         for part in name.split(".")[:-1]:
             module = getattr(module, part)
         assert not hasattr(module, name.split(".")[-1]), f"CuPy has {name}: drop it"
-
-
-def to_device(cupy: Any, value: Any) -> Any:
-    """NumPy arrays in ``value`` (also inside lists, for multi_dot) as CuPy's."""
-    if isinstance(value, np.ndarray):
-        return cupy.asarray(value)
-    if isinstance(value, list):
-        return [to_device(cupy, v) for v in value]
-    return value
-
-
-def to_host(cupy: Any, value: Any) -> Any:
-    if isinstance(value, tuple):
-        return tuple(to_host(cupy, v) for v in value)
-    assert isinstance(value, cupy.ndarray), type(value)
-    return cupy.asnumpy(value)
 
 
 @pytest.mark.gpu
