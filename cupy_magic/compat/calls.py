@@ -106,6 +106,12 @@ class Calls(Moves):
             done = emulate(self.xp, spec.name, args, kwargs)
             if done is not NOT_EMULATED:
                 return done
+        completed = COMPLETIONS.get(spec.name.removeprefix("np."))
+        if completed is not None and self.checked and _missing_used(spec, args, kwargs):
+            try:  # np.trim_zeros(b, axis=-1): CuPy's has no axis=, the completion has
+                return completed(self.xp, *args, **kwargs)
+            except NotSupplied:
+                pass
         try:
             args, kwargs = self._options(spec, args, kwargs)
             if not spec.explicit:
@@ -348,6 +354,13 @@ class Calls(Moves):
         row.to_device_bytes += up[0]
         row.seconds += time.perf_counter() - t0
         return result
+
+
+def _missing_used(spec: CallSpec, args: tuple, kwargs: dict) -> bool:
+    """Whether the call passes an option CuPy's function lacks, other than NumPy's default."""
+    return len(args) > spec.positional_limit or any(
+        key in spec.options and not _same(value, spec.options[key])
+        for key, value in kwargs.items())
 
 
 def _host_data(args: tuple, kwargs: dict) -> bool:

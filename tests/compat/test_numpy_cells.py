@@ -139,3 +139,11 @@ def test_text_readers_read_their_stream_once(ip, xp, cupy_names):
     want = np.genfromtxt(__import__("io").StringIO("11.3abcde"), dtype=None,
                          names=["i", "f", "s"], delimiter=[1, 3, 5])
     assert ip.user_ns["t"] == want  # read once: NumPy's record, not an empty read
+
+
+def test_an_option_cupy_lacks_is_run_by_a_completion(ip, xp, cupy_names):
+    # CuPy's trim_zeros has no axis=; the completion (compat.complete) has it, on both backends
+    ip.user_ns["b"] = np.array([[0, 0, 2, 3, 0, 0], [0, 1, 0, 3, 0, 0], [0, 0, 0, 0, 0, 0]])
+    ip.run_cell_magic("gpu", "--quiet --to-host", "t = np.trim_zeros(b, axis=-1)\n")
+    np.testing.assert_array_equal(ip.user_ns["t"], np.trim_zeros(ip.user_ns["b"], axis=-1))
+    assert not cupy_magic.last_report().fallbacks
