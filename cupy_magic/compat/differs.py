@@ -139,6 +139,9 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
     if sub in ("genfromtxt", "loadtxt") and calls.checked:  # both backends refuse alike
         def read_text(*args: Any, **kwargs: Any) -> Any:
             result = host(*args, **kwargs)  # NumPy's parser, which CuPy's calls: read once
+            if not isinstance(result, numpy.ndarray):  # a structured dtype unpacked by field
+                return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
+                                    "structured (unpacked by field)")
             if result.dtype.names or result.dtype.kind in UNSUPPORTED_KINDS:
                 return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
                                     str(result.dtype))

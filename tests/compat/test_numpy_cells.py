@@ -147,3 +147,14 @@ def test_an_option_cupy_lacks_is_run_by_a_completion(ip, xp, cupy_names):
     ip.run_cell_magic("gpu", "--quiet --to-host", "t = np.trim_zeros(b, axis=-1)\n")
     np.testing.assert_array_equal(ip.user_ns["t"], np.trim_zeros(ip.user_ns["b"], axis=-1))
     assert not cupy_magic.last_report().fallbacks
+
+
+def test_a_structured_text_file_unpacked_by_field_is_refused_or_numpys(ip, xp, cupy_names):
+    cell = ("from io import StringIO\nx = np.loadtxt(StringIO('M 21 72\\nF 35 58'), dtype="
+            "{'names': ('g', 'a', 'w'), 'formats': ('S1', 'i4', 'f4')}, unpack=True)\n")
+    result = ip.run_cell(f"%%gpu --quiet\n{cell}")
+    assert "CuPy has no dtype structured (unpacked by field)" in str(result.error_in_exec)
+    ip.run_cell_magic("gpu", "--quiet --fallback", cell)
+    got = ip.user_ns["x"]
+    assert isinstance(got, list) and [g.tolist() for g in got] == [[b"M", b"F"], [21, 35],
+                                                                   [72.0, 58.0]]
