@@ -4,6 +4,7 @@ CuPy's refusals told in one line, or run with NumPy under ``--fallback``."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 import warnings
@@ -263,9 +264,15 @@ class Calls(Moves):
 
         def fall_back(*args: Any, **kwargs: Any) -> Any:
             if spec.name == "np.bmat" and args and isinstance(args[0], str):
-                # NumPy reads the names in the string from its caller's frame: the cell's
-                caller = sys._getframe(1)
-                kwargs = {"ldict": caller.f_locals, "gdict": caller.f_globals, **kwargs}
+                # NumPy reads the names in the string from its caller's frame: the cell's,
+                # its device arrays as host copies
+                caller, names = sys._getframe(1), set(re.findall(r"[A-Za-z_]\w*", args[0]))
+
+                def scope(values: dict) -> dict:
+                    return {k: self.to_host(v) if isinstance(v, self.device_type) else v
+                            for k, v in values.items() if k in names}
+                kwargs = {"ldict": scope(caller.f_locals), "gdict": scope(caller.f_globals),
+                          **kwargs}
             return self.run_host(spec, host, args, kwargs, why)
 
         return fronting(fall_back, host, spec.name)

@@ -126,8 +126,9 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
         return dressed_like(ravel_multi_index, wrapped)
     if sub == "require" and on_device:
         def require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: Any) -> Any:
-            if requirements is not None and not isinstance(requirements, str):
-                requirements = [r for r in requirements if str(r).upper() not in _MET]
+            if requirements is not None:  # NumPy reads a string letter by letter ('CW')
+                letters = list(requirements) if isinstance(requirements, str) else requirements
+                requirements = [r for r in letters if str(r).upper() not in _MET]
             return wrapped(a, dtype, requirements or None, **kwargs)
         return dressed_like(require, wrapped)
     if sub in ("binary_repr", "base_repr") and on_device:
@@ -142,6 +143,9 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
             if not isinstance(result, numpy.ndarray):  # a structured dtype unpacked by field
                 return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
                                     "structured (unpacked by field)")
+            if isinstance(result, numpy.ma.MaskedArray):  # usemask=True: a device array
+                return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs,  # has none
+                                    "not-implemented", "usemask=True (a masked array)")
             if result.dtype.names or result.dtype.kind in UNSUPPORTED_KINDS:
                 return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
                                     str(result.dtype))
@@ -210,14 +214,18 @@ def _nan_slices(xp: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
     names = ("a", "q", "axis", "out", "overwrite_input", "method", "keepdims")
     given = {**dict(zip(names, args, strict=False)), **kwargs}
     a, axis, keep = given.get("a"), given.get("axis"), bool(given.get("keepdims"))
+    nan = None
     if type(a) in (list, tuple):  # host data: its NaNs found on the host
-        a = numpy.asarray(a)
-        nan = xp.asarray(numpy.isnan(a).any(axis=axis, keepdims=keep)) \
-            if a.dtype.kind in "fc" else None
-    elif isinstance(a, xp.ndarray) and a.dtype.kind in "fc":
+        try:
+            host = numpy.asarray(a)
+        except (TypeError, ValueError):  # it holds device scalars: the device's array of them
+            a = xp.stack([xp.asarray(v) for v in a])  # ragged: CuPy's error, as NumPy's
+            args, kwargs = ((a, *args[1:]), kwargs) if args else (args, {**kwargs, "a": a})
+        else:
+            if host.dtype.kind in "fc":
+                nan = xp.asarray(numpy.isnan(host).any(axis=axis, keepdims=keep))
+    if isinstance(a, xp.ndarray) and a.dtype.kind in "fc":
         nan = xp.isnan(a).any(axis=axis, keepdims=keep)  # before CuPy may sort a in place
-    else:
-        nan = None
     if nan is None:
         return wrapped(*args, **kwargs)
     result = wrapped(*args, **kwargs)

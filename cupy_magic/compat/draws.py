@@ -40,6 +40,7 @@ def random_choice(xp: Any, a: Any, size: Any = None, replace: bool = True,
         pool = xp.asarray(a)
         if pool.ndim != 1:
             raise ValueError("a must be 1-dimensional")
+    given = getattr(p, "dtype", None)  # NumPy's tolerance of the sum follows p's dtype
     weights = xp.asarray(p, dtype=numpy.float64)
     if weights.ndim != 1:
         raise ValueError("p must be 1-dimensional")
@@ -57,7 +58,10 @@ def random_choice(xp: Any, a: Any, size: Any = None, replace: bool = True,
         raise ValueError("probabilities contain NaN")
     if low < 0:
         raise ValueError("probabilities are not non-negative")
-    if abs(total - 1.0) > math.sqrt(numpy.finfo(numpy.float64).eps):
+    atol = math.sqrt(numpy.finfo(numpy.float64).eps)
+    if given is not None and numpy.dtype(given).kind == "f":
+        atol = max(atol, math.sqrt(numpy.finfo(given).eps))
+    if abs(total - 1.0) > atol:
         raise ValueError("probabilities do not sum to 1")
     if nonzero < n:
         raise ValueError("Fewer non-zero entries in p than size")

@@ -65,6 +65,12 @@ def test_bad_input_is_numpys_error(a, size, p):
     assert str(got.value) == str(want.value)
 
 
+def test_float32_weights_sum_to_one_as_numpy_allows():
+    p = np.array([0.1, 0.2, 0.3, 0.4], np.float32)  # 2.2e-8 off in float64
+    got = random_choice(np, 4, 2, replace=False, p=p)
+    assert got.shape == np.random.choice(4, 2, replace=False, p=p).shape
+
+
 def test_other_uses_are_not_supplied():
     with pytest.raises(NotSupplied):
         random_choice(np, 5, 3, replace=True, p=[*P.tolist(), 0])

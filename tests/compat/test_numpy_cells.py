@@ -15,8 +15,8 @@ CELLS = [
     # percentile/quantile of data holding a NaN: NaN, as NumPy's (CuPy interpolated past it)
     ("a = np.array([[10., 7., 4.], [3., 2., 1.]])\na[0][1] = np.nan\n"
      "p = np.percentile(a, 50)\nq = np.quantile(a, [0.25, 0.5], axis=1)\n"
-     "r = np.percentile(a, 50, axis=0, keepdims=True)\ns = np.quantile([1.0, np.nan], 0.5)\n",
-     "p q r s"),
+     "r = np.percentile(a, 50, axis=0, keepdims=True)\ns = np.quantile([1.0, np.nan], 0.5)\n"
+     "t = np.percentile([a.min(), a.max(), a[0, 1]], 50)\n", "p q r s t"),
     # std/var computing in a wider dtype= than the data
     ("a = np.zeros((2, 512 * 512), dtype=np.float32)\na[0, :] = 1.0\na[1, :] = 0.1\n"
      "s = np.std(a, dtype=np.float64)\nv = np.var(a, axis=1, dtype=np.float64)\n", "s v"),
@@ -25,7 +25,7 @@ CELLS = [
      "j = np.ravel_multi_index(np.array([[3, 6, 6], [4, 5, 1]]), (7, 6))\n", "i j"),
     ("x = np.arange(6).reshape(2, 3)\n"
      "y = np.require(x, dtype=np.float32, requirements=['A', 'O', 'W', 'F'])\n"
-     "f = y.flags['F_CONTIGUOUS']\n", "y f"),
+     "f = y.flags['F_CONTIGUOUS']\nz = np.require(x, requirements='CW')\n", "y f z"),
     ("x = np.array([5, 3])\nb = np.binary_repr(x[0], width=8)\nc = np.base_repr(x[1], 3)\n",
      "b c"),
     ("a = np.arange(6).reshape(2, 3) + 10\nm = a.flat[np.argmax(a)]\nn = a.flat[np.argmin(a)]\n"
@@ -74,7 +74,11 @@ def test_an_index_out_of_bounds_is_numpys_error(ip, xp, cupy_names):
 def test_bmat_of_a_string_reads_the_cells_names(ip, xp, cupy_names):
     ip.run_cell_magic("gpu", "--quiet --fallback",
                       "A = np.asmatrix('1 1; 1 1')\nB = np.asmatrix('2 2; 2 2')\n"
-                      "M = np.bmat('A, B; B, A')\n")
+                      "M = np.bmat('A, B; B, A')\nC = np.ones((2, 2))\nD = 2 * C\n"
+                      "N = np.bmat('C, D; D, C')\n")  # C, D: device arrays on a GPU
+    assert isinstance(ip.user_ns["N"], np.matrix)
+    np.testing.assert_array_equal(ip.user_ns["N"], np.block([[np.ones((2, 2)), 2 * np.ones(
+        (2, 2))], [2 * np.ones((2, 2)), np.ones((2, 2))]]))
     want = np.bmat([[np.ones((2, 2)), 2 * np.ones((2, 2))], [2 * np.ones((2, 2)),
                                                               np.ones((2, 2))]])
     assert isinstance(ip.user_ns["M"], np.matrix)
@@ -158,3 +162,14 @@ def test_a_structured_text_file_unpacked_by_field_is_refused_or_numpys(ip, xp, c
     got = ip.user_ns["x"]
     assert isinstance(got, list) and [g.tolist() for g in got] == [[b"M", b"F"], [21, 35],
                                                                    [72.0, 58.0]]
+
+
+def test_a_masked_text_file_is_refused_or_numpys(ip, xp, cupy_names):
+    cell = ("from io import StringIO\n"
+            "m = np.genfromtxt(StringIO('1,2\\n3,'), delimiter=',', usemask=True)\n")
+    result = ip.run_cell(f"%%gpu --quiet\n{cell}")
+    assert "usemask=True (a masked array)" in str(result.error_in_exec)
+    ip.run_cell_magic("gpu", "--quiet --fallback", cell)
+    got = ip.user_ns["m"]
+    assert isinstance(got, np.ma.MaskedArray) and got.mask.tolist() == [[False, False],
+                                                                        [False, True]]
