@@ -1,7 +1,8 @@
-"""Device versions of NumPy uses CuPy refuses (``cupy_magic.compat.complete``): run with
-``xp=numpy`` here and ``xp=cupy`` on a GPU, each against NumPy's own function: the same
-dtype, shape and values, views where NumPy's are views, NumPy's exception classes for bad
-input, and :class:`NotSupplied` for what is not done exactly."""
+"""The completions (``cupy_magic.compat.complete``): uses of NumPy functions that CuPy has but
+refuses (an array ``base``, an ``axis=``, a tuple of choices, ``gcd.reduce``, ...), and
+``block`` and ``polydiv``. Each case is checked against NumPy's own call for dtype, shape,
+values, views and exception class, with NumPy as the array module on this machine and with
+CuPy on a GPU; what a completion leaves out must raise :class:`NotSupplied`."""
 
 from __future__ import annotations
 

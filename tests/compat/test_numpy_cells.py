@@ -153,23 +153,28 @@ def test_an_option_cupy_lacks_is_run_by_a_completion(ip, xp, cupy_names):
     assert not cupy_magic.last_report().fallbacks
 
 
-def test_a_structured_text_file_unpacked_by_field_is_refused_or_numpys(ip, xp, cupy_names):
-    cell = ("from io import StringIO\nx = np.loadtxt(StringIO('M 21 72\\nF 35 58'), dtype="
-            "{'names': ('g', 'a', 'w'), 'formats': ('S1', 'i4', 'f4')}, unpack=True)\n")
+def _refused_then_numpys(ip, cell: str, message: str, name: str):
+    """Run ``cell``: refused in one line saying ``message``; under --fallback, NumPy's
+    ``name``."""
     result = ip.run_cell(f"%%gpu --quiet\n{cell}")
-    assert "CuPy has no dtype structured (unpacked by field)" in str(result.error_in_exec)
+    assert message in str(result.error_in_exec)
     ip.run_cell_magic("gpu", "--quiet --fallback", cell)
-    got = ip.user_ns["x"]
-    assert isinstance(got, list) and [g.tolist() for g in got] == [[b"M", b"F"], [21, 35],
-                                                                   [72.0, 58.0]]
+    return ip.user_ns[name]
+
+
+def test_a_structured_text_file_unpacked_by_field_is_refused_or_numpys(ip, xp, cupy_names):
+    got = _refused_then_numpys(
+        ip, "from io import StringIO\nx = np.loadtxt(StringIO('M 21 72\\nF 35 58'), dtype="
+        "{'names': ('g', 'a', 'w'), 'formats': ('S1', 'i4', 'f4')}, unpack=True)\n",
+        "CuPy has no dtype structured (unpacked by field)", "x")
+    assert isinstance(got, list)
+    assert [g.tolist() for g in got] == [[b"M", b"F"], [21, 35], [72.0, 58.0]]
 
 
 def test_a_masked_text_file_is_refused_or_numpys(ip, xp, cupy_names):
-    cell = ("from io import StringIO\n"
-            "m = np.genfromtxt(StringIO('1,2\\n3,'), delimiter=',', usemask=True)\n")
-    result = ip.run_cell(f"%%gpu --quiet\n{cell}")
-    assert "usemask=True (a masked array)" in str(result.error_in_exec)
-    ip.run_cell_magic("gpu", "--quiet --fallback", cell)
-    got = ip.user_ns["m"]
-    assert isinstance(got, np.ma.MaskedArray) and got.mask.tolist() == [[False, False],
-                                                                        [False, True]]
+    got = _refused_then_numpys(
+        ip, "from io import StringIO\n"
+        "m = np.genfromtxt(StringIO('1,2\\n3,'), delimiter=',', usemask=True)\n",
+        "usemask=True (a masked array)", "m")
+    assert isinstance(got, np.ma.MaskedArray)
+    assert got.mask.tolist() == [[False, False], [False, True]]
