@@ -18,7 +18,7 @@ from .complete import COMPLETED
 from .draws import DRAWS
 from .dress import fronting
 from .emulate import EMULATED, NOT_EMULATED, emulate
-from .moves import SEQUENCES, Moves
+from .moves import SEQUENCES, Moves, host_data
 from .padding import PADS
 from .record import CompatRecord
 from .retry import FAILED, into_out, with_host_ints
@@ -107,12 +107,10 @@ class Calls(Moves):
             done = emulate(self.xp, spec.name, args, kwargs)
             if done is not NOT_EMULATED:
                 return done
-        completed = COMPLETIONS.get(spec.name.removeprefix("np."))
-        if completed is not None and self.checked and _missing_used(spec, args, kwargs):
-            try:  # np.trim_zeros(b, axis=-1): CuPy's has no axis=, the completion has
-                return completed(self.xp, *args, **kwargs)
-            except NotSupplied:
-                pass
+        if self.checked and _missing_used(spec, args, kwargs):
+            done = self._completed(spec, args, kwargs)  # np.trim_zeros(b, axis=-1)
+            if done is not FAILED:
+                return done
         try:
             args, kwargs = self._options(spec, args, kwargs)
             if not spec.explicit:
@@ -154,13 +152,22 @@ class Calls(Moves):
                 return self.run_host(spec, host_func, args, kwargs, fb.why)
             if result is not FAILED:
                 return result
-        completed = COMPLETIONS.get(spec.name.removeprefix("np."))
-        if completed is not None and kind in ("argument", "not-implemented"):
-            try:  # a use CuPy has not implemented, made from its own functions
-                return completed(self.xp, *args, **kwargs)
-            except NotSupplied:
-                pass
+        if kind in ("argument", "not-implemented"):
+            done = self._completed(spec, args, kwargs)
+            if done is not FAILED:
+                return done
         return self.refuse(spec, host_func, args, kwargs, kind, detail, cause=exc)
+
+    def _completed(self, spec: CallSpec, args: tuple, kwargs: dict) -> Any:
+        """The call made by its completion (a use CuPy lacks, made from its own functions),
+        or :data:`FAILED` where there is none or it does not cover the call."""
+        completed = COMPLETIONS.get(spec.name.removeprefix("np."))
+        if completed is None:
+            return FAILED
+        try:
+            return completed(self.xp, *args, **kwargs)
+        except NotSupplied:
+            return FAILED
 
     def _converted(self, spec: CallSpec, func: Any, host_func: Any, args: tuple,
                    kwargs: dict) -> Any:
@@ -351,7 +358,7 @@ class Calls(Moves):
             if isinstance(dev, self.device_type):
                 dev[...] = self._up(host, up)
                 result = dev if result is host else result
-        if self.host or not _host_data(args, kwargs):
+        if self.host or not host_data(args, kwargs):
             result = self._up(result, up)
         # else NumPy-only data went in (strings, np.matrix): its results stay with it on the
         # host, so that `a[np.unique(a, return_index=True)[1]]` indexes a host array with
@@ -368,23 +375,6 @@ def _missing_used(spec: CallSpec, args: tuple, kwargs: dict) -> bool:
     return len(args) > spec.positional_limit or any(
         key in spec.options and not _same(value, spec.options[key])
         for key, value in kwargs.items())
-
-
-def _host_data(args: tuple, kwargs: dict) -> bool:
-    """Whether data CuPy cannot hold is among the arguments: a NumPy array (kept on the host
-    for its dtype or class) or text, also inside lists and tuples (``np.lexsort((first_names,
-    surnames))``, whose indices then index those tuples)."""
-    values = [*args, *kwargs.values()]  # a str here is an option (mode='median'), not data
-    if any(isinstance(v, numpy.ndarray) for v in values):
-        return True
-    inside = [v for value in values if type(value) in SEQUENCES for v in value]
-    while inside:
-        value = inside.pop()
-        if isinstance(value, (numpy.ndarray, str, bytes)):
-            return True
-        if type(value) in SEQUENCES and len(value) < 10_000:
-            inside.extend(value)
-    return False
 
 
 def _scratch(kwargs: dict) -> bool:

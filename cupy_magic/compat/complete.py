@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy
 
-from .supplement import NotSupplied, _axis
+from .supplement import NotSupplied, _axes, _axis
 
 __all__ = ["COMPLETED"]
 
@@ -23,15 +23,6 @@ _NO_VALUE = getattr(numpy, "_NoValue", None)
 def _promoted(xp: Any, value: Any) -> Any:
     """``value`` for ``numpy.result_type``: a Python number as it is (weak), else a dtype."""
     return value if type(value) in (bool, int, float, complex) else xp.asarray(value).dtype
-
-
-def _axes(axis: Any, ndim: int, repeated: str = "repeated axis") -> tuple[int, ...]:
-    """``axis`` (an int or ints) as indices, as NumPy's ``normalize_axis_tuple`` reads it."""
-    single = type(axis) not in (tuple, list) and hasattr(axis, "__index__")
-    axes = tuple(_axis(a, ndim) for a in ([axis] if single else axis))
-    if len(set(axes)) != len(axes):
-        raise ValueError(repeated)
-    return axes
 
 
 def logspace(xp: Any, start: Any, stop: Any, num: int = 50, endpoint: bool = True,

@@ -141,15 +141,14 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
         def read_text(*args: Any, **kwargs: Any) -> Any:
             result = host(*args, **kwargs)  # NumPy's parser, which CuPy's calls: read once
             if not isinstance(result, numpy.ndarray):  # a structured dtype unpacked by field
-                return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
-                                    "structured (unpacked by field)")
-            if isinstance(result, numpy.ma.MaskedArray):  # usemask=True: a device array
-                return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs,  # has none
-                                    "not-implemented", "usemask=True (a masked array)")
-            if result.dtype.names or result.dtype.kind in UNSUPPORTED_KINDS:
-                return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, "dtype",
-                                    str(result.dtype))
-            return calls.to_device(result)
+                why = ("dtype", "structured (unpacked by field)")
+            elif isinstance(result, numpy.ma.MaskedArray):  # a device array has no mask
+                why = ("not-implemented", "usemask=True (a masked array)")
+            elif result.dtype.names or result.dtype.kind in UNSUPPORTED_KINDS:
+                why = ("dtype", str(result.dtype))
+            else:
+                return calls.to_device(result)
+            return calls.refuse(spec, lambda *_a, **_k: result, args, kwargs, *why)
         return dressed_like(read_text, wrapped)
     if sub == "mintypecode" and calls.checked:
         def mintypecode(typechars: Any, *args: Any, **kwargs: Any) -> Any:

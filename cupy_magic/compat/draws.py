@@ -53,7 +53,7 @@ def random_choice(xp: Any, a: Any, size: Any = None, replace: bool = True,
     # host sync forced: NumPy's errors for p need its values
     facts = xp.stack([xp.isnan(weights).any(), weights.min(), weights.sum(),
                       xp.count_nonzero(weights)])
-    nan, low, total, nonzero = (facts.get() if hasattr(facts, "get") else facts).tolist()
+    nan, low, total, nonzero = facts.tolist()
     if nan:
         raise ValueError("probabilities contain NaN")
     if low < 0:
@@ -93,7 +93,7 @@ def random_randint(xp: Any, low: Any, high: Any = None, size: Any = None,
     # host sync forced: NumPy's errors need the bounds
     facts = xp.stack([xp.any(span <= 0), xp.any(low < numpy.iinfo(dt).min),
                       xp.any(high - 1 > numpy.iinfo(dt).max), xp.any(span > _TOP)])
-    empty, under, over, wide = (facts.get() if hasattr(facts, "get") else facts).tolist()
+    empty, under, over, wide = facts.tolist()
     if empty:
         raise ValueError("low >= high")
     if under:

@@ -120,10 +120,7 @@ def _moment(xp: Any, name: str, a: Any, axis: Any = None, dtype: Any = None, out
 
 def _squeezed(x: Any, axis: Any, ndim: int) -> Any:
     """``x`` reduced with ``keepdims=True`` over ``axis``, without those axes."""
-    if axis is None:
-        return x.reshape(())
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    return x.squeeze(tuple(operator.index(ax) % ndim for ax in axes))
+    return x.squeeze(tuple(i for i in range(ndim) if _kept(i, axis, ndim)))
 
 
 def _sparse_indices(xp: Any, dimensions: Any, dtype: Any = int, sparse: bool = False,

@@ -13,7 +13,7 @@ import numpy
 
 from .spec import UNSUPPORTED_KINDS, CallSpec
 
-__all__ = ["SEQUENCES", "Moves"]
+__all__ = ["SEQUENCES", "Moves", "host_data"]
 
 SEQUENCES = frozenset({list, tuple})
 _SCALARS = (bool, int, float, complex)
@@ -104,3 +104,20 @@ class Moves:
         new = tuple(items(a) if i in spec.sequence_positions else a for i, a in enumerate(args))
         kw = {k: items(v) if k in spec.sequences else v for k, v in kwargs.items()}
         return new, kw, kinds
+
+
+def host_data(args: tuple, kwargs: dict) -> bool:
+    """Whether data CuPy cannot hold is among the arguments: a NumPy array (kept on the host
+    for its dtype or class) or text, also inside lists and tuples (``np.lexsort((first_names,
+    surnames))``, whose indices then index those tuples)."""
+    values = [*args, *kwargs.values()]  # a str here is an option (mode='median'), not data
+    if any(isinstance(v, numpy.ndarray) for v in values):
+        return True
+    inside = [v for value in values if type(value) in SEQUENCES for v in value]
+    while inside:
+        value = inside.pop()
+        if isinstance(value, (numpy.ndarray, str, bytes)):
+            return True
+        if type(value) in SEQUENCES and len(value) < 10_000:
+            inside.extend(value)
+    return False

@@ -44,6 +44,15 @@ def _axis(axis: Any, ndim: int) -> int:
     return axis % ndim
 
 
+def _axes(axis: Any, ndim: int, repeated: str = "repeated axis") -> tuple[int, ...]:
+    """``axis`` (an int or ints) as indices, as NumPy's ``normalize_axis_tuple`` reads it."""
+    single = type(axis) not in (tuple, list) and hasattr(axis, "__index__")
+    axes = tuple(_axis(a, ndim) for a in ([axis] if single else axis))
+    if len(set(axes)) != len(axes):
+        raise ValueError(repeated)
+    return axes
+
+
 def _matrices(x: Any, error: type[Exception] = ValueError) -> Any:
     """``x`` when it has at least two dimensions, else ``error`` as NumPy raises it."""
     if x.ndim < 2:
@@ -124,9 +133,7 @@ def linalg_vector_norm(xp: Any, x: Any, /, *, axis: Any = None, keepdims: bool =
     if axis is None:
         kept, x = range(x.ndim), x.ravel()
     elif isinstance(axis, tuple):  # as NumPy: those axes first, flattened into one
-        kept = tuple(_axis(a, x.ndim) for a in axis)
-        if len(set(kept)) != len(kept):
-            raise ValueError("repeated axis")
+        kept = _axes(axis, x.ndim)
         rest = tuple(i for i in range(x.ndim) if i not in kept)
         x = xp.transpose(x, kept + rest).reshape(
             (math.prod(x.shape[i] for i in kept), *(x.shape[i] for i in rest)))
