@@ -153,6 +153,18 @@ def test_an_option_cupy_lacks_is_run_by_a_completion(ip, xp, cupy_names):
     assert not cupy_magic.last_report().fallbacks
 
 
+@pytest.mark.parametrize("flags", ["", "--fallback"])
+def test_trim_zeros_of_a_list_is_a_list_as_numpys(ip, xp, cupy_names, flags):
+    # NumPy slices the sequence itself; made a device array first, it became an array
+    ip.run_cell_magic("gpu", f"--quiet --to-host {flags}",
+                      "t = np.trim_zeros([0, 1, 2, 0])\nu = np.trim_zeros((0, 0, 3.5, 0), 'b')\n"
+                      "v = np.trim_zeros(np.array([0, 4, 0]))\n")
+    assert type(ip.user_ns["t"]) is list and ip.user_ns["t"] == [1, 2]
+    assert type(ip.user_ns["u"]) is tuple and ip.user_ns["u"] == (0, 0, 3.5)
+    assert isinstance(ip.user_ns["v"], np.ndarray) and ip.user_ns["v"].tolist() == [4]
+    assert not cupy_magic.last_report().fallbacks
+
+
 def _refused_then_numpys(ip, cell: str, message: str, name: str):
     """Run ``cell``: refused in one line saying ``message``; under --fallback, NumPy's
     ``name``."""
