@@ -5,12 +5,14 @@ its kernels loaded from a warm ``CUPY_CACHE_DIR`` (``peer_bench.py``, ``compile_
 run again in the same process it took 10 to 90 ms. This splits that first cost, each case in
 a fresh process over one warm cache (filled by a first process):
 
-- ``steps``: the CUDA context (``cudaFree(0)``), a first allocation and fill, a first
-  element-wise kernel, a second one, then the ``small_loop`` cell of ``peer_bench.py`` through
-  :func:`cupy_magic.run_cell`, each timed (synchronised);
-- ``cell first``: the cell as the first GPU work of the process;
-- ``warmed in a thread``: the first three steps in a background thread (as ``%load_ext``
-  could do), joined, then the cell.
+- ``steps``: before cupy_magic is loaded, the CUDA context (``cudaFree(0)``), a first
+  allocation and fill, a first element-wise kernel and reduction, a second kernel, each timed
+  (synchronised); then the ``small_loop`` cell of ``peer_bench.py`` through
+  :func:`cupy_magic.run_cell`;
+- ``cell at once``: the cell right after the backend starts (as ``%load_ext`` does), while
+  its background first launch (``CupyBackend._preheat``) may still run;
+- ``loaded, then cell``: the backend started, its first launch waited for (a user reading
+  the load line), then the cell.
 
 Usage::
 
@@ -58,26 +60,23 @@ def _steps(cp: Any) -> dict[str, float]:
 
 
 def child(mode: str) -> None:
-    """One fresh process: ``mode`` is steps, cell or thread; prints one JSON line."""
-    import threading
-
+    """One fresh process: ``mode`` is steps, now or loaded; prints one JSON line."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
     import cupy as cp
 
-    import cupy_magic
-
-    cupy_magic.device_info()  # what %load_ext does
     fig: dict[str, Any] = {}
     if mode == "steps":
         fig.update(_steps(cp))
-    elif mode == "thread":
+    import cupy_magic
+    from cupy_magic import backend
+
+    cupy_magic.device_info()  # what %load_ext does: the backend starts
+    if mode == "loaded":
         t = time.perf_counter()
-        worker = threading.Thread(target=lambda: fig.update(_steps(cp)))
-        worker.start()
-        worker.join()
-        fig["thread_s"] = time.perf_counter() - t
+        fig["preheat_done"] = backend.current().preheated.wait(60)
+        fig["preheat_wait_s"] = time.perf_counter() - t
     t = time.perf_counter()
     report = cupy_magic.run_cell(CELL, {"np": np, "v": np.ones(10_000, np.float32)},
                                  to_host=True)
@@ -103,13 +102,15 @@ def main() -> int:
     env = {**os.environ, "CUPY_CACHE_DIR": tempfile.mkdtemp(prefix="first-launch-")}
     code = f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import first_launch; "
     runs: dict[str, Any] = {}
-    for label, mode in (("fill the cache", "steps"), ("steps", "steps"), ("cell first", "cell"),
-                        ("warmed in a thread", "thread"), ("cell first again", "cell")):
+    for label, mode in (("fill the cache", "steps"), ("steps", "steps"), ("cell at once", "now"),
+                        ("loaded, then cell", "loaded"), ("cell at once again", "now"),
+                        ("loaded, then cell again", "loaded")):
         done = subprocess.run([sys.executable, "-c", code + f"first_launch.child({mode!r})"],
                               env=env, capture_output=True, text=True, check=True, cwd=ROOT)
         runs[label] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{label:<20} " + "  ".join(f"{k} {v * 1e3:8.1f} ms"
-                                           for k, v in runs[label].items()), flush=True)
+        print(f"{label:<24} " + "  ".join(
+            f"{k} {v * 1e3:8.1f} ms" if isinstance(v, float) else f"{k} {v}"
+            for k, v in runs[label].items()), flush=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -88,6 +89,9 @@ class Backend:
         # one budget per device, by device number; the home device's is "the budget"
         self._budgets: dict[int, BudgetSpec] = {}
         self.home = 0  # the device cells run on unless told otherwise (%%gpu --devices)
+        # set once the backend's background first launch is done (the GPU's; none here)
+        self.preheated = threading.Event()
+        self.preheated.set()
 
     # --- description -------------------------------------------------------------------
     def info(self) -> DeviceInfo:

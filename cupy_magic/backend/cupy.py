@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import re
+import threading
 import time
 from collections.abc import Iterator
 from types import ModuleType
@@ -40,6 +42,7 @@ def probe_cupy() -> tuple[ModuleType | None, str]:
 
 
 _POOLS: dict[int, Any] = {}
+_log = logging.getLogger(__name__)
 
 
 class CupyBackend(Backend):
@@ -67,6 +70,31 @@ class CupyBackend(Backend):
         self._restore_flat = flat_device_index(cupy)
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
+        self.preheated = threading.Event()  # unset until _preheat is done (or failed)
+        threading.Thread(target=self._preheat, name="cupy_magic-preheat", daemon=True).start()
+
+    def _preheat(self) -> None:
+        """Launch a first element-wise kernel and reduction on the home device, in the
+        background from load on, with memory from no pool.
+
+        On the H200 the first kernel launch of a process took about 0.3 s even with every
+        kernel in CuPy's cache (``benchmarks/first_launch.py``), a one-time cost that landed
+        in the first cell's GPU time; after this, a first cell took 14 ms against 323 ms.
+        Its few bytes come straight from ``cudaMalloc`` (a thread-local allocator of none),
+        not from the cells' pool, whose use and peaks the cells' reports and ``%vram_who``
+        count; :meth:`close` waits for it. A failure is logged, never raised: the first cell
+        then pays the cost as before.
+        """
+        try:
+            with self.cp.cuda.Device(self.home), self.cp.cuda.using_allocator(None):
+                x = self.cp.ones(4, dtype=self.cp.float32)
+                (x * 2).sum()
+                self.cp.cuda.get_current_stream().synchronize()
+                del x
+        except Exception as exc:  # a broken device shows in the first cell, with its cause
+            _log.warning("cupy_magic: the background first launch failed: %s", exc)
+        finally:
+            self.preheated.set()
 
     def pool_of(self, device: int) -> Any:
         """The pool cells allocate from on ``device``, made on first use with the device's
@@ -270,6 +298,7 @@ class CupyBackend(Backend):
                     m.seconds = max(0.0, elapsed - building.seconds)
 
     def close(self) -> None:
+        self.preheated.wait(30)  # its thread ends before the backend does
         super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         self._restore_flat()
