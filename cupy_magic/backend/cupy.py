@@ -71,7 +71,9 @@ class CupyBackend(Backend):
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
         self.preheated = threading.Event()  # unset until _preheat is done (or failed)
-        threading.Thread(target=self._preheat, name="cupy_magic-preheat", daemon=True).start()
+        self._preheater = threading.Thread(target=self._preheat, name="cupy_magic-preheat",
+                                           daemon=True)
+        self._preheater.start()
 
     def _preheat(self) -> None:
         """Launch a first element-wise kernel and reduction on the home device, in the
@@ -82,7 +84,7 @@ class CupyBackend(Backend):
         in the first cell's GPU time; after this, a first cell took 14 ms against 323 ms.
         Its few bytes come straight from ``cudaMalloc`` (a thread-local allocator of none),
         not from the cells' pool, whose use and peaks the cells' reports and ``%vram_who``
-        count; :meth:`close` waits for it. A failure is logged, never raised: the first cell
+        count; :meth:`close` joins its thread. A failure is logged, never raised: the first cell
         then pays the cost as before.
         """
         try:
@@ -298,7 +300,7 @@ class CupyBackend(Backend):
                     m.seconds = max(0.0, elapsed - building.seconds)
 
     def close(self) -> None:
-        self.preheated.wait(30)  # its thread ends before the backend does
+        self._preheater.join(30)  # its thread ends before the backend does
         super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         self._restore_flat()

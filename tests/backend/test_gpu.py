@@ -137,3 +137,26 @@ def test_warmup_compiles_the_reduction_kernels_the_full_run_uses(gip):
     assert r.gpu_seconds < 0.5, f"the batched run compiled again: {r.gpu_seconds:.2f} s"
     assert float(gip.user_ns["s"]) == pytest.approx(float((x.astype(np.float64) ** 2).sum()),
                                                     rel=1e-4)
+
+
+def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkeypatch):
+    import threading
+
+    def preheaters() -> list:
+        return [t for t in threading.enumerate() if t.name == "cupy_magic-preheat"]
+
+    for _ in range(3):  # load, a first cell while it may still run, unload: nothing left
+        monkeypatch.setenv("CUPY_MAGIC_BACKEND", "cupy")
+        shell.run_line_magic("load_ext", "cupy_magic")
+        be = backend.current()
+        before = be.pool_used()
+        shell.run_cell_magic("gpu", "--quiet", "y = np.ones(1_000) * 2\n")
+        report = cupy_magic.last_report()
+        assert be.preheated.wait(30)
+        # its memory comes from no pool: the pool gained the cell's y alone (8,000 bytes
+        # rounded to 8 KiB), and the cell's peak counts y and np.ones's temporary, no more
+        assert 8_000 <= be.pool_used() - before <= 8_192
+        assert 2 * 8_000 <= report.peak_pool_bytes - report.start_pool_bytes <= 2 * 8_192
+        assert float(shell.user_ns.pop("y").sum()) == 2_000.0
+        shell.run_line_magic("unload_ext", "cupy_magic")
+        assert preheaters() == []
