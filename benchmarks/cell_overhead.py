@@ -1,0 +1,147 @@
+"""What a ``%%gpu`` cell costs beyond its own work, and where that time goes (issue 20).
+
+``peer_bench.py`` measured the ``small_loop`` cell (300 steps of ``y = y * 0.999 + 0.001`` on
+10,000 float32) at 1.38x the hand port on the H200 (10.11 against 7.31 ms), and
+``stream_bench.py`` a tiny cell (``y = a + 1``) at 2.6 ms through ``run_cell`` against 0.05 ms
+plain: a fixed cost per cell of the same size as the gap. This times, in one process:
+
+- ``tiny``: ``y = a + 1`` on 10 elements, plain ``exec`` on the device against
+  :func:`cupy_magic.run_cell` (median of ``--reps``), with ``syncs`` ``"warn"`` and ``"off"``;
+- ``small_loop``: the same for peer_bench's cell, ``to_host=["y"]`` as the hand port brings
+  ``y`` back;
+
+then profiles ``--profile-reps`` tiny cells (a tenth as many small loops) through ``run_cell``
+with :mod:`cProfile` and records the functions with the most time of their own and the
+most time under them.
+
+Usage::
+
+    python benchmarks/cell_overhead.py [--reps 200] [--profile-reps 300] [--out DIR]
+
+Prints the figures and writes ``cell-overhead-<UTC time>-<gpu|host>.json`` under ``--out``
+(``benchmarks/results``). Without a GPU it runs on the CPU fallback (NumPy), labelled ``host``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import io
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CELLS = {
+    "tiny": ("y = a + 1\n", 10, None),
+    "small_loop": ("y = a\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n", 10_000, ["y"]),
+}
+
+
+def _median_ms(fn: Any, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def _top(stats: pstats.Stats, key: str, n: int = 25) -> list[dict[str, Any]]:
+    rows = []
+    for (path, line, name), (_cc, calls, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append({"function": f"{Path(path).name}:{line}({name})", "calls": calls,
+                     "tottime_s": tt, "cumtime_s": ct})
+    rows.sort(key=lambda r: r[key], reverse=True)
+    return rows[:n]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--profile-reps", type=int, default=300)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+
+    import cupy_magic
+    from cupy_magic import backend
+
+    cupy_magic.device_info()  # the backend starts, as at %load_ext
+    be = backend.current()
+    be.preheated.wait(60)
+    xp = be.xp
+    label = "gpu" if be.is_gpu else "host"
+
+    def sync() -> None:
+        if be.is_gpu:
+            xp.cuda.Device().synchronize()
+
+    fig: dict[str, Any] = {}
+    for name, (code, n, to_host) in CELLS.items():
+        compiled = compile(code, f"<{name}>", "exec")
+        host_a = np.arange(n, dtype=np.float32)
+        dev_a = xp.asarray(host_a)
+
+        def plain(compiled: Any = compiled, dev_a: Any = dev_a, to_host: Any = to_host) -> None:
+            ns = {"np": xp, "a": dev_a}
+            exec(compiled, ns)
+            if to_host and be.is_gpu:
+                ns["y"].get()
+            sync()
+
+        def cell(syncs: str, code: str = code, host_a: Any = host_a,
+                 to_host: Any = to_host) -> None:
+            cupy_magic.run_cell(code, {"np": np, "a": host_a}, to_host=to_host or False,
+                                syncs=syncs)
+
+        plain()
+        cell("warn")
+        row = {"plain_ms": _median_ms(plain, args.reps),
+               "cell_ms": _median_ms(lambda cell=cell: cell("warn"), args.reps),
+               "cell_syncs_off_ms": _median_ms(lambda cell=cell: cell("off"), args.reps)}
+        row["overhead_ms"] = row["cell_ms"] - row["plain_ms"]
+        row["ratio"] = row["cell_ms"] / row["plain_ms"]
+        fig[name] = row
+        print(f"{name:11s} plain {row['plain_ms']:8.3f} ms   run_cell {row['cell_ms']:8.3f} ms "
+              f"(syncs off {row['cell_syncs_off_ms']:8.3f})   overhead {row['overhead_ms']:.3f} ms"
+              f"   x{row['ratio']:.2f}")
+
+    profiles: dict[str, Any] = {}
+    for name, (code, n, to_host) in CELLS.items():  # small_loop: a tenth of the runs
+        host_a = np.arange(n, dtype=np.float32)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.profile_reps if name == "tiny" else max(1, args.profile_reps // 10)):
+            cupy_magic.run_cell(code, {"np": np, "a": host_a}, to_host=to_host or False,
+                                syncs="warn")
+        prof.disable()
+        for key in ("tottime", "cumulative"):
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats(key).print_stats(25)
+            print(f"--- {name}, by {key}\n{text.getvalue()}")
+        stats = pstats.Stats(prof)
+        profiles[name] = {"tottime": _top(stats, "tottime_s"), "cumtime": _top(stats, "cumtime_s")}
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"cell-overhead-{stamp}-{label}.json"
+    path.write_text(json.dumps({
+        "benchmark": "cell_overhead", "backend": label, "device": be.info().name,
+        "reps": args.reps, "profile_reps": args.profile_reps, "cells": fig,
+        "profiles": profiles}, indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
