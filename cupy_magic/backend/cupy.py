@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import re
@@ -64,6 +65,9 @@ class CupyBackend(Backend):
         device = cupy.cuda.Device().id
         self.home = device
         self.pool = self.pool_of(device)
+        # each device's properties, read once: a read took 1.1 ms on the H200, twice a cell
+        # (benchmarks/cell_overhead.py), and they do not change while the process lives
+        self._properties: dict[int, dict[str, Any]] = {}
         # the measurements track_memory has open, by device: _malloc raises their peaks
         self._open: dict[int, list[_Measurement]] = {}
         cupy.cuda.set_allocator(self._malloc)
@@ -134,28 +138,33 @@ class CupyBackend(Backend):
         device = self.cp.cuda.runtime.getDevice()
         pool = self.pool if device == self.home else self.pool_of(device)
         limit = pool.get_limit()
-        if limit and pool.used_bytes() + -(-size // 512) * 512 > limit:  # 512 B units
-            raise self.cp.cuda.memory.OutOfMemoryError(size, pool.used_bytes(), limit)
+        measuring = self._open.get(device)
+        if not (limit or measuring):
+            return self._grow(pool, size)
+        before = pool.used_bytes()  # read once per allocation
+        used = before + -(-size // 512) * 512  # once allocated (the pool's 512-byte units)
+        if limit and used > limit:
+            raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
+        mem = self._grow(pool, size)
+        for m in measuring or ():
+            if used > m.peak_bytes:
+                m.peak_bytes = used
+        return mem
+
+    def _grow(self, pool: Any, size: int) -> Any:
+        """``pool.malloc(size)``; refused, its cached free blocks released once and retried."""
         try:
-            mem = pool.malloc(size)
+            return pool.malloc(size)
         except self.cp.cuda.memory.OutOfMemoryError:
             if not pool.free_bytes():
                 raise
             pool.free_all_blocks()
-            mem = pool.malloc(size)
-        measuring = self._open.get(device)
-        if measuring:
-            used = pool.used_bytes()
-            for m in measuring:
-                if used > m.peak_bytes:
-                    m.peak_bytes = used
-        return mem
+            return pool.malloc(size)
 
     def info(self) -> DeviceInfo:
         cp = self.cp
         rt = cp.cuda.runtime
-        dev = cp.cuda.Device()
-        props = rt.getDeviceProperties(dev.id)
+        props = self._props(cp.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
 
         def ver(v: int) -> str:
@@ -179,7 +188,10 @@ class CupyBackend(Backend):
         return int(self.cp.cuda.runtime.getDeviceCount())
 
     def _props(self, device: int) -> dict[str, Any]:
-        return self.cp.cuda.runtime.getDeviceProperties(device)
+        props = self._properties.get(device)
+        if props is None:
+            props = self._properties[device] = self.cp.cuda.runtime.getDeviceProperties(device)
+        return props
 
     def device_name(self, device: int) -> str:
         name = self._props(device)["name"]
@@ -343,6 +355,7 @@ def flat_device_index(cupy: ModuleType) -> Any:
     return restore
 
 
+@functools.cache
 def _nvidia_driver_version() -> str:
     """Return the NVIDIA driver version (e.g. '580.159.04') from the kernel module."""
     try:

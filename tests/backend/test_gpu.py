@@ -160,3 +160,21 @@ def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkey
         assert float(shell.user_ns.pop("y").sum()) == 2_000.0
         shell.run_line_magic("unload_ext", "cupy_magic")
         assert preheaters() == []
+
+
+def test_the_peak_read_at_each_allocation_is_the_pools_own_count(gip):
+    # _malloc adds the request, rounded to the pool's 512-byte units, to the bytes in use it
+    # read before: the same figure the pool gives after the allocation, for odd sizes too
+    import cupy
+
+    be = backend.current()
+    with be.track_memory("<test>") as m:
+        seen = m.start_bytes
+        keep = []
+        for n in (0, 1, 511, 512, 513, 4_097, 1_000_003, 3 << 20):
+            keep.append(cupy.empty(n, dtype=cupy.uint8))
+            seen = max(seen, be.pool.used_bytes())
+            assert m.peak_bytes == seen
+        del keep[3:5]
+        keep.append(cupy.empty(10, dtype=cupy.uint8))  # below the peak: it stays
+        assert m.peak_bytes == seen
