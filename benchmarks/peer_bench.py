@@ -13,7 +13,10 @@ chain, a loop of 300 small element-wise steps on 10,000 elements), in one run:
   ``cdf1``, ... in the pricing cell): more work than the hand port does, shown apart;
 - ``first_cold``: the cell's first run in a fresh process (backend already started, as
   after ``%load_ext``, and its background first launch waited for) with a new, empty
-  ``CUPY_CACHE_DIR`` (wall time of ``run_cell``, kernel compiles included);
+  ``CUPY_CACHE_DIR`` (wall time of ``run_cell`` with ``to_host=RESULTS`` as ``gpu_warm``,
+  kernel compiles included; before 2026-12-04T0440 it brought back every array, as
+  ``gpu_warm_all_to_host`` does, so the ratio to ``gpu_warm`` in earlier results was not like
+  for like);
 - ``first_after_warm_cache``: the first run in a fresh process after ``scripts/warm-cache``
   ran a notebook of these cells on small slices into another new cache;
 - ``batched``: ``run_cell`` under a VRAM budget of a quarter of the cell's inputs (row-wise
@@ -133,15 +136,15 @@ def child(name: str, scale: float) -> None:
     backend.current().preheated.wait(60)
     preheat_wait = time.perf_counter() - t0
     ns = {"np": np, **make_inputs(name, scale)}
-    code = CELLS[name][1]
+    _, code, results, _ = CELLS[name]  # brought back as gpu_warm brings them: like for like
     t0 = time.perf_counter()
-    r = cupy_magic.run_cell(code, ns, to_host=True)
+    r = cupy_magic.run_cell(code, ns, to_host=results)
     wall = time.perf_counter() - t0
     rec = r.compiles
     builds = rec.builds if rec is not None and rec.applies else []
     again = {"np": np, **make_inputs(name, scale)}
     t0 = time.perf_counter()  # the same cell again in this process: what the first run paid
-    cupy_magic.run_cell(code, again, to_host=True)
+    cupy_magic.run_cell(code, again, to_host=results)
     second = time.perf_counter() - t0
     print(json.dumps({"wall_s": wall, "backend": r.backend,
                       "compiled": len(rec.compiled) if rec is not None and rec.applies else 0,
