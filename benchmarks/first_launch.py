@@ -14,6 +14,10 @@ a fresh process over one warm cache (filled by a first process):
 - ``loaded, then cell``: the backend started, its first launch waited for (a user reading
   the load line), then the cell.
 
+Each process then runs a cell of two 1024 x 1024 matmuls (``MATMUL_CELL``) twice, and the
+``steps`` add a first and second matmul: the process's first cuBLAS use, which the background
+first launch (an element-wise kernel and a reduction) does not cover.
+
 Usage::
 
     python benchmarks/first_launch.py [--out DIR]
@@ -37,6 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "y = v\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n"
+MATMUL_CELL = "p = m @ m\np = p @ m\n"
 
 
 def _steps(cp: Any) -> dict[str, float]:
@@ -56,6 +61,12 @@ def _steps(cp: Any) -> dict[str, float]:
     cp.sqrt(x)
     cp.cuda.Device().synchronize()
     out["second_kernel_s"] = time.perf_counter() - t
+    m = cp.ones((1024, 1024), dtype=cp.float32)
+    for key in ("first_matmul_s", "second_matmul_s"):  # the process's first cuBLAS use
+        t = time.perf_counter()
+        m @ m
+        cp.cuda.Device().synchronize()
+        out[key] = time.perf_counter() - t
     return out
 
 
@@ -85,6 +96,10 @@ def child(mode: str) -> None:
     t = time.perf_counter()
     cupy_magic.run_cell(CELL, {"np": np, "v": np.ones(10_000, np.float32)}, to_host=True)
     fig["cell_again_s"] = time.perf_counter() - t
+    for key in ("matmul_cell_s", "matmul_cell_again_s"):  # then a cell whose work is cuBLAS's
+        t = time.perf_counter()
+        cupy_magic.run_cell(MATMUL_CELL, {"np": np, "m": np.ones((1024, 1024), np.float32)})
+        fig[key] = time.perf_counter() - t
     print(json.dumps(fig))
 
 
