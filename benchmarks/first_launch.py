@@ -131,6 +131,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"first-launch-{stamp}.json"
     path.write_text(json.dumps({"benchmark": "first_launch", "cell": CELL,
+                                "matmul_cell": MATMUL_CELL,
                                 "device": cupy.cuda.runtime.getDeviceProperties(0)["name"]
                                 .decode(), "runs": runs}, indent=2) + "\n")
     print(f"wrote {path}")

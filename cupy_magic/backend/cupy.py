@@ -313,6 +313,9 @@ class CupyBackend(Backend):
 
     def close(self) -> None:
         self._preheater.join(30)  # its thread ends before the backend does
+        if self._preheater.is_alive():
+            _log.warning("cupy_magic: the background first launch still runs after 30 s; "
+                         "the backend closes without it")
         super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         self._restore_flat()

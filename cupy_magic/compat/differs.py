@@ -45,7 +45,7 @@ results are compared with NumPy's):
   characters stays a list, never an array of strings).
 - **``np.binary_repr`` and ``np.base_repr`` of a device number** (``x[0]``, a 0-d array there):
   NumPy's reads the number as a Python int, a host sync as NumPy's reading it is.
-- **``np.trim_zeros`` of a Python list or tuple**: NumPy slices the sequence itself, so
+- **``np.trim_zeros`` of a Python list, tuple or range**: NumPy slices the sequence itself, so
   ``np.trim_zeros([0, 1, 2, 0])`` is the list ``[1, 2]``; made a device array first, it became
   an array. The cell calls NumPy's on the sequence (Python values in, Python values out:
   nothing crosses to or from the device).
@@ -170,7 +170,7 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
         return dressed_like(isin, wrapped)
     if sub == "trim_zeros" and calls.checked:
         def trim_zeros(filt: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(filt) in (list, tuple) and not any(
+            if type(filt) in (list, tuple, range) and not any(
                     isinstance(v, calls.device_type) for v in filt):
                 return host(filt, *args, **kwargs)  # NumPy's slice of the list: a list
             return wrapped(filt, *args, **kwargs)

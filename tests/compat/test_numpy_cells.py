@@ -158,10 +158,11 @@ def test_trim_zeros_of_a_list_is_a_list_as_numpys(ip, xp, cupy_names, flags):
     # NumPy slices the sequence itself; made a device array first, it became an array
     ip.run_cell_magic("gpu", f"--quiet --to-host {flags}",
                       "t = np.trim_zeros([0, 1, 2, 0])\nu = np.trim_zeros((0, 0, 3.5, 0), 'b')\n"
-                      "v = np.trim_zeros(np.array([0, 4, 0]))\n")
+                      "v = np.trim_zeros(np.array([0, 4, 0]))\nw = np.trim_zeros(range(0, 3))\n")
     assert type(ip.user_ns["t"]) is list and ip.user_ns["t"] == [1, 2]
     assert type(ip.user_ns["u"]) is tuple and ip.user_ns["u"] == (0, 0, 3.5)
     assert isinstance(ip.user_ns["v"], np.ndarray) and ip.user_ns["v"].tolist() == [4]
+    assert ip.user_ns["w"] == range(1, 3)
     assert not cupy_magic.last_report().fallbacks
 
 
