@@ -138,17 +138,17 @@ class CupyBackend(Backend):
         device = self.cp.cuda.runtime.getDevice()
         pool = self.pool if device == self.home else self.pool_of(device)
         limit = pool.get_limit()
-        measuring = self._open.get(device)
-        if not (limit or measuring):
-            return self._grow(pool, size)
-        before = pool.used_bytes()  # read once per allocation
-        used = before + -(-size // 512) * 512  # once allocated (the pool's 512-byte units)
-        if limit and used > limit:
-            raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
+        if limit:
+            before = pool.used_bytes()
+            if before + -(-size // 512) * 512 > limit:  # the pool's 512-byte units
+                raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
         mem = self._grow(pool, size)
-        for m in measuring or ():
-            if used > m.peak_bytes:
-                m.peak_bytes = used
+        measuring = self._open.get(device)
+        if measuring:  # read after: another thread's allocation on this pool counts too
+            used = pool.used_bytes()
+            for m in measuring:
+                if used > m.peak_bytes:
+                    m.peak_bytes = used
         return mem
 
     def _grow(self, pool: Any, size: int) -> Any:

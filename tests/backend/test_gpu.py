@@ -179,8 +179,8 @@ def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkey
 
 
 def test_the_peak_read_at_each_allocation_is_the_pools_own_count(gip):
-    # _malloc adds the request, rounded to the pool's 512-byte units, to the bytes in use it
-    # read before: the same figure the pool gives after the allocation, for odd sizes too
+    # the peak _malloc records at each allocation is the pool's own count of the bytes in
+    # use after it, for odd sizes too, and a smaller allocation later leaves it
     import cupy
 
     be = backend.current()
