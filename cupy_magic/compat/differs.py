@@ -157,12 +157,15 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
     if sub == "mintypecode" and calls.checked:
         def mintypecode(typechars: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(typechars, calls.device_type):  # each element's is the array's
-                typechars = [typechars.dtype.char] * (len(typechars) if typechars.ndim else 1)
+                if typechars.ndim == 0:
+                    raise TypeError("iteration over a 0-d array")  # NumPy's, as it iterates
+                typechars = [typechars.dtype.char] * len(typechars)
             return host(typechars, *args, **kwargs)  # NumPy's, on type characters only
         return dressed_like(mintypecode, wrapped)
     if sub == "isin" and on_device:
         def isin(element: Any, test_elements: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(test_elements, (set, frozenset)):
+            # kind= is an option CuPy lacks: refused below in one line, as on the CPU fallback
+            if isinstance(test_elements, (set, frozenset)) and "kind" not in kwargs:
                 invert = kwargs.get("invert", args[1] if len(args) > 1 else False)
                 shape = calls.xp.asarray(element).shape
                 return calls.xp.full(shape, bool(invert))

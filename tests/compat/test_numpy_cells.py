@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cupy_magic
+from cupy_magic.compat.advice import CupyLimit
 
 # (the cell, the names to compare); each is NumPy code as a user writes it
 CELLS = [
@@ -69,6 +70,19 @@ def test_an_index_out_of_bounds_is_numpys_error(ip, xp, cupy_names):
     result = ip.run_cell("%%gpu --quiet\ni = np.ravel_multi_index((7, 1), (6, 7))\n")
     assert isinstance(result.error_in_exec, ValueError)
     assert "invalid entry in coordinates array" in str(result.error_in_exec)
+
+
+@pytest.mark.parametrize(("cell", "error", "message"), [
+    # NumPy iterates the typechars it is given: a 0-d array cannot be
+    ("t = np.mintypecode(np.array(1.0))\n", TypeError, "iteration over a 0-d array"),
+    # kind= is an option CuPy lacks, with a set too (NumPy's result is all False for a set)
+    ("m = np.isin(np.arange(4), {0, 2}, kind='table')\n", CupyLimit,
+     "CuPy's isin has no kind= option"),
+])
+def test_numpys_errors_stay_numpys(ip, xp, cupy_names, cell, error, message):
+    result = ip.run_cell(f"%%gpu --quiet\n{cell}")
+    assert isinstance(result.error_in_exec, error)
+    assert message in str(result.error_in_exec)
 
 
 def test_bmat_of_a_string_reads_the_cells_names(ip, xp, cupy_names):
