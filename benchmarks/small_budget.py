@@ -1,0 +1,150 @@
+"""Batches under a small VRAM budget: what one batch costs, and the budget that pays for it.
+
+Issue 20: on the H200 a Black-Scholes cell over 40M float64 rows under a 16 MB budget ran as
+1,076 batches of 37,183 rows in 4.33 s (0.1 GB/s of input per array), slower than NumPy on
+the CPU, and the report did not say why. The planner now measures the first batch's cost
+(launches and Python beyond its upload) and, when the budget holds batches smaller than
+those that pay for it (cost <= 10% of a batch's transfer), the report says so with the budget
+that would run them at full speed. This runs peer_bench's pricing cell (``--to-host call``):
+
+- ``numpy``: the cell under NumPy on the CPU;
+- ``budget <B>``: ``run_cell`` under the VRAM budget ``--budget`` (16 MB, the issue's case);
+- ``recommended``: under the budget that run's report named (``BatchPlan.full_speed_budget``);
+- ``no budget``: ``run_cell`` without one (batched only if the inputs do not fit).
+
+Each row records wall seconds (best of ``--repeats``), batches, rows per batch, input GB/s,
+the measured cost per batch and its share of a batch's transfer, the report's ``batch cost``
+lines, and whether ``call`` equals NumPy's (rtol 2e-3). On the CPU fallback (no GPU) the same
+planner runs with a host budget and ``--rows`` scales the input down.
+
+Usage::
+
+    python benchmarks/small_budget.py [--rows 40000000] [--budget 16MB] [--repeats 3] [--out DIR]
+
+Prints a table and writes ``small-budget-<UTC time>-<gpu|host>.{json,md}`` under ``--out``
+(``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from peer_bench import CELLS, _best  # noqa: E402  (the same pricing cell)
+
+
+def _row(label: str, seconds: float, report: Any, input_bytes: int, correct: bool) -> dict:
+    plan = report.batch if report is not None else None
+    cost = plan.cost if plan is not None else None
+    return {
+        "run": label, "seconds": seconds, "input_gbps": input_bytes / seconds / 1e9,
+        "batches": plan.batches if plan is not None else 0,
+        "rows_per_batch": plan.rows if plan is not None else 0,
+        "cost_ms": cost.seconds * 1e3 if cost is not None else None,
+        "cost_share": (cost.share(plan.rows, plan.row_bytes)
+                       if cost is not None and plan.rows else None),
+        "full_speed_budget": plan.full_speed_budget if plan is not None else None,
+        "cost_lines": [ln.strip() for ln in plan.lines() if "batch cost" in ln
+                       or "held small" in ln or "capped" in ln] if plan is not None else [],
+        "correct": correct,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=None,
+                    help="rows of S, K and T (default 40M on a GPU, 2M on the CPU fallback)")
+    ap.add_argument("--budget", default="16MB")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+
+    import cupy_magic
+    from cupy_magic import backend
+
+    cupy_magic.device_info()
+    be = backend.current()
+    be.preheated.wait(60)
+    label = "gpu" if be.is_gpu else "host"
+    n = args.rows or (40_000_000 if be.is_gpu else 2_000_000)
+    _, code, results, _ = CELLS["pricing"]
+    rng = np.random.default_rng(0)
+    inputs = {k: rng.random(n) + 0.5 for k in ("S", "K", "T")}
+    input_bytes = sum(a.nbytes for a in inputs.values())
+    ref: dict[str, Any] = {"np": np, **inputs}
+    t0 = time.perf_counter()
+    exec(code, ref)
+    rows = [{"run": "numpy", "seconds": time.perf_counter() - t0}]
+    rows[0]["input_gbps"] = input_bytes / rows[0]["seconds"] / 1e9
+    want = ref["call"]
+
+    def cell() -> tuple[Any, bool]:
+        ns: dict[str, Any] = {"np": np, **inputs}
+        report = cupy_magic.run_cell(code, ns, to_host=results)
+        return report, bool(np.allclose(ns["call"], want, rtol=2e-3))
+
+    def measured(run: str, budget: Any) -> dict:
+        cupy_magic.set_budget(budget)
+        try:
+            report, correct = cell()  # the first run plans (and compiles); then best of
+            seconds = _best(lambda: cell(), args.repeats, least_s=0.0)
+            report, ok = cell()
+            return _row(run, seconds, report, input_bytes, correct and ok)
+        finally:
+            cupy_magic.set_budget("off")
+
+    try:
+        small = measured(f"budget {args.budget}", args.budget)
+    except Exception as exc:  # e.g. inputs that fit the budget, temporaries that do not
+        print(f"budget {args.budget}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return 1
+    rows.append(small)
+    if small["full_speed_budget"]:
+        rows.append(measured(f"recommended {small['full_speed_budget']:,} B",
+                             small["full_speed_budget"]))
+    rows.append(measured("no budget", "off"))
+    for r in rows:
+        extra = ("" if "batches" not in r else "  not batched" if not r["batches"] else
+                 f"  {r['batches']:>6,} batches of {r['rows_per_batch']:>10,} rows")
+        print(f"{r['run']:<34} {r['seconds']:8.3f} s  {r['input_gbps']:6.2f} GB/s{extra}")
+        for line in r.get("cost_lines", []):
+            print(f"    {line}")
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"benchmark": "small_budget", "backend": label, "device": be.info().name,
+           "rows": n, "input_bytes": input_bytes, "budget": args.budget,
+           "repeats": args.repeats, "cell": code, "runs": rows}
+    (out / f"small-budget-{stamp}-{label}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    md = [f"Pricing cell over {n:,} float64 rows ({input_bytes / 1e9:.2f} GB of input) on "
+          f"{be.info().name} [{label}], {stamp}, best of {args.repeats}", "",
+          "| run | s | input GB/s | batches | rows per batch | cost per batch ms | cost share "
+          "| correct |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        share = r.get("cost_share")
+        cost = r.get("cost_ms")
+        md.append(f"| {r['run']} | {r['seconds']:.3f} | {r['input_gbps']:.2f} | "
+                  f"{r.get('batches', '')} | {r.get('rows_per_batch', '')} | "
+                  f"{'' if cost is None else f'{cost:.2f}'} | "
+                  f"{'' if share is None else f'{share:.0%}'} | {r.get('correct', '')} |")
+    md += ["", *(f"- {r['run']}: {line}" for r in rows for line in r.get("cost_lines", []))]
+    (out / f"small-budget-{stamp}-{label}.md").write_text("\n".join(md) + "\n")
+    print(f"wrote {out}/small-budget-{stamp}-{label}.{{json,md}}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
