@@ -45,6 +45,10 @@ results are compared with NumPy's):
   characters stays a list, never an array of strings).
 - **``np.binary_repr`` and ``np.base_repr`` of a device number** (``x[0]``, a 0-d array there):
   NumPy's reads the number as a Python int, a host sync as NumPy's reading it is.
+- **``np.random.randint`` with array bounds**: CuPy takes a device array ``low`` or ``high``
+  without NumPy's checks (``low >= high`` drew values outside the range, with no error); the
+  cell draws them with :func:`cupy_magic.compat.draws.random_randint`, NumPy's errors and an
+  exactly uniform draw per element.
 - **``np.trim_zeros`` of a Python list, tuple or range**: NumPy slices the sequence itself, so
   ``np.trim_zeros([0, 1, 2, 0])`` is the list ``[1, 2]``; made a device array first, it became
   an array. The cell calls NumPy's on the sequence (Python values in, Python values out:
@@ -60,8 +64,10 @@ from typing import Any
 import numpy
 
 from .calls import Calls
+from .draws import random_randint
 from .dress import dressed_like
 from .spec import UNSUPPORTED_KINDS, CallSpec
+from .supplement import NotSupplied
 
 __all__ = ["DeviceNpz", "guarded"]
 
@@ -178,6 +184,17 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                 return host(filt, *args, **kwargs)  # NumPy's slice of the list: a list
             return wrapped(filt, *args, **kwargs)
         return dressed_like(trim_zeros, wrapped)
+    if sub == "random.randint" and on_device:
+        def randint(*args: Any, **kwargs: Any) -> Any:
+            bounds = (*args[:2], kwargs.get("low"), kwargs.get("high"))
+            if any(b is not None and numpy.ndim(b) > 0 for b in bounds):
+                try:  # CuPy's own takes array bounds unchecked: low >= high drew garbage
+                    return random_randint(calls.xp, *args, **kwargs)
+                except NotSupplied as exc:
+                    return calls.refuse(spec, host, args, kwargs, "not-implemented",
+                                        str(exc).split(": ", 1)[-1])
+            return wrapped(*args, **kwargs)
+        return dressed_like(randint, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:
             result = wrapped(*args, **kwargs)

@@ -85,6 +85,20 @@ def test_numpys_errors_stay_numpys(ip, xp, cupy_names, cell, error, message):
     assert message in str(result.error_in_exec)
 
 
+def test_randint_with_array_bounds_is_numpys(ip, xp, cupy_names):
+    # CuPy's own takes device array bounds unchecked; the cell checks them as NumPy does
+    ip.run_cell_magic("gpu", "--quiet --to-host",
+                      "r = np.random.randint(np.array([0, 10]), np.array([5, 20]), "
+                      "size=(1000, 2))\n")
+    r = ip.user_ns["r"]
+    assert r.dtype == np.random.randint(np.array([0]), np.array([5])).dtype and r.shape == (1000, 2)
+    assert r[:, 0].min() >= 0 and r[:, 0].max() < 5 and r[:, 1].min() >= 10 and r[:, 1].max() < 20
+    assert len(np.unique(r[:, 0])) == 5  # 1,000 draws of 5 values: all seen
+    result = ip.run_cell("%%gpu --quiet\nbad = np.random.randint(np.array([5, 1]), 3)\n")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert str(result.error_in_exec) == "low >= high"
+
+
 def test_bmat_of_a_string_reads_the_cells_names(ip, xp, cupy_names):
     ip.run_cell_magic("gpu", "--quiet --fallback",
                       "A = np.asmatrix('1 1; 1 1')\nB = np.asmatrix('2 2; 2 2')\n"
