@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import importlib
@@ -78,6 +79,9 @@ class CupyBackend(Backend):
         self._preheater = threading.Thread(target=self._preheat, name="cupy_magic-preheat",
                                            daemon=True)
         self._preheater.start()
+        # a process that ends within its ~0.3 s (a script, a worker) lets it finish first
+        # rather than tear CUDA down under it
+        atexit.register(self._preheater.join, 5)
 
     def _preheat(self) -> None:
         """Launch a first element-wise kernel and reduction on the home device, in the
