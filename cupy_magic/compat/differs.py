@@ -179,15 +179,15 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
         return dressed_like(isin, wrapped)
     if sub == "trim_zeros" and calls.checked:
         def trim_zeros(filt: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(filt) in (list, tuple, range) and not any(
-                    isinstance(v, calls.device_type) for v in filt):
+            if type(filt) is range or (type(filt) in (list, tuple) and not any(
+                    isinstance(v, calls.device_type) for v in filt)):
                 return host(filt, *args, **kwargs)  # NumPy's slice of the list: a list
             return wrapped(filt, *args, **kwargs)
         return dressed_like(trim_zeros, wrapped)
     if sub == "random.randint" and on_device:
         def randint(*args: Any, **kwargs: Any) -> Any:
             bounds = (*args[:2], kwargs.get("low"), kwargs.get("high"))
-            if any(b is not None and numpy.ndim(b) > 0 for b in bounds):
+            if any(isinstance(b, (list, tuple)) or getattr(b, "ndim", 0) > 0 for b in bounds):
                 try:  # CuPy's own takes array bounds unchecked: low >= high drew garbage
                     return random_randint(calls.xp, *args, **kwargs)
                 except NotSupplied as exc:
