@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy
 
-from .supplement import NotSupplied, _axes, _axis
+from .axes import axis_index, axis_indices
+from .supplement import NotSupplied
 
 __all__ = ["COMPLETED"]
 
@@ -40,7 +41,7 @@ def logspace(xp: Any, start: Any, stop: Any, num: int = 50, endpoint: bool = Tru
         ndmax = len(numpy.broadcast_shapes(start.shape, stop.shape, base.shape))
         start, stop, base = (v.reshape((1,) * (ndmax - v.ndim) + v.shape)
                              for v in (start, stop, base))
-        base = xp.expand_dims(base, _axis(axis, ndmax + 1))
+        base = xp.expand_dims(base, axis_index(axis, ndmax + 1))
     dt = numpy.result_type(_promoted(xp, start), _promoted(xp, stop), 0.0)  # NumPy's linspace
     start, stop = xp.asarray(start).astype(dt), xp.asarray(stop).astype(dt)
     steps = num - 1 if endpoint else num
@@ -51,7 +52,7 @@ def logspace(xp: Any, start: Any, stop: Any, num: int = 50, endpoint: bool = Tru
     if endpoint and num > 1:
         y[-1, ...] = stop
     if axis != 0:
-        y = xp.moveaxis(y, 0, _axis(axis, y.ndim))
+        y = xp.moveaxis(y, 0, axis_index(axis, y.ndim))
     dt = numpy.result_type(_promoted(xp, base), y.dtype)
     result = xp.power(xp.asarray(base).astype(dt), y.astype(dt))
     return result if dtype is None else result.astype(dtype)
@@ -65,7 +66,7 @@ def trim_zeros(xp: Any, filt: Any, trim: str = "fb", axis: Any = None) -> Any:
     if trim not in {"fb", "bf", "f", "b"}:
         raise ValueError(f"unexpected character(s) in `trim`: {trim!r}")
     axes = (tuple(range(array.ndim)) if axis is None
-            else _axes(axis, array.ndim, "repeated axis in `axis` argument"))
+            else axis_indices(axis, array.ndim, "repeated axis in `axis` argument"))
     if not axes:
         return filt
     edges = {ax: (0, 0) for ax in axes}  # all zero: an empty slice along each axis
@@ -88,7 +89,7 @@ def trim_zeros(xp: Any, filt: Any, trim: str = "fb", axis: Any = None) -> Any:
 def size(xp: Any, a: Any, axis: Any = None) -> int:
     """``numpy.size``: the elements of ``a`` (along ``axis``, an int or a tuple), an int."""
     shape = a.shape if hasattr(a, "shape") else xp.asarray(a).shape
-    return math.prod(shape if axis is None else (shape[i] for i in _axes(axis, len(shape))))
+    return math.prod(shape if axis is None else (shape[i] for i in axis_indices(axis, len(shape))))
 
 
 _MODES = {None: "raise", "raise": "raise", "wrap": "wrap", "clip": "clip",  # and NumPy's ints
@@ -187,7 +188,7 @@ def _bits(xp: Any, a: Any, axis: Any, bitorder: Any, kinds: str, what: str) -> t
     if axis is None:
         return a.ravel(), 0, bitorder == "big"
     a = a.reshape(1) if a.ndim == 0 else a
-    return a, _axis(axis, a.ndim), bitorder == "big"
+    return a, axis_index(axis, a.ndim), bitorder == "big"
 
 
 def packbits(xp: Any, a: Any, /, axis: Any = None, bitorder: str = "big") -> Any:
@@ -224,7 +225,7 @@ def average(xp: Any, a: Any, axis: Any = None, weights: Any = None, returned: bo
     """``numpy.average`` over ``axis`` (None, an int or a tuple), ``weights`` of ``a``'s shape
     or of its shape along ``axis``."""
     a = xp.asarray(a)
-    axes = None if axis is None else _axes(axis, a.ndim)
+    axes = None if axis is None else axis_indices(axis, a.ndim)
     keep = False if keepdims is _NO_VALUE else keepdims
     if weights is None:
         avg = a.mean(axis=axes, keepdims=keep)
@@ -258,9 +259,11 @@ def _reduce(xp: Any, name: str, array: Any, axis: Any, dtype: Any, out: Any, kee
     if loop.kind not in "iu" or not numpy.can_cast(a.dtype, loop, "same_kind"):
         raise NotSupplied(f"{name}.reduce: dtype {loop} from {a.dtype} is not supplied")
     if axis is None or isinstance(axis, tuple):
-        axes = range(a.ndim) if axis is None else _axes(axis, a.ndim, "duplicate value in axis")
+        axes = (range(a.ndim) if axis is None
+                else axis_indices(axis, a.ndim, "duplicate value in axis"))
     else:  # a 0-d array along axis 0 or -1: nothing to reduce, as NumPy's
-        axes = () if a.ndim == 0 and operator.index(axis) in (0, -1) else (_axis(axis, a.ndim),)
+        axes = (() if a.ndim == 0 and operator.index(axis) in (0, -1)
+                else (axis_index(axis, a.ndim),))
     if name == "lcm" and len(axes) > 1:
         raise ValueError("reduction operation 'lcm' is not reorderable (at most one axis)")
     start = {"gcd": 0, "lcm": None}[name] if initial is _NO_VALUE else initial

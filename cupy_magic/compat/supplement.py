@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy
 
+from .axes import AxisError, axis_index, axis_indices
 from .retry import FAILED, written
 
 __all__ = ["SUPPLIED", "NotSupplied"]
 
-_AxisError = getattr(numpy, "exceptions", numpy).AxisError
 _NO_VALUE = getattr(numpy, "_NoValue", None)
 # NumPy's ufunc options with their defaults: passed with these values they change nothing
 _UFUNC_DEFAULTS = {"out": None, "keepdims": False, "casting": "same_kind", "order": "K",
@@ -34,23 +34,6 @@ def _plain(name: str, options: dict[str, Any]) -> None:
     for key, value in options.items():
         if type(value) not in (str, bool, type(None)) or value != _UFUNC_DEFAULTS.get(key, ...):
             raise NotSupplied(f"{name}: the option {key}={value!r} is not supplied")
-
-
-def _axis(axis: Any, ndim: int) -> int:
-    """``axis`` as an index in ``range(ndim)``; NumPy's AxisError when out of bounds."""
-    axis = operator.index(axis)
-    if not -ndim <= axis < ndim:
-        raise _AxisError(axis, ndim)
-    return axis % ndim
-
-
-def _axes(axis: Any, ndim: int, repeated: str = "repeated axis") -> tuple[int, ...]:
-    """``axis`` (an int or ints) as indices, as NumPy's ``normalize_axis_tuple`` reads it."""
-    single = type(axis) not in (tuple, list) and hasattr(axis, "__index__")
-    axes = tuple(_axis(a, ndim) for a in ([axis] if single else axis))
-    if len(set(axes)) != len(axes):
-        raise ValueError(repeated)
-    return axes
 
 
 def _matrices(x: Any, error: type[Exception] = ValueError) -> Any:
@@ -133,12 +116,12 @@ def linalg_vector_norm(xp: Any, x: Any, /, *, axis: Any = None, keepdims: bool =
     if axis is None:
         kept, x = range(x.ndim), x.ravel()
     elif isinstance(axis, tuple):  # as NumPy: those axes first, flattened into one
-        kept = _axes(axis, x.ndim)
+        kept = axis_indices(axis, x.ndim)
         rest = tuple(i for i in range(x.ndim) if i not in kept)
         x = xp.transpose(x, kept + rest).reshape(
             (math.prod(x.shape[i] for i in kept), *(x.shape[i] for i in rest)))
     else:
-        kept = (along := _axis(axis, x.ndim),)
+        kept = (along := axis_index(axis, x.ndim),)
     if x.shape[along] == 0 and ord == numpy.inf:  # NumPy's max(..., initial=0)
         res = xp.zeros(x.shape[:along] + x.shape[along + 1:], _real_float(x.dtype))
     else:
@@ -149,7 +132,7 @@ def linalg_vector_norm(xp: Any, x: Any, /, *, axis: Any = None, keepdims: bool =
 
 def linalg_matrix_norm(xp: Any, x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
     """``numpy.linalg.matrix_norm``: the matrix norm over the last two axes."""
-    x = _matrices(xp.asarray(x), _AxisError)
+    x = _matrices(xp.asarray(x), AxisError)
     if x.shape[-1] * x.shape[-2] == 0 and ord in (1, 2, -2, numpy.inf):  # NumPy's initial=0
         if ord == -2:
             raise ValueError("zero-size array to reduction operation minimum")
@@ -297,7 +280,7 @@ def unstack(xp: Any, x: Any, /, *, axis: int = 0) -> tuple[Any, ...]:
 def insert(xp: Any, arr: Any, obj: Any, values: Any, axis: Any = None) -> Any:
     """``numpy.insert`` for an int, 1-D int sequence or slice ``obj`` (others are refused)."""
     arr = xp.asarray(arr)
-    arr, axis = (arr.ravel(), 0) if axis is None else (arr, _axis(axis, arr.ndim))
+    arr, axis = (arr.ravel(), 0) if axis is None else (arr, axis_index(axis, arr.ndim))
     n, before = arr.shape[axis], (slice(None),) * axis
     if hasattr(obj, "__cuda_array_interface__"):
         obj = obj.get()  # host sync forced: the positions decide the result's shape
@@ -343,7 +326,7 @@ def _nanquantile(xp: Any, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     if q.dtype.kind not in "iuf" or q.ndim > 2:  # NumPy: booleans are odd, ndim > 2 an error
         raise NotSupplied(f"nanquantile: quantiles of dtype {q.dtype}, {q.ndim}-d are not supplied")
     keep = keepdims is not _NO_VALUE and bool(keepdims)
-    along = 0 if axis is None else _axis(axis, a.ndim)
+    along = 0 if axis is None else axis_index(axis, a.ndim)
     kept = tuple(1 if axis is None or i == along else n for i, n in enumerate(a.shape))
     if a.size == 0:  # NumPy gives the nanmean of nothing here: nan, whatever q
         empty = xp.full(kept, xp.nan, numpy.result_type(a.dtype, 1.0))
