@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import importlib
@@ -78,6 +79,9 @@ class CupyBackend(Backend):
         self._preheater = threading.Thread(target=self._preheat, name="cupy_magic-preheat",
                                            daemon=True)
         self._preheater.start()
+        # a process that ends within its ~0.3 s (a script, a worker) lets it finish first
+        # rather than tear CUDA down under it
+        atexit.register(self._preheater.join, 5)
 
     def _preheat(self) -> None:
         """Launch a first element-wise kernel and reduction on the home device, in the
@@ -138,17 +142,17 @@ class CupyBackend(Backend):
         device = self.cp.cuda.runtime.getDevice()
         pool = self.pool if device == self.home else self.pool_of(device)
         limit = pool.get_limit()
-        measuring = self._open.get(device)
-        if not (limit or measuring):
-            return self._grow(pool, size)
-        before = pool.used_bytes()  # read once per allocation
-        used = before + -(-size // 512) * 512  # once allocated (the pool's 512-byte units)
-        if limit and used > limit:
-            raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
+        if limit:
+            before = pool.used_bytes()
+            if before + -(-size // 512) * 512 > limit:  # the pool's 512-byte units
+                raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
         mem = self._grow(pool, size)
-        for m in measuring or ():
-            if used > m.peak_bytes:
-                m.peak_bytes = used
+        measuring = self._open.get(device)
+        if measuring:  # read after: another thread's allocation on this pool counts too
+            used = pool.used_bytes()
+            for m in measuring:
+                if used > m.peak_bytes:
+                    m.peak_bytes = used
         return mem
 
     def _grow(self, pool: Any, size: int) -> Any:
@@ -313,6 +317,9 @@ class CupyBackend(Backend):
 
     def close(self) -> None:
         self._preheater.join(30)  # its thread ends before the backend does
+        if self._preheater.is_alive():
+            _log.warning("cupy_magic: the background first launch still runs after 30 s; "
+                         "the backend closes without it")
         super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         self._restore_flat()

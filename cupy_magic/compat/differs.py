@@ -45,7 +45,11 @@ results are compared with NumPy's):
   characters stays a list, never an array of strings).
 - **``np.binary_repr`` and ``np.base_repr`` of a device number** (``x[0]``, a 0-d array there):
   NumPy's reads the number as a Python int, a host sync as NumPy's reading it is.
-- **``np.trim_zeros`` of a Python list or tuple**: NumPy slices the sequence itself, so
+- **``np.random.randint`` with array bounds**: CuPy takes a device array ``low`` or ``high``
+  without NumPy's checks (``low >= high`` drew values outside the range, with no error); the
+  cell draws them with :func:`cupy_magic.compat.draws.random_randint`, NumPy's errors and an
+  exactly uniform draw per element.
+- **``np.trim_zeros`` of a Python list, tuple or range**: NumPy slices the sequence itself, so
   ``np.trim_zeros([0, 1, 2, 0])`` is the list ``[1, 2]``; made a device array first, it became
   an array. The cell calls NumPy's on the sequence (Python values in, Python values out:
   nothing crosses to or from the device).
@@ -60,8 +64,10 @@ from typing import Any
 import numpy
 
 from .calls import Calls
+from .draws import random_randint
 from .dress import dressed_like
 from .spec import UNSUPPORTED_KINDS, CallSpec
+from .supplement import NotSupplied
 
 __all__ = ["DeviceNpz", "guarded"]
 
@@ -157,12 +163,15 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
     if sub == "mintypecode" and calls.checked:
         def mintypecode(typechars: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(typechars, calls.device_type):  # each element's is the array's
-                typechars = [typechars.dtype.char] * (len(typechars) if typechars.ndim else 1)
+                if typechars.ndim == 0:
+                    raise TypeError("iteration over a 0-d array")  # NumPy's, as it iterates
+                typechars = [typechars.dtype.char] * len(typechars)
             return host(typechars, *args, **kwargs)  # NumPy's, on type characters only
         return dressed_like(mintypecode, wrapped)
     if sub == "isin" and on_device:
         def isin(element: Any, test_elements: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(test_elements, (set, frozenset)):
+            # kind= is an option CuPy lacks: refused below in one line, as on the CPU fallback
+            if isinstance(test_elements, (set, frozenset)) and "kind" not in kwargs:
                 invert = kwargs.get("invert", args[1] if len(args) > 1 else False)
                 shape = calls.xp.asarray(element).shape
                 return calls.xp.full(shape, bool(invert))
@@ -170,11 +179,22 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
         return dressed_like(isin, wrapped)
     if sub == "trim_zeros" and calls.checked:
         def trim_zeros(filt: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(filt) in (list, tuple) and not any(
-                    isinstance(v, calls.device_type) for v in filt):
+            if type(filt) is range or (type(filt) in (list, tuple) and not any(
+                    isinstance(v, calls.device_type) for v in filt)):
                 return host(filt, *args, **kwargs)  # NumPy's slice of the list: a list
             return wrapped(filt, *args, **kwargs)
         return dressed_like(trim_zeros, wrapped)
+    if sub == "random.randint" and on_device:
+        def randint(*args: Any, **kwargs: Any) -> Any:
+            bounds = (*args[:2], kwargs.get("low"), kwargs.get("high"))
+            if any(isinstance(b, (list, tuple)) or getattr(b, "ndim", 0) > 0 for b in bounds):
+                try:  # CuPy's own takes array bounds unchecked: low >= high drew garbage
+                    return random_randint(calls.xp, *args, **kwargs)
+                except NotSupplied as exc:
+                    return calls.refuse(spec, host, args, kwargs, "not-implemented",
+                                        str(exc).split(": ", 1)[-1])
+            return wrapped(*args, **kwargs)
+        return dressed_like(randint, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:
             result = wrapped(*args, **kwargs)

@@ -142,29 +142,45 @@ def test_warmup_compiles_the_reduction_kernels_the_full_run_uses(gip):
 def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkeypatch):
     import threading
 
+    from cupy_magic.backend.cupy import CupyBackend
+
+    callers: list[str] = []  # the threads that allocated from the cells' pool
+    malloc = CupyBackend._malloc
+
+    def spy(self, size):
+        callers.append(threading.current_thread().name)
+        return malloc(self, size)
+
+    monkeypatch.setattr(CupyBackend, "_malloc", spy)  # installed as CuPy's allocator at load
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "cupy")
+    shell.user_ns["np"] = np
+
     def preheaters() -> list:
         return [t for t in threading.enumerate() if t.name == "cupy_magic-preheat"]
 
     for _ in range(3):  # load, a first cell while it may still run, unload: nothing left
-        monkeypatch.setenv("CUPY_MAGIC_BACKEND", "cupy")
         shell.run_line_magic("load_ext", "cupy_magic")
-        be = backend.current()
-        before = be.pool_used()
-        shell.run_cell_magic("gpu", "--quiet", "y = np.ones(1_000) * 2\n")
-        report = cupy_magic.last_report()
-        assert be.preheated.wait(30)
-        # its memory comes from no pool: the pool gained the cell's y alone (8,000 bytes
-        # rounded to 8 KiB), and the cell's peak counts y and np.ones's temporary, no more
-        assert 8_000 <= be.pool_used() - before <= 8_192
-        assert 2 * 8_000 <= report.peak_pool_bytes - report.start_pool_bytes <= 2 * 8_192
-        assert float(shell.user_ns.pop("y").sum()) == 2_000.0
-        shell.run_line_magic("unload_ext", "cupy_magic")
+        try:
+            be = backend.current()
+            before = be.pool_used()
+            shell.run_cell_magic("gpu", "--quiet", "y = np.ones(1_000) * 2\n")
+            report = cupy_magic.last_report()
+            assert be.preheated.wait(30)
+            # its memory comes from no pool: only the cell's thread allocated there, the pool
+            # gained the cell's y alone (8,000 bytes in 512-byte units), and the cell's peak
+            # counts y and np.ones's temporary, no more
+            assert callers and set(callers) == {threading.current_thread().name}
+            assert 8_000 <= be.pool_used() - before <= 8_192
+            assert 2 * 8_000 <= report.peak_pool_bytes - report.start_pool_bytes <= 2 * 8_192
+            assert float(shell.user_ns.pop("y").sum()) == 2_000.0
+        finally:
+            shell.run_line_magic("unload_ext", "cupy_magic")
         assert preheaters() == []
 
 
 def test_the_peak_read_at_each_allocation_is_the_pools_own_count(gip):
-    # _malloc adds the request, rounded to the pool's 512-byte units, to the bytes in use it
-    # read before: the same figure the pool gives after the allocation, for odd sizes too
+    # the peak _malloc records at each allocation is the pool's own count of the bytes in
+    # use after it, for odd sizes too, and a smaller allocation later leaves it
     import cupy
 
     be = backend.current()

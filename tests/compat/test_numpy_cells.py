@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cupy_magic
+from cupy_magic.compat.advice import CupyLimit
 
 # (the cell, the names to compare); each is NumPy code as a user writes it
 CELLS = [
@@ -69,6 +70,33 @@ def test_an_index_out_of_bounds_is_numpys_error(ip, xp, cupy_names):
     result = ip.run_cell("%%gpu --quiet\ni = np.ravel_multi_index((7, 1), (6, 7))\n")
     assert isinstance(result.error_in_exec, ValueError)
     assert "invalid entry in coordinates array" in str(result.error_in_exec)
+
+
+@pytest.mark.parametrize(("cell", "error", "message"), [
+    # NumPy iterates the typechars it is given: a 0-d array cannot be
+    ("t = np.mintypecode(np.array(1.0))\n", TypeError, "iteration over a 0-d array"),
+    # kind= is an option CuPy lacks, with a set too (NumPy's result is all False for a set)
+    ("m = np.isin(np.arange(4), {0, 2}, kind='table')\n", CupyLimit,
+     "CuPy's isin has no kind= option"),
+])
+def test_numpys_errors_stay_numpys(ip, xp, cupy_names, cell, error, message):
+    result = ip.run_cell(f"%%gpu --quiet\n{cell}")
+    assert isinstance(result.error_in_exec, error)
+    assert message in str(result.error_in_exec)
+
+
+def test_randint_with_array_bounds_is_numpys(ip, xp, cupy_names):
+    # CuPy's own takes device array bounds unchecked; the cell checks them as NumPy does
+    ip.run_cell_magic("gpu", "--quiet --to-host",
+                      "r = np.random.randint(np.array([0, 10]), np.array([5, 20]), "
+                      "size=(1000, 2))\n")
+    r = ip.user_ns["r"]
+    assert r.dtype == np.random.randint(np.array([0]), np.array([5])).dtype and r.shape == (1000, 2)
+    assert r[:, 0].min() >= 0 and r[:, 0].max() < 5 and r[:, 1].min() >= 10 and r[:, 1].max() < 20
+    assert len(np.unique(r[:, 0])) == 5  # 1,000 draws of 5 values: all seen
+    result = ip.run_cell("%%gpu --quiet\nbad = np.random.randint(np.array([5, 1]), 3)\n")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert str(result.error_in_exec) == "low >= high"
 
 
 def test_bmat_of_a_string_reads_the_cells_names(ip, xp, cupy_names):
@@ -158,10 +186,11 @@ def test_trim_zeros_of_a_list_is_a_list_as_numpys(ip, xp, cupy_names, flags):
     # NumPy slices the sequence itself; made a device array first, it became an array
     ip.run_cell_magic("gpu", f"--quiet --to-host {flags}",
                       "t = np.trim_zeros([0, 1, 2, 0])\nu = np.trim_zeros((0, 0, 3.5, 0), 'b')\n"
-                      "v = np.trim_zeros(np.array([0, 4, 0]))\n")
+                      "v = np.trim_zeros(np.array([0, 4, 0]))\nw = np.trim_zeros(range(0, 3))\n")
     assert type(ip.user_ns["t"]) is list and ip.user_ns["t"] == [1, 2]
     assert type(ip.user_ns["u"]) is tuple and ip.user_ns["u"] == (0, 0, 3.5)
     assert isinstance(ip.user_ns["v"], np.ndarray) and ip.user_ns["v"].tolist() == [4]
+    assert ip.user_ns["w"] == range(1, 3)
     assert not cupy_magic.last_report().fallbacks
 
 
