@@ -6,6 +6,10 @@ NumPy input 4x the VRAM budget (``--budget``, default 4GiB, so 16 GiB of input),
 and (2) with ``%%gpu --cluster`` (chunked and scattered to the worker, one task per block,
 rows gathered back as NumPy). Prints input GB/s of both and their ratio (target: the cluster
 >= 0.5 of the kernel on one GPU) and writes ``benchmarks/results/cluster-<date>.json``/``.md``.
+Then the same comparison when nothing large crosses between the kernel and the workers: the
+cell ``s = np.sqrt(x * x + 1).sum(axis=1)`` (one float per row comes back) over the NumPy
+input in the kernel, and over a Dask array of the same size made and held on the workers
+(``da.random``, as a cluster job loads its data where it runs).
 
 Without a GPU it says so and exits 0; ``--host`` runs the same comparison on the CPU
 fallback (a LocalCluster of 2 worker processes, ``--size`` of input, default 256MiB) and
@@ -32,6 +36,7 @@ from cupy_magic import BatchOptions, backend, run_cell, set_budget, use_backend,
 from cupy_magic.units import format_bytes, parse_size
 
 CELL = "y = np.sqrt(x * x + 1)\n"
+ROW_CELL = "s = np.sqrt(x * x + 1).sum(axis=1)\n"  # a result of one value per row
 
 
 def _gpu() -> bool:
@@ -58,6 +63,36 @@ def _run(x: np.ndarray, cluster: bool, opts: BatchOptions) -> dict[str, Any]:
                    scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
     del ns
     return row
+
+
+def _run_rows(x: Any, where: str, opts: BatchOptions) -> dict[str, Any]:
+    """ROW_CELL over ``x``: a NumPy array in this kernel (batched, streamed) or a Dask array
+    already on the workers; the per-row sums (1/1024 of the input) come back as NumPy."""
+    ns: dict[str, Any] = {"np": np, "x": x}
+    t0 = time.perf_counter()
+    rep = run_cell(ROW_CELL, ns, to_host=True, syncs="off", batch=opts)
+    wall = time.perf_counter() - t0
+    last = np.asarray(x[-1] if isinstance(x, np.ndarray) else x[-1].compute())
+    want = np.sqrt(last * last + 1, dtype=np.float32).sum(dtype=np.float64)
+    assert isinstance(ns["s"], np.ndarray) and ns["s"].shape == x.shape[:1]
+    assert abs(float(ns["s"][-1]) - want) <= 1e-4 * abs(want), (ns["s"][-1], want)
+    row = {"path": f"row sums, {where}", "wall_s": wall, "input_gbps": x.nbytes / wall / 1e9,
+           "report": rep.text_lines()}
+    if rep.batch is not None and hasattr(rep.batch, "scatter_seconds"):
+        row.update(run_s=rep.batch.run_seconds, outside_blocks_s=rep.batch.scheduler_seconds)
+    return row
+
+
+def _on_workers(shape: tuple[int, int], rows: int) -> Any:
+    """A float32 Dask array of ``shape`` made on the workers (chunks of ``rows`` rows), held
+    there: data a cluster job loads where it runs, which never crosses from the kernel."""
+    import dask.array as da
+    from distributed import wait
+
+    arr = da.random.default_rng(1).random(shape, dtype=np.float32,
+                                          chunks=(rows, shape[1])).persist()
+    wait(arr)
+    return arr
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,19 +122,31 @@ def main(argv: list[str] | None = None) -> int:
         opts = BatchOptions(forced=True, nbytes=min(128 << 20, nbytes // 4 // 8))
         _run(x[: 64 * 1024 * 1024 // (4 * cols)], True, opts)  # warm: imports, compiles
         rows = [_run(x, False, opts), _run(x, True, opts)]
+        # when the data already lives on the workers and the result is small, nothing large
+        # crosses between the kernel and the workers: the same GPU work, the other transport
+        rows.append(_run_rows(x, "NumPy input in the kernel (batched)", opts))
+        del x
+        xd = _on_workers((nbytes // (4 * cols), cols), opts.nbytes // (4 * cols))
+        _run_rows(xd[: 64 * 1024 * 1024 // (4 * cols)], "warm-up", opts)
+        rows.append(_run_rows(xd, "Dask input already on the workers", opts))
+        del xd
     finally:
         use_cluster("off")
     ratio = rows[1]["input_gbps"] / rows[0]["input_gbps"]
+    ratio_rows = rows[3]["input_gbps"] / rows[2]["input_gbps"]
     label = "host (CPU fallback: NumPy on the CPU, no GPU)" if args.host else \
         backend.current().info().name
-    result = {"label": label, "input_bytes": int(x.nbytes), "budget": format_bytes(nbytes // 4),
+    nbytes = 4 * cols * (nbytes // (4 * cols))
+    result = {"label": label, "input_bytes": nbytes, "budget": format_bytes(nbytes // 4),
               "rows": rows, "ratio_cluster_over_kernel": ratio,
+              "ratio_row_sums_workers_over_kernel": ratio_rows,
               "python": platform.python_version(), "host": platform.node()}
     lines = [f"# cluster_bench on {label}", "",
-             f"input {format_bytes(x.nbytes)} float32 (4x the budget {format_bytes(nbytes // 4)})",
+             f"input {format_bytes(nbytes)} float32 (4x the budget {format_bytes(nbytes // 4)})",
              "", "| path | wall s | input GB/s |", "| --- | --- | --- |"]
     lines += [f"| {r['path']} | {r['wall_s']:.2f} | {r['input_gbps']:.2f} |" for r in rows]
-    lines += ["", f"cluster / kernel: {ratio:.2f} (target on one GPU: >= 0.5)"]
+    lines += ["", f"cluster / kernel: {ratio:.2f} (target on one GPU: >= 0.5)",
+              f"row sums, input on the workers / in the kernel: {ratio_rows:.2f}"]
     print("\n".join(lines))
     stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H%M")
     suffix = "-host" if args.host else ""

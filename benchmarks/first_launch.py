@@ -14,9 +14,12 @@ a fresh process over one warm cache (filled by a first process):
 - ``loaded, then cell``: the backend started, its first launch waited for (a user reading
   the load line), then the cell.
 
-Each process then runs a cell of two 1024 x 1024 matmuls (``MATMUL_CELL``) twice, and the
-``steps`` add a first and second matmul: the process's first cuBLAS use, which the background
-first launch (an element-wise kernel and a reduction) does not cover.
+Each process then runs a cell of two 1024 x 1024 float32 matmuls (``MATMUL_CELL``) twice and
+once over a 300 x 300 float64 matrix (``other_matmul_cell_s``: kernels cuBLAS had not loaded);
+the ``steps`` add the main thread's cuBLAS handle (``cublas_handle_s``), a first and a second
+matmul: the process's first cuBLAS use. The background first launch starts cuBLAS too (2x2
+products through a handle of its own); ``loaded, cuBLAS handle, then cell`` times the main
+thread's own handle apart, since CuPy keeps one per thread.
 
 Usage::
 
@@ -61,8 +64,11 @@ def _steps(cp: Any) -> dict[str, float]:
     cp.sqrt(x)
     cp.cuda.Device().synchronize()
     out["second_kernel_s"] = time.perf_counter() - t
+    t = time.perf_counter()  # the process's first cuBLAS use: this thread's handle...
+    cp.cuda.device.get_cublas_handle()
+    out["cublas_handle_s"] = time.perf_counter() - t
     m = cp.ones((1024, 1024), dtype=cp.float32)
-    for key in ("first_matmul_s", "second_matmul_s"):  # the process's first cuBLAS use
+    for key in ("first_matmul_s", "second_matmul_s"):  # ... then its first product
         t = time.perf_counter()
         m @ m
         cp.cuda.Device().synchronize()
@@ -84,10 +90,14 @@ def child(mode: str) -> None:
     from cupy_magic import backend
 
     cupy_magic.device_info()  # what %load_ext does: the backend starts
-    if mode == "loaded":
+    if mode in ("loaded", "handle"):
         t = time.perf_counter()
         fig["preheat_done"] = backend.current().preheated.wait(60)
         fig["preheat_wait_s"] = time.perf_counter() - t
+    if mode == "handle":  # this thread's cuBLAS handle made before the cells, timed apart
+        t = time.perf_counter()
+        cp.cuda.device.get_cublas_handle()
+        fig["cublas_handle_s"] = time.perf_counter() - t
     t = time.perf_counter()
     report = cupy_magic.run_cell(CELL, {"np": np, "v": np.ones(10_000, np.float32)},
                                  to_host=True)
@@ -100,6 +110,9 @@ def child(mode: str) -> None:
         t = time.perf_counter()
         cupy_magic.run_cell(MATMUL_CELL, {"np": np, "m": np.ones((1024, 1024), np.float32)})
         fig[key] = time.perf_counter() - t
+    t = time.perf_counter()  # a product of other shapes and dtype: cuBLAS picks other kernels
+    cupy_magic.run_cell(MATMUL_CELL, {"np": np, "m": np.ones((300, 300), np.float64)})
+    fig["other_matmul_cell_s"] = time.perf_counter() - t
     print(json.dumps(fig))
 
 
@@ -119,7 +132,8 @@ def main() -> int:
     runs: dict[str, Any] = {}
     for label, mode in (("fill the cache", "steps"), ("steps", "steps"), ("cell at once", "now"),
                         ("loaded, then cell", "loaded"), ("cell at once again", "now"),
-                        ("loaded, then cell again", "loaded")):
+                        ("loaded, then cell again", "loaded"),
+                        ("loaded, cuBLAS handle, then cell", "handle")):
         done = subprocess.run([sys.executable, "-c", code + f"first_launch.child({mode!r})"],
                               env=env, capture_output=True, text=True, check=True, cwd=ROOT)
         runs[label] = json.loads(done.stdout.strip().splitlines()[-1])
