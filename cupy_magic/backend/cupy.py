@@ -84,8 +84,8 @@ class CupyBackend(Backend):
         atexit.register(self._preheater.join, 5)
 
     def _preheat(self) -> None:
-        """Launch a first element-wise kernel and reduction on the home device, in the
-        background from load on, with memory from no pool.
+        """Launch a first element-wise kernel, reduction and cuBLAS product on the home
+        device, in the background from load on, with memory from no pool.
 
         On the H200 the first kernel launch of a process took about 0.3 s even with every
         kernel in CuPy's cache (``benchmarks/first_launch.py``), a one-time cost that landed
@@ -99,12 +99,38 @@ class CupyBackend(Backend):
             with self.cp.cuda.Device(self.home), self.cp.cuda.using_allocator(None):
                 x = self.cp.ones(4, dtype=self.cp.float32)
                 (x * 2).sum()
+                self._first_gemms()
                 self.cp.cuda.get_current_stream().synchronize()
                 del x
         except Exception as exc:  # a broken device shows in the first cell, with its cause
             _log.warning("cupy_magic: the background first launch failed: %s", exc)
         finally:
             self.preheated.set()
+
+    def _first_gemms(self) -> None:
+        """Start cuBLAS and run a float32 and a float64 product of 2x2 matrices through a
+        handle of its own, destroyed at the end.
+
+        On the H200 a process's first ``@`` took about 0.1 s (``benchmarks/first_launch.py``:
+        the first matmul cell 116 ms, then 4.5 ms): the library's start, paid once per
+        process. CuPy keeps one handle per thread, so one made here would serve no cell;
+        a handle of its own starts the library and frees what it holds when destroyed.
+        """
+        from cupy_backends.cuda.libs import cublas
+
+        handle = cublas.create()
+        try:
+            for dtype, gemm in ((np.float32, cublas.sgemm), (np.float64, cublas.dgemm)):
+                a = self.cp.ones((2, 2), dtype=dtype)
+                c = self.cp.empty((2, 2), dtype=dtype)
+                one, zero = np.ones(1, dtype=dtype), np.zeros(1, dtype=dtype)
+                gemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, 2, 2, 2, one.ctypes.data,
+                     a.data.ptr, 2, a.data.ptr, 2, zero.ctypes.data, c.data.ptr, 2)
+                self.cp.cuda.Device().synchronize()  # the host scalars outlive the call
+                if float(c[0, 0]) != 2.0:
+                    raise RuntimeError(f"cuBLAS gave {float(c[0, 0])} for 2.0")
+        finally:
+            cublas.destroy(handle)
 
     def pool_of(self, device: int) -> Any:
         """The pool cells allocate from on ``device``, made on first use with the device's
