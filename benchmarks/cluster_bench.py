@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [_run(x, False, opts), _run(x, True, opts)]
         # when the data already lives on the workers and the result is small, nothing large
         # crosses between the kernel and the workers: the same GPU work, the other transport
-        rows.append(_run_rows(x, "NumPy input in the kernel (batched)", opts))
+        rows.append(_run_rows(x, "NumPy input in the kernel (batched; x page-locked by the "
+                                 "cells before)", opts))
         del x
         xd = _on_workers((nbytes // (4 * cols), cols), opts.nbytes // (4 * cols))
         _run_rows(xd[: 64 * 1024 * 1024 // (4 * cols)], "warm-up", opts)

@@ -26,7 +26,9 @@ chain, a loop of 300 small element-wise steps on 10,000 elements), in one run:
 
 Short cells run more than ``--repeats`` times: at least 0.5 s of runs each (up to 100).
 ``hand`` and ``gpu_warm`` run in turn (hand, gpu, hand, ...), so that both see the same
-machine (since 2026-12-04T0600; before, each was timed in a block of its own).
+machine (since 2026-12-04T0600; before, each was timed in a block of its own, the hand port
+first). The hand port reads copies of the inputs that ``%%gpu`` never sees, so it never
+reuses the page-locking ``%%gpu`` did (in ``peer-2026-12-04T0613`` it did).
 
 Ratios: gpu_warm / hand (target <= 1.05), first_after_warm_cache / gpu_warm (target <= 1.2),
 first_cold / gpu_warm, batched / hand, numpy / hand. Every result is checked against NumPy.
@@ -222,8 +224,14 @@ def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> di
     want = {k: np.asarray(ref[k]) for k in results}
     got: dict[str, Any] = {}
 
+    # the hand port reads copies of the inputs: %%gpu page-locks an input of 16 MiB or more
+    # and keeps it locked while it lives, and a hand port over that same buffer would copy it
+    # at the pinned rate (in peer-2026-12-04T0613 the pricing cell's hand port took 37 ms
+    # against 75 ms in the runs before), a gain no hand-written port has
+    own = {k: v.copy() for k, v in inputs.items()}
+
     def hand() -> None:
-        ns = {"np": xp, **{k: xp.asarray(v) for k, v in inputs.items()}}
+        ns = {"np": xp, **{k: xp.asarray(v) for k, v in own.items()}}
         exec(code, ns)
         got.update({k: xp.asnumpy(ns[k]) if hasattr(xp, "asnumpy") else ns[k]
                     for k in results})
