@@ -28,7 +28,10 @@ Short cells run more than ``--repeats`` times: at least 0.5 s of runs each (up t
 ``hand`` and ``gpu_warm`` run in turn (hand, gpu, hand, ...), so that both see the same
 machine (since 2026-12-04T0600; before, each was timed in a block of its own, the hand port
 first). The hand port reads copies of the inputs that ``%%gpu`` never sees, so it never
-reuses the page-locking ``%%gpu`` did (in ``peer-2026-12-04T0613`` it did).
+reuses the page-locking ``%%gpu`` did (in ``peer-2026-12-04T0613`` it did), and allocates
+from CuPy's default pool, not through the allocator cupy_magic installs at load (before
+2026-12-04T0640 it did whenever the backend had started before it ran: every cell but the
+first in the block order, every cell in the interleaved one).
 
 Ratios: gpu_warm / hand (target <= 1.05), first_after_warm_cache / gpu_warm (target <= 1.2),
 first_cold / gpu_warm, batched / hand, numpy / hand. Every result is checked against NumPy.
@@ -45,6 +48,7 @@ there is no kernel cache), labelled so in the records.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -230,11 +234,19 @@ def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> di
     # against 75 ms in the runs before), a gain no hand-written port has
     own = {k: v.copy() for k, v in inputs.items()}
 
+    # and allocates from CuPy's own pool, as in a process without cupy_magic: once loaded,
+    # cupy_magic's allocator (CupyBackend._malloc, Python, once per array) serves every
+    # thread that has not chosen its own
+    def plain() -> Any:  # a fresh context each time: CuPy's is a one-shot generator
+        return (xp.cuda.using_allocator(xp.get_default_memory_pool().malloc)
+                if hasattr(xp, "cuda") else contextlib.nullcontext())
+
     def hand() -> None:
-        ns = {"np": xp, **{k: xp.asarray(v) for k, v in own.items()}}
-        exec(code, ns)
-        got.update({k: xp.asnumpy(ns[k]) if hasattr(xp, "asnumpy") else ns[k]
-                    for k in results})
+        with plain():
+            ns = {"np": xp, **{k: xp.asarray(v) for k, v in own.items()}}
+            exec(code, ns)
+            got.update({k: xp.asnumpy(ns[k]) if hasattr(xp, "asnumpy") else ns[k]
+                        for k in results})
     last: dict[str, Any] = {}
 
     def run(syncs: str = "warn", to_host: Any = results) -> None:  # a fresh namespace: the
