@@ -77,7 +77,8 @@ def _steps(cp: Any) -> dict[str, float]:
 
 
 def child(mode: str) -> None:
-    """One fresh process: ``mode`` is steps, now or loaded; prints one JSON line."""
+    """One fresh process: ``mode`` is steps, now, loaded or handle (loaded, then this
+    thread's cuBLAS handle made and timed before the cells); prints one JSON line."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT))

@@ -25,7 +25,7 @@ chain, a loop of 300 small element-wise steps on 10,000 elements), in one run:
   cells only; best of repeats).
 
 Short cells run more than ``--repeats`` times: at least 0.5 s of runs each (up to 100).
-``hand`` and ``gpu_warm`` run in turn (hand, gpu, hand, ...), so that both see the same
+``hand`` and ``gpu_warm`` run in turn (hand, gpu, gpu, hand, ...), so that both see the same
 machine (since 2026-12-04T0600; before, each was timed in a block of its own, the hand port
 first). The hand port reads copies of the inputs that ``%%gpu`` never sees, so it never
 reuses the page-locking ``%%gpu`` did (in ``peer-2026-12-04T0613`` it did), and allocates
@@ -124,12 +124,14 @@ def _best(fn: Any, repeats: int, least_s: float = 0.5, most: int = 100) -> float
 
 def _best_alternating(fns: list[Any], repeats: int, least_s: float = 0.5,
                       most: int = 100) -> list[float]:
-    """Best time of each of ``fns``, run in turn (a, b, a, b, ...) as :func:`_best` runs one:
+    """Best time of each of ``fns``, run in turn (a, b, b, a, ...) as :func:`_best` runs one:
     two columns timed minutes apart drift apart with the machine (the H200's hand port of the
     small loop took 7.77 ms in one run and 6.83 ms in the next); taken in turn, both see it."""
     times: list[list[float]] = [[] for _ in fns]
-    while len(times[0]) < repeats or (sum(times[0]) < least_s and len(times[0]) < most):
-        for fn, ts in zip(fns, times, strict=True):
+    pairs = list(zip(fns, times, strict=True))
+    while len(times[0]) < repeats or (min(map(sum, times)) < least_s
+                                      and len(times[0]) < most):
+        for fn, ts in pairs if len(times[0]) % 2 == 0 else pairs[::-1]:  # a, b, b, a, ...
             t0 = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t0)
