@@ -17,10 +17,13 @@ extension adds, one at a time:
 
 The cost of each layer per array operation is ``(t - t_cupy) / (2 * ops)``. Without a GPU
 the rows are plain ``exec`` with NumPy and ``run_cell`` on the CPU fallback, labelled ``host``.
+Each pass runs with ``--live`` small device arrays held alive (default ``0,10000``, since
+2026-12-04T0710): CuPy's ``SingleDeviceMemoryPool.used_bytes()``, which cupy_magic's
+allocator reads once an allocation while a cell measures its peak, walks every block in use.
 
 Usage::
 
-    python benchmarks/op_overhead.py [--ops 3000] [--repeats 7]
+    python benchmarks/op_overhead.py [--ops 3000] [--repeats 7] [--live 0,10000]
 
 Prints a table and writes ``benchmarks/results/op-overhead-<UTC time>-<gpu|host>.json``.
 """
@@ -114,26 +117,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--live", default="0,10000",
+                        help="device arrays held alive in the pool while the loop runs, one "
+                             "pass per count (comma-separated)")
     args = parser.parse_args()
     be = _backend.current()
     code = CELL.replace("OPS", str(args.ops))
     v = be.xp.ones(10_000, dtype=be.xp.float32)
     rows: list[dict[str, Any]] = []
-    for name, run, context in variants(be, code, v):
-        with context():
-            seconds = best(run, args.repeats, be.synchronize)
-        rows.append({"variant": name, "seconds": seconds})
-    base = rows[0]["seconds"]
-    operations = 2 * args.ops
-    for r in rows:
-        r["us_per_op"] = r["seconds"] / operations * 1e6
-        r["extra_us_per_op"] = (r["seconds"] - base) / operations * 1e6
     where = "gpu" if be.is_gpu else "host"
-    print(f"cost per array operation on {be.info().name} [{where}]: {args.ops:,} steps of 2 "
-          f"operations on 10,000 float32, best of {args.repeats}")
-    for r in rows:
-        print(f"  {r['variant']:<20} {r['seconds'] * 1e3:9.2f} ms  {r['us_per_op']:7.2f} us/op"
-              f"  {r['extra_us_per_op']:+7.2f} us/op against {rows[0]['variant']}")
+    operations = 2 * args.ops
+    for live in (int(n) for n in args.live.split(",")):
+        # arrays a notebook keeps: on the GPU they sit in the pool cupy_magic installs,
+        # whose used_bytes() walks every block in use (_malloc reads it once an allocation
+        # while a cell measures its peak)
+        kept = [be.xp.empty(8, dtype=be.xp.float32) for _ in range(live)]
+        first = len(rows)
+        for name, run, context in variants(be, code, v):
+            with context():
+                seconds = best(run, args.repeats, be.synchronize)
+            rows.append({"variant": name, "live": live, "seconds": seconds})
+        base = rows[first]["seconds"]
+        for r in rows[first:]:
+            r["us_per_op"] = r["seconds"] / operations * 1e6
+            r["extra_us_per_op"] = (r["seconds"] - base) / operations * 1e6
+        print(f"cost per array operation on {be.info().name} [{where}]: {args.ops:,} steps of "
+              f"2 operations on 10,000 float32, best of {args.repeats}, {live:,} arrays alive")
+        for r in rows[first:]:
+            print(f"  {r['variant']:<20} {r['seconds'] * 1e3:9.2f} ms  {r['us_per_op']:7.2f} "
+                  f"us/op  {r['extra_us_per_op']:+7.2f} us/op against {rows[first]['variant']}")
+        del kept
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
     out = ROOT / "benchmarks" / "results" / f"op-overhead-{stamp}-{where}.json"
     out.write_text(json.dumps({
