@@ -48,38 +48,38 @@ def _gpu() -> bool:
         return False
 
 
-def _run(x: np.ndarray, cluster: bool, opts: BatchOptions) -> dict[str, Any]:
+def _timed(cell: str, x: Any, path: str, opts: BatchOptions,
+           cluster: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run ``cell`` over ``x`` (results to the host) and time it: its namespace after, and
+    its row of figures (with the cluster's own when it ran there)."""
     ns: dict[str, Any] = {"np": np, "x": x}
     t0 = time.perf_counter()
-    rep = run_cell(CELL, ns, to_host=True, syncs="off", batch=opts, cluster=cluster)
+    rep = run_cell(cell, ns, to_host=True, syncs="off", batch=opts, cluster=cluster)
     wall = time.perf_counter() - t0
-    assert ns["y"].shape == x.shape and float(ns["y"][-1, -1]) == float(
-        np.sqrt(x[-1, -1] * x[-1, -1] + 1, dtype=np.float32))
-    row = {"path": "cluster" if cluster else "kernel (batched)", "wall_s": wall,
-           "input_gbps": x.nbytes / wall / 1e9, "report": rep.text_lines()}
-    if cluster:
-        info = rep.batch
+    row = {"path": path, "wall_s": wall, "input_gbps": x.nbytes / wall / 1e9,
+           "report": rep.text_lines()}
+    info = rep.batch
+    if info is not None and hasattr(info, "scatter_seconds"):  # it ran on the cluster
         row.update(blocks=info.blocks, run_s=info.run_seconds,
                    scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
-    del ns
+    return ns, row
+
+
+def _run(x: np.ndarray, cluster: bool, opts: BatchOptions) -> dict[str, Any]:
+    ns, row = _timed(CELL, x, "cluster" if cluster else "kernel (batched)", opts, cluster)
+    assert ns["y"].shape == x.shape and float(ns["y"][-1, -1]) == float(
+        np.sqrt(x[-1, -1] * x[-1, -1] + 1, dtype=np.float32))
     return row
 
 
 def _run_rows(x: Any, where: str, opts: BatchOptions) -> dict[str, Any]:
     """ROW_CELL over ``x``: a NumPy array in this kernel (batched, streamed) or a Dask array
     already on the workers; the per-row sums (1/1024 of the input) come back as NumPy."""
-    ns: dict[str, Any] = {"np": np, "x": x}
-    t0 = time.perf_counter()
-    rep = run_cell(ROW_CELL, ns, to_host=True, syncs="off", batch=opts)
-    wall = time.perf_counter() - t0
+    ns, row = _timed(ROW_CELL, x, f"row sums, {where}", opts)
     last = np.asarray(x[-1] if isinstance(x, np.ndarray) else x[-1].compute())
     want = np.sqrt(last * last + 1, dtype=np.float32).sum(dtype=np.float64)
     assert isinstance(ns["s"], np.ndarray) and ns["s"].shape == x.shape[:1]
     assert abs(float(ns["s"][-1]) - want) <= 1e-4 * abs(want), (ns["s"][-1], want)
-    row = {"path": f"row sums, {where}", "wall_s": wall, "input_gbps": x.nbytes / wall / 1e9,
-           "report": rep.text_lines()}
-    if rep.batch is not None and hasattr(rep.batch, "scatter_seconds"):
-        row.update(run_s=rep.batch.run_seconds, outside_blocks_s=rep.batch.scheduler_seconds)
     return row
 
 

@@ -114,12 +114,7 @@ def make_inputs(name: str, scale: float, xp: Any = np) -> dict[str, Any]:
 def _best(fn: Any, repeats: int, least_s: float = 0.5, most: int = 100) -> float:
     """Best of ``repeats`` runs, or of as many as fill ``least_s`` seconds (up to ``most``):
     a 12 ms cell's best of 5 moved by a third between two columns of one run on the H200."""
-    times: list[float] = []
-    while len(times) < repeats or (sum(times) < least_s and len(times) < most):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return _best_alternating([fn], repeats, least_s, most)[0]
 
 
 def _best_alternating(fns: list[Any], repeats: int, least_s: float = 0.5,
