@@ -8,9 +8,13 @@ extension adds, one at a time:
 - ``cupy``: plain ``exec`` with CuPy's default allocator: the hand port, the reference;
 - ``pool``: plain ``exec``, CuPy calling the ``SingleDeviceMemoryPool`` cupy_magic installs
   directly (``set_allocator(pool.malloc)``);
-- ``backend``: plain ``exec`` under the allocator cupy_magic installs (``CupyBackend._malloc``:
-  the budget check), no measurement open;
+- ``backend``: plain ``exec`` under the allocator cupy_magic installs
+  (``CupyBackend._allocator``: the pool's own limit, the retry after a refusal), no
+  measurement open;
 - ``measured``: the same inside ``track_memory`` (the peak read at each allocation);
+- ``checked`` (since 2026-12-04T1230): ``measured`` with each request checked in Python against
+  the bytes in use (``CupyBackend._malloc``, what cupy_magic installed before; now only for
+  other devices and a pool that holds more than a budget set lower);
 - ``hook``: ``measured`` plus a CuPy ``MemoryHook`` of four no-op Python methods, which is how
   cupy_magic followed the peak before (kept to show what it cost);
 - ``run_cell`` and ``run_cell syncs off``: the whole cell through :func:`cupy_magic.run_cell`.
@@ -19,7 +23,8 @@ The cost of each layer per array operation is ``(t - t_cupy) / (2 * ops)``. With
 the rows are plain ``exec`` with NumPy and ``run_cell`` on the CPU fallback, labelled ``host``.
 Each pass runs with ``--live`` small device arrays held alive (default ``0,10000``, since
 2026-12-04T0710): CuPy's ``SingleDeviceMemoryPool.used_bytes()``, which cupy_magic's
-allocator reads once an allocation while a cell measures its peak, walks every block in use.
+allocator reads once an allocation while a cell measures its peak, walks every block in use
+(on the H200, 2026-12-04T1152, 10,000 live arrays changed no row by more than the noise).
 
 Usage::
 
@@ -80,11 +85,17 @@ def variants(be: Any, code: str, v: Any) -> Iterator[tuple[str, Callable[[], Non
 
     @contextlib.contextmanager
     def allocator(malloc: Any) -> Iterator[None]:
+        installed = cp.cuda.get_allocator()
         cp.cuda.set_allocator(malloc)
         try:
             yield
         finally:
-            cp.cuda.set_allocator(be._malloc)
+            cp.cuda.set_allocator(installed)
+
+    @contextlib.contextmanager
+    def checked() -> Iterator[None]:  # every request checked in Python (before 2026-12-04)
+        with allocator(be._malloc), measured():
+            yield
 
     @contextlib.contextmanager
     def measured() -> Iterator[None]:
@@ -108,6 +119,7 @@ def variants(be: Any, code: str, v: Any) -> Iterator[tuple[str, Callable[[], Non
     yield "pool", plain, lambda: allocator(be.pool.malloc)
     yield "backend", plain, contextlib.nullcontext
     yield "measured", plain, measured
+    yield "checked", plain, checked
     yield "hook", plain, hooked
     yield "run_cell", cell("warn"), contextlib.nullcontext
     yield "run_cell syncs off", cell("off"), contextlib.nullcontext

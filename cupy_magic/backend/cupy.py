@@ -23,6 +23,7 @@ from .base import (
     _Measurement,
 )
 from .compiles import CompileRecord, timed
+from .flat import flat_device_index
 from .hostmem import HostMemory
 from .marks import EventMarks
 
@@ -71,7 +72,9 @@ class CupyBackend(Backend):
         self._properties: dict[int, dict[str, Any]] = {}
         # the measurements track_memory has open, by device: _malloc raises their peaks
         self._open: dict[int, list[_Measurement]] = {}
-        cupy.cuda.set_allocator(self._malloc)
+        # non-empty while the home pool holds more than its limit in arrays
+        self._strict: list[bool] = []
+        cupy.cuda.set_allocator(self._allocator())
         self._restore_flat = flat_device_index(cupy)
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
@@ -149,21 +152,42 @@ class CupyBackend(Backend):
         it makes no pool and no CUDA context)."""
         return _POOLS.get(device)
 
-    def _malloc(self, size: int) -> Any:
-        """Allocate from the current device's pool; over the limit, release cached blocks
-        once and retry; raise the peak of the measurements open on the device.
+    def _allocator(self) -> Any:
+        """CuPy's allocator: the home pool, its limit CuPy's, the open measurements' peaks.
 
-        CuPy's limit counts the pool's cached free blocks too, and it does not release them
-        before refusing: without this, memory a cell freed would still count against the
-        budget. CuPy checks its limit only when the pool grows, so a request its cached
-        blocks can serve is checked here against the bytes in use: cached blocks kept from
-        before the budget was set (or set lower) never let the arrays exceed it.
-
-        The peak is read here, once per allocation, rather than by a CuPy ``MemoryHook``:
-        a hook makes CuPy call Python four times per array (before and after the malloc and
-        the free), about 4 microseconds an operation in a loop of small ones, and the bytes
-        in use only reach a new peak when something is allocated.
+        In Python only what the pool cannot do: a refusal releases the cached blocks once and
+        retries (CuPy counts them in its limit and refuses without releasing), and while a
+        cell measures, the bytes in use are read after each allocation. :meth:`_fit` keeps
+        what the pool holds within the budget, so its arrays stay within it; other devices,
+        and the home one while it holds more than its limit, go through :meth:`_malloc`.
+        A Python call per array costs: ``benchmarks/op_overhead.py`` (a CuPy
+        ``MemoryHook`` would cost four calls into Python per array).
         """
+        home, strict, measuring = self.home, self._strict, self._open.setdefault(self.home, [])
+        pool, malloc, checked = self.pool, self.pool.malloc, self._malloc
+        used, get_device = self.pool.used_bytes, self.cp.cuda.runtime.getDevice
+        refused = self.cp.cuda.memory.OutOfMemoryError
+
+        def allocate(size: int) -> Any:
+            if strict or get_device() != home:
+                return checked(size)
+            try:
+                mem = malloc(size)
+            except refused:
+                mem = self._grow(pool, size)
+            if measuring:  # read after: another thread's allocation on this pool counts too
+                now = used()
+                for m in measuring:
+                    if now > m.peak_bytes:
+                        m.peak_bytes = now
+            return mem
+
+        return allocate
+
+    def _malloc(self, size: int) -> Any:
+        """Allocate from the current device's pool, each request checked against the bytes in
+        use (CuPy checks its limit only when the pool grows, and cached blocks from before a
+        lower budget could serve it); raise the peaks of the measurements open there."""
         device = self.cp.cuda.runtime.getDevice()
         pool = self.pool if device == self.home else self.pool_of(device)
         limit = pool.get_limit()
@@ -173,12 +197,28 @@ class CupyBackend(Backend):
                 raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
         mem = self._grow(pool, size)
         measuring = self._open.get(device)
-        if measuring:  # read after: another thread's allocation on this pool counts too
+        if measuring:
             used = pool.used_bytes()
             for m in measuring:
                 if used > m.peak_bytes:
                     m.peak_bytes = used
         return mem
+
+    def _fit(self, device: int) -> None:
+        """Keep what the pool of ``device`` holds within its limit: release its cached blocks
+        when it holds more; check each request (:meth:`_malloc`) while its arrays alone
+        still do (the home device's: other devices' requests are always checked)."""
+        pool = self._pool(device)
+        if pool is None:
+            return
+        limit = pool.get_limit()
+        if limit and pool.total_bytes() > limit:
+            pool.free_all_blocks()
+        if device == self.home:
+            if limit and pool.total_bytes() > limit:
+                self._strict[:] = [True]  # a list: the allocator reads it without a lookup
+            else:
+                self._strict.clear()
 
     def _grow(self, pool: Any, size: int) -> Any:
         """``pool.malloc(size)``; refused, its cached free blocks released once and retried."""
@@ -295,6 +335,7 @@ class CupyBackend(Backend):
         pool = self._pool(device)
         if pool is not None:  # otherwise pool_of sets it when the pool is made
             pool.set_limit(size=0 if nbytes is None else int(nbytes))
+            self._fit(device)
 
     def synchronize(self) -> None:
         self.cp.cuda.get_current_stream().synchronize()
@@ -305,6 +346,7 @@ class CupyBackend(Backend):
         """The bytes in use in the pool of ``device`` (default: the home device) at the
         start and at their peak while the block runs, on any thread (:meth:`_malloc`)."""
         device = self.home if device is None else device
+        self._fit(device)
         start = self.pool_used(device)
         m = _Measurement(start_bytes=start, peak_bytes=start)
         measuring = self._open.setdefault(device, [])
@@ -351,40 +393,6 @@ class CupyBackend(Backend):
         for pool in _POOLS.values():  # give back what the cells freed; live arrays keep theirs
             pool.free_all_blocks()
         self.host.close()
-
-
-def flat_device_index(cupy: ModuleType) -> Any:
-    """Let ``x.flat[i]`` take a device integer index, as NumPy's takes ``np.argmax(x)``; give
-    the function that puts CuPy's own back (a no-op where CuPy's class is not where it was).
-
-    CuPy's flat iterator takes only Python ints and slices ("unsupported iterator index"); a
-    device index reads ``x.ravel()[i]`` (NumPy's values), and writes through it where that
-    is a view (a C-contiguous ``x``)."""
-    flatiter = getattr(getattr(getattr(cupy, "_indexing", None), "iterate", None), "flatiter",
-                       None)
-    if (flatiter is None or "__getitem__" not in vars(flatiter)
-            or hasattr(flatiter.__getitem__, "__cupy_magic__")):  # absent, or already done
-        return lambda: None
-    get, put = flatiter.__getitem__, flatiter.__setitem__
-
-    def device_index(ind: Any) -> bool:
-        return isinstance(ind, cupy.ndarray) and ind.dtype.kind in "iu"
-
-    def getitem(self: Any, ind: Any) -> Any:
-        return self.base.ravel()[ind] if device_index(ind) else get(self, ind)
-
-    def setitem(self: Any, ind: Any, value: Any) -> None:
-        if device_index(ind) and self.base.flags.c_contiguous:
-            self.base.ravel()[ind] = value
-        else:
-            put(self, ind, value)
-
-    getitem.__cupy_magic__ = True  # type: ignore[attr-defined]
-    flatiter.__getitem__, flatiter.__setitem__ = getitem, setitem
-
-    def restore() -> None:
-        flatiter.__getitem__, flatiter.__setitem__ = get, put
-    return restore
 
 
 @functools.cache

@@ -146,13 +146,17 @@ def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkey
     from cupy_magic.backend.cupy import CupyBackend
 
     callers: list[str] = []  # the threads that allocated from the cells' pool
-    malloc = CupyBackend._malloc
+    allocator = CupyBackend._allocator
 
-    def spy(self, size):
-        callers.append(threading.current_thread().name)
-        return malloc(self, size)
+    def spying(self):
+        malloc = allocator(self)
 
-    monkeypatch.setattr(CupyBackend, "_malloc", spy)  # installed as CuPy's allocator at load
+        def spy(size):
+            callers.append(threading.current_thread().name)
+            return malloc(size)
+        return spy
+
+    monkeypatch.setattr(CupyBackend, "_allocator", spying)  # installed as CuPy's at load
     monkeypatch.setenv("CUPY_MAGIC_BACKEND", "cupy")
     shell.user_ns["np"] = np
 
