@@ -10,7 +10,7 @@ a fresh process over one warm cache (filled by a first process):
   (synchronised); then the ``small_loop`` cell of ``peer_bench.py`` through
   :func:`cupy_magic.run_cell`;
 - ``cell at once``: the cell right after the backend starts (as ``%load_ext`` does), while
-  its background first launch (``CupyBackend._preheat``) may still run;
+  its background first launch (``cupy_magic.backend.preheat.preheat``) may still run;
 - ``loaded, then cell``: the backend started, its first launch waited for (a user reading
   the load line), then the cell.
 

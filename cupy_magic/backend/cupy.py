@@ -26,6 +26,7 @@ from .compiles import CompileRecord, timed
 from .flat import flat_device_index
 from .hostmem import HostMemory
 from .marks import EventMarks
+from .preheat import preheat
 
 
 def probe_cupy() -> tuple[ModuleType | None, str]:
@@ -70,6 +71,7 @@ class CupyBackend(Backend):
         # each device's properties, read once: a read took 1.1 ms on the H200, twice a cell
         # (benchmarks/cell_overhead.py), and they do not change while the process lives
         self._properties: dict[int, dict[str, Any]] = {}
+        self._infos: dict[int, DeviceInfo] = {}  # read every cell, fixed while it lives
         # the measurements track_memory has open, by device: _malloc raises their peaks
         self._open: dict[int, list[_Measurement]] = {}
         # non-empty while the home pool holds more than its limit in arrays
@@ -78,61 +80,13 @@ class CupyBackend(Backend):
         self._restore_flat = flat_device_index(cupy)
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
-        self.preheated = threading.Event()  # unset until _preheat is done (or failed)
-        self._preheater = threading.Thread(target=self._preheat, name="cupy_magic-preheat",
-                                           daemon=True)
+        self.preheated = threading.Event()  # unset until preheat is done (or failed)
+        self._preheater = threading.Thread(target=preheat, args=(cupy, device, self.preheated),
+                                           name="cupy_magic-preheat", daemon=True)
         self._preheater.start()
         # a process that ends within its ~0.3 s (a script, a worker) lets it finish first
         # rather than tear CUDA down under it
         atexit.register(self._preheater.join, 5)
-
-    def _preheat(self) -> None:
-        """Launch a first element-wise kernel, reduction and cuBLAS product on the home
-        device, in the background from load on, with memory from no pool.
-
-        On the H200 the first kernel launch of a process took about 0.3 s even with every
-        kernel in CuPy's cache (``benchmarks/first_launch.py``), a one-time cost that landed
-        in the first cell's GPU time; after this, a first cell took 14 ms against 323 ms.
-        Its few bytes come straight from ``cudaMalloc`` (a thread-local allocator of none),
-        not from the cells' pool, whose use and peaks the cells' reports and ``%vram_who``
-        count; :meth:`close` joins its thread. A failure is logged, never raised: the first cell
-        then pays the cost as before.
-        """
-        try:
-            with self.cp.cuda.Device(self.home), self.cp.cuda.using_allocator(None):
-                x = self.cp.ones(4, dtype=self.cp.float32)
-                (x * 2).sum()
-                self._first_gemms()
-                self.cp.cuda.get_current_stream().synchronize()
-                del x
-        except Exception as exc:  # a broken device shows in the first cell, with its cause
-            _log.warning("cupy_magic: the background first launch failed: %s", exc)
-        finally:
-            self.preheated.set()
-
-    def _first_gemms(self) -> None:
-        """Start cuBLAS and run a float32 and a float64 product of 2x2 matrices through a
-        handle of its own, destroyed at the end.
-
-        On the H200 a process's first ``@`` took about 0.1 s (``benchmarks/first_launch.py``:
-        the first matmul cell 116 ms, then 4.5 ms): the library's start, paid once per
-        process; after this, 38 to 45 ms (the shape's kernels still load at first launch).
-        CuPy keeps one handle per thread, so one of CuPy's made here would serve no cell."""
-        from cupy_backends.cuda.libs import cublas
-
-        handle = cublas.create()
-        try:
-            for dtype, gemm in ((np.float32, cublas.sgemm), (np.float64, cublas.dgemm)):
-                a = self.cp.ones((2, 2), dtype=dtype)
-                c = self.cp.empty((2, 2), dtype=dtype)
-                one, zero = np.ones(1, dtype=dtype), np.zeros(1, dtype=dtype)
-                gemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, 2, 2, 2, one.ctypes.data,
-                     a.data.ptr, 2, a.data.ptr, 2, zero.ctypes.data, c.data.ptr, 2)
-                self.cp.cuda.Device().synchronize()  # the host scalars outlive the call
-                if float(c[0, 0]) != 2.0:
-                    raise RuntimeError(f"cuBLAS gave {float(c[0, 0])} for 2.0")
-        finally:
-            cublas.destroy(handle)
 
     def pool_of(self, device: int) -> Any:
         """The pool cells allocate from on ``device``, made on first use with the device's
@@ -231,9 +185,16 @@ class CupyBackend(Backend):
             return pool.malloc(size)
 
     def info(self) -> DeviceInfo:
+        device = self.cp.cuda.Device().id
+        info = self._infos.get(device)
+        if info is None:
+            info = self._infos[device] = self._info(device)
+        return info
+
+    def _info(self, device: int) -> DeviceInfo:
         cp = self.cp
         rt = cp.cuda.runtime
-        props = self._props(cp.cuda.Device().id)
+        props = self._props(device)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
 
         def ver(v: int) -> str:

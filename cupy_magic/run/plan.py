@@ -8,6 +8,7 @@ Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import linecache
 import time
@@ -100,7 +101,9 @@ class CellPlan:
 
 def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
     """The dtype ``arr`` has on the device under ``--dtype`` (its own when not cast)."""
-    target = CAST_TARGETS.get(dtype or "", {}).get(arr.dtype.name)
+    if not dtype:  # the common case, without reading the dtype's name (about 10 us)
+        return arr.dtype
+    target = CAST_TARGETS.get(dtype, {}).get(arr.dtype.name)
     return np.dtype(target) if target else arr.dtype
 
 
@@ -169,8 +172,10 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     body, last, record)
 
 
+@functools.lru_cache(maxsize=256)
 def _ends_quiet(source: str) -> bool:
-    """Whether the cell's last token is ``;``: a plain cell then shows nothing."""
+    """Whether the cell's last token is ``;``: a plain cell then shows nothing (kept per
+    text: tokenizing took about a sixth of a tiny cell's own cost, every run)."""
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, SyntaxError):
@@ -282,8 +287,11 @@ def check_sizes(inputs: dict[str, np.ndarray], dtype: str | None, be: Backend, *
         return
     total = be.info().total_bytes
     free = be.budget_left()
-    room, what = ((max(free, 0), f"the {format_bytes(max(free, 0))} the VRAM budget leaves")
-                  if free is not None else (total, f"the device's {format_bytes(total)}"))
+    room = max(free, 0) if free is not None else total
+
+    def what() -> str:  # formatted on refusal only
+        return (f"the {format_bytes(room)} the VRAM budget leaves" if free is not None
+                else f"the device's {format_bytes(total)}")
     for name, arr in inputs.items():
         need = arr.size * cast_target(arr, dtype).itemsize
         span = _span(arr)
@@ -291,7 +299,7 @@ def check_sizes(inputs: dict[str, np.ndarray], dtype: str | None, be: Backend, *
             kind = "a broadcast view" if 0 in arr.strides else "a view over overlapping memory"
             raise CellError(
                 f"input {name!r} ({kind} of {format_bytes(span)}) would take "
-                f"{format_bytes(need)} on the device, more than {what}: moving a view copies "
+                f"{format_bytes(need)} on the device, more than {what()}: moving a view copies "
                 f"every element it shows; make it inside the %%gpu cell instead (np.broadcast_to "
                 f"there is a view on the device too), from the small array it views")
         if not batched and total and need > total:

@@ -72,6 +72,29 @@ def test_cached_blocks_from_before_the_budget_do_not_let_arrays_exceed_it(gip):
     assert gip.user_ns["small"].nbytes == 4 << 20  # under the budget, from the cache
 
 
+def test_arrays_over_a_budget_set_lower_keep_each_request_checked(gip):
+    """The pool's own limit only counts growth; while its arrays alone exceed a budget set
+    lower, blocks they free would serve a request over it: every request is then checked."""
+    import cupy
+
+    be = backend.current()
+    keep = cupy.ones(2**28, dtype=cupy.float32)  # 1 GiB alive when the budget comes
+    gip.run_line_magic("vram_budget", "256MB")
+    limit = be.limit
+    with be.track_memory("<test>"):
+        del keep  # its block stays cached in the pool
+        assert be.pool.total_bytes() >= 1 << 30
+        with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+            cupy.empty(2**27, dtype=cupy.float32)  # 512 MiB, which the cache could serve
+        small = cupy.ones(2**20, dtype=cupy.float32)
+    assert be.pool_used() < limit
+    with be.track_memory("<test>"):  # a measurement that starts over it releases the cache
+        assert be.pool.total_bytes() <= limit
+        with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+            cupy.empty(2**27, dtype=cupy.float32)
+    assert float(small.sum()) == 2**20
+
+
 def test_large_inputs_are_page_locked_once_while_they_live(gip):
     x = np.random.rand(16 * 2**20 // 8 * 4)  # 64 MiB
     gip.user_ns["x"] = x

@@ -1,0 +1,62 @@
+"""The first launch of a process, done in the background from load on (issue 20)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import ModuleType
+
+import numpy as np
+
+_log = logging.getLogger(__name__)
+
+
+def preheat(cp: ModuleType, device: int, done: threading.Event) -> None:
+    """Launch a first element-wise kernel, reduction and cuBLAS product on the home
+    device, in the background from load on, with memory from no pool.
+
+    On the H200 the first kernel launch of a process took about 0.3 s even with every
+    kernel in CuPy's cache (``benchmarks/first_launch.py``), a one-time cost that landed
+    in the first cell's GPU time; after this, a first cell took 14 ms against 323 ms.
+    Its few bytes come straight from ``cudaMalloc`` (a thread-local allocator of none),
+    not from the cells' pool, whose use and peaks the cells' reports and ``%vram_who``
+    count; ``CupyBackend.close`` joins its thread. A failure is logged, never raised: the
+    first cell then pays the cost as before.
+    """
+    try:
+        with cp.cuda.Device(device), cp.cuda.using_allocator(None):
+            x = cp.ones(4, dtype=cp.float32)
+            (x * 2).sum()
+            _first_gemms(cp)
+            cp.cuda.get_current_stream().synchronize()
+            del x
+    except Exception as exc:  # a broken device shows in the first cell, with its cause
+        _log.warning("cupy_magic: the background first launch failed: %s", exc)
+    finally:
+        done.set()
+
+
+def _first_gemms(cp: ModuleType) -> None:
+    """Start cuBLAS and run a float32 and a float64 product of 2x2 matrices through a
+    handle of its own, destroyed at the end.
+
+    On the H200 a process's first ``@`` took about 0.1 s (``benchmarks/first_launch.py``:
+    the first matmul cell 116 ms, then 4.5 ms): the library's start, paid once per
+    process; after this, 38 to 45 ms (the shape's kernels still load at first launch).
+    CuPy keeps one handle per thread, so one of CuPy's made here would serve no cell."""
+    from cupy_backends.cuda.libs import cublas
+
+    handle = cublas.create()
+    try:
+        for dtype, gemm in ((np.float32, cublas.sgemm), (np.float64, cublas.dgemm)):
+            a = cp.ones((2, 2), dtype=dtype)
+            c = cp.empty((2, 2), dtype=dtype)
+            one, zero = np.ones(1, dtype=dtype), np.zeros(1, dtype=dtype)
+            gemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, 2, 2, 2, one.ctypes.data,
+                 a.data.ptr, 2, a.data.ptr, 2, zero.ctypes.data, c.data.ptr, 2)
+            cp.cuda.Device().synchronize()  # the host scalars outlive the call
+            if float(c[0, 0]) != 2.0:
+                raise RuntimeError(f"cuBLAS gave {float(c[0, 0])} for 2.0")
+    finally:
+        cublas.destroy(handle)
+
