@@ -78,11 +78,15 @@ def test_arrays_over_a_budget_set_lower_keep_each_request_checked(gip):
     import cupy
 
     be = backend.current()
-    keep = cupy.ones(2**28, dtype=cupy.float32)  # 1 GiB alive when the budget comes
+    before = be.pool_used()
+    gip.run_cell_magic("gpu", "--quiet", "keep = np.ones(2**28, dtype=np.float32)")
+    assert be.pool_used() - before == 1 << 30  # 1 GiB alive when the budget comes
     gip.run_line_magic("vram_budget", "256MB")
     limit = be.limit
     with be.track_memory("<test>"):
-        del keep  # its block stays cached in the pool
+        del gip.user_ns["keep"]  # its block stays cached in the pool
+        gc.collect()
+        assert be.pool_used() == before, f"{be.pool_used():,} bytes still in use"
         assert be.pool.total_bytes() >= 1 << 30
         with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
             cupy.empty(2**27, dtype=cupy.float32)  # 512 MiB, which the cache could serve
