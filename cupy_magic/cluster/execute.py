@@ -132,7 +132,8 @@ class ClusterExecutor:
         spec = BlockSpec(self.source, filename, plan.module_names, values,
                          tuple(sorted(plan.stored)), len(inputs.blocks), self.fallback,
                          self.syncs, keys,
-                         to_host=True if to_host is True else tuple(to_host or ()))
+                         to_host=True if to_host is True else tuple(to_host or ()),
+                         flags=plan.future_flags)
         [spec_f] = client.scatter([spec], broadcast=True, hash=False)
         held.append(spec_f)
         tasks = [dask.delayed(run_block, pure=False)(
