@@ -240,6 +240,29 @@ def test_a_kernel_shows_the_value_and_names_its_cells_right(monkeypatch):
     assert "cupy_magic" not in tail and "with_traceback" not in tail
 
 
+@pytest.mark.kernel
+def test_a_kernel_keeps_future_flags_and_reports_a_syntax_error_before_the_cluster(
+        monkeypatch):
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    annotated = "%%gpu --quiet\n" + ANNOTATED
+    nb = _run_notebook([
+        "%load_ext cupy_magic",
+        annotated + "before = ann",
+        "from __future__ import annotations",
+        annotated + "after = ann",
+        "print(repr(before), repr(after), sep='|')",
+        "%%gpu --quiet --cluster\ny = = 1",  # a fresh kernel: no Dask imported yet
+        "%%gpu --quiet --cluster\ny = 1\nreturn y",
+        "%%gpu --quiet --cluster\ny = 1",
+    ], raises={5, 6, 7})
+    assert nb.cells[4].outputs[0]["text"] == f"{OBJECTS!r}|{STRINGS!r}\n"
+    said = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]  # UsageError
+    for index, line in ((5, 1), (6, 2)):
+        assert f"UsageError: syntax error in the %%gpu cell, line {line}" in said[index]
+        assert "no cluster" not in said[index]
+    assert "--cluster asks for a cluster and no cluster is in use" in said[7]
+
+
 def test_a_line_magic_in_the_cell_runs_in_the_cell_and_keeps_the_transaction(ip, xp):
     # %timeit merges the caller's names into the namespace it runs in; in a %%gpu cell that
     # is the cell's own, so z (a device array) must not leak into the user's namespace when
