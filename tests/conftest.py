@@ -94,6 +94,15 @@ def xp(ip):
     return backend.current().xp
 
 
+@pytest.fixture
+def plain_flags(shell) -> Iterator[None]:
+    """Put back the shell's ``from __future__`` flags after the test: cells that import from
+    ``__future__`` leave them set, and the shell serves the whole session."""
+    saved = shell.compile.flags
+    yield
+    shell.compile.flags = saved
+
+
 def cell_error(ip, cell: str, line: str = "") -> str:
     """The message of the error a ``%%gpu line`` cell over ``cell`` stops with."""
     result = ip.run_cell(f"%%gpu {line}\n{cell}")

@@ -1,9 +1,12 @@
 """A ``%%gpu`` cell behaves like a plain cell (issue 17, points 1 to 4): its last expression
-is shown and stored, IPython syntax works in it, and its tracebacks name its own number and
-lines. Through a real shell (both backends) and a real kernel (nbclient)."""
+is shown and stored, IPython syntax works in it, its tracebacks name its own number and
+lines, and it compiles under the shell's ``from __future__`` flags. Through a real shell
+(both backends) and a real kernel (nbclient)."""
 
 from __future__ import annotations
+import __future__
 
+import codeop
 import re
 from collections.abc import Iterator
 from types import TracebackType
@@ -17,6 +20,9 @@ import cupy_magic
 from cupy_magic.run import progress
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ANNOTATED = "def f(x: int) -> int:\n    return x\nann = f.__annotations__\n"
+OBJECTS, STRINGS = {"x": int, "return": int}, {"x": "int", "return": "int"}
+ANNOTATIONS = __future__.annotations.compiler_flag
 
 
 def cell(ip, body: str, line: str = "--quiet"):
@@ -145,6 +151,47 @@ def test_traceback_and_progress_name_the_cells_own_number(ip, monkeypatch):
     assert entries[-1].tb_lineno == 2
 
 
+# --- 5. from __future__ flags ------------------------------------------------------------
+
+
+def _plain(ip, body: str):
+    return ip.run_cell(body, store_history=True)
+
+
+def test_a_gpu_cell_compiles_under_the_future_flags_of_earlier_cells(ip, plain_flags):
+    # cupy_magic's own modules import annotations from __future__: none of it reaches a cell
+    for future, expected in ((False, OBJECTS), (True, STRINGS)):
+        if future:
+            assert _plain(ip, "from __future__ import annotations").success
+        assert _plain(ip, ANNOTATED).success and ip.user_ns.pop("ann") == expected
+        result = cell(ip, ANNOTATED + "f.__annotations__")
+        assert result.success, result.error_in_exec
+        assert ip.user_ns["ann"] == expected and result.result == expected
+
+
+def test_a_future_import_in_a_gpu_cell_holds_for_later_cells_as_in_a_plain_one(ip, plain_flags):
+    kept = {}
+    for kind, run in (("plain", _plain), ("gpu", cell)):
+        ip.compile.reset_compiler_flags()
+        result = run(ip, "from __future__ import annotations\n" + ANNOTATED + "1 / 0\n")
+        assert isinstance(result.error_in_exec, ZeroDivisionError)  # kept though it failed
+        kept[kind] = ip.compile.flags
+        assert _plain(ip, ANNOTATED).success and ip.user_ns.pop("ann") == STRINGS
+        assert cell(ip, ANNOTATED).success and ip.user_ns.pop("ann") == STRINGS
+    assert kept["gpu"] == kept["plain"] and kept["gpu"] & ANNOTATIONS
+
+
+def test_run_cell_from_python_inherits_no_future_flags_unless_given_a_compiler(ip, plain_flags):
+    assert _plain(ip, "from __future__ import annotations").success  # the shell's, not ours
+    namespace = {"np": np}
+    cupy_magic.run_cell(ANNOTATED, namespace)
+    assert namespace["ann"] == OBJECTS
+    compiler = codeop.Compile()  # keeps a cell's future imports for the next, as a shell does
+    cupy_magic.run_cell("from __future__ import annotations\n", namespace, compiler=compiler)
+    cupy_magic.run_cell(ANNOTATED, namespace, compiler=compiler)
+    assert namespace["ann"] == STRINGS and compiler.flags & ANNOTATIONS
+
+
 # --- 1 to 4 through a real kernel ----------------------------------------------------------
 
 
@@ -191,6 +238,29 @@ def test_a_kernel_shows_the_value_and_names_its_cells_right(monkeypatch):
     tail = budget.split("BudgetExceeded:")[-2]  # the entries above the message line
     assert f"Cell In[{number}], line 1" in tail and "----> 1 y = np.ones(10**6)" in tail
     assert "cupy_magic" not in tail and "with_traceback" not in tail
+
+
+@pytest.mark.kernel
+def test_a_kernel_keeps_future_flags_and_reports_a_syntax_error_before_the_cluster(
+        monkeypatch):
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    annotated = "%%gpu --quiet\n" + ANNOTATED
+    nb = _run_notebook([
+        "%load_ext cupy_magic",
+        annotated + "before = ann",
+        "from __future__ import annotations",
+        annotated + "after = ann",
+        "print(repr(before), repr(after), sep='|')",
+        "%%gpu --quiet --cluster\ny = = 1",  # a fresh kernel: no Dask imported yet
+        "%%gpu --quiet --cluster\ny = 1\nreturn y",
+        "%%gpu --quiet --cluster\ny = 1",
+    ], raises={5, 6, 7})
+    assert nb.cells[4].outputs[0]["text"] == f"{OBJECTS!r}|{STRINGS!r}\n"
+    said = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]  # UsageError
+    for index, line in ((5, 1), (6, 2)):
+        assert f"UsageError: syntax error in the %%gpu cell, line {line}" in said[index]
+        assert "no cluster" not in said[index]
+    assert "--cluster asks for a cluster and no cluster is in use" in said[7]
 
 
 def test_a_line_magic_in_the_cell_runs_in_the_cell_and_keeps_the_transaction(ip, xp):

@@ -75,8 +75,7 @@ class ClusterExecutor:
         __tracebackhide__ = True
         client = connect.client()
         if client is None:
-            raise CellError("no cluster is in use; start one with %gpu_cluster local or "
-                            "join one: cupy_magic.use_cluster('tcp://HOST:8786')")
+            raise CellError(self._no_cluster())
         if dtype is not None:
             raise CellError(f"--dtype {dtype} is not available on a cluster run yet; cast the "
                             f"input first (x = x.astype(np.float32)) or run with %gpu_cluster off")
@@ -108,6 +107,16 @@ class ClusterExecutor:
             report.inputs.append(InputMove(name, self._nbytes(plan, name), info.run_seconds,
                                            False, self._dtype(plan, name), streamed=True))
 
+    def _no_cluster(self) -> str:
+        """Why the cell cannot run: it needs a cluster and none is in use; how to get one."""
+        darrs = list(self.darrs)
+        what = (f"the cell reads the Dask array{'s' * (len(darrs) > 1)} {', '.join(darrs)}"
+                if darrs else "--cluster asks for a cluster")
+        return (f"{what} and no cluster is in use; start one with %gpu_cluster local "
+                "(cupy_magic.use_cluster('local')) or join one with %gpu_cluster "
+                "tcp://HOST:8786" + (f", or compute it here first: {darrs[0]}.compute()"
+                                     if darrs else ""))
+
     def _nbytes(self, plan: CellPlan, name: str) -> int:
         arr = self.darrs.get(name, plan.inputs.get(name))
         return int(arr.nbytes) if arr is not None else 0
@@ -132,7 +141,8 @@ class ClusterExecutor:
         spec = BlockSpec(self.source, filename, plan.module_names, values,
                          tuple(sorted(plan.stored)), len(inputs.blocks), self.fallback,
                          self.syncs, keys,
-                         to_host=True if to_host is True else tuple(to_host or ()))
+                         to_host=True if to_host is True else tuple(to_host or ()),
+                         flags=plan.future_flags)
         [spec_f] = client.scatter([spec], broadcast=True, hash=False)
         held.append(spec_f)
         tasks = [dask.delayed(run_block, pure=False)(

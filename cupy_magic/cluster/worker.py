@@ -66,6 +66,9 @@ class BlockSpec:
     # once, so a worker's device holds one block's results, not every block's, under its
     # budget (True: every result)
     to_host: bool | tuple[str, ...] = False
+    # the ``from __future__`` flags the kernel compiled the cell under: the block compiles
+    # under these and no others (this module's own would otherwise leak into the cell)
+    flags: int = 0
 
 
 @dataclass
@@ -167,7 +170,7 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
                 uploads += uploaded
             for name, arr in batched.items():
                 work[name] = be.to_device(np.asarray(arr)).array
-            code = compile(spec.source, spec.filename, "exec")
+            code = compile(spec.source, spec.filename, "exec", spec.flags, dont_inherit=True)
             if recorder is not None:
                 with recorder:
                     exec(code, work)

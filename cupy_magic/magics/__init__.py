@@ -151,7 +151,7 @@ class GpuMagics(Magics):
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
-                    cluster=args.cluster, devices=args.devices)
+                    cluster=args.cluster, devices=args.devices, compiler=shell.compile)
         except SyntaxError as exc:
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:

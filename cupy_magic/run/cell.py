@@ -10,6 +10,7 @@ host-sync findings; :mod:`~cupy_magic.run.whole` and :mod:`~cupy_magic.run.batch
 
 from __future__ import annotations
 
+import codeop
 import contextlib
 import itertools
 from collections.abc import Iterable
@@ -68,6 +69,7 @@ def run_cell(
     label: str = "",
     remote: Any = None,
     devices: Any = None,
+    compiler: codeop.Compile | None = None,
 ) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
@@ -77,6 +79,10 @@ def run_cell(
 
     ``devices``: the devices to deal the cell's batches over (``"all"``, ``"0,1"``, ``[0, 1]``;
     :mod:`cupy_magic.run.devices`); the cell is then batched.
+
+    ``compiler``: what compiles the cell, under its ``from __future__`` flags; it keeps the
+    cell's own for later cells (:func:`~cupy_magic.run.plan.plan_cell`). ``None``: a fresh
+    one, so the cell inherits no flags.
 
     ``remote``: an executor of a layer above (the cluster's,
     :class:`cupy_magic.cluster.execute.ClusterExecutor`) that runs the planned cell instead
@@ -102,7 +108,8 @@ def run_cell(
     chosen = None if devices is None else resolve_devices(devices, be)
     if chosen is not None:
         batch = for_devices(devices, batch, remote, lines)
-    plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback)
+    plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback,
+                     compiler=compiler)
     findings = _lint(source, plan, namespace, syncs, be, filename,
                      getattr(remote, "names", ()))
     if remote is not None:  # a cluster runs the blocks; nothing was sent before the check

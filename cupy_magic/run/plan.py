@@ -6,8 +6,10 @@ Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
+import codeop
 import functools
 import io
 import linecache
@@ -46,6 +48,8 @@ __all__ = [
 
 CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
                 "float16": {"float64": "float16", "float32": "float16"}}
+# compile()'s flags of every ``from __future__`` feature (a code object's co_flags has them)
+_FUTURE_FLAGS = sum(getattr(__future__, n).compiler_flag for n in __future__.all_feature_names)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,11 @@ class CellPlan:
             return None
         exec(self.body, namespace)
         return eval(self.last, namespace)
+
+    @property
+    def future_flags(self) -> int:
+        """The ``from __future__`` flags the cell compiled under (inherited and its own)."""
+        return self.code.co_flags & _FUTURE_FLAGS
 
     @property
     def module_names(self) -> tuple[str, ...]:
@@ -138,12 +147,19 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
 
 def plan_cell(source: str, namespace: dict[str, Any], filename: str,
               to_host: bool | Iterable[str], dtype: str | None, be: Backend,
-              fallback: bool = False) -> CellPlan:
+              fallback: bool = False, compiler: codeop.Compile | None = None) -> CellPlan:
     """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options.
 
     ``fallback``: calls CuPy cannot run run with NumPy (``--fallback``) instead of stopping.
+    ``compiler``: what compiles the cell (IPython's ``shell.compile`` for ``%%gpu``): the
+    cell gets its ``from __future__`` flags and leaves its own future imports in it for later
+    cells, as a plain cell does; ``None``: a fresh one, so no flags are inherited
+    (``dont_inherit``), not even this module's. A syntax error is raised before any option
+    is checked, as a plain cell reports it first.
     """
+    compiler = codeop.Compile() if compiler is None else compiler
     tree = ast.parse(source, filename, "exec")
+    code = compiler(tree, filename, "exec")
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype} is not supported; use "
@@ -166,8 +182,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
-    code = compile(tree, filename, "exec")
-    body, last = _split_last(tree, filename) if not _ends_quiet(source) else (None, None)
+    body, last = _split_last(tree, filename, compiler) if not _ends_quiet(source) \
+        else (None, None)
     return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted,
                     body, last, record)
 
@@ -186,14 +202,15 @@ def _ends_quiet(source: str) -> bool:
     return last is not None and last.type == tokenize.OP and last.string == ";"
 
 
-def _split_last(tree: ast.Module, filename: str) -> tuple[CodeType | None, CodeType | None]:
+def _split_last(tree: ast.Module, filename: str,
+                compiler: codeop.Compile) -> tuple[CodeType | None, CodeType | None]:
     """The cell's code without its last expression statement, and that expression to
     evaluate (as IPython's ``last_expr`` and ``%%time`` do); ``(None, None)`` otherwise."""
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
         return None, None
     body = ast.Module(body=tree.body[:-1], type_ignores=[])
     last = ast.Expression(body=tree.body[-1].value)
-    return compile(body, filename, "exec"), compile(last, filename, "eval")
+    return compiler(body, filename, "exec"), compiler(last, filename, "eval")
 
 
 def register_source(source: str, filename: str) -> None:

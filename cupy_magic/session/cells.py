@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codeop
 import contextlib
 import inspect
 from collections.abc import Iterable
@@ -97,6 +98,11 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         kernel's device. ``report.devices`` has a
         :class:`~cupy_magic.run.report.DeviceStat` per device. Not with ``cluster``,
         ``lines`` or the ``timeline`` of ``batch``. ``None`` (default): one device.
+    compiler
+        A :class:`codeop.Compile` whose ``from __future__`` flags the cell compiles under (on
+        the cluster's workers too) and which keeps the cell's own, as a plain cell does with
+        its shell's (``%%gpu`` passes IPython's ``shell.compile``). ``None`` (default): no
+        flags are inherited, not even those of the caller's or cupy_magic's modules.
 
     Returns
     -------
@@ -137,6 +143,7 @@ def run_cell_outcome(
     nvtx: bool = False,
     cluster: bool = False,
     devices: str | int | Iterable[int] | None = None,
+    compiler: codeop.Compile | None = None,
 ) -> CellOutcome:
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
@@ -168,7 +175,7 @@ def run_cell_outcome(
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
                                 fallback=fallback, filename=filename, batch=batch, lines=lines,
                                 nvtx=nvtx, label=label or "", remote=remote,
-                                devices=devices)
+                                devices=devices, compiler=compiler)
     finally:
         progress.finish()
     _last[:] = [outcome.report]

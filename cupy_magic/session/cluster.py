@@ -56,19 +56,15 @@ def cluster_remote(source: str, namespace: dict[str, Any], cluster: bool,
                    batch: BatchOptions | None, fallback: bool,
                    syncs: str) -> ClusterExecutor | None:
     """The executor a cell runs on: the cluster's when it reads Dask arrays or asks for
-    ``--cluster``; ``None`` runs it in this kernel."""
+    ``--cluster``; ``None`` runs it in this kernel.
+
+    Whether a cluster is in use is the executor's to check when it is called: the cell is
+    compiled by then, so a syntax error is reported first, as a plain cell reports it.
+    """
     if not isinstance(cluster, bool):
         raise CellError(f"cluster={cluster!r} is not True or False; e.g. "
                         "cupy_magic.run_cell(source, namespace, cluster=True)")
     darrs = dask_inputs(source, namespace)
     if not (darrs or cluster):
         return None
-    if connect.client() is None:
-        what = (f"the cell reads the Dask array{'s' * (len(darrs) > 1)} {', '.join(darrs)}"
-                if darrs else "--cluster asks for a cluster")
-        raise CellError(f"{what} and no cluster is in use; start one with %gpu_cluster local "
-                        "(cupy_magic.use_cluster('local')) or join one with %gpu_cluster "
-                        "tcp://HOST:8786" + ("" if not darrs else
-                                             f", or compute it here first: "
-                                             f"{next(iter(darrs))}.compute()"))
     return ClusterExecutor(darrs, batch, cluster, source, fallback, syncs)

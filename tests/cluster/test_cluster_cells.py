@@ -141,6 +141,48 @@ def test_a_dask_input_without_a_cluster_says_how_to_start_one(ip, data):
     assert "\n" not in str(err.value) and "xd.compute()" in str(err.value)
 
 
+ANNOTATED = "def f(x: int) -> int:\n    return x\nann = f.__annotations__\ny = XX * 2\n"
+
+
+def test_annotations_on_the_workers_are_the_kernels_with_its_future_flags(
+        ip, joined, data, plain_flags):
+    # worker.py imports annotations from __future__: the blocks must not compile under it
+    for future, expected in ((False, {"x": int, "return": int}),
+                             (True, {"x": "int", "return": "int"})):
+        if future:
+            assert ip.run_cell("from __future__ import annotations").success
+        assert ip.run_cell(ANNOTATED.replace("XX", "x")).success
+        plain = ip.user_ns.pop("ann")
+        kernel = _in_kernel(ip, ANNOTATED.replace("XX", "x"), "", ["ann"])["ann"]
+        ip.user_ns.pop("ann")
+        ip.run_cell_magic("gpu", "--quiet", ANNOTATED.replace("XX", "xd"))
+        assert cupy_magic.last_report().batch.blocks == 4  # ran on the workers
+        assert ip.user_ns["ann"] == kernel == plain == expected
+
+
+@pytest.mark.parametrize("body, line", [("y = = XX\n", 1), ("y = XX * 2\nreturn y\n", 2)])
+@pytest.mark.parametrize("how", ["--cluster", "dask"])
+def test_a_syntax_error_is_reported_before_the_missing_cluster(ip, data, body, line, how):
+    cupy_magic.use_cluster("off")
+    source = body.replace("XX", "x" if how == "--cluster" else "xd")
+    flags = "--quiet --cluster" if how == "--cluster" else "--quiet"
+    with pytest.raises(UsageError, match=rf"syntax error in the %%gpu cell, line {line}: ") \
+            as err:
+        ip.run_cell_magic("gpu", flags, source)
+    assert "cluster" not in str(err.value)
+    with pytest.raises(UsageError, match=r"^--cluster asks for a cluster and no cluster is "
+                                         r"in use; start one with %gpu_cluster local"):
+        ip.run_cell_magic("gpu", "--quiet --cluster", "y = x * 2\n")  # no syntax error
+    assert "y" not in ip.user_ns
+
+
+def test_a_syntax_error_with_a_cluster_in_use_sends_nothing(ip, joined, data):
+    with pytest.raises(UsageError, match=r"syntax error in the %%gpu cell, line 2: "
+                                         r"'return' outside function"):
+        ip.run_cell_magic("gpu", "--quiet", "y = xd * 2\nreturn y\n")
+    assert cell_tasks(joined) == [] and "y" not in ip.user_ns
+
+
 def test_a_cluster_that_cannot_be_reached_is_one_line_with_the_fix(ip):
     t0 = time.monotonic()
     with pytest.raises(UsageError, match=r"cannot reach a Dask scheduler at "
