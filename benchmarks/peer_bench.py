@@ -17,6 +17,9 @@ chain, a loop of 300 small element-wise steps on 10,000 elements), in one run:
   kernel compiles included; before 2026-12-04T0440 it brought back every array, as
   ``gpu_warm_all_to_host`` does, so the ratio to ``gpu_warm`` in earlier results was not like
   for like);
+- ``first_eager`` (GPU only, since 2026-12-04T1300): ``first_after_warm_cache`` with
+  ``CUDA_MODULE_LOADING=EAGER`` (CUDA loads every kernel of a module when it loads it, not at
+  its first launch; cuBLAS's at its start, which the background first launch does at load);
 - ``first_after_warm_cache``: the first run in a fresh process after ``scripts/warm-cache``
   ran a notebook of these cells on small slices into another new cache;
   ``second_after_warm_cache`` the same cell run again in that process, on new inputs (what
@@ -198,8 +201,10 @@ def _notebook(path: Path, scale: float) -> None:
          "source": c} for c in cells]}))
 
 
-def first_runs(scale: float, backend_name: str) -> tuple[dict[str, dict], dict[str, dict], str]:
-    """Each cell's first run in a fresh process: cold cache, then after warm-cache."""
+def first_runs(scale: float, backend_name: str
+               ) -> tuple[dict[str, dict], dict[str, dict], dict[str, dict], str]:
+    """Each cell's first run in a fresh process: cold cache, then after warm-cache, then
+    after warm-cache with CUDA's eager module loading (GPU only)."""
     base = {**os.environ, "CUPY_MAGIC_BACKEND": backend_name}
     cold_dir, warm_dir = tempfile.mkdtemp(prefix="peer-cold-"), tempfile.mkdtemp(prefix="peer-w-")
     cold = {n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": cold_dir}) for n in CELLS}
@@ -209,7 +214,10 @@ def first_runs(scale: float, backend_name: str) -> tuple[dict[str, dict], dict[s
                           env={**base, "CUPY_CACHE_DIR": warm_dir}, capture_output=True,
                           text=True, cwd=ROOT, check=False)
     after = {n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": warm_dir}) for n in CELLS}
-    return cold, after, done.stdout.strip()
+    eager = {} if backend_name == "host" else {
+        n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": warm_dir,
+                                 "CUDA_MODULE_LOADING": "EAGER"}) for n in CELLS}
+    return cold, after, eager, done.stdout.strip()
 
 
 def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> dict[str, Any]:
@@ -288,6 +296,7 @@ def ratios(fig: dict[str, Any]) -> dict[str, float]:
         "gpu_warm_all_to_host/hand": r("gpu_warm_all_to_host_s", "hand_s"),
         "first_after_warm_cache/gpu_warm": r("first_after_warm_cache_s", "gpu_warm_s"),
         "first_cold/gpu_warm": r("first_cold_s", "gpu_warm_s"),
+        "first_eager/gpu_warm": r("first_eager_s", "gpu_warm_s"),
         "first_after_warm_cache/second": r("first_after_warm_cache_s",
                                            "second_after_warm_cache_s"),
         "batched/hand": r("batched_s", "hand_s"),
@@ -297,9 +306,10 @@ def ratios(fig: dict[str, Any]) -> dict[str, float]:
 def table(rec: dict[str, Any]) -> str:
     cols = ["numpy_s", "hand_s", "gpu_warm_s", "gpu_warm_syncs_off_s",
             "gpu_warm_all_to_host_s", "first_cold_s",
-            "first_after_warm_cache_s", "second_after_warm_cache_s", "batched_s"]
+            "first_after_warm_cache_s", "second_after_warm_cache_s", "first_eager_s",
+            "batched_s"]
     keys = ["gpu_warm/hand", "gpu_warm_all_to_host/hand", "first_after_warm_cache/gpu_warm",
-            "first_after_warm_cache/second", "first_cold/gpu_warm",
+            "first_after_warm_cache/second", "first_eager/gpu_warm", "first_cold/gpu_warm",
             "batched/hand", "numpy/hand"]
     lines = [f"`%%gpu --to-host RESULTS` against the hand port on {rec['device']} "
              f"[{rec['backend']}] "
@@ -338,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                   "Run with --host for the CPU fallback's figures")
             return 0
         device = xp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    cold, after, warm_text = first_runs(args.scale, backend_name)
+    cold, after, eager, warm_text = first_runs(args.scale, backend_name)
     print(warm_text, flush=True)
     cells: dict[str, Any] = {}
     for name in CELLS:
@@ -350,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                    second_after_warm_cache_s=after[name]["second_run_s"],
                    first_cold_parts={k: cold[name].get(k) for k in PARTS},
                    first_after_warm_cache_parts={k: after[name].get(k) for k in PARTS})
+        if name in eager:
+            fig.update(first_eager_s=eager[name]["wall_s"],
+                       first_eager_parts={k: eager[name].get(k) for k in PARTS})
         fig["ratios"] = ratios(fig)
         cells[name] = fig
         print(name, json.dumps(fig["ratios"]), flush=True)
