@@ -90,13 +90,20 @@ def test_arrays_over_a_budget_set_lower_keep_each_request_checked(gip):
         assert be.pool.total_bytes() >= 1 << 30
         with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
             cupy.empty(2**27, dtype=cupy.float32)  # 512 MiB, which the cache could serve
-        small = cupy.ones(2**20, dtype=cupy.float32)
+        small = cupy.ones(2**20, dtype=cupy.float32)  # from the cache: under the budget
     assert be.pool_used() < limit
-    with be.track_memory("<test>"):  # a measurement that starts over it releases the cache
-        assert be.pool.total_bytes() <= limit
+    with be.track_memory("<test>"):  # small holds part of the cached block: it stays
+        assert be.pool.total_bytes() >= 1 << 30
         with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
             cupy.empty(2**27, dtype=cupy.float32)
     assert float(small.sum()) == 2**20
+    del small
+    with be.track_memory("<test>"):  # nothing of it in use: a measurement releases it
+        assert be.pool.total_bytes() <= limit
+        with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+            cupy.empty(2**27, dtype=cupy.float32)  # refused by the pool's own limit
+        fits = cupy.ones(2**25, dtype=cupy.float32)  # 128 MiB, within the budget
+    assert fits.nbytes == 128 << 20 and be.pool.total_bytes() <= limit
 
 
 def test_large_inputs_are_page_locked_once_while_they_live(gip):
