@@ -103,6 +103,8 @@ def fresh(shell: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
     assert "cupy_magic" not in shell.extension_manager.loaded
     lifecycle.teardown()  # what an earlier test left without loading the extension
+    # a sampler thread an earlier test left is that test's failure, not this one's
+    assert _samplers() == [], "a sampler thread of an earlier test still runs"
     keep = set(shell.user_ns)
     yield shell
     if "cupy_magic" in shell.extension_manager.loaded:
@@ -112,7 +114,7 @@ def fresh(shell: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def test_unload_leaves_nothing_registered_and_no_sampler_thread(
-        fresh: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        fresh: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     ip = fresh
     ip.run_line_magic("load_ext", "cupy_magic")
     assert lifecycle.registered()  # the session's own undo step at least
@@ -120,15 +122,21 @@ def test_unload_leaves_nothing_registered_and_no_sampler_thread(
     assert "memory" in capsys.readouterr().out
     sampler = monitor.shared_sampler()
     assert sampler is not None and monitor.shutdown in lifecycle.registered()
-    sampler.start()  # as a widget panel would; a terminal shows text only
+    ticked = threading.Event()
+    # as a widget panel would (a terminal shows text only): the thread ticks on the live
+    # sources while the cell runs, and may be in a tick at unload
+    sampler.subscribe(lambda sample, history: ticked.set())
     assert _samplers()
     ip.user_ns.update(np=np, x=np.arange(8.0))
     ip.run_cell_magic("gpu", "--quiet --batch", "y = x * 2")
     assert ip.user_ns["y"][-1] == 14.0
+    assert ticked.wait(10), "the sampler thread never ticked"
 
-    ip.run_line_magic("unload_ext", "cupy_magic")
+    with caplog.at_level(logging.WARNING, logger="cupy_magic.monitor.sampler"):
+        ip.run_line_magic("unload_ext", "cupy_magic")
     assert lifecycle.registered() == ()
     assert _samplers() == []
+    assert not [r for r in caplog.records if "still runs" in r.getMessage()]
     assert monitor.shared_sampler() is None
     assert "gpu" not in ip.magics_manager.magics["cell"]
     ip.run_line_magic("unload_ext", "cupy_magic")  # a second unload only says so

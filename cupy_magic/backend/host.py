@@ -61,6 +61,9 @@ class HostBackend(Backend):
     The "pool" is the memory the cell's Python and NumPy allocations hold, followed with
     :mod:`tracemalloc` while a cell runs; the budget is enforced at every line of the cell.
     :meth:`pool_used` reads it from any thread, so the panel's sampler sees the running cell.
+    tracemalloc follows the whole process and cannot tell threads apart: what other threads
+    allocate while a cell runs counts as the cell's (a sampler tick on the live sources: about
+    20 KB for a moment, 1.7 KB kept in its history).
     """
 
     name = "host"

@@ -8,7 +8,9 @@ worker (and one listing) is in flight: a worker that does not answer in time rea
 ("no answer for 3.2 s") without being asked again until it answers or leaves, so a stopped
 worker costs one thread, and the panel and the running cell never wait on it. A worker the
 scheduler no longer lists is dropped from the rows. The client's own event loop does the
-talking; nothing here blocks longer than ``wait``."""
+talking; nothing here blocks longer than ``wait``, and a read given the sampler's stop event
+returns within :data:`STOP_POLL` of it being set (so a stopping sampler thread does not sit
+out the workers' wait)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from ..cluster import connect
 from .rows import WorkerRow
 from .workers import worker_reading, worker_row
 
-__all__ = ["WORKER_EVERY", "WORKER_WAIT", "ClusterRows"]
+__all__ = ["STOP_POLL", "WORKER_EVERY", "WORKER_WAIT", "ClusterRows"]
 
 WORKER_WAIT = 0.5  # seconds a tick waits at most for the workers' answers
+STOP_POLL = 0.05  # seconds between two looks at the stop event while waiting for answers
 # Seconds between two rounds of questions: each costs the kernel about 1 ms of CPU for the
 # listing and 2 ms per worker (Client.run through the client's event loop; measured on 2
 # cores with a LocalCluster of 2 processes), so the rows follow the workers once a second
@@ -51,6 +54,19 @@ def _ask(call: Callable[[], Any]) -> _Question:
 
     threading.Thread(target=run, name="cupy_magic-worker-rows", daemon=True).start()
     return _Question(future, time.monotonic())
+
+
+def _wait(futures: list[cf.Future], deadline: float, stop: threading.Event | None) -> None:
+    """Wait until every future is done or ``deadline`` (``time.monotonic()``) passes, and stop
+    waiting once ``stop`` is set (looked at every :data:`STOP_POLL` seconds): a future cannot
+    wake on an event, and the sampler's stop must not wait for a worker that never answers."""
+    pending = list(futures)
+    while pending and (stop is None or not stop.is_set()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        _, not_done = cf.wait(pending, left if stop is None else min(left, STOP_POLL))
+        pending = list(not_done)
 
 
 def _listing(client: Any) -> dict[str, str]:
@@ -93,9 +109,11 @@ class ClusterRows:
             return None
         return self._last if client is self._client else ()
 
-    def read(self, wait: float = WORKER_WAIT) -> tuple[WorkerRow, ...] | None:
-        """A row per worker, waiting at most ``wait`` seconds for new answers; ``None``
-        when no cluster is in use. Never raises for a worker or a scheduler that fails."""
+    def read(self, wait: float = WORKER_WAIT,
+             stop: threading.Event | None = None) -> tuple[WorkerRow, ...] | None:
+        """A row per worker, waiting at most ``wait`` seconds for new answers, and no longer
+        once ``stop`` is set (workers not heard from read N/A); ``None`` when no cluster is
+        in use. Never raises for a worker or a scheduler that fails."""
         client = self._client_of()
         with self._lock:
             if client is not self._client:
@@ -108,21 +126,21 @@ class ClusterRows:
                 return self._last
             self._asked_at = time.monotonic()
             deadline = self._asked_at + wait
-            listing_note = self._list(client, deadline)
+            listing_note = self._list(client, deadline, stop)
             fresh = [self._asked.setdefault(a, _ask(lambda a=a: _reading(client, a)))
                      for a in self._names if a not in self._asked]
-            cf.wait([q.future for q in fresh], max(0.0, deadline - time.monotonic()))
+            _wait([q.future for q in fresh], deadline, stop)
             self._last = tuple(self._row(a, listing_note) for a in sorted(self._names))
             return self._last
 
-    def _list(self, client: Any, deadline: float) -> str:
+    def _list(self, client: Any, deadline: float, stop: threading.Event | None) -> str:
         """Update the workers from the scheduler's listing; a note when it did not answer."""
         new = self._listing is None
         if new:
             self._listing = _ask(lambda: _listing(client))
         question = self._listing
         if new:
-            cf.wait([question.future], max(0.0, deadline - time.monotonic()))
+            _wait([question.future], deadline, stop)
         if not question.future.done():
             return f"the scheduler did not answer for {time.monotonic() - question.since:.1f} s"
         self._listing = None

@@ -18,8 +18,11 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
+import sys
 import threading
 import time
+import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -41,23 +44,9 @@ from .sources import (
     sampled_row,
 )
 
-__all__ = [
-    "Clock",
-    "ClusterRows",
-    "DeviceRow",
-    "LiveSources",
-    "PoolFigures",
-    "Sample",
-    "Sampler",
-    "Subscription",
-    "WorkerRow",
-    "arena_figures",
-    "get_sampler",
-    "pool_figures",
-    "release_cached",
-    "shared_sampler",
-    "shutdown",
-]
+__all__ = ["Clock", "ClusterRows", "DeviceRow", "LiveSources", "PoolFigures", "Sample", "Sampler",
+           "Subscription", "WorkerRow", "arena_figures", "get_sampler", "pool_figures",
+           "release_cached", "shared_sampler", "shutdown"]
 
 log = logging.getLogger(__name__)
 # A library's logger: without this, Python's last-resort handler would print warnings from the
@@ -68,6 +57,10 @@ DEFAULT_INTERVAL = 0.5
 HISTORY_SECONDS = 120.0
 MIN_INTERVAL = 0.05  # shorter spins a core on sampling and drawing
 MAX_INTERVAL = 3600.0  # longer is a panel that never moves (and 1e308 overflows Event.wait)
+# The thread's waits (between ticks, and for the workers' answers in one) watch its stop
+# event: it ends within a source call or a panel draw (ms), and stop()'s join returns then.
+# This only bounds an unload held by a call that never returns (NVML stuck in a driver).
+STOP_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -223,20 +216,30 @@ class Sampler:
         with self._lock:
             if self.running:
                 return
-            self._stop = threading.Event()
-            thread = threading.Thread(target=self._run, name="cupy_magic-sampler", daemon=True)
+            self._stop = stop = threading.Event()
+            # its own event: read later from self, it could be the next start()'s
+            thread = threading.Thread(target=self._run, args=(stop,), name="cupy_magic-sampler",
+                                      daemon=True)
             # At interpreter exit only ask the thread to stop; never join from a finalizer.
-            weakref.finalize(thread, self._stop.set)
+            weakref.finalize(thread, stop.set)
             self._thread = thread
             thread.start()
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop the thread and wait for it (unless called from the thread itself)."""
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop the thread and wait for it to end, at most ``timeout`` seconds (no wait when
+        called from the thread itself); a thread still running then is logged as a warning
+        with what it is doing (it ends when that returns)."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            frame = sys._current_frames().get(thread.ident or -1)
+            where = " < ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})"
+                               for f in traceback.extract_stack(frame)[:-4:-1]) if frame else "?"
+            log.warning("thread %s still runs %.1f s after it was asked to stop, in %s; it "
+                        "ends when that returns", thread.name, timeout, where)
 
     # --- sampling -----------------------------------------------------------------------
     def history(self, device: int) -> tuple[Sample, ...]:
@@ -272,13 +275,14 @@ class Sampler:
             return default
         return value
 
-    def sample(self, device: int = 0, workers_wait: float | None = None) -> Sample:
+    def sample(self, device: int = 0, workers_wait: float | None = None,
+               stop: threading.Event | None = None) -> Sample:
         """Take one sample of ``device`` now (in the calling thread); never raises.
 
         A source that fails gives :data:`~.nvml.NA` figures (never zeros it did not read).
         With several devices, every one gets a compact row. The cluster's workers are asked
-        again, waiting at most ``workers_wait`` seconds; ``None`` shows their last answers
-        and asks nothing (a redraw on the main thread).
+        again, waiting at most ``workers_wait`` seconds and not once ``stop`` is set;
+        ``None`` shows their last answers and asks nothing (a redraw on the main thread).
         """
         src, guard = self.sources, self._guard
         errors: list[str] = []
@@ -299,7 +303,7 @@ class Sampler:
             for i in range(count)) if count > 1 else ()
         workers = guard("cluster workers", errors,
                         lambda: self.workers.last() if workers_wait is None
-                        else self.workers.read(workers_wait), None)
+                        else self.workers.read(workers_wait, stop=stop), None)
         return Sample(
             time=self.clock.now(), wall_time=time.time(), device=device, backend=backend,
             reading=reading, pool=pool, budget=budget, host_used=host_used,
@@ -308,12 +312,13 @@ class Sampler:
             cluster=self.workers.address if workers is not None else "",
         )
 
-    def tick(self) -> None:
-        """Sample every watched device once and deliver the samples."""
+    def tick(self, stop: threading.Event | None = None) -> None:
+        """Sample every watched device once and deliver the samples; the workers' answers
+        are not waited for once ``stop`` is set (the thread's stop event)."""
         subs = self.subscriptions
         wait = min(WORKER_WAIT, self._interval)
         for device in dict.fromkeys(s.device for s in subs):
-            sample = self.sample(device, workers_wait=wait)
+            sample = self.sample(device, workers_wait=wait, stop=stop)
             with self._lock:
                 ring = self._history.setdefault(device, deque())
                 ring.append(sample)
@@ -328,8 +333,8 @@ class Sampler:
     def _deliver(self, sub: Subscription, sample: Sample, history: tuple[Sample, ...]) -> None:
         self._guard("panel update", [], lambda: sub.callback(sample, history), None)
 
-    def _run(self) -> None:
-        clock, stop = self.clock, self._stop
+    def _run(self, stop: threading.Event) -> None:
+        clock = self.clock
         deadline = clock.now()
         try:
             while True:
@@ -344,7 +349,7 @@ class Sampler:
                 if not self._paused:
                     # Sources and panels are guarded already; this keeps the thread alive
                     # (and its traceback out of the user's cell) whatever else goes wrong.
-                    self._guard("tick", [], self.tick, None)
+                    self._guard("tick", [], lambda: self.tick(stop), None)
         finally:
             log.debug("sampler thread stopped after %d ticks", self.ticks)
 

@@ -158,9 +158,12 @@ class BatchRun:
             else:
                 self.eng.download(slot, name, value, self.out[name], a, b)
             self.written[name] += rows
-        # The other names are kept from the last batch (see tail). Row and reduced results
-        # are dropped now, so that their device memory goes back to the slot's pool arena.
-        for name in (*self.specs, *self.opts.reduce):
+        # The other names are kept from the last batch (see tail). Row and reduced results,
+        # and the rows of the inputs the cell only reads (tail gives the user's arrays back),
+        # are dropped now: their device memory goes back to the slot's pool arena, and the next
+        # batch does not run beside them (the first batch, which sizes the rest, did not).
+        read_only = [n for n in self.inputs if n not in self.plan.stored]
+        for name in (*self.specs, *self.opts.reduce, *read_only):
             work.pop(name, None)
         self.last_work = work
 

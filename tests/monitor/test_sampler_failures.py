@@ -121,11 +121,12 @@ def test_the_thread_outlives_an_unexpected_error_in_a_tick() -> None:
     real = sampler.sample
     calls = [0]
 
-    def sample_once_broken(device: int = 0, workers_wait: float | None = None) -> Sample:
+    def sample_once_broken(device: int = 0, workers_wait: float | None = None,
+                           stop: threading.Event | None = None) -> Sample:
         calls[0] += 1
         if calls[0] == 2:
             raise AttributeError("'NoneType' object has no attribute 'limit'")
-        return real(device, workers_wait)
+        return real(device, workers_wait, stop)
 
     sampler.sample = sample_once_broken  # type: ignore[method-assign]
     got: list[Sample] = []

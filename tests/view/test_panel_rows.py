@@ -28,7 +28,7 @@ class NoCluster:
     def last(self) -> None:
         return None
 
-    def read(self, wait: float) -> None:
+    def read(self, wait: float, stop: threading.Event | None = None) -> None:
         return None
 
 

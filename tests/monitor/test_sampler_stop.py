@@ -1,0 +1,103 @@
+"""Stopping the sampler thread: it ends, or stop() says which thread still runs and where.
+
+``%unload_ext`` stops the shared sampler (``monitor.shutdown``); a thread that outlives the
+join must never go unnoticed (a "cupy_magic-sampler" thread left behind by an unload).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from monitor.test_sampler import FakeSources
+
+from cupy_magic.monitor.gather import ClusterRows
+from cupy_magic.monitor.sampler import PoolFigures, Sampler
+
+LOGGER = "cupy_magic.monitor.sampler"
+
+
+class StuckPool(FakeSources):
+    """Sources whose pool figures wait until the test releases them (a source call that
+    hangs, e.g. a driver call): ``entered`` is set once a tick is inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def pool(self, device: int) -> PoolFigures:
+        self.entered.set()
+        self.release.wait(60)  # bounded: a broken test must not hang the session
+        return super().pool(device)
+
+
+def test_a_thread_that_outlives_the_join_is_named_with_where_it_is(
+        caplog: pytest.LogCaptureFixture) -> None:
+    sources = StuckPool()
+    sampler = Sampler(sources, interval=0.05)
+    sampler.subscribe(lambda s, h: None)
+    thread = sampler._thread
+    assert thread is not None and sources.entered.wait(10), "no tick reached the source"
+    try:
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            sampler.stop(timeout=0.1)  # the tick is held in the source: the join times out
+        assert thread.is_alive() and not sampler.running
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1, warned
+        assert "thread cupy_magic-sampler still runs 0.1 s after it was asked to stop" \
+            in warned[0]
+        assert "pool (test_sampler_stop.py:" in warned[0]  # where it is held
+    finally:
+        sources.release.set()
+    thread.join(10)
+    assert not thread.is_alive()  # its event was set: it ended when the source returned
+
+
+def test_a_stop_that_ends_the_thread_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    sampler = Sampler(FakeSources(), interval=0.05)
+    sampler.subscribe(lambda s, h: None)
+    thread = sampler._thread
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        sampler.stop()
+    assert thread is not None and not thread.is_alive()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+class SilentScheduler:
+    """A client whose scheduler never answers until released (as a stopped one)."""
+
+    scheduler = None
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.release = threading.Event()
+
+    def scheduler_info(self, n_workers: int = -1) -> dict[str, Any]:
+        self.asked.set()
+        self.release.wait(60)
+        return {"workers": {}}
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentScheduler]:
+    client = SilentScheduler()
+    yield client
+    client.release.set()  # let the asking thread go
+
+
+def test_the_wait_for_the_workers_ends_when_the_sampler_stops(silent: SilentScheduler) -> None:
+    """A tick's one wait (the workers' answers) watches the thread's stop event: a stopping
+    sampler does not sit out a wait for a cluster that does not answer."""
+    rows = ClusterRows(client_of=lambda: silent, every=0.0)
+    stop = threading.Event()
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(rows.read(60.0, stop=stop)))
+    reader.start()
+    assert silent.asked.wait(10)
+    stop.set()
+    reader.join(30)  # without the stop event it would wait out its 60 s
+    assert not reader.is_alive() and got == [()]  # no worker heard from: no rows yet
