@@ -200,7 +200,8 @@ def _run_notebook(cells: list[str], raises: set[int]) -> nbformat.NotebookNode:
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
     for i in raises:
         nb.cells[i].metadata["tags"] = ["raises-exception"]
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   coalesce_streams=True).execute()  # a print may arrive in pieces
     return nb
 
 
