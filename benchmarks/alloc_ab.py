@@ -31,7 +31,8 @@ from cupy_magic import BatchOptions, backend, run_cell, use_backend  # noqa: E40
 from cupy_magic.backend.cupy import probe_cupy  # noqa: E402
 from cupy_magic.units import parse_size  # noqa: E402
 
-CELL = "y = np.sqrt(x * x + 1)\n"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from stream_bench import TRANSFER_CELL as CELL  # noqa: E402  (the cell it streams)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,13 +166,12 @@ class CupyBackend(Backend):
         if pool is None:
             return
         limit = pool.get_limit()
-        if limit and pool.total_bytes() > limit:
+        over = bool(limit) and pool.total_bytes() > limit
+        if over:
             pool.free_all_blocks()
-        if device == self.home:
-            if limit and pool.total_bytes() > limit:
-                self._strict[:] = [True]  # a list: the allocator reads it without a lookup
-            else:
-                self._strict.clear()
+            over = pool.total_bytes() > limit
+        if device == self.home:  # a list: the allocator reads it without a lookup
+            self._strict[:] = [True] if over else []
 
     def _grow(self, pool: Any, size: int) -> Any:
         """``pool.malloc(size)``; refused, its cached free blocks released once and retried."""
