@@ -9,7 +9,9 @@ that would run them at full speed. This runs peer_bench's pricing cell (``--to-h
 
 - ``numpy``: the cell under NumPy on the CPU;
 - ``budget <B>``: ``run_cell`` under the VRAM budget ``--budget`` (16 MB, the issue's case);
-- ``recommended``: under the budget that run's report named (``BatchPlan.full_speed_budget``);
+- ``recommended``: under the budget that run's report named (``BatchPlan.full_speed_budget``),
+  and under twice that budget (since 2026-12-04T14: the budget named should make the batches
+  pay, name no budget again, and run about as fast as a larger one);
 - ``no budget``: ``run_cell`` without one (batched only if the inputs do not fit).
 
 Each row records wall seconds (best of ``--repeats``), batches, rows per batch, input GB/s,
@@ -43,6 +45,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from peer_bench import CELLS, _best  # noqa: E402  (the same pricing cell)
+
+from cupy_magic.run.batchcost import COST_SHARE  # noqa: E402
 
 
 def _row(label: str, seconds: float, report: Any, input_bytes: int, correct: bool) -> dict:
@@ -110,9 +114,12 @@ def main() -> int:
         print(f"budget {args.budget}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
         return 1
     rows.append(small)
-    if small["full_speed_budget"]:
-        rows.append(measured(f"recommended {small['full_speed_budget']:,} B",
-                             small["full_speed_budget"]))
+    named = small["full_speed_budget"]
+    if named:
+        rows.append(measured(f"recommended {named:,} B", named))
+        # what the budget named claims: its batches pay (cost share within COST_SHARE, and
+        # it names no budget again), and a budget twice as large runs no faster
+        rows.append(measured(f"twice that, {2 * named:,} B", 2 * named))
     rows.append(measured("no budget", "off"))
     for r in rows:
         extra = ("" if "batches" not in r else "  not batched" if not r["batches"] else
@@ -140,6 +147,18 @@ def main() -> int:
                   f"{'' if cost is None else f'{cost:.2f}'} | "
                   f"{'' if share is None else f'{share:.0%}'} | {r.get('correct', '')} |")
     md += ["", *(f"- {r['run']}: {line}" for r in rows for line in r.get("cost_lines", []))]
+    if named:
+        rec, twice = rows[2], rows[3]
+        share = rec["cost_share"]
+        pays = ("not batched (the inputs fit)" if share is None else
+                f"cost share {share:.0%} (within {COST_SHARE:.0%}: {share <= COST_SHARE})")
+        verdict = (f"the budget named: {pays}, names a budget again: "
+                   f"{bool(rec['full_speed_budget'])}; {rec['seconds']:.3f} s against "
+                   f"{twice['seconds']:.3f} s under twice that budget")
+        print(verdict)
+        md += ["", verdict]
+        doc["verdict"] = verdict
+        (out / f"small-budget-{stamp}-{label}.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / f"small-budget-{stamp}-{label}.md").write_text("\n".join(md) + "\n")
     print(f"wrote {out}/small-budget-{stamp}-{label}.{{json,md}}")
     return 0

@@ -226,6 +226,12 @@ class Backend:
         fallback, which has no device clock (its rows have host time only)."""
         return None
 
+    def upload_rate(self, device: int | None = None) -> float | None:
+        """Bytes per second of a large page-locked upload to ``device``, measured once in
+        the background at load (the home device only); ``None`` where none was measured,
+        as on the CPU fallback, which uploads nothing."""
+        return None
+
     def synchronize(self) -> None:
         pass
 

@@ -26,6 +26,7 @@ from .batching import (
     BatchOptions,
     BatchPlan,
     budget_to_pay,
+    probe_held_small,
     probe_rows,
     select_inputs,
     size_rows,
@@ -45,10 +46,8 @@ def _row_len(arr: np.ndarray) -> int:
 
 def _empty_output(shape: tuple[int, ...], dtype: np.dtype,
                   empty: Callable[..., np.ndarray] = np.empty) -> np.ndarray:
-    """A full-length host array for a gathered result, from the engine's ``empty``.
-
-    Tests replace this function to poison the array, so an unwritten row shows.
-    """
+    """A full-length host array for a gathered result, from the engine's ``empty`` (tests
+    replace this function to poison the array, so an unwritten row shows)."""
     return empty(shape, dtype)
 
 
@@ -248,10 +247,13 @@ class BatchRun:
         eng = self.eng
         avoid = {d for a in self.plan.inputs.values() for d in a.shape[1:]}
         avoid |= {a.shape[0] for a in shared.values() if a.ndim}
-        first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, self.budget_left())
+        free = self.budget_left()
+        first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, free)
         self.tick("setup")
         with self.tracked() as mem:
             self.batch(0, 0, first)
+        if self.cost and probe_held_small(first, self.total, self.row_bytes, self.opts.rows, free):
+            self.cost = self.cost.with_large_rate(self.be.upload_rate())  # a batch too small
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
         self.peak = max(self.peak, mem.peak_bytes)
         with eng.on(0):

@@ -28,6 +28,7 @@ __all__ = [
     "BatchOptions",
     "BatchPlan",
     "budget_to_pay",
+    "probe_held_small",
     "probe_rows",
     "select_inputs",
     "size_rows",
@@ -215,6 +216,17 @@ def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
     while rows in avoid and rows < total:
         rows += 1
     return rows
+
+
+def probe_held_small(first: int, total: int, row_bytes: int, fixed: int | None,
+                     free: int | None) -> bool:
+    """Whether the budget (``free`` bytes left) made the first batch's ``first`` rows fewer
+    than :func:`probe_rows` picks without one (a batch too small to show a large batch's
+    upload rate)."""
+    if fixed is not None or free is None:
+        return False
+    return first < probe_rows(total, row_bytes, set(), None) \
+        and max(free, 0) // PROBE_SHARE < PROBE_BYTES
 
 
 def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | None,

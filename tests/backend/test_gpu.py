@@ -206,6 +206,9 @@ def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkey
             shell.run_cell_magic("gpu", "--quiet", "y = np.ones(1_000) * 2\n")
             report = cupy_magic.last_report()
             assert be.preheated.wait(30)
+            # it measured a large page-locked upload (32 MiB) too, with memory from no pool
+            assert be.upload_rate() is not None and be.upload_rate() > 1e9
+            assert be.upload_rate(be.home + 1) is None  # measured on the home device only
             # its memory comes from no pool: only the cell's thread allocated there, the pool
             # gained the cell's y alone (8,000 bytes in 512-byte units), and the cell's peak
             # counts y and np.ones's temporary, no more

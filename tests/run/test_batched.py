@@ -388,3 +388,13 @@ def test_the_first_batch_measures_what_a_batch_costs(ip, poisoned):
     assert "held small by the budget" in text and "would run them at full speed" in text
     if report.backend != "cupy":
         assert "stands in for the transfer" in text and "GB/s" not in text
+        assert cost.large_rate is None  # nothing uploads on the CPU fallback
+    else:
+        # the 1 MB budget held the first batch small: the paying batches, and the budget
+        # named, are sized at the large page-locked upload measured at load (32 MiB: on any
+        # GPU well over 1 GB/s), where that is faster than the small batch moved
+        rate = backend.current().upload_rate()
+        assert rate is not None and rate > 1e9 and cost.large_rate == rate
+        assert cost.pay_rate == max(rate, cost.rate)
+        assert bp.full_speed_budget >= bp.row_bytes * cost.rows_to_pay(bp.row_bytes)
+        assert ("sized at the" in text) == (rate > cost.rate)

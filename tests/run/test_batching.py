@@ -18,6 +18,7 @@ from cupy_magic.run.batching import (
     BatchOptions,
     BatchPlan,
     budget_to_pay,
+    probe_held_small,
     probe_rows,
     select_inputs,
     size_rows,
@@ -201,6 +202,46 @@ def test_the_budget_holds_costly_batches_back_and_names_the_budget_that_pays():
     assert budget_to_pay(25_000_000, 10**9, 8, 16.0, 3, COST, free, limit) is None
     assert budget_to_pay(rows, 600_000, 8, 16.0, 3, COST, free, limit) == \
         10_000_000 + 3 * 600_000 * 16 * 10 // 8  # never more rows than the input has
+
+
+def test_a_first_batch_held_small_sizes_the_paying_batches_at_the_large_upload_rate():
+    # the first batch moved 10 GB/s; a large page-locked upload on this device 40 GB/s
+    fast = COST.with_large_rate(4e10)
+    assert fast.rate == pytest.approx(1e10) and fast.pay_rate == pytest.approx(4e10)
+    assert fast.rows_to_pay(8) == 4 * COST.rows_to_pay(8) == 100_000_000
+    # the share said of this run's batches stays at the rate they moved
+    assert fast.share(500_000, 8) == COST.share(500_000, 8)
+    # a slower large rate, or none, changes nothing
+    assert COST.with_large_rate(1e9).rows_to_pay(8) == COST.rows_to_pay(8)
+    assert COST.with_large_rate(None).pay_rate == COST.rate
+    free, limit = 30_000_000, 40_000_000
+    full = budget_to_pay(500_000, 10**9, 8, 16.0, 3, fast, free, limit)
+    assert full == 10_000_000 + 3 * 100_000_000 * 16 * 10 // 8
+    # under the budget named, the batches the planner sizes (at the same rate) pay
+    rows_then = size_rows(10**9, 8, 16.0, full - (limit - free), 3, BatchOptions(), fast)[0]
+    assert rows_then == 100_000_000 and fast.share(rows_then, 8) <= COST_SHARE
+    plan = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 500_000, 2001, 16.0, "free budget",
+                     cost=fast, full_speed_budget=full)
+    assert ("batches of 100,000,000 rows (762.94 MiB) (sized at the 40.00 GB/s of a large "
+            "page-locked upload, measured at load: the budget held the first batch too small "
+            "to show a large batch's rate) would keep the cost under 10%") in str(plan)
+    assert "sized at the" not in str(BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 500_000,
+                                               2001, 16.0, "free budget", cost=COST,
+                                               full_speed_budget=full))
+
+
+def test_a_first_batch_is_held_small_only_by_a_budget_that_shrinks_it():
+    row = 24  # bytes per row; without a budget the first batch is 4 MiB of rows
+    unheld = probe_rows(10**8, row, set(), None)
+    assert unheld == 4 * 2**20 // row
+    small = probe_rows(10**8, row, set(), None, 16 * 2**20)  # a 16 MiB budget: 1 MiB
+    assert small < unheld and probe_held_small(small, 10**8, row, None, 16 * 2**20)
+    assert not probe_held_small(unheld, 10**8, row, None, 2**30)  # room for a full one
+    assert not probe_held_small(unheld, 10**8, row, None, None)  # no budget
+    assert not probe_held_small(small, 10**8, row, 1000, 16 * 2**20)  # --batch-rows
+    tiny = probe_rows(800, row, set(), None, 16 * 2**20)  # 800 rows: an eighth, not the budget
+    assert tiny == probe_rows(800, row, set(), None)
+    assert not probe_held_small(tiny, 800, row, None, 16 * 2**20)
 
 
 def test_the_plan_says_what_a_batch_costs_and_what_holds_it_back():
