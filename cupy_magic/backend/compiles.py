@@ -92,6 +92,9 @@ class _Hook:
         self.module: ModuleType | None = None
         self.originals: dict[str, Callable[..., Any]] = {}
         self.wrappers: dict[str, Callable[..., Any]] = {}
+        # the last wrappers made, reused while the module's functions are the same ones
+        # (making them took part of a cell's fixed cost, every cell: issue 20)
+        self.made: tuple[ModuleType | None, dict[str, Any], dict[str, Any]] = (None, {}, {})
 
     def add(self, record: CompileRecord, module: ModuleType) -> None:
         with self.lock:
@@ -99,8 +102,12 @@ class _Hook:
                 self.module = module
                 self.originals = {n: getattr(module, n) for n in (OUTER, *INNER)
                                   if callable(getattr(module, n, None))}
-                self.wrappers = {n: (self._outer if n == OUTER else self._inner)(f)
-                                 for n, f in self.originals.items()}
+                made_for, made_from, made = self.made
+                if made_for is not module or made_from != self.originals:
+                    made = {n: (self._outer if n == OUTER else self._inner)(f)
+                            for n, f in self.originals.items()}
+                    self.made = (module, self.originals, made)
+                self.wrappers = made
                 for name, wrapper in self.wrappers.items():
                     setattr(module, name, wrapper)
             self.active = (*self.active, record)
@@ -155,7 +162,8 @@ def _compiler(module: ModuleType | None = None) -> tuple[ModuleType | None, str]
     """Return CuPy's compiler module (or ``module``), or None and why it cannot be hooked."""
     if module is None:
         try:
-            module = importlib.import_module("cupy.cuda.compiler")
+            module = sys.modules.get("cupy.cuda.compiler") or \
+                importlib.import_module("cupy.cuda.compiler")
         except ImportError as exc:
             return None, f"CuPy's compiler is not importable ({exc})"
     missing = [n for n in (OUTER, INNER[0]) if not callable(getattr(module, n, None))]

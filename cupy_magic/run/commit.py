@@ -14,6 +14,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..compat.scope import host_value
+from ..units import dtype_text
 from .report import OutputInfo, RunReport
 
 if TYPE_CHECKING:
@@ -25,10 +26,11 @@ __all__ = ["commit"]
 def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
     if be.is_device_array(value):
         where = "device" if be.is_gpu else "device (CPU fallback: host RAM)"
-        return f"{type(value).__module__.split('.')[0]}.ndarray {value.dtype} {value.shape}", \
-            where, int(value.nbytes)
+        kind = f"{type(value).__module__.split('.')[0]}.ndarray"
+        return f"{kind} {dtype_text(value.dtype)} {value.shape}", where, int(value.nbytes)
     if isinstance(value, np.ndarray):
-        return f"numpy.ndarray {value.dtype} {value.shape}", "host", int(value.nbytes)
+        return f"numpy.ndarray {dtype_text(value.dtype)} {value.shape}", "host", \
+            int(value.nbytes)
     return type(value).__name__, "python", 0
 
 

@@ -8,7 +8,6 @@ Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 from __future__ import annotations
 import __future__
 
-import ast
 import codeop
 import functools
 import io
@@ -27,8 +26,9 @@ from ..compat.generator import checked_generator
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
-from ..units import format_bytes
+from ..units import dtype_name, format_bytes
 from .batching import BatchOptions
+from .compiled import compile_cell
 from .errors import CellError
 from .names import CellNames, cell_names
 from .report import InputMove
@@ -112,7 +112,7 @@ def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
     """The dtype ``arr`` has on the device under ``--dtype`` (its own when not cast)."""
     if not dtype:  # the common case, without reading the dtype's name (about 10 us)
         return arr.dtype
-    target = CAST_TARGETS.get(dtype, {}).get(arr.dtype.name)
+    target = CAST_TARGETS.get(dtype, {}).get(dtype_name(arr.dtype))
     return np.dtype(target) if target else arr.dtype
 
 
@@ -158,8 +158,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     is checked, as a plain cell reports it first.
     """
     compiler = codeop.Compile() if compiler is None else compiler
-    tree = ast.parse(source, filename, "exec")
-    code = compiler(tree, filename, "exec")
+    compiled = compile_cell(source, filename, compiler, split=not _ends_quiet(source))
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype} is not supported; use "
@@ -182,10 +181,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
-    body, last = _split_last(tree, filename, compiler) if not _ends_quiet(source) \
-        else (None, None)
-    return CellPlan(code, inputs, overrides, names.assigned | names.mutated, names.deleted,
-                    body, last, record)
+    return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
+                    names.deleted, compiled.body, compiled.last, record)
 
 
 @functools.lru_cache(maxsize=256)
@@ -200,17 +197,6 @@ def _ends_quiet(source: str) -> bool:
             tokenize.DEDENT, tokenize.INDENT)
     last = next((t for t in reversed(tokens) if t.type not in skip), None)
     return last is not None and last.type == tokenize.OP and last.string == ";"
-
-
-def _split_last(tree: ast.Module, filename: str,
-                compiler: codeop.Compile) -> tuple[CodeType | None, CodeType | None]:
-    """The cell's code without its last expression statement, and that expression to
-    evaluate (as IPython's ``last_expr`` and ``%%time`` do); ``(None, None)`` otherwise."""
-    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
-        return None, None
-    body = ast.Module(body=tree.body[:-1], type_ignores=[])
-    last = ast.Expression(body=tree.body[-1].value)
-    return compiler(body, filename, "exec"), compiler(last, filename, "eval")
 
 
 def register_source(source: str, filename: str) -> None:
@@ -230,11 +216,11 @@ def move_inputs(plan: CellPlan, dtype: str | None,
         if target != arr.dtype:
             t0 = time.perf_counter()
             host = arr.astype(target)
-            cast_from, saved = arr.dtype.name, arr.nbytes - host.nbytes
+            cast_from, saved = dtype_name(arr.dtype), arr.nbytes - host.nbytes
             cast_s = time.perf_counter() - t0
         t = be.to_device(host)
         moved[name] = t.array
-        moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, host.dtype.name,
+        moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, dtype_name(host.dtype),
                                cast_from, saved))
     return moved, moves
 
