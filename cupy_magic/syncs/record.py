@@ -136,7 +136,8 @@ _HOOK = _Hook()
 def _syncdetect() -> tuple[ModuleType | None, str]:
     """Return CuPy's syncdetect module, or None and why it cannot be hooked."""
     try:
-        syncdetect = importlib.import_module("cupy._core.syncdetect")
+        syncdetect = sys.modules.get("cupy._core.syncdetect") or \
+            importlib.import_module("cupy._core.syncdetect")  # found at once once imported
     except ImportError as exc:
         return None, f"CuPy's sync declaration is not importable ({exc})"
     if not callable(getattr(syncdetect, "_declare_synchronize", None)):
