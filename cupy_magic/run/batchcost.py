@@ -12,13 +12,14 @@ from dataclasses import dataclass, replace
 
 from ..units import format_bytes
 
-__all__ = ["COST_SHARE", "MAX_BATCH_BYTES", "BatchCost"]
+__all__ = ["COST_SHARE", "MARGIN", "MAX_BATCH_BYTES", "BatchCost", "PayingBudget", "budget_to_pay"]
 
 # Issue 20: a batch pays for itself when its fixed cost (launches, Python) is at most this
 # share of the time its rows take to move; batches grow to that size when the budget allows,
 # up to the largest batch the H200 sweep measured (1 GiB of input: 33.6 GB/s, 128 MiB 45.9).
 COST_SHARE = 0.10
 MAX_BATCH_BYTES = 2**30
+MARGIN = 0.8  # share of the free budget the batches in flight may take (sizing and naming)
 
 @dataclass(frozen=True)
 class BatchCost:
@@ -84,12 +85,12 @@ class BatchCost:
         return max(1, math.ceil(self.seconds * rate / (COST_SHARE * max(row_bytes, 1))))
 
     def lines(self, rows: int, total: int, row_bytes: int, sized_by: str,
-              full_budget: int | None) -> list[str]:
+              full: PayingBudget | None) -> list[str]:
         """The report's words: the cost against a batch's transfer, and what holds it back.
 
         ``rows``: rows per batch as planned; ``sized_by``: the planner's reason;
-        ``full_budget``: the budget at which batches would pay for themselves, when the
-        budget is what holds them back (:func:`cupy_magic.run.batching.budget_to_pay`).
+        ``full``: the budget at which batches would pay for themselves, when the budget is
+        what holds them back (:func:`cupy_magic.run.batching.budget_to_pay`).
         """
         share = self.share(rows, row_bytes)
         rate = f"{self.rate / 1e9:.2f} GB/s"
@@ -111,10 +112,17 @@ class BatchCost:
                      "upload, measured at load: the budget held the first batch too small to "
                      "show a large batch's rate)")
         budget = "memory budget (host)" if self.host else "VRAM budget"
-        if full_budget is not None:
+        if full is not None and not full.capped:
             out.append(f"batch held small by the budget: batches of {size} would keep the cost "
-                       f"under {COST_SHARE:.0%}; a {budget} of {format_bytes(full_budget)} "
-                       "would run them at full speed")
+                       f"under {COST_SHARE:.0%}; a {budget} of {format_bytes(full.budget)} "
+                       "would allow them")
+        elif full is not None:
+            out.append(f"batch held small by the budget: batches of {size} would keep the cost "
+                       f"under {COST_SHARE:.0%}, but a budget that holds them also holds the "
+                       "cell's inputs whole, and a cell whose inputs fit runs unbatched, "
+                       f"without streaming; a {budget} of {format_bytes(full.budget)}, the "
+                       f"largest that keeps it batched, allows batches of {full.rows:,} rows "
+                       f"({self.share(full.rows, row_bytes):.0%} of their transfer time)")
         elif sized_by.startswith("--batch"):
             out.append(f"batch held small by {sized_by}: batches of {size} would keep the cost "
                        f"under {COST_SHARE:.0%}")
@@ -122,3 +130,58 @@ class BatchCost:
             out.append(f"batch size capped at {format_bytes(MAX_BATCH_BYTES)} of input (the "
                        f"largest measured); {size} would keep the cost under {COST_SHARE:.0%}")
         return out
+
+
+@dataclass(frozen=True)
+class PayingBudget:
+    """The budget a report names when the budget holds batches smaller than those that pay.
+
+    Parameters
+    ----------
+    budget
+        The VRAM budget (bytes) to name.
+    rows
+        Rows per batch it leaves room for.
+    capped
+        The budget that holds paying batches would also hold the cell's inputs whole, and a
+        cell whose inputs fit runs unbatched (one upload, then the work, then the download:
+        no streaming; on the H200 the pricing cell of ``benchmarks/small_budget.py`` ran
+        whole in 0.12 s, in batches under a budget just below that in 0.037 s): ``budget``
+        is then the largest that keeps the cell batched, and ``rows`` what it allows.
+    """
+
+    budget: int
+    rows: int
+    capped: bool = False
+
+
+def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
+                  streams: int, cost: BatchCost, free: int | None,
+                  limit: int | None, whole: int | None = None) -> PayingBudget | None:
+    """The budget at which batches would pay for themselves, when the budget is what holds
+    them to ``rows`` rows; ``None`` when it is not (no budget, they pay already, or no
+    budget that keeps the cell batched allows larger batches).
+
+    The batches that pay are those of :meth:`BatchCost.rows_to_pay` rows (at most
+    :data:`MAX_BATCH_BYTES` of input and the whole input); the budget must leave room for
+    ``streams`` of them at the measured pool bytes per row within the planner's margin, on
+    top of what is in use now (``limit - free``). ``whole``: the budget at which the cell's
+    inputs fit, so that it would run unbatched; the budget named stays under it
+    (:class:`PayingBudget`).
+    """
+    if limit is None or free is None:
+        return None
+    cap = MAX_BATCH_BYTES // max(row_bytes, 1)  # 1 GiB, above the 128 MiB target
+    need_rows = min(cost.rows_to_pay(row_bytes), max(cap, 1), total)
+    if rows >= need_rows:
+        return None
+    in_use = max(0, limit - free)
+    per_row = max(peak_row_bytes, float(row_bytes))
+    need = in_use + math.ceil(streams * need_rows * per_row / MARGIN)
+    if whole is None or need < whole:
+        return PayingBudget(need, need_rows)
+    below = whole - 1
+    rows_below = min(total, int((below - in_use) * MARGIN / (streams * per_row)))
+    if rows_below <= rows * 1.05:  # this budget is about the largest that keeps it batched
+        return None
+    return PayingBudget(below, rows_below, capped=True)

@@ -33,7 +33,7 @@ from .batching import (
 )
 from .commit import commit
 from .errors import CellError, fail
-from .plan import CellPlan, cast_target, move_inputs
+from .plan import CellPlan, cast_target, inputs_need, move_inputs
 from .reduce import combine
 from .report import InputMove, OutputInfo, RunReport
 
@@ -73,8 +73,7 @@ class BatchRun:
         self.partials: dict[str, list[tuple[Any, int]]] = {}
         self.last_work: dict[str, Any] = {}
         self.first: list[tuple[str, Any]] = []
-        self.current = (0, 0, 0)
-        self.n_batches = 0
+        self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
 
@@ -218,9 +217,10 @@ class BatchRun:
                            self.n_batches, peak_row, sized_by, tuple(self.specs),
                            dict(self.opts.reduce), cost=self.cost)
             if self.cost is not None and self.opts.rows is None and self.opts.nbytes is None:
-                bp.full_speed_budget = budget_to_pay(rows, self.total - first, self.row_bytes,
-                                                     peak_row, self.opts.streams, self.cost,
-                                                     free, self.be.limit)
+                bp.full_speed = budget_to_pay(rows, self.total - first, self.row_bytes, peak_row,
+                                              self.opts.streams, self.cost, free, self.be.limit,
+                                              report.start_pool_bytes
+                                              + inputs_need(self.plan.inputs, self.dtype))
             self.rest(first, rows, peak_row, bounds)
         # from the first batch to the drain, less the host's compiling (the report says so)
         seconds = max(0.0, self.clock[-1][1] - self.clock[1][1] - building.seconds)

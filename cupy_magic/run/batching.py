@@ -8,13 +8,19 @@ the batched inputs; everything else is shared.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..units import SizeError, format_bytes, parse_size
-from .batchcost import COST_SHARE, MAX_BATCH_BYTES, BatchCost
+from .batchcost import (
+    COST_SHARE,
+    MARGIN,
+    MAX_BATCH_BYTES,
+    BatchCost,
+    PayingBudget,
+    budget_to_pay,
+)
 from .errors import CellError
 from .reduce import RULES
 
@@ -27,6 +33,7 @@ __all__ = [
     "BatchCost",
     "BatchOptions",
     "BatchPlan",
+    "PayingBudget",
     "budget_to_pay",
     "probe_held_small",
     "probe_rows",
@@ -43,7 +50,6 @@ MAX_STREAMS = 64
 TARGET_BATCH_BYTES = 128 * 2**20
 PROBE_BYTES = 4 * 2**20  # the first, measuring batch: small, yet large enough to time
 PROBE_SHARE = 16  # the first batch's inputs take at most 1/16 of the free budget
-MARGIN = 0.8  # share of the free budget the batches in flight may take
 PROMISE = "each row's results depend only on that row (the promise batching relies on)"
 
 
@@ -281,27 +287,6 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
         "128 MiB of input per batch (the budget allows more)"
 
 
-def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
-                  streams: int, cost: BatchCost, free: int | None,
-                  limit: int | None) -> int | None:
-    """The budget at which batches would pay for themselves, when the budget is what holds
-    them to ``rows`` rows; ``None`` when it is not (no budget, or they pay already).
-
-    The batches that pay are those of :meth:`BatchCost.rows_to_pay` rows (at most
-    :data:`MAX_BATCH_BYTES` of input and the whole input); the budget must leave room for
-    ``streams`` of them at the measured pool bytes per row within the planner's margin, on
-    top of what is in use now (``limit - free``).
-    """
-    if limit is None or free is None:
-        return None
-    cap = max(TARGET_BATCH_BYTES, MAX_BATCH_BYTES) // max(row_bytes, 1)
-    need_rows = min(cost.rows_to_pay(row_bytes), max(cap, 1), total)
-    if rows >= need_rows:
-        return None
-    need = math.ceil(streams * need_rows * max(peak_row_bytes, float(row_bytes)) / MARGIN)
-    return max(0, limit - free) + need
-
-
 @dataclass
 class BatchPlan:
     """What a batched run did: inputs, batch sizes, streams, and how results were joined."""
@@ -331,7 +316,12 @@ class BatchPlan:
     # the first batch's measured cost (issue 20), and the budget at which batches would pay
     # for it when the budget holds them smaller
     cost: BatchCost | None = None
-    full_speed_budget: int | None = None
+    full_speed: PayingBudget | None = None
+
+    @property
+    def full_speed_budget(self) -> int | None:
+        """The budget the report names (:class:`PayingBudget`), or ``None``."""
+        return None if self.full_speed is None else self.full_speed.budget
 
     @property
     def overlap(self) -> float | None:
@@ -369,7 +359,7 @@ class BatchPlan:
         if self.cost is not None:
             out.extend("  " + line for line in self.cost.lines(
                 self.rows, self.total_rows - self.first_rows, self.row_bytes, self.sized_by,
-                self.full_speed_budget))
+                self.full_speed))
         joined = [f"{n} (rows gathered on the host)" for n in self.gathered]
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:

@@ -41,6 +41,7 @@ __all__ = [
     "check_budget",
     "check_sizes",
     "input_shortfall",
+    "inputs_need",
     "move_inputs",
     "plan_cell",
     "register_source",
@@ -248,8 +249,14 @@ def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,
     free = be.budget_left()
     if free is None or not inputs:
         return None
-    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
+    need = inputs_need(inputs, dtype)
     return (need, free) if need > free else None
+
+
+def inputs_need(inputs: dict[str, np.ndarray], dtype: str | None) -> int:
+    """Device bytes of the inputs' copies (after ``--dtype``); whole when they fit the
+    budget (:func:`input_shortfall`)."""
+    return sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
 
 
 def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:

@@ -384,8 +384,14 @@ def test_the_first_batch_measures_what_a_batch_costs(ip, poisoned):
     assert "batch cost: " in text and "measured on the first batch" in text
     # 90 operations per batch against a few KiB to move: far over 10% on either backend
     assert cost.share(bp.rows, bp.row_bytes) > 0.1
-    assert bp.full_speed_budget is not None and bp.full_speed_budget > 1_000_000
-    assert "held small by the budget" in text and "would run them at full speed" in text
+    full = bp.full_speed
+    assert full is not None and full.budget > 1_000_000 and full.rows > bp.rows
+    assert "held small by the budget" in text
+    # paying batches of 8-byte rows need more than x's 3.2 MB, which fits a budget over
+    # the pool's bytes at the start plus x: the budget named stays just under that one
+    whole = report.start_pool_bytes + x.nbytes
+    assert full.budget < whole and full.capped
+    assert f"the largest that keeps it batched, allows batches of {full.rows:,} rows" in text
     if report.backend != "cupy":
         assert "stands in for the transfer" in text and "GB/s" not in text
         assert cost.large_rate is None  # nothing uploads on the CPU fallback
@@ -396,5 +402,4 @@ def test_the_first_batch_measures_what_a_batch_costs(ip, poisoned):
         rate = backend.current().upload_rate()
         assert rate is not None and rate > 1e9 and cost.large_rate == rate
         assert cost.pay_rate == max(rate, cost.rate)
-        assert bp.full_speed_budget >= bp.row_bytes * cost.rows_to_pay(bp.row_bytes)
         assert ("sized at the" in text) == (rate > cost.rate)

@@ -17,6 +17,7 @@ from cupy_magic.run.batching import (
     BatchCost,
     BatchOptions,
     BatchPlan,
+    PayingBudget,
     budget_to_pay,
     probe_held_small,
     probe_rows,
@@ -194,13 +195,13 @@ def test_the_budget_holds_costly_batches_back_and_names_the_budget_that_pays():
     free, limit = 30_000_000, 40_000_000  # 10 MB in use
     rows, why = size_rows(10**9, 8, 16.0, free, 3, BatchOptions(), COST)
     assert rows == int(free * 0.8 / (3 * 16)) == 500_000 and "free budget" in why
-    full = budget_to_pay(rows, 10**9, 8, 16.0, 3, COST, free, limit)
+    full = budget_to_pay(rows, 10**9, 8, 16.0, 3, COST, free, limit).budget
     assert full == 10_000_000 + 3 * 25_000_000 * 16 * 10 // 8  # 1.51 GB
     rows_then = size_rows(10**9, 8, 16.0, full - (limit - free), 3, BatchOptions(), COST)[0]
     assert rows_then == 25_000_000  # with that budget the batches pay for themselves
     assert budget_to_pay(rows, 10**9, 8, 16.0, 3, COST, None, None) is None
     assert budget_to_pay(25_000_000, 10**9, 8, 16.0, 3, COST, free, limit) is None
-    assert budget_to_pay(rows, 600_000, 8, 16.0, 3, COST, free, limit) == \
+    assert budget_to_pay(rows, 600_000, 8, 16.0, 3, COST, free, limit).budget == \
         10_000_000 + 3 * 600_000 * 16 * 10 // 8  # never more rows than the input has
 
 
@@ -215,19 +216,41 @@ def test_a_first_batch_held_small_sizes_the_paying_batches_at_the_large_upload_r
     assert COST.with_large_rate(1e9).rows_to_pay(8) == COST.rows_to_pay(8)
     assert COST.with_large_rate(None).pay_rate == COST.rate
     free, limit = 30_000_000, 40_000_000
-    full = budget_to_pay(500_000, 10**9, 8, 16.0, 3, fast, free, limit)
+    full = budget_to_pay(500_000, 10**9, 8, 16.0, 3, fast, free, limit).budget
     assert full == 10_000_000 + 3 * 100_000_000 * 16 * 10 // 8
     # under the budget named, the batches the planner sizes (at the same rate) pay
     rows_then = size_rows(10**9, 8, 16.0, full - (limit - free), 3, BatchOptions(), fast)[0]
     assert rows_then == 100_000_000 and fast.share(rows_then, 8) <= COST_SHARE
     plan = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 500_000, 2001, 16.0, "free budget",
-                     cost=fast, full_speed_budget=full)
+                     cost=fast, full_speed=PayingBudget(full, 100_000_000))
     assert ("batches of 100,000,000 rows (762.94 MiB) (sized at the 40.00 GB/s of a large "
             "page-locked upload, measured at load: the budget held the first batch too small "
             "to show a large batch's rate) would keep the cost under 10%") in str(plan)
     assert "sized at the" not in str(BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 500_000,
                                                2001, 16.0, "free budget", cost=COST,
-                                               full_speed_budget=full))
+                                               full_speed=PayingBudget(full, 25_000_000)))
+
+
+def test_the_budget_named_stays_under_the_one_that_would_run_the_cell_whole():
+    free, limit = 30_000_000, 40_000_000  # 10 MB in use; paying batches need a 1.51 GB budget
+    whole = 800_000_000  # from this budget on, the inputs fit and the cell runs unbatched
+    full = budget_to_pay(500_000, 10**9, 8, 16.0, 3, COST, free, limit, whole)
+    assert full.capped and full.budget == whole - 1
+    assert full.rows == int((whole - 1 - 10_000_000) * 0.8 / (3 * 16))  # 13,166,666
+    # the planner, under that budget, sizes batches of those rows (the budget holds them)
+    rows_then = size_rows(10**9, 8, 16.0, full.budget - 10_000_000, 3, BatchOptions(), COST)[0]
+    assert rows_then == full.rows
+    plan = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 500_000, 2001, 16.0, "free budget",
+                     cost=COST, full_speed=full)
+    assert ("but a budget that holds them also holds the cell's inputs whole, and a cell whose "
+            "inputs fit runs unbatched, without streaming; a VRAM budget of 762.94 MiB, the "
+            "largest that keeps it batched, allows batches of 13,166,666 rows (19% of their "
+            "transfer time)") in str(plan)
+    assert plan.full_speed_budget == whole - 1
+    # a whole-run budget above what paying batches need changes nothing
+    assert not budget_to_pay(500_000, 10**9, 8, 16.0, 3, COST, free, limit, 2 * 10**9).capped
+    # already about as large as batches get under that cap: nothing better to name
+    assert budget_to_pay(13_000_000, 10**9, 8, 16.0, 3, COST, free, limit, whole) is None
 
 
 def test_a_first_batch_is_held_small_only_by_a_budget_that_shrinks_it():
@@ -247,13 +270,13 @@ def test_a_first_batch_is_held_small_only_by_a_budget_that_shrinks_it():
 def test_the_plan_says_what_a_batch_costs_and_what_holds_it_back():
     plan = BatchPlan(("x",), (), 10**9, 8, 3, "the inputs need 8 GB", 1000, 500_000, 2001,
                      16.0, "measured 16 B per row in the pool; ...", cost=COST,
-                     full_speed_budget=1_510_000_000)
+                     full_speed=PayingBudget(1_510_000_000, 25_000_000))
     text = str(plan)
     for word in ("batch cost: 2.00 ms per batch of kernel launches and Python beyond its "
                  "upload (measured on the first batch; upload 10.00 GB/s): 500% of the 0.40 ms "
                  "a batch of 500,000 rows takes to upload, over the 10% a batch should cost",
                  "held small by the budget: batches of 25,000,000 rows (190.73 MiB) would keep "
-                 "the cost under 10%; a VRAM budget of 1.41 GiB would run them at full speed"):
+                 "the cost under 10%; a VRAM budget of 1.41 GiB would allow them"):
         assert word in text
     host = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 25_000_000, 41, 16.0, "s",
                      cost=BatchCost(2e-3, 1e-4, 10**6, host=True))
