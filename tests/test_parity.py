@@ -277,3 +277,25 @@ def test_a_line_magic_in_the_cell_runs_in_the_cell_and_keeps_the_transaction(ip,
     assert ip.user_ns["kind"].split(".")[0] == xp.__name__.split(".")[0]
     assert ip.user_ns["t"].loops == 1
     assert ip.user_ns["get_ipython"]() is ip
+
+
+# --- 5. a notebook's namespace of thousands of names ------------------------------------------
+
+def test_a_cell_in_a_long_session_commits_what_it_binds_however_it_binds_it(ip, xp):
+    """After a few hundred cells the namespace holds thousands of names (``_i12``, ``_12``);
+    the commit scans them in C, and still finds names bound by ``globals()``, by ``global``
+    in a function, by ``import *``, and names deleted, as a plain cell would leave them."""
+    for i in range(3000):
+        ip.user_ns[f"_i{i}"] = f"x = {i}\n"
+    ip.user_ns.update(a=np.arange(4.0), gone=1, kept=np.ones(2))
+    kept = ip.user_ns["kept"]
+    cell(ip, "def f():\n    global g\n    g = 2\nf()\n"
+             "globals()['dyn'] = a * 2\n"
+             "from math import *\n"
+             "del gone\n")
+    ns = ip.user_ns
+    assert ns["g"] == 2 and ns["pi"] > 3.14 and "gone" not in ns
+    np.testing.assert_array_equal(xp.asnumpy(ns["dyn"]) if hasattr(xp, "asnumpy")
+                                  else ns["dyn"], [0.0, 2.0, 4.0, 6.0])
+    assert ns["kept"] is kept and ns["_i2999"] == "x = 2999\n"  # untouched names stay
+    assert {o.name for o in cupy_magic.last_report().outputs} >= {"g", "dyn", "pi", "gone", "f"}

@@ -26,6 +26,7 @@ from .batching import BatchOptions, select_inputs
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .errors import CellError, at_cell_line
 from .lines import LineRecord
+from .names import cell_names
 from .plan import CellPlan, batch_reason, check_sizes, plan_cell, register_source
 from .report import RunReport
 from .whole import run_whole, warmup
@@ -235,8 +236,12 @@ def _lint(source: str, plan: CellPlan, namespace: dict[str, Any], syncs: str,
     __tracebackhide__ = True
     if syncs == "off":
         return []
+    # device arrays among the names the cell reads (the check reads the cell's text only;
+    # a notebook's namespace holds thousands of names)
+    names = cell_names(source)
     device_names = [*plan.inputs, *distributed,
-                    *(k for k, v in namespace.items() if be.is_device_array(v))]
+                    *(k for k in names.loaded | names.mutated
+                      if be.is_device_array(namespace.get(k)))]
     findings = lint_cell(source, device_names, {*plan.overrides, "np", "numpy", "cp", "cupy"})
     if syncs == "error" and findings and not be.is_gpu:
         first = findings[0]

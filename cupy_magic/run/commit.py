@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterable
+from itertools import compress, repeat
+from operator import is_not
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,10 +41,9 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             to_host: bool | Iterable[str], be: Backend, report: RunReport) -> None:
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
-    for name, value in work.items():
+    for name in _rebound(work, namespace):
+        value = work[name]
         if name == "__builtins__" and name not in namespace:
-            continue
-        if value is namespace.get(name, _MISSING):
             continue
         original = plan.overrides.get(name, namespace.get(name, _MISSING))
         if name in plan.inputs:
@@ -57,7 +58,9 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if wants_host:
             value = _to_host(value, be)
         updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace)
-    removed = [n for n in namespace if n not in work and n != "__builtins__"]
+    # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
+    removed = [] if all(map(work.__contains__, namespace)) else \
+        [n for n in namespace if n not in work and n != "__builtins__"]
     namespace.update(updates)
     for name in removed:
         del namespace[name]
@@ -70,6 +73,16 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
 
 
 _MISSING = object()
+
+
+def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
+    """The names whose value in ``work`` is not the namespace's (new ones included), in
+    ``work``'s order. A notebook's namespace grows by a few names a cell (``_i12``, ``_12``):
+    the scan runs in C (``map``/``compress``), about 10 ns a name, where a Python loop over
+    3,000 names took about 0.3 ms of every cell."""
+    keys = work.keys()
+    return list(compress(keys, map(is_not, work.values(),
+                                   map(namespace.get, keys, repeat(_MISSING)))))
 
 
 def _to_host(value: Any, be: Backend) -> Any:

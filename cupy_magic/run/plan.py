@@ -16,6 +16,8 @@ import time
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
+from operator import is_
 from types import CodeType, ModuleType
 from typing import Any
 
@@ -165,7 +167,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         raise CellError(f"--dtype {dtype} is not supported; use "
                         f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
     _check_to_host(to_host, names)
-    numpy_names = {k for k, v in namespace.items() if v is np}
+    # the names bound to NumPy, scanned in C (a notebook's namespace holds thousands)
+    numpy_names = set(compress(namespace.keys(), map(is_, namespace.values(), repeat(np))))
     record = CompatRecord(filename, source, fallback=fallback, host=not be.is_gpu)
     module = array_module(be.xp, record)
     overrides: dict[str, Any] = {k: module for k in numpy_names}
