@@ -10,6 +10,10 @@ plain: a fixed cost per cell of the same size as the gap. This times, in one pro
 - ``small_loop``: the same for peer_bench's cell, ``to_host=["y"]`` as the hand port brings
   ``y`` back;
 
+and each cell through ``run_cell`` in a namespace of 3,000 more names (``_i0`` ... ``_i2999``:
+IPython keeps every cell's text as ``_iN``, so a long session's cells run against thousands of
+names; since 2026-12-04T15 the commit and the checks scan them in C);
+
 then profiles ``--profile-reps`` tiny cells (a tenth as many small loops) through ``run_cell``
 with :mod:`cProfile` and records the functions with the most time of their own and the
 most time under them.
@@ -41,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+LONG_SESSION_NAMES = 3000  # a namespace after about 1,500 cells (each leaves _iN, many _N)
 CELLS = {
     "tiny": ("y = a + 1\n", 10, None),
     "small_loop": ("y = a\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n", 10_000, ["y"]),
@@ -110,9 +115,16 @@ def main() -> int:
                "cell_syncs_off_ms": _median_ms(lambda cell=cell: cell("off"), args.reps)}
         row["overhead_ms"] = row["cell_ms"] - row["plain_ms"]
         row["ratio"] = row["cell_ms"] / row["plain_ms"]
+        # the same cell in a long session's namespace: IPython keeps _iN (and _N) per cell
+        long_ns = {f"_i{i}": f"x = {i}\n" for i in range(LONG_SESSION_NAMES)}
+        long_ns.update(np=np, a=host_a)  # one namespace, as a session's (the cell rebinds y)
+        row["cell_long_session_ms"] = _median_ms(
+            lambda code=code, ns=long_ns, to_host=to_host: cupy_magic.run_cell(
+                code, ns, to_host=to_host or False), args.reps)
         fig[name] = row
         print(f"{name:11s} plain {row['plain_ms']:8.3f} ms   run_cell {row['cell_ms']:8.3f} ms "
-              f"(syncs off {row['cell_syncs_off_ms']:8.3f})   overhead {row['overhead_ms']:.3f} ms"
+              f"(syncs off {row['cell_syncs_off_ms']:8.3f}; {LONG_SESSION_NAMES:,} more names "
+              f"{row['cell_long_session_ms']:8.3f})   overhead {row['overhead_ms']:.3f} ms"
               f"   x{row['ratio']:.2f}")
 
     profiles: dict[str, Any] = {}
