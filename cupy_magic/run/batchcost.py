@@ -90,7 +90,7 @@ class BatchCost:
 
         ``rows``: rows per batch as planned; ``sized_by``: the planner's reason;
         ``full``: the budget at which batches would pay for themselves, when the budget is
-        what holds them back (:func:`cupy_magic.run.batching.budget_to_pay`).
+        what holds them back (:func:`budget_to_pay`).
         """
         share = self.share(rows, row_bytes)
         rate = f"{self.rate / 1e9:.2f} GB/s"
