@@ -137,6 +137,20 @@ class Backend:
     def keep_on_device(self, obj: object) -> None:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 
+    def to_host_into(self, value: Any, out: np.ndarray) -> None:
+        """Copy ``value`` (a device array, or a NumPy one) into ``out``, a host array of
+        its shape and dtype (a slot of shared memory the kernel reads)."""
+        np.copyto(out, np.asarray(value), casting="no")
+
+    def pin_shared(self, base: int, nbytes: int) -> Any:
+        """Page-lock ``nbytes`` at ``base`` (shared memory this process maps) so copies
+        between it and the device run at pinned speed; a handle for :meth:`unpin_shared`,
+        or ``None`` where nothing was locked (the CPU fallback has no device to copy to)."""
+        return None
+
+    def unpin_shared(self, handle: Any) -> None:
+        """Undo :meth:`pin_shared` (before the memory is unmapped)."""
+
     # --- pool ---------------------------------------------------------------------------
     def pool_used(self, device: int | None = None) -> int:
         """Bytes the pool of ``device`` (default: the home device) gives out now."""
