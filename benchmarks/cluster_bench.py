@@ -3,9 +3,11 @@
 On a GPU (one H200: ``dask_cuda.LocalCUDACluster``, one worker on the same GPU): a float32
 NumPy input 4x the VRAM budget (``--budget``, default 4GiB, so 16 GiB of input), the cell
 ``y = np.sqrt(x * x + 1)`` with ``--to-host``, run (1) in the kernel, batched and streamed,
-and (2) with ``%%gpu --cluster`` (chunked and scattered to the worker, one task per block,
-rows gathered back as NumPy). Prints input GB/s of both and their ratio (target: the cluster
->= 0.5 of the kernel on one GPU) and writes ``benchmarks/results/cluster-<date>.json``/``.md``.
+and (2) with ``%%gpu --cluster`` (chunked, one task per block, rows back as NumPy: through
+the ring of shared-memory slots when the workers share this host's memory, as a local
+cluster's do, else scattered and gathered; each row records its ``transport``). Prints input
+GB/s of both and their ratio (target: the cluster >= 0.5 of the kernel on one GPU) and
+writes ``benchmarks/results/cluster-<date>.json``/``.md``.
 Then the same comparison when nothing large crosses between the kernel and the workers: the
 cell ``s = np.sqrt(x * x + 1).sum(axis=1)`` (one float per row comes back) over the NumPy
 input in the kernel, and over a Dask array of the same size made and held on the workers
@@ -63,6 +65,9 @@ def _timed(cell: str, x: Any, path: str, opts: BatchOptions,
     if info is not None and hasattr(info, "scatter_seconds"):  # it ran on the cluster
         row.update(blocks=info.blocks, run_s=info.run_seconds,
                    scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
+        if info.transport is not None:  # how the blocks' data moved, and why a fallback
+            row.update(transport=info.transport.kind, transport_why=info.transport.why,
+                       slots=info.slots, copy_s=info.copy_seconds)
     return ns, row
 
 
@@ -145,14 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = 4 * cols * (nbytes // (4 * cols))
     result = {"label": label, "input_bytes": nbytes, "budget": format_bytes(nbytes // 4),
               "rows": rows, "ratio_cluster_over_kernel": ratio,
+              "cluster_transport": rows[1].get("transport"),
               "ratio_row_sums_workers_over_kernel": ratio_rows,
               "ratio_row_sums_workers_again_over_kernel": ratio_again,
               "python": platform.python_version(), "host": platform.node()}
     lines = [f"# cluster_bench on {label}", "",
              f"input {format_bytes(nbytes)} float32 (4x the budget {format_bytes(nbytes // 4)})",
-             "", "| path | wall s | input GB/s |", "| --- | --- | --- |"]
-    lines += [f"| {r['path']} | {r['wall_s']:.2f} | {r['input_gbps']:.2f} |" for r in rows]
-    lines += ["", f"cluster / kernel: {ratio:.2f} (target on one GPU: >= 0.5)",
+             "", "| path | transport | wall s | input GB/s |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['path']} | {r.get('transport', 'in the kernel')} | {r['wall_s']:.2f} | "
+              f"{r['input_gbps']:.2f} |" for r in rows]
+    lines += ["", f"cluster / kernel: {ratio:.2f} (target on one GPU: >= 0.5); the cluster row's "
+              f"transport: {rows[1].get('transport')}"
+              + (f" ({rows[1]['transport_why']})" if rows[1].get("transport_why") else "")
+              + (f", {rows[1]['slots']}, the kernel's copies {rows[1]['copy_s']:.2f} s"
+                 if rows[1].get("transport") == "shm" else ""),
               f"row sums, input on the workers / in the kernel: {ratio_rows:.2f} (again: "
               f"{ratio_again:.2f})"]
     print("\n".join(lines))

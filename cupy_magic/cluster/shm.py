@@ -37,7 +37,7 @@ from ..units import format_bytes
 from .slots import ALIGN, align, detach, host_facts, track_again, view
 
 __all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "Transport", "check_hosts", "copy_rows",
-           "fallback_reason", "release", "ring", "same_host"]
+           "fallback_reason", "release", "ring", "same_host", "slot_names"]
 
 SLOTS_PER_WORKER = 3  # one running, one queued on the worker, one being filled or drained
 COPY_THREADS = max(1, min(16, os.cpu_count() or 1))  # 16 threads: 32-35 GB/s on the H200
@@ -314,6 +314,12 @@ def ring(client: Any, workers: tuple[str, ...]) -> Ring:
             atexit.register(release, workers=False)
             _state["atexit"] = True
     return current
+
+
+def slot_names() -> list[str]:
+    """The segments of the ring in use now (``/dev/shm/<name>`` on Linux), oldest first."""
+    current = _state["ring"]
+    return [s.name for s in current.slots] if current is not None else []
 
 
 def release(workers: bool = True) -> None:

@@ -1,0 +1,228 @@
+"""%%gpu --cluster through shared memory on a real LocalCluster of 2 worker processes on this
+host (CPU fallback; the ``cupy`` variants run on the H200 with CuPy workers): the same results
+as the kernel and as the scatter path, over blocks with an uneven last one; the report names
+the transport; a failing block commits nothing and leaves the ring usable and no segment
+behind; off and unload unlink every segment; and the decision's own facts."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import cupy_magic
+from cupy_magic.cluster import shm, slots
+
+SHM = "/dev/shm"
+ROWS = "--batch-rows 100"  # 1003 rows: 11 blocks, the last of 3 rows
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHM), reason="no /dev/shm to list here")
+
+
+def segments() -> set[str]:
+    """The shared-memory segments on this host that Python's SharedMemory made."""
+    return {n for n in os.listdir(SHM) if n.startswith("psm_")}
+
+
+def worker_slots(client) -> dict[str, list[str]]:
+    """The slots each worker process has open."""
+    return client.run(slots.open_slots)
+
+
+def cell_tasks(client) -> list[str]:
+    """The scheduler's tasks made for %%gpu cells (their keys start with cupy-magic-)."""
+    return client.run_on_scheduler(
+        lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if "cupy-magic" in str(k)])
+
+
+@pytest.fixture
+def x(ip):
+    x = np.random.default_rng(1).random((1003, 4))
+    ip.user_ns["x"] = x
+    return x
+
+
+def _run(ip, body: str, line: str, names: str) -> dict:
+    ip.run_cell_magic("gpu", f"--quiet {line}".strip(), body)
+    return {n: ip.user_ns.pop(n) for n in names}
+
+
+def _host(value):
+    value = value.compute() if hasattr(value, "compute") else value
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else value
+
+
+BODY = ("y = np.sqrt(x) * 2 + 1\nm = x - x.mean(axis=1, keepdims=True)\n"
+        "n = np.linalg.norm(x, axis=1)\nk = 3\n")
+
+
+def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, joined, x):
+    before = segments()
+    kernel = _run(ip, BODY, "--to-host", "ymnk")
+    shared = _run(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
+    info = cupy_magic.last_report().batch
+    assert info.transport.kind == "shm" and info.blocks == 11 and info.total_rows == 1003
+    assert info.scattered == () and info.gathered == ("m", "n", "y")
+    assert len({w.worker for w in info.workers}) == 2  # both workers read slots
+    lines = cupy_magic.last_report().text_lines()
+    assert any("cluster transport: shared memory on this host" in line for line in lines)
+    # y kept on the workers: the same cell takes the scatter path, and says why
+    scattered = _run(ip, BODY, f"--to-host m,n,k --cluster {ROWS}", "ymnk")
+    info = cupy_magic.last_report().batch
+    assert info.transport.kind == "scatter" and "y stays on the workers" in info.transport.why
+    assert info.scattered == ("x",) and info.blocks == 11
+    for name in "ymn":
+        got = shared[name]
+        assert isinstance(got, np.ndarray) and got.dtype == kernel[name].dtype
+        np.testing.assert_array_equal(got, _host(scattered[name]))
+        np.testing.assert_allclose(got, kernel[name], rtol=1e-12)
+    assert shared["k"] == scattered["k"] == kernel["k"] == 3
+    ring = shm.slot_names()
+    assert 0 < len(ring) <= 2 * shm.SLOTS_PER_WORKER and segments() - before == set(ring)
+    again = _run(ip, BODY, f"--to-host --cluster {ROWS}", "y")
+    np.testing.assert_array_equal(again["y"], shared["y"])
+    assert shm.slot_names() == ring  # the same slots, reused by the next cell
+
+
+def test_results_larger_than_the_inputs_and_rows_of_other_shapes(ip, joined, x):
+    xf = x.astype(np.float32)
+    ip.user_ns["x"] = xf
+    body = ("w = x.astype(np.float64)\nr = np.repeat(x, 5, axis=1).reshape(len(x), 5, 4)\n"
+            "c = (x > 0.5).sum(axis=1)\nb = x[:, 0] > 0.5\n")
+    kernel = _run(ip, body, "--to-host", "wrcb")
+    first = _run(ip, body, f"--to-host --cluster {ROWS}", "wrcb")
+    assert cupy_magic.last_report().batch.transport.kind == "shm"
+    for name in "wrcb":
+        assert first[name].dtype == kernel[name].dtype
+        np.testing.assert_array_equal(first[name], kernel[name])
+    # the ring grew to the results' size: the next cell's blocks all fit their slots
+    second = _run(ip, body, f"--to-host --cluster {ROWS}", "wrcb")
+    for name in "wrcb":
+        np.testing.assert_array_equal(second[name], kernel[name])
+
+
+def test_a_cell_without_rows_is_refused_as_the_scatter_path_refuses_it(ip, joined, x):
+    from IPython.core.error import UsageError
+
+    body = "t = x[:50] * 2\n"
+    with pytest.raises(UsageError) as shared:
+        ip.run_cell_magic("gpu", f"--quiet --to-host --cluster {ROWS}", body)
+    with pytest.raises(UsageError) as scattered:
+        ip.run_cell_magic("gpu", f"--quiet --to-host q --cluster {ROWS}", body + "q = 1\n")
+    assert str(shared.value) == str(scattered.value)
+    assert "--reduce t=sum" in str(shared.value) and "t" not in ip.user_ns
+
+
+def test_a_failing_block_commits_nothing_and_leaves_the_ring_usable(ip, joined, x):
+    before = segments()
+    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")  # the ring exists
+    made = segments() - before
+    ip.user_ns.pop("y", None)
+    body = "y = x * 2\nif len(x) == 3:\n    raise ValueError('bad rows')\nz = y + 1\n"
+    with pytest.raises(ValueError, match="bad rows") as info:
+        cupy_magic.run_cell(body, ip.user_ns, to_host=True, cluster=True,
+                            batch=cupy_magic.BatchOptions(rows=100),
+                            filename="<cluster-shm-fail>")
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "block 11 of 11 (rows 1,000:1,003) failed on worker tcp://127.0.0.1:" in notes
+    assert "nothing committed" in notes
+    tb = info.value.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_code.co_filename == "<cluster-shm-fail>" and tb.tb_lineno == 3
+    assert "y" not in ip.user_ns and "z" not in ip.user_ns
+    end = time.monotonic() + 10
+    while cell_tasks(joined) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert cell_tasks(joined) == []
+    # slots a block still used were unlinked; none is left behind beyond the ring's own
+    assert segments() - before <= made and segments() - before == set(shm.slot_names())
+    again = _run(ip, "y = x * 3\n", f"--to-host --cluster {ROWS}", "y")
+    np.testing.assert_array_equal(_host(again["y"]), x * 3)
+    assert cupy_magic.last_report().batch.transport.kind == "shm"
+    assert segments() - before == set(shm.slot_names())
+
+
+def test_off_and_unload_unlink_every_segment_and_the_workers_close_theirs(
+        ip, joined, x):
+    before = segments()
+    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    ring = set(shm.slot_names())
+    assert ring and ring <= segments()
+    opened = {n for names in worker_slots(joined).values() for n in names}
+    assert opened == ring  # each worker opened its own slots
+    cupy_magic.use_cluster("off")
+    assert segments() - before == set() and shm.slot_names() == []
+    assert all(names == [] for names in worker_slots(joined).values())
+    cupy_magic.use_cluster(joined)
+    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    assert segments() - before
+    ip.run_line_magic("unload_ext", "cupy_magic")
+    try:
+        assert segments() - before == set() and shm.slot_names() == []
+        assert all(names == [] for names in worker_slots(joined).values())
+    finally:
+        ip.run_line_magic("load_ext", "cupy_magic")
+
+
+@pytest.mark.parametrize("line, body, why", [
+    (f"--to-host --cluster {ROWS} --reduce s=sum", "y = x * 2\ns = y.sum()\n",
+     "--reduce s is a Dask tree reduction"),
+    (f"--to-host y --cluster {ROWS}", "y = x * 2\nz = x + 1\n", "z stays on the workers"),
+])
+def test_cells_that_need_the_blocks_futures_take_the_scatter_path(ip, joined, x, line, body,
+                                                                  why):
+    ip.run_cell_magic("gpu", f"--quiet {line}", body)
+    info = cupy_magic.last_report().batch
+    assert info.transport.kind == "scatter" and why in info.transport.why
+    np.testing.assert_array_equal(_host(ip.user_ns["y"]), x * 2)
+    assert any(f"scatter and gather over the network ({why}" in line
+               for line in cupy_magic.last_report().text_lines())
+
+
+def test_dask_inputs_keep_their_blocks_where_they_are(ip, joined, x):
+    da = pytest.importorskip("dask.array")
+    ip.user_ns["xd"] = da.from_array(x, chunks=(300, 4))
+    ip.run_cell_magic("gpu", "--quiet --to-host", "y = xd * 2\n")
+    assert cupy_magic.last_report().batch.transport.kind == "dask"
+    np.testing.assert_array_equal(ip.user_ns["y"], x * 2)
+
+
+# --- the decision, on given facts ------------------------------------------------------
+def test_workers_on_another_host_or_without_the_kernels_memory_are_scattered_to():
+    here = {"host": "node1", "opened": True, "why": ""}
+    assert shm.same_host("node1", {"tcp://a:1": here, "tcp://b:2": here}) == ""
+    elsewhere = shm.same_host("node1", {"tcp://a:1": here,
+                                        "tcp://b:2": {**here, "host": "node2"}})
+    assert elsewhere == "worker tcp://b:2 runs on 'node2', this kernel on 'node1'"
+    closed = shm.same_host("node1", {"tcp://a:1": {**here, "opened": False,
+                                                   "why": "FileNotFoundError: no such file"}})
+    assert "could not open this kernel's shared memory (FileNotFoundError" in closed
+    assert "could not say where it runs" in shm.same_host("node1", {"tcp://a:1": OSError()})
+    assert shm.same_host("node1", {}) == "no workers to ask"
+    assert shm.Transport("scatter", elsewhere).describe() == (
+        "scatter and gather over the network (worker tcp://b:2 runs on 'node2', this kernel "
+        "on 'node1')")
+
+
+def test_what_the_cell_needs_decides_before_the_hosts():
+    x = np.zeros((10, 2))
+    objects = np.empty(10, object)
+    reason = shm.fallback_reason
+    assert reason(["x"], {"x": x}, {"y"}, {}, True) == ""
+    assert reason(["x"], {"x": x}, {"y"}, {}, ["y"]) == ""
+    assert reason(["x"], {"x": x}, {"y", "s"}, {"s": "sum"}, True).startswith("--reduce s ")
+    assert reason(["x"], {"x": x}, {"y", "z"}, {}, ["y"]) == "z stays on the workers (no --to-host)"
+    assert reason(["x"], {"x": x}, {"y"}, {}, False) == "y stays on the workers (no --to-host)"
+    assert reason(["x"], {"x": x}, {"x", "y"}, {}, True) == "the cell changes its input x"
+    assert reason(["o"], {"o": objects}, {"y"}, {}, True) == "o holds Python objects"
+
+
+def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
+    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    before = segments()
+    assert shm.check_hosts(joined, workers) == ""  # a LocalCluster on this host
+    assert segments() == before  # the probes are gone
+    assert shm.check_hosts(joined, workers) == ""
