@@ -93,7 +93,8 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             copy_rows(slot.view(off, shape, dtype), local[name][start:start + rows], ring.pool)
         run.copy_seconds += time.perf_counter() - t0
         future = client.submit(run_slot_block, spec_f, i, start,
-                               SlotTask(slot.name, places, results_at), inputs.shared,
+                               SlotTask(slot.name, places, results_at, ring.tracker),
+                               inputs.shared,
                                key=f"cupy-magic-{cell_id}-block-{i}", workers=[slot.worker],
                                allow_other_workers=True, pure=False)
         held.append(future)
@@ -140,4 +141,6 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
         client.cancel(list(flying))
         ring.retire_busy()
         raise
+    finally:
+        ring.track()
     return run

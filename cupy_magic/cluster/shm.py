@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..units import format_bytes
-from .slots import ALIGN, align, detach, host_facts, track_again, view
+from .slots import ALIGN, align, detach, host_facts, track_again, tracker_id, view
 
 __all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "Transport", "check_hosts", "copy_rows",
            "fallback_reason", "release", "ring", "same_host", "slot_names"]
@@ -120,7 +120,7 @@ def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
         for seg in probes.values():
             seg.buf[:len(token)] = token
         facts = client.run(host_facts, {w: s.name for w, s in probes.items()}, token,
-                           workers=list(workers), on_error="return")
+                           tracker_id(), workers=list(workers), on_error="return")
     except Exception as exc:  # not asked: not known to share memory, asked again next cell
         return f"asking the workers where they run failed ({type(exc).__name__}: {exc})"
     finally:
@@ -200,6 +200,7 @@ class Ring:
         self.retired: list[str] = []  # slots left behind that workers may still have open
         self._unclosed: list[shared_memory.SharedMemory] = []  # a view kept them mapped
         self.pool = cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="cupy-magic-shm")
+        self.tracker = tracker_id()  # the workers leave the segments to it if they share it
 
     def describe(self) -> str:
         """How many slots, of what size, for the report."""
@@ -238,13 +239,16 @@ class Ring:
         return len(busy)
 
     def settle(self) -> None:
-        """Between cells: close the workers' openings of retired slots, and keep this
-        kernel's tracker knowing its slots (see :func:`~.slots.track_again`)."""
+        """Before a cell: close the workers' openings of retired slots."""
         if self.retired:
             names, self.retired = self.retired, []
             self.client.run(detach, names, on_error="return")
-        track_again([s.seg for s in self.slots])
         self._close_unclosed()
+
+    def track(self) -> None:
+        """After a cell: keep this kernel's tracker knowing its slots
+        (:func:`~.slots.track_again`)."""
+        track_again([s.seg for s in self.slots])
 
     def _make(self, worker: str, need: int) -> Slot:
         size = max(SLOT_ROUND, -(-align(need) // SLOT_ROUND) * SLOT_ROUND)

@@ -9,9 +9,12 @@ values go back over the socket. A slot is opened once per worker process and kep
 on a GPU worker, page-locked once) until the kernel detaches it (:func:`detach`).
 
 Python 3.11 registers a segment a process opens with that process's resource tracker, which
-unlinks it when the process ends: the worker unregisters it at once (the kernel owns it), and
-the kernel registers its segments again after the workers opened them, since a worker started
-by the kernel may share the kernel's tracker (:func:`track_again`).
+unlinks it when the process ends: a worker with a tracker of its own unregisters it at once
+(the kernel owns it). A worker the kernel started (a local cluster) reports to the kernel's
+own tracker, where the segment is registered once for both, so it leaves it there: the
+tracker then still unlinks the kernel's segments if the kernel is killed outright. The kernel
+registers its segments again before it unlinks them (:func:`track_again`), in case a worker
+took them out all the same.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from .. import backend as _backend
 from .worker import BlockSpec, block_info, execute_block
 
 __all__ = ["ALIGN", "SlotTask", "align", "detach", "host_facts", "open_slots",
-           "run_slot_block", "track_again", "view"]
+           "run_slot_block", "track_again", "tracker_id", "view"]
 
 ALIGN = 4096  # every area of a slot starts on a page: whole pages lock and copy fastest
 
@@ -53,24 +56,32 @@ def _tracker_name(seg: shared_memory.SharedMemory) -> str:
     return f"/{seg.name}" if os.name == "posix" else seg.name
 
 
-def _open_segment(name: str) -> shared_memory.SharedMemory:
-    """Open the kernel's segment ``name`` without this process's tracker taking it over."""
+def tracker_id() -> tuple[int, int]:
+    """Which resource tracker this process reports to: the pipe it writes to (a process
+    started by another one through ``multiprocessing`` writes to its parent's)."""
+    if os.name != "posix":
+        return (0, 0)
+    st = os.fstat(resource_tracker.getfd())
+    return st.st_dev, st.st_ino
+
+
+def _open_segment(name: str, tracker: tuple[int, int]) -> shared_memory.SharedMemory:
+    """Open the kernel's segment ``name`` (whose process reports to ``tracker``) without
+    this process's own tracker taking it over."""
     try:
         return shared_memory.SharedMemory(name=name, track=False)  # Python >= 3.13
     except TypeError:
         seg = shared_memory.SharedMemory(name=name)
-        if os.name == "posix":
+        if os.name == "posix" and tracker_id() != tracker:
             resource_tracker.unregister(_tracker_name(seg), "shared_memory")
         return seg
 
 
 def track_again(segs: list[shared_memory.SharedMemory]) -> None:
-    """Register the kernel's own segments with its resource tracker again (kernel side).
-
-    A worker that shares the kernel's tracker took the segment's name out of it when it
-    unregistered its own opening; registering again (a no-op for a tracker that still has
-    it) keeps the tracker's clean-up for a kernel killed outright, and ``unlink`` then finds
-    the name to take out."""
+    """Register the kernel's own segments with its resource tracker again (kernel side):
+    a no-op for a tracker that has them; one a worker took them out of (it failed to see
+    that it shares the kernel's tracker) gets them back, so ``unlink`` finds them there
+    and a kernel killed outright still has them unlinked."""
     if os.name == "posix":
         for seg in segs:
             resource_tracker.register(_tracker_name(seg), "shared_memory")
@@ -88,11 +99,14 @@ class SlotTask:
         Per batched input: ``(offset, shape, dtype)`` of the block's rows in the slot.
     results_at
         The first byte of the result area (row results go from there to the slot's end).
+    tracker
+        The kernel's resource tracker (:func:`tracker_id`).
     """
 
     name: str
     inputs: dict[str, tuple[int, tuple[int, ...], np.dtype]]
     results_at: int
+    tracker: tuple[int, int]
 
 
 @dataclass(eq=False)
@@ -115,7 +129,7 @@ def _base(seg: shared_memory.SharedMemory) -> int:
     return int(np.frombuffer(seg.buf, np.uint8).ctypes.data)
 
 
-def _attach(name: str) -> _Open:
+def _attach(name: str, tracker: tuple[int, int]) -> _Open:
     """The slot ``name``, opened (and page-locked on a GPU worker) on first use."""
     be = _backend.current()
     with _lock:
@@ -123,7 +137,7 @@ def _attach(name: str) -> _Open:
         if slot is not None:
             slot.users += 1
     if slot is None:
-        seg = _open_segment(name)
+        seg = _open_segment(name, tracker)
         fresh = _Open(seg, be, be.pin_shared(_base(seg), seg.size), users=1)
         with _lock:
             slot = _open.setdefault(name, fresh)
@@ -181,17 +195,18 @@ def open_slots(dask_worker: Any = None) -> list[str]:
         return sorted(_open)
 
 
-def host_facts(names: dict[str, str], token: bytes, dask_worker: Any = None) -> dict[str, Any]:
+def host_facts(names: dict[str, str], token: bytes, tracker: tuple[int, int],
+               dask_worker: Any = None) -> dict[str, Any]:
     """What decides whether this worker shares the kernel's memory: its host name, and
     whether it opened the kernel's probe segment for it (``names`` by worker address) and
-    read ``token`` there."""
+    read ``token`` there (``tracker``: the kernel's, :func:`tracker_id`)."""
     facts: dict[str, Any] = {"host": socket.gethostname(), "opened": False, "why": ""}
     name = names.get(str(getattr(dask_worker, "address", "")))
     if name is None:
         facts["why"] = "no probe segment named for this worker"
         return facts
     try:
-        seg = _open_segment(name)
+        seg = _open_segment(name, tracker)
     except OSError as exc:
         facts["why"] = f"{type(exc).__name__}: {exc}"
         return facts
@@ -212,7 +227,7 @@ def run_slot_block(spec: BlockSpec, index: int, start: int, task: SlotTask,
     did not fit the result area (or hold Python objects), as host arrays. A failure raises
     :class:`~.worker.BlockFailed` as :func:`~.worker.run_block` does.
     """
-    slot = _attach(task.name)
+    slot = _attach(task.name, task.tracker)
     mem: np.ndarray | None = np.frombuffer(slot.seg.buf, np.uint8)
     batched = {n: view(mem, off, shape, dt) for n, (off, shape, dt) in task.inputs.items()}
     try:
