@@ -33,7 +33,7 @@ import numpy as np
 from .. import backend as _backend
 from .worker import BlockSpec, block_info, execute_block
 
-__all__ = ["ALIGN", "SlotTask", "align", "detach", "host_facts", "open_slots",
+__all__ = ["ALIGN", "SlotTask", "align", "detach", "host_facts", "locked_slots", "open_slots",
            "run_slot_block", "track_again", "tracker_id", "view"]
 
 ALIGN = 4096  # every area of a slot starts on a page: whole pages lock and copy fastest
@@ -193,6 +193,13 @@ def open_slots(dask_worker: Any = None) -> list[str]:
     """The slots this worker process has open now (tests, and the kernel's checks)."""
     with _lock:
         return sorted(_open)
+
+
+def locked_slots(dask_worker: Any = None) -> list[str]:
+    """The open slots this worker's backend holds page-locked (none on the CPU fallback)."""
+    with _lock:
+        return sorted(n for n, s in _open.items()
+                      if s.pin is not None and s.be is _backend.current())
 
 
 def host_facts(names: dict[str, str], token: bytes, tracker: tuple[int, int],

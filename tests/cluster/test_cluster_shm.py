@@ -226,3 +226,53 @@ def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
     assert shm.check_hosts(joined, workers) == ""  # a LocalCluster on this host
     assert segments() == before  # the probes are gone
     assert shm.check_hosts(joined, workers) == ""
+
+
+def test_on_the_cpu_fallback_no_slot_is_page_locked(ip, joined, x):
+    from cupy_magic import backend
+
+    if backend.current().is_gpu:
+        pytest.skip("a GPU kernel's workers lock their slots: the gpu test below")
+    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    opened = worker_slots(joined)
+    assert any(opened.values())
+    assert all(names == [] for names in joined.run(slots.locked_slots).values())
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_each_worker_locks_its_slots_once_and_the_results_equal_the_kernels(ip):
+    """On the H200: a LocalCUDACluster's worker reads its blocks from slots it page-locked
+    once (cudaHostRegister), and writes its row results there; off unlocks and unlinks."""
+    pytest.importorskip("dask_cuda")
+    from cupy_magic import backend
+    from cupy_magic.cluster import connect
+
+    if backend.current().name != "cupy":
+        pytest.skip("the host variant: test_on_the_cpu_fallback_no_slot_is_page_locked")
+    before = segments()
+    x = np.random.default_rng(2).random((40_000, 256), dtype=np.float32)  # 40 MiB
+    ip.user_ns["x"] = x
+    body = "y = np.sqrt(x * x + 1)\nn = (x * 2).sum(axis=1)\nk = 3\n"
+    kernel = _run(ip, body, "--to-host", "ynk")
+    ip.run_line_magic("gpu_cluster", "local")
+    try:
+        client = connect.client()
+        for run in range(2):
+            got = _run(ip, body, "--to-host --cluster --batch-rows 5000", "ynk")
+            info = cupy_magic.last_report().batch
+            assert info.transport.kind == "shm" and info.blocks == 8, info.transport
+            assert all(w.device != "CPU (NumPy)" for w in info.workers)
+            np.testing.assert_allclose(got["y"], kernel["y"], rtol=1e-6)
+            np.testing.assert_allclose(got["n"], kernel["n"], rtol=1e-5)
+            assert got["k"] == 3 and got["y"].dtype == np.float32
+            ring = set(shm.slot_names())
+            opened = client.run(slots.open_slots)
+            locked = client.run(slots.locked_slots)
+            assert locked == opened and all(locked.values()), (opened, locked)
+            assert {n for names in locked.values() for n in names} <= ring
+            if run == 0:
+                first = (ring, locked)
+        assert (ring, locked) == first  # the same slots, still locked: locked once
+    finally:
+        ip.run_line_magic("gpu_cluster", "off")
+    assert shm.slot_names() == [] and segments() - before == set()
