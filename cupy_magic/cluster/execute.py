@@ -151,12 +151,17 @@ class ClusterExecutor:
         progress.start(running.cell_label if running else filename, len(inputs.blocks),
                        inputs.input_bytes)
         t0 = time.perf_counter()
-        futures, slotted = None, None
+        futures, slotted, filled = None, None, None
         if transport.kind == "shm":
             ring = shm.ring(client, self._workers(client))
             ring.settle()
-            slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held)
-            infos = slotted.infos
+            slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held,
+                                        transport.place)
+            if transport.place:
+                infos, filled = slotted.infos, slotted.filled
+            else:  # the results stay on the workers: joined as the scatter path joins them
+                futures = slotted.futures
+                infos = client.gather(client.map(block_info, futures, pure=False))
         else:
             futures = client.compute([dask.delayed(run_block, pure=False)(
                 spec_f, i, inputs.starts[i], inputs.blocks[i], inputs.shared,
@@ -173,8 +178,7 @@ class ClusterExecutor:
                           inputs.scatter_seconds, ClusterRun.shares(stats), transport=transport)
         if slotted is not None:
             info.slots, info.copy_seconds = ring.describe(), slotted.copy_seconds
-        results = self._results(futures, infos, info, to_host, be,
-                                slotted.filled if slotted is not None else None)
+        results = self._results(futures, infos, info, to_host, be, filled)
         return results, info
 
     @staticmethod
@@ -187,9 +191,12 @@ class ClusterExecutor:
         if self.darrs:
             return shm.Transport("dask")
         cut = cut_inputs(plan, self.opts, self.scatter_numpy)
-        why = shm.fallback_reason(cut, plan.inputs, plan.stored, self.opts.reduce, to_host) \
+        why = shm.scatter_reason(cut, plan.inputs, plan.stored) \
             or shm.check_hosts(client, self._workers(client))
-        return shm.Transport("scatter", why) if why else shm.Transport("shm")
+        if why:
+            return shm.Transport("scatter", why)
+        kept = shm.futures_reason(plan.stored, self.opts.reduce, to_host)
+        return shm.Transport("shm", kept, place=not kept)
 
     def _drop_shared(self, client: Any) -> None:
         """Drop the workers' device copies of the cell's shared inputs (the cell ended)."""

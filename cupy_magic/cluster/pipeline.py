@@ -43,11 +43,14 @@ class SlotRun:
         the scatter path does).
     copy_seconds
         This kernel's copies into and out of the slots.
+    futures
+        Each block's future, in block order (without ``place``, its results on the worker).
     """
 
     infos: list[dict[str, Any]]
     filled: dict[str, np.ndarray] = field(default_factory=dict)
     copy_seconds: float = 0.0
+    futures: list[Any] = field(default_factory=list)
 
 
 def _layout(local: dict[str, np.ndarray], rows: int) -> tuple[dict[str, Any], int]:
@@ -67,16 +70,20 @@ def _row_bytes(names: dict[str, Any]) -> int:
 
 
 def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
-                      cell_id: str, held: list[Any]) -> SlotRun:
+                      cell_id: str, held: list[Any], place: bool = True) -> SlotRun:
     """Run every block of the cell through ``ring``; ``held`` gets each task's future (the
-    caller cancels them on a failure). On a failure or Ctrl-C the slots that blocks still
-    use are left out of the ring (a late block may write there), the others are free."""
+    caller cancels them on a failure). ``place``: the blocks' row results come back through
+    the slots; otherwise they stay on the workers (the futures' results, as
+    :func:`~.worker.run_block` gives them) and only the inputs go through the slots.
+
+    On a failure or Ctrl-C the slots that blocks still use are left out of the ring (a late
+    block may write there), the others are free."""
     from distributed import as_completed
 
     local, n = inputs.local, len(inputs.starts)
     total = sum(inputs.sizes)
     out_row = sum(int(a[:1].nbytes) for a in local.values())  # until a block says
-    run = SlotRun([{} for _ in range(n)])
+    run = SlotRun([{} for _ in range(n)], futures=[None] * n)
     todo = deque(range(n))
     flying: dict[Any, tuple[Slot, int]] = {}
     done = as_completed()
@@ -93,11 +100,12 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             copy_rows(slot.view(off, shape, dtype), local[name][start:start + rows], ring.pool)
         run.copy_seconds += time.perf_counter() - t0
         future = client.submit(run_slot_block, spec_f, i, start,
-                               SlotTask(slot.name, places, results_at, ring.tracker),
+                               SlotTask(slot.name, places, results_at, ring.tracker, place),
                                inputs.shared,
                                key=f"cupy-magic-{cell_id}-block-{i}", workers=[slot.worker],
                                allow_other_workers=True, pure=False)
         held.append(future)
+        run.futures[i] = future
         flying[future] = (slot, i)
         done.add(future)
         return True
@@ -130,9 +138,10 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             if future.status == "cancelled":
                 raise CellError("a block of the cell was cancelled on the cluster (a worker "
                                 "left?); run the cell again")
-            result = future.result()
-            receive(slot, i, result)
-            out_row = max(out_row, _row_bytes(result["names"]))
+            if place:
+                result = future.result()
+                receive(slot, i, result)
+                out_row = max(out_row, _row_bytes(result["names"]))
             ring.give_back(slot)
             progress.step(1, per_block)
             while todo and send(todo[0]):

@@ -4,9 +4,10 @@ cell's blocks take, and the ring of shared-memory slots they go through.
 When every worker runs on this kernel's host (the same host name, and each worker opened a
 segment this kernel made and read back what it holds), a block's input rows are copied into
 a slot, the worker reads them there and writes the block's row results back into the slot
-(:mod:`.slots`), so no array crosses a socket. Otherwise, or when the cell needs what only
-the scatter path gives (Dask futures of the blocks' results: ``--reduce`` rules, results
-kept on the workers), the blocks are scattered and gathered as before.
+(:mod:`.slots`), so no array crosses a socket. A cell whose results must stay on the workers
+as the blocks' futures (``--reduce`` rules, results without ``--to-host``) still reads its
+inputs through the slots. Otherwise (workers elsewhere, an input the cell changes, object
+arrays) the blocks are scattered and gathered as before.
 
 The ring holds :data:`SLOTS_PER_WORKER` slots per worker, made on the first cell that uses
 them, written once (so their pages exist), grown when a block needs more and reused across
@@ -37,7 +38,7 @@ from ..units import format_bytes
 from .slots import ALIGN, align, detach, host_facts, track_again, tracker_id, view
 
 __all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "Transport", "check_hosts", "copy_rows",
-           "fallback_reason", "release", "ring", "same_host", "slot_names"]
+           "futures_reason", "release", "ring", "same_host", "scatter_reason", "slot_names"]
 
 SLOTS_PER_WORKER = 3  # one running, one queued on the worker, one being filled or drained
 COPY_THREADS = max(1, min(16, os.cpu_count() or 1))  # 16 threads: 32-35 GB/s on the H200
@@ -49,41 +50,61 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Transport:
-    """How a cell's blocks reach the workers: ``kind`` ``"shm"``, ``"scatter"`` or
-    ``"dask"`` (the cell's Dask arrays are on the workers already); ``why`` a fallback's
-    reason."""
+    """How a cell's blocks reach the workers.
+
+    Attributes
+    ----------
+    kind
+        ``"shm"`` (the ring of slots), ``"scatter"`` (scatter and gather), or ``"dask"``
+        (the cell's Dask arrays are on the workers already).
+    why
+        Why scatter (a fallback's reason), or why the results of an ``"shm"`` run stay on
+        the workers as the blocks' futures.
+    place
+        ``"shm"``: the row results come back through the slots too (not as futures).
+    """
 
     kind: str
     why: str = ""
+    place: bool = True
 
     def describe(self) -> str:
         """One phrase for the report."""
+        ring = f"a ring of {SLOTS_PER_WORKER} slots per worker"
+        if self.kind == "shm" and self.place:
+            return (f"shared memory on this host ({ring}; inputs and row results copied "
+                    "through it, no array sent)")
         if self.kind == "shm":
-            return (f"shared memory on this host (a ring of {SLOTS_PER_WORKER} slots per "
-                    "worker; inputs and row results copied through it, no array sent)")
+            return (f"shared memory on this host for the inputs ({ring}); the results stay "
+                    f"on the workers as the blocks' futures ({self.why})")
         if self.kind == "dask":
             return "the Dask arrays' blocks, where the workers hold them"
         return "scatter and gather over the network" + (f" ({self.why})" if self.why else "")
 
 
-def fallback_reason(cut: list[str], inputs: dict[str, np.ndarray], stored: set[str],
-                    reduce: dict[str, str], to_host: Any) -> str:
-    """Why the cell's blocks must be scattered even on one host (``""``: they need not).
-
-    ``to_host`` as ``run_cell`` takes it: ``True``, or the names gathered as NumPy."""
-    if reduce:
-        return (f"--reduce {', '.join(reduce)} is a Dask tree reduction of the blocks' "
-                "results on the workers")
-    kept = sorted(stored) if to_host is not True else []
-    kept = [n for n in kept if n not in set(to_host or ())]
-    if kept:
-        return f"{', '.join(kept)} stay{'s' * (len(kept) == 1)} on the workers (no --to-host)"
+def scatter_reason(cut: list[str], inputs: dict[str, np.ndarray], stored: set[str]) -> str:
+    """Why the cell's batched inputs must be scattered even on one host (``""``: they can
+    go through shared memory)."""
     changed = [n for n in cut if n in stored]
     if changed:
         return f"the cell changes its input {', '.join(changed)}"
     objects = [n for n in cut if inputs[n].dtype.hasobject]
     if objects:
         return f"{', '.join(objects)} hold{'s' * (len(objects) == 1)} Python objects"
+    return ""
+
+
+def futures_reason(stored: set[str], reduce: dict[str, str], to_host: Any) -> str:
+    """Why the blocks' results must stay on the workers as their futures (``""``: every
+    row result comes back to this kernel, so through the slots).
+
+    ``to_host`` as ``run_cell`` takes it: ``True``, or the names gathered as NumPy."""
+    if reduce:
+        return (f"--reduce {', '.join(reduce)} is a Dask tree reduction of the blocks' "
+                "results on the workers")
+    kept = [] if to_host is True else sorted(set(stored) - set(to_host or ()))
+    if kept:
+        return f"{', '.join(kept)} stay{'s' * (len(kept) == 1)} on the workers (no --to-host)"
     return ""
 
 

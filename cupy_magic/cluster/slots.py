@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import backend as _backend
-from .worker import BlockSpec, block_info, execute_block
+from .worker import BlockSpec, block_info, execute_block, run_block
 
 __all__ = ["ALIGN", "SlotTask", "align", "detach", "host_facts", "locked_slots", "open_slots",
            "run_slot_block", "track_again", "tracker_id", "view"]
@@ -101,12 +101,16 @@ class SlotTask:
         The first byte of the result area (row results go from there to the slot's end).
     tracker
         The kernel's resource tracker (:func:`tracker_id`).
+    place
+        Write the row results into the slot; otherwise return the results as
+        :func:`~.worker.run_block` does (they stay on the worker as the task's result).
     """
 
     name: str
     inputs: dict[str, tuple[int, tuple[int, ...], np.dtype]]
     results_at: int
     tracker: tuple[int, int]
+    place: bool = True
 
 
 @dataclass(eq=False)
@@ -231,13 +235,16 @@ def run_slot_block(spec: BlockSpec, index: int, start: int, task: SlotTask,
 
     Returns the block's :func:`~.worker.block_info` (``names``, ``stats``), ``placed``: the
     offset in the slot of each row result written there, and ``values``: row results that
-    did not fit the result area (or hold Python objects), as host arrays. A failure raises
+    did not fit the result area (or hold Python objects), as host arrays; without
+    ``task.place``, what :func:`~.worker.run_block` returns. A failure raises
     :class:`~.worker.BlockFailed` as :func:`~.worker.run_block` does.
     """
     slot = _attach(task.name, task.tracker)
     mem: np.ndarray | None = np.frombuffer(slot.seg.buf, np.uint8)
     batched = {n: view(mem, off, shape, dt) for n, (off, shape, dt) in task.inputs.items()}
     try:
+        if not task.place:  # its results never view the slot: to_device copies the inputs
+            return run_block(spec, index, start, batched, shared)
         out, stats = execute_block(spec, index, start, batched, shared)
         batched.clear()
         info = block_info({"values": out, "stats": stats})

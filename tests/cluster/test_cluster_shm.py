@@ -63,22 +63,33 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
     kernel = _run(ip, BODY, "--to-host", "ymnk")
     shared = _run(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
-    assert info.transport.kind == "shm" and info.blocks == 11 and info.total_rows == 1003
+    assert info.transport.kind == "shm" and info.transport.place
+    assert info.blocks == 11 and info.total_rows == 1003
     assert info.scattered == () and info.gathered == ("m", "n", "y")
     assert len({w.worker for w in info.workers}) == 2  # both workers read slots
     lines = cupy_magic.last_report().text_lines()
-    assert any("cluster transport: shared memory on this host" in line for line in lines)
-    # y kept on the workers: the same cell takes the scatter path, and says why
-    scattered = _run(ip, BODY, f"--to-host m,n,k --cluster {ROWS}", "ymnk")
+    assert any("cluster transport: shared memory on this host (a ring of 3 slots per worker;"
+               in line for line in lines)
+    # the same cell rebinding its input takes the scatter path, and says why
+    scattered = _run(ip, "x = x + 0\n" + BODY, f"--to-host --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
-    assert info.transport.kind == "scatter" and "y stays on the workers" in info.transport.why
+    assert info.transport.kind == "scatter" and info.transport.why == (
+        "the cell changes its input x")
     assert info.scattered == ("x",) and info.blocks == 11
+    np.testing.assert_array_equal(ip.user_ns["x"], x)
+    # y kept on the workers: the inputs go through the slots, y stays a Dask array there
+    kept = _run(ip, BODY, f"--to-host m,n,k --cluster {ROWS}", "ymnk")
+    info = cupy_magic.last_report().batch
+    assert info.transport.kind == "shm" and not info.transport.place
+    assert "y stays on the workers" in info.transport.why and info.kept == ("y",)
+    assert info.blocks == 11 and hasattr(kept["y"], "dask")
     for name in "ymn":
         got = shared[name]
         assert isinstance(got, np.ndarray) and got.dtype == kernel[name].dtype
-        np.testing.assert_array_equal(got, _host(scattered[name]))
+        np.testing.assert_array_equal(got, scattered[name])
+        np.testing.assert_array_equal(got, _host(kept[name]))
         np.testing.assert_allclose(got, kernel[name], rtol=1e-12)
-    assert shared["k"] == scattered["k"] == kernel["k"] == 3
+    assert shared["k"] == scattered["k"] == kept["k"] == kernel["k"] == 3
     ring = shm.slot_names()
     assert 0 < len(ring) <= 2 * shm.SLOTS_PER_WORKER and segments() - before == set(ring)
     again = _run(ip, BODY, f"--to-host --cluster {ROWS}", "y")
@@ -167,19 +178,24 @@ def test_off_and_unload_unlink_every_segment_and_the_workers_close_theirs(
         ip.run_line_magic("load_ext", "cupy_magic")
 
 
-@pytest.mark.parametrize("line, body, why", [
-    (f"--to-host --cluster {ROWS} --reduce s=sum", "y = x * 2\ns = y.sum()\n",
-     "--reduce s is a Dask tree reduction"),
-    (f"--to-host y --cluster {ROWS}", "y = x * 2\nz = x + 1\n", "z stays on the workers"),
-])
-def test_cells_that_need_the_blocks_futures_take_the_scatter_path(ip, joined, x, line, body,
-                                                                  why):
-    ip.run_cell_magic("gpu", f"--quiet {line}", body)
+@pytest.mark.parametrize("rule", ["sum", "max", "mean", "concat"])
+def test_reduced_results_equal_the_scatter_path_with_inputs_through_the_slots(
+        ip, joined, x, rule):
+    body = "y = x * 2\ns = y.sum(axis=0) if RULE != 'concat' else y[:2]\n"
+    body = body.replace("RULE", repr(rule))
+    line = f"--to-host --cluster {ROWS} --reduce s={rule}"
+    shared = _run(ip, body, line, "ys")
     info = cupy_magic.last_report().batch
-    assert info.transport.kind == "scatter" and why in info.transport.why
-    np.testing.assert_array_equal(_host(ip.user_ns["y"]), x * 2)
-    assert any(f"scatter and gather over the network ({why}" in line
+    assert info.transport.kind == "shm" and not info.transport.place
+    assert info.transport.why.startswith("--reduce s is a Dask tree reduction")
+    assert info.reduced == {"s": rule} and info.gathered == ("y",) and info.scattered == ()
+    assert any("shared memory on this host for the inputs" in line
                for line in cupy_magic.last_report().text_lines())
+    scattered = _run(ip, "x = x + 0\n" + body, line, "ys")
+    assert cupy_magic.last_report().batch.transport.kind == "scatter"
+    np.testing.assert_array_equal(shared["y"], scattered["y"])
+    np.testing.assert_array_equal(shared["s"], scattered["s"])  # the same tree, same sums
+    np.testing.assert_array_equal(shared["y"], x * 2)
 
 
 def test_dask_inputs_keep_their_blocks_where_they_are(ip, joined, x):
@@ -207,17 +223,17 @@ def test_workers_on_another_host_or_without_the_kernels_memory_are_scattered_to(
         "on 'node1')")
 
 
-def test_what_the_cell_needs_decides_before_the_hosts():
+def test_what_the_cell_needs_decides_the_inputs_and_the_results_way():
     x = np.zeros((10, 2))
     objects = np.empty(10, object)
-    reason = shm.fallback_reason
-    assert reason(["x"], {"x": x}, {"y"}, {}, True) == ""
-    assert reason(["x"], {"x": x}, {"y"}, {}, ["y"]) == ""
-    assert reason(["x"], {"x": x}, {"y", "s"}, {"s": "sum"}, True).startswith("--reduce s ")
-    assert reason(["x"], {"x": x}, {"y", "z"}, {}, ["y"]) == "z stays on the workers (no --to-host)"
-    assert reason(["x"], {"x": x}, {"y"}, {}, False) == "y stays on the workers (no --to-host)"
-    assert reason(["x"], {"x": x}, {"x", "y"}, {}, True) == "the cell changes its input x"
-    assert reason(["o"], {"o": objects}, {"y"}, {}, True) == "o holds Python objects"
+    assert shm.scatter_reason(["x"], {"x": x}, {"y"}) == ""
+    assert shm.scatter_reason(["x"], {"x": x}, {"x", "y"}) == "the cell changes its input x"
+    assert shm.scatter_reason(["o"], {"o": objects}, {"y"}) == "o holds Python objects"
+    kept = shm.futures_reason
+    assert kept({"y"}, {}, True) == "" and kept({"y"}, {}, ["y"]) == ""
+    assert kept({"y", "s"}, {"s": "sum"}, True).startswith("--reduce s is a Dask tree ")
+    assert kept({"y", "z"}, {}, ["y"]) == "z stays on the workers (no --to-host)"
+    assert kept({"y", "z"}, {}, False) == "y, z stay on the workers (no --to-host)"
 
 
 def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
