@@ -1,9 +1,11 @@
 """A cell run on the cluster, as a transaction: one task per block, results back as Dask
 arrays (or NumPy with ``--to-host``), ``--reduce`` rules as Dask tree reductions.
 
-Dask schedules; this module only builds the tasks, counts finished blocks for the progress
-bar, and on a failure or Ctrl-C cancels every future of the cell (blocks, scattered chunks,
-shared inputs), so the workers keep nothing of it and the namespace is untouched.
+Dask schedules; this module only picks how the blocks' data moves (:mod:`.shm`: shared
+memory on one host, run by :mod:`.pipeline`, or scatter and gather), builds the tasks, counts
+finished blocks for the progress bar, and on a failure or Ctrl-C cancels every future of the
+cell (blocks, scattered chunks, shared inputs), so the workers keep nothing of it and the
+namespace is untouched.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ class ClusterExecutor:
     opts
         ``--batch`` options: block rows and bytes for scattered NumPy inputs, and ``--reduce``.
     scatter_numpy
-        ``--cluster``: chunk and scatter the cell's NumPy inputs too.
+        ``--cluster``: cut the cell's NumPy inputs into blocks too (sent through shared
+        memory or scattered).
     """
 
     def __init__(self, darrs: dict[str, Any], opts: BatchOptions | None,
