@@ -181,6 +181,7 @@ class ClusterExecutor:
                           inputs.scatter_seconds, ClusterRun.shares(stats), transport=transport)
         if slotted is not None:
             info.slots, info.copy_seconds = ring.describe(), slotted.copy_seconds
+            info.sent_back = slotted.sent_back
         results = self._results(futures, infos, info, to_host, be, filled)
         return results, info
 

@@ -45,12 +45,16 @@ class SlotRun:
         This kernel's copies into and out of the slots.
     futures
         Each block's future, in block order (without ``place``, its results on the worker).
+    sent_back
+        Blocks whose row results came back over the socket instead: larger than the slot
+        the block was given before the first block said how large a result row is.
     """
 
     infos: list[dict[str, Any]]
     filled: dict[str, np.ndarray] = field(default_factory=dict)
     copy_seconds: float = 0.0
     futures: list[Any] = field(default_factory=list)
+    sent_back: int = 0
 
 
 def _layout(local: dict[str, np.ndarray], rows: int) -> tuple[dict[str, Any], int]:
@@ -113,6 +117,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
     def receive(slot: Slot, i: int, result: dict[str, Any]) -> None:
         start, rows = inputs.starts[i], inputs.sizes[i]
         run.infos[i] = {"names": result["names"], "stats": result["stats"]}
+        run.sent_back += bool(result["values"])
         t0 = time.perf_counter()
         for name, kind in result["names"].items():
             if kind[0] != "rows":

@@ -56,8 +56,9 @@ class ClusterRun:
     transport
         How the blocks' data moved (:class:`~.shm.Transport`): shared memory on this host,
         scatter and gather (and why), or the Dask arrays' blocks where they are.
-    slots, copy_seconds
-        With shared memory: the ring's slots, and this kernel's copies into and out of them.
+    slots, copy_seconds, sent_back
+        With shared memory: the ring's slots, this kernel's copies into and out of them, and
+        how many blocks sent their row results back over the socket (larger than their slot).
     """
 
     cluster: str
@@ -76,6 +77,7 @@ class ClusterRun:
     transport: Transport | None = None
     slots: str = ""
     copy_seconds: float = 0.0
+    sent_back: int = 0
 
     @property
     def input_gbps(self) -> float:
@@ -113,7 +115,10 @@ class ClusterRun:
         if self.transport is not None:
             out.append(f"  cluster transport: {self.transport.describe()}" + (
                 f"; {self.slots}, this kernel's copies {self.copy_seconds * 1e3:.1f} ms"
-                if self.transport.kind == "shm" else ""))
+                if self.transport.kind == "shm" else "") + (
+                f"; {self.sent_back} of {self.blocks} blocks sent their row results back over "
+                "the socket (larger than their slot; the slots have grown since)"
+                if self.sent_back else ""))
         if self.scattered or self.shared:
             uploads = sum(w.uploads for w in self.workers)
             out.append(f"  cluster scattered from this kernel in {self.scatter_seconds * 1e3:.1f}"

@@ -239,8 +239,8 @@ class Ring:
         worker = min(open_, key=lambda w: busy[w])
         idle = [s for s in self.slots if s.worker == worker and not s.busy]
         fits = [s for s in idle if s.capacity >= need]
-        if fits:
-            slot = min(fits, key=lambda s: s.capacity)
+        if fits:  # the largest: the block's results, not known yet, most likely fit
+            slot = max(fits, key=lambda s: s.capacity)
         else:
             if idle:  # too small for this block: a bigger one instead
                 self._retire(idle[0])

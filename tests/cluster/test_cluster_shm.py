@@ -97,19 +97,24 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
     assert shm.slot_names() == ring  # the same slots, reused by the next cell
 
 
-def test_results_larger_than_the_inputs_and_rows_of_other_shapes(ip, joined, x):
-    xf = x.astype(np.float32)
-    ip.user_ns["x"] = xf
+def test_results_larger_than_their_slots_come_back_whole_and_the_slots_grow(ip, joined):
+    x = np.random.default_rng(3).random((1_000_000, 4), dtype=np.float32)  # 16 MB
+    ip.user_ns["x"] = x
+    # 16 bytes of input a row, 121 of results: the first blocks' slots are too small
     body = ("w = x.astype(np.float64)\nr = np.repeat(x, 5, axis=1).reshape(len(x), 5, 4)\n"
             "c = (x > 0.5).sum(axis=1)\nb = x[:, 0] > 0.5\n")
     kernel = _run(ip, body, "--to-host", "wrcb")
-    first = _run(ip, body, f"--to-host --cluster {ROWS}", "wrcb")
-    assert cupy_magic.last_report().batch.transport.kind == "shm"
+    first = _run(ip, body, "--to-host --cluster --batch-rows 50000", "wrcb")
+    info = cupy_magic.last_report().batch
+    assert info.transport.kind == "shm" and info.blocks == 20
+    assert 0 < info.sent_back < info.blocks  # sent back until the slots grew
+    assert any(f"{info.sent_back} of 20 blocks sent their row results back" in line
+               for line in cupy_magic.last_report().text_lines())
     for name in "wrcb":
         assert first[name].dtype == kernel[name].dtype
         np.testing.assert_array_equal(first[name], kernel[name])
-    # the ring grew to the results' size: the next cell's blocks all fit their slots
-    second = _run(ip, body, f"--to-host --cluster {ROWS}", "wrcb")
+    second = _run(ip, body, "--to-host --cluster --batch-rows 50000", "wrcb")
+    assert cupy_magic.last_report().batch.sent_back == 0  # every block fits a grown slot
     for name in "wrcb":
         np.testing.assert_array_equal(second[name], kernel[name])
 
