@@ -119,6 +119,23 @@ def test_results_larger_than_their_slots_come_back_whole_and_the_slots_grow(ip, 
         np.testing.assert_array_equal(second[name], kernel[name])
 
 
+def test_several_batched_inputs_of_other_shapes_and_dtypes_share_a_slot(ip, joined):
+    rng = np.random.default_rng(4)
+    a = rng.random(1003, dtype=np.float32)
+    b = rng.integers(-50, 50, (1003, 2, 3)).astype(np.int16)
+    bt = np.asfortranarray(rng.random((1003, 5)))[:, ::2]  # neither C- nor F-ordered rows
+    ip.user_ns.update(a=a, b=b, bt=bt, w=np.arange(3.0))
+    body = "y = a[:, None, None] * b + w\nz = bt.sum(axis=1) + a\n"
+    kernel = _run(ip, body, "--to-host", "yz")
+    shared = _run(ip, body, f"--to-host --cluster {ROWS}", "yz")
+    info = cupy_magic.last_report().batch
+    assert info.transport.kind == "shm" and info.batched == ("a", "b", "bt")
+    assert info.shared == ("w",) and info.blocks == 11
+    for name in "yz":
+        assert shared[name].dtype == kernel[name].dtype
+        np.testing.assert_allclose(shared[name], kernel[name], rtol=1e-12)
+
+
 def test_a_cell_without_rows_is_refused_as_the_scatter_path_refuses_it(ip, joined, x):
     from IPython.core.error import UsageError
 
