@@ -24,7 +24,7 @@ from ..run import progress
 from ..run.errors import CellError
 from .inputs import BlockInputs
 from .shm import Ring, Slot, copy_rows
-from .slots import SlotTask, align, run_slot_block
+from .slots import ALIGN, SlotTask, align, run_slot_block
 
 __all__ = ["SlotRun", "run_through_slots"]
 
@@ -67,10 +67,12 @@ def _layout(local: dict[str, np.ndarray], rows: int) -> tuple[dict[str, Any], in
     return places, at
 
 
-def _row_bytes(names: dict[str, Any]) -> int:
-    """Bytes per row of a block's row results that go through a slot."""
-    return sum(math.prod(k[1][1:]) * k[2].itemsize for k in names.values()
-               if k[0] == "rows" and not k[2].hasobject)
+def _row_bytes(names: dict[str, Any]) -> tuple[int, int]:
+    """Bytes per row of a block's row results that go through a slot, and how many there
+    are (each starts on a page of its own)."""
+    rows = [math.prod(k[1][1:]) * k[2].itemsize for k in names.values()
+            if k[0] == "rows" and not k[2].hasobject]
+    return sum(rows), len(rows)
 
 
 def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
@@ -86,7 +88,8 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
 
     local, n = inputs.local, len(inputs.starts)
     total = sum(inputs.sizes)
-    out_row = sum(int(a[:1].nbytes) for a in local.values())  # until a block says
+    # a result row's bytes and results: as the inputs' until a block says
+    out_row, outs = sum(int(a[:1].nbytes) for a in local.values()), len(local)
     run = SlotRun([{} for _ in range(n)], futures=[None] * n)
     todo = deque(range(n))
     flying: dict[Any, tuple[Slot, int]] = {}
@@ -96,7 +99,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
     def send(i: int) -> bool:
         start, rows = inputs.starts[i], inputs.sizes[i]
         places, results_at = _layout(local, rows)
-        slot = ring.take(results_at + align(rows * out_row))
+        slot = ring.take(results_at + rows * out_row + ALIGN * outs)
         if slot is None:
             return False
         t0 = time.perf_counter()
@@ -146,7 +149,8 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             if place:
                 result = future.result()
                 receive(slot, i, result)
-                out_row = max(out_row, _row_bytes(result["names"]))
+                got, count = _row_bytes(result["names"])
+                out_row, outs = max(out_row, got), max(outs, count)
             ring.give_back(slot)
             progress.step(1, per_block)
             while todo and send(todo[0]):
