@@ -19,7 +19,7 @@ from typing import Any
 from .. import lifecycle
 from ..backend import Backend
 from ..units import format_bytes
-from . import shm
+from . import shm, transport
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
@@ -208,6 +208,7 @@ def close() -> None:
     stays open) and the cluster it started."""
     c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
     _state.update(client=None, cluster=None, kind="", budget=None, owned=False)
+    transport.forget()
     shm.release()  # the workers close their slots while the client still reaches them
     if c is not None and owned:
         c.close()

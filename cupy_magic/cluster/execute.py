@@ -1,11 +1,11 @@
 """A cell run on the cluster, as a transaction: one task per block, results back as Dask
 arrays (or NumPy with ``--to-host``), ``--reduce`` rules as Dask tree reductions.
 
-Dask schedules; this module only picks how the blocks' data moves (:mod:`.shm`: shared
-memory on one host, run by :mod:`.pipeline`, or scatter and gather), builds the tasks, counts
-finished blocks for the progress bar, and on a failure or Ctrl-C cancels every future of the
-cell (blocks, scattered chunks, shared inputs), so the workers keep nothing of it and the
-namespace is untouched.
+Dask schedules; this module only picks how the blocks' data moves (:mod:`.transport`:
+shared memory on one host, run by :mod:`.pipeline`, or scatter and gather), builds the tasks,
+counts finished blocks for the progress bar, and on a failure or Ctrl-C cancels every future
+of the cell (blocks, scattered chunks, shared inputs), so the workers keep nothing of it and
+the namespace is untouched.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from ..run.errors import CellError, at_cell_line, fail
 from ..run.plan import CellPlan
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
-from .inputs import BlockInputs, cut_inputs, prepare, python_values
+from .inputs import BlockInputs, prepare, python_values
 from .pipeline import run_through_slots
 from .report import ClusterRun
+from .transport import choose
 from .worker import BlockFailed, BlockSpec, block_info, drop_shared, run_block
 
 __all__ = ["SPLIT_EVERY", "ClusterExecutor"]
@@ -134,7 +135,7 @@ class ClusterExecutor:
              to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
         import dask
 
-        transport = self._transport(client, plan, to_host)
+        transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host)
         inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
                          self.scatter_numpy, be, local=transport.kind == "shm")
         held.extend(inputs.futures)
@@ -188,19 +189,6 @@ class ClusterExecutor:
     @staticmethod
     def _workers(client: Any) -> tuple[str, ...]:
         return tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
-
-    def _transport(self, client: Any, plan: CellPlan, to_host: Any) -> shm.Transport:
-        """How the blocks' data moves: the Dask arrays' blocks, shared memory when every
-        worker shares this host's memory and the cell allows it, else scatter and gather."""
-        if self.darrs:
-            return shm.Transport("dask")
-        cut = cut_inputs(plan, self.opts, self.scatter_numpy)
-        why = shm.scatter_reason(cut, plan.inputs, plan.stored) \
-            or shm.check_hosts(client, self._workers(client))
-        if why:
-            return shm.Transport("scatter", why)
-        kept = shm.futures_reason(plan.stored, self.opts.reduce, to_host)
-        return shm.Transport("shm", kept, place=not kept)
 
     def _drop_shared(self, client: Any) -> None:
         """Drop the workers' device copies of the cell's shared inputs (the cell ended)."""

@@ -20,8 +20,8 @@ from ..run.errors import CellError
 from ..run.names import cell_names
 from ..run.plan import CellPlan
 
-__all__ = ["BLOCK_BYTES", "BlockInputs", "cut_inputs", "dask_inputs", "is_dask_array", "prepare",
-           "read_values"]
+__all__ = ["BLOCK_BYTES", "BlockInputs", "block_sizes", "cut_inputs", "dask_inputs",
+           "is_dask_array", "prepare", "read_values"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
 
@@ -92,6 +92,16 @@ def _align(darrs: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, Any]]:
                     for n, a in darrs.items()}
 
 
+def block_sizes(inputs: dict[str, np.ndarray], cut: list[str], opts: BatchOptions,
+                workers: int) -> tuple[int, ...]:
+    """The rows of each block the NumPy inputs ``cut`` are cut into (``--cluster``)."""
+    if not cut:
+        return ()
+    total = inputs[cut[0]].shape[0]
+    row_bytes = sum(inputs[n][:1].nbytes for n in cut)
+    return _numpy_chunks(total, row_bytes, opts, workers)
+
+
 def _numpy_chunks(total: int, row_bytes: int, opts: BatchOptions, workers: int) -> tuple[int, ...]:
     if opts.rows:
         rows = opts.rows
@@ -128,10 +138,8 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                             f"Dask inputs' {total:,}; name the inputs to cut: --batch "
                             f"{','.join(darrs)}")
     elif cut:
-        total = numpy_in[cut[0]].shape[0]
-        row_bytes = sum(numpy_in[n][:1].nbytes for n in cut)
         workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-        chunks = _numpy_chunks(total, row_bytes, opts, workers)
+        chunks = block_sizes(numpy_in, cut, opts, workers)
     if not chunks or sum(chunks) == 0:
         raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")
     starts = [sum(chunks[:i]) for i in range(len(chunks))]

@@ -99,7 +99,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
     def send(i: int) -> bool:
         start, rows = inputs.starts[i], inputs.sizes[i]
         places, results_at = _layout(local, rows)
-        slot = ring.take(results_at + rows * out_row + ALIGN * outs)
+        slot = ring.take(results_at + rows * out_row + ALIGN * outs, results_at)
         if slot is None:
             return False
         t0 = time.perf_counter()

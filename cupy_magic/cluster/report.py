@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..units import format_bytes
-from .shm import Transport
+from .transport import Transport
 from .worker import BlockStats
 
 __all__ = ["ClusterRun", "WorkerShare"]
@@ -54,7 +54,7 @@ class ClusterRun:
         Row results (Dask arrays, or NumPy with ``--to-host``), ``--reduce`` results
         (Dask tree reductions), results left as Dask arrays on the workers.
     transport
-        How the blocks' data moved (:class:`~.shm.Transport`): shared memory on this host,
+        How the blocks' data moved (:class:`~.transport.Transport`): shared memory on this host,
         scatter and gather (and why), or the Dask arrays' blocks where they are.
     slots, copy_seconds, sent_back
         With shared memory: the ring's slots, this kernel's copies into and out of them, and

@@ -1,13 +1,8 @@
-"""The kernel's side of the same-host transport for ``%%gpu --cluster``: which transport a
-cell's blocks take, and the ring of shared-memory slots they go through.
+"""The kernel's side of the same-host transport for ``%%gpu --cluster``: the ring of
+shared-memory slots the blocks go through (:mod:`.transport` decides when).
 
-When every worker runs on this kernel's host (the same host name, and each worker opened a
-segment this kernel made and read back what it holds), a block's input rows are copied into
-a slot, the worker reads them there and writes the block's row results back into the slot
-(:mod:`.slots`), so no array crosses a socket. A cell whose results must stay on the workers
-as the blocks' futures (``--reduce`` rules, results without ``--to-host``) still reads its
-inputs through the slots. Otherwise (workers elsewhere, an input the cell changes, object
-arrays) the blocks are scattered and gathered as before.
+A block's input rows are copied into a slot, the worker reads them there and writes the
+block's row results back into the slot (:mod:`.slots`), so no array crosses a socket.
 
 The ring holds :data:`SLOTS_PER_WORKER` slots per worker, made on the first cell that uses
 them, written once (so their pages exist), grown when a block needs more and reused across
@@ -24,8 +19,6 @@ import gc
 import itertools
 import logging
 import os
-import secrets
-import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,123 +27,37 @@ from typing import Any
 
 import numpy as np
 
+from ..run.errors import CellError
 from ..units import format_bytes
-from .slots import ALIGN, align, detach, host_facts, track_again, tracker_id, view
+from .slots import align, detach, track_again, tracker_id, view
 
-__all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "Transport", "check_hosts", "copy_rows",
-           "futures_reason", "release", "ring", "same_host", "scatter_reason", "slot_names"]
+__all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "copy_rows", "release", "ring", "room",
+           "slot_bytes", "slot_names"]
 
 SLOTS_PER_WORKER = 3  # one running, one queued on the worker, one being filled or drained
 COPY_THREADS = max(1, min(16, os.cpu_count() or 1))  # 16 threads: 32-35 GB/s on the H200
 COPY_PIECE = 8 << 20  # bytes a copying thread takes at least (fewer threads for less)
 SLOT_ROUND = 1 << 20  # slot sizes in whole MiB, so blocks of nearly one size share slots
 
+SHM_DIR = "/dev/shm"  # where Linux keeps the segments (a tmpfs: a container may make it small)
+
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Transport:
-    """How a cell's blocks reach the workers.
+def room() -> int | None:
+    """Bytes free for new segments on this host (``None`` where the system does not say).
 
-    Attributes
-    ----------
-    kind
-        ``"shm"`` (the ring of slots), ``"scatter"`` (scatter and gather), or ``"dask"``
-        (the cell's Dask arrays are on the workers already).
-    why
-        Why scatter (a fallback's reason), or why the results of an ``"shm"`` run stay on
-        the workers as the blocks' futures.
-    place
-        ``"shm"``: the row results come back through the slots too (not as futures).
-    """
-
-    kind: str
-    why: str = ""
-    place: bool = True
-
-    def describe(self) -> str:
-        """One phrase for the report."""
-        ring = f"a ring of {SLOTS_PER_WORKER} slots per worker"
-        if self.kind == "shm" and self.place:
-            return (f"shared memory on this host ({ring}; inputs and row results copied "
-                    "through it, no array sent)")
-        if self.kind == "shm":
-            return (f"shared memory on this host for the inputs ({ring}); the results stay "
-                    f"on the workers as the blocks' futures ({self.why})")
-        if self.kind == "dask":
-            return "the Dask arrays' blocks, where the workers hold them"
-        return "scatter and gather over the network" + (f" ({self.why})" if self.why else "")
-
-
-def scatter_reason(cut: list[str], inputs: dict[str, np.ndarray], stored: set[str]) -> str:
-    """Why the cell's batched inputs must be scattered even on one host (``""``: they can
-    go through shared memory)."""
-    changed = [n for n in cut if n in stored]
-    if changed:
-        return f"the cell changes its input {', '.join(changed)}"
-    objects = [n for n in cut if inputs[n].dtype.hasobject]
-    if objects:
-        return f"{', '.join(objects)} hold{'s' * (len(objects) == 1)} Python objects"
-    return ""
-
-
-def futures_reason(stored: set[str], reduce: dict[str, str], to_host: Any) -> str:
-    """Why the blocks' results must stay on the workers as their futures (``""``: every
-    row result comes back to this kernel, so through the slots).
-
-    ``to_host`` as ``run_cell`` takes it: ``True``, or the names gathered as NumPy."""
-    if reduce:
-        return (f"--reduce {', '.join(reduce)} is a Dask tree reduction of the blocks' "
-                "results on the workers")
-    kept = [] if to_host is True else sorted(set(stored) - set(to_host or ()))
-    if kept:
-        return f"{', '.join(kept)} stay{'s' * (len(kept) == 1)} on the workers (no --to-host)"
-    return ""
-
-
-def same_host(kernel_host: str, facts: dict[str, Any]) -> str:
-    """Why the workers cannot share this kernel's memory (``""``: every one can).
-
-    ``facts`` by worker address: what :func:`~.slots.host_facts` answered there (its
-    ``host`` and whether it ``opened`` this kernel's probe segment), or an error."""
-    if not facts:
-        return "no workers to ask"
-    for address, fact in sorted(facts.items()):
-        if not isinstance(fact, dict):
-            return f"worker {address} could not say where it runs ({fact!r})"
-        if fact.get("host") != kernel_host:
-            return f"worker {address} runs on {fact.get('host')!r}, this kernel on {kernel_host!r}"
-        if not fact.get("opened"):
-            return (f"worker {address} could not open this kernel's shared memory "
-                    f"({fact.get('why') or 'no reason given'})")
-    return ""
-
-
-_hosts: dict[tuple[int, tuple[str, ...]], str] = {}  # (client, workers) -> same_host's answer
-
-
-def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
-    """:func:`same_host` for the cluster's workers, asked once per client and worker set."""
-    key = (id(client), workers)
-    if key in _hosts:
-        return _hosts[key]
-    token = secrets.token_bytes(16)
-    # a probe per worker: workers sharing one resource tracker never open one name at once
-    probes = {w: shared_memory.SharedMemory(create=True, size=ALIGN) for w in workers}
+    Writing past a full tmpfs kills the writer (SIGBUS), so no slot is made without room."""
     try:
-        for seg in probes.values():
-            seg.buf[:len(token)] = token
-        facts = client.run(host_facts, {w: s.name for w, s in probes.items()}, token,
-                           tracker_id(), workers=list(workers), on_error="return")
-    except Exception as exc:  # not asked: not known to share memory, asked again next cell
-        return f"asking the workers where they run failed ({type(exc).__name__}: {exc})"
-    finally:
-        track_again(list(probes.values()))
-        for seg in probes.values():
-            seg.close()
-            seg.unlink()
-    _hosts[key] = why = same_host(socket.gethostname(), facts)
-    return why
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _size(need: int) -> int:
+    """A slot's bytes for ``need``: whole MiB, so blocks of nearly one size share slots."""
+    return max(SLOT_ROUND, -(-align(need) // SLOT_ROUND) * SLOT_ROUND)
 
 
 def _pieces(rows: int, nbytes: int) -> list[tuple[int, int]]:
@@ -229,18 +136,23 @@ class Ring:
         return (f"{len(sizes)} slots of {format_bytes(max(sizes))}" if sizes
                 else "no slots")
 
-    def take(self, need: int) -> Slot | None:
+    def take(self, need: int, least: int) -> Slot | None:
         """A free slot of at least ``need`` bytes for the least busy worker (made or grown
-        now if needed), marked busy; None while every worker has all its slots busy."""
+        now if needed), marked busy; None while every worker has all its slots busy.
+
+        Where this host has no room for a bigger slot, a free one of ``least`` bytes (the
+        block's inputs) does: the block's results then come back over the socket."""
         busy = Counter(s.worker for s in self.slots if s.busy)
         open_ = [w for w in self.workers if busy[w] < SLOTS_PER_WORKER]
         if not open_:
             return None
         worker = min(open_, key=lambda w: busy[w])
-        idle = [s for s in self.slots if s.worker == worker and not s.busy]
-        fits = [s for s in idle if s.capacity >= need]
-        if fits:  # the largest: the block's results, not known yet, most likely fit
-            slot = max(fits, key=lambda s: s.capacity)
+        idle = sorted((s for s in self.slots if s.worker == worker and not s.busy),
+                      key=lambda s: -s.capacity)  # the largest first: results most likely fit
+        free = room()
+        if idle and (idle[0].capacity >= need or (
+                free is not None and free < _size(need) and idle[0].capacity >= least)):
+            slot = idle[0]
         else:
             if idle:  # too small for this block: a bigger one instead
                 self._retire(idle[0])
@@ -272,7 +184,14 @@ class Ring:
         track_again([s.seg for s in self.slots])
 
     def _make(self, worker: str, need: int) -> Slot:
-        size = max(SLOT_ROUND, -(-align(need) // SLOT_ROUND) * SLOT_ROUND)
+        size, free = _size(need), room()
+        if free is not None and free < size:
+            ring = size * SLOTS_PER_WORKER * len(self.workers)
+            raise CellError(f"{SHM_DIR} has {format_bytes(free)} free and a block's slot needs "
+                            f"{format_bytes(size)}; give it room for the ring's "
+                            f"{format_bytes(ring)} (docker run --shm-size="
+                            f"{-(-ring * 5 // 4 // 2**30)}g) or make blocks smaller "
+                            "(--batch-bytes 32MiB)")
         seg = shared_memory.SharedMemory(create=True, size=size)
         slot = Slot(worker, seg, np.frombuffer(seg.buf, np.uint8))
         self.slots.append(slot)
@@ -347,10 +266,15 @@ def slot_names() -> list[str]:
     return [s.name for s in current.slots] if current is not None else []
 
 
+def slot_bytes() -> int:
+    """Bytes of the ring's slots now (reused by the next cell before any new one is made)."""
+    current = _state["ring"]
+    return sum(s.capacity for s in current.slots) if current is not None else 0
+
+
 def release(workers: bool = True) -> None:
-    """Unlink the ring's slots and forget what the workers' hosts are (leaving a cluster,
-    unload, interpreter exit); with ``workers``, the workers close theirs first."""
+    """Unlink the ring's slots (leaving a cluster, unload, interpreter exit); with
+    ``workers``, the workers close theirs first."""
     current, _state["ring"] = _state["ring"], None
-    _hosts.clear()
     if current is not None:
         current.close(workers=workers and getattr(current.client, "status", "") == "running")

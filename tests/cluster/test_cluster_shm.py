@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cupy_magic
-from cupy_magic.cluster import shm, slots
+from cupy_magic.cluster import shm, slots, transport
 
 SHM = "/dev/shm"
 ROWS = "--batch-rows 100"  # 1003 rows: 11 blocks, the last of 3 rows
@@ -231,16 +231,16 @@ def test_dask_inputs_keep_their_blocks_where_they_are(ip, joined, x):
 # --- the decision, on given facts ------------------------------------------------------
 def test_workers_on_another_host_or_without_the_kernels_memory_are_scattered_to():
     here = {"host": "node1", "opened": True, "why": ""}
-    assert shm.same_host("node1", {"tcp://a:1": here, "tcp://b:2": here}) == ""
-    elsewhere = shm.same_host("node1", {"tcp://a:1": here,
+    assert transport.same_host("node1", {"tcp://a:1": here, "tcp://b:2": here}) == ""
+    elsewhere = transport.same_host("node1", {"tcp://a:1": here,
                                         "tcp://b:2": {**here, "host": "node2"}})
     assert elsewhere == "worker tcp://b:2 runs on 'node2', this kernel on 'node1'"
-    closed = shm.same_host("node1", {"tcp://a:1": {**here, "opened": False,
+    closed = transport.same_host("node1", {"tcp://a:1": {**here, "opened": False,
                                                    "why": "FileNotFoundError: no such file"}})
     assert "could not open this kernel's shared memory (FileNotFoundError" in closed
-    assert "could not say where it runs" in shm.same_host("node1", {"tcp://a:1": OSError()})
-    assert shm.same_host("node1", {}) == "no workers to ask"
-    assert shm.Transport("scatter", elsewhere).describe() == (
+    assert "could not say where it runs" in transport.same_host("node1", {"tcp://a:1": OSError()})
+    assert transport.same_host("node1", {}) == "no workers to ask"
+    assert transport.Transport("scatter", elsewhere).describe() == (
         "scatter and gather over the network (worker tcp://b:2 runs on 'node2', this kernel "
         "on 'node1')")
 
@@ -248,10 +248,10 @@ def test_workers_on_another_host_or_without_the_kernels_memory_are_scattered_to(
 def test_what_the_cell_needs_decides_the_inputs_and_the_results_way():
     x = np.zeros((10, 2))
     objects = np.empty(10, object)
-    assert shm.scatter_reason(["x"], {"x": x}, {"y"}) == ""
-    assert shm.scatter_reason(["x"], {"x": x}, {"x", "y"}) == "the cell changes its input x"
-    assert shm.scatter_reason(["o"], {"o": objects}, {"y"}) == "o holds Python objects"
-    kept = shm.futures_reason
+    assert transport.scatter_reason(["x"], {"x": x}, {"y"}) == ""
+    assert transport.scatter_reason(["x"], {"x": x}, {"x", "y"}) == "the cell changes its input x"
+    assert transport.scatter_reason(["o"], {"o": objects}, {"y"}) == "o holds Python objects"
+    kept = transport.futures_reason
     assert kept({"y"}, {}, True) == "" and kept({"y"}, {}, ["y"]) == ""
     assert kept({"y", "s"}, {"s": "sum"}, True).startswith("--reduce s is a Dask tree ")
     assert kept({"y", "z"}, {}, ["y"]) == "z stays on the workers (no --to-host)"
@@ -261,9 +261,9 @@ def test_what_the_cell_needs_decides_the_inputs_and_the_results_way():
 def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
     workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
     before = segments()
-    assert shm.check_hosts(joined, workers) == ""  # a LocalCluster on this host
+    assert transport.check_hosts(joined, workers) == ""  # a LocalCluster on this host
     assert segments() == before  # the probes are gone
-    assert shm.check_hosts(joined, workers) == ""
+    assert transport.check_hosts(joined, workers) == ""
 
 
 def test_on_the_cpu_fallback_no_slot_is_page_locked(ip, joined, x):
@@ -314,3 +314,12 @@ def test_on_a_gpu_each_worker_locks_its_slots_once_and_the_results_equal_the_ker
     finally:
         ip.run_line_magic("gpu_cluster", "off")
     assert shm.slot_names() == [] and segments() - before == set()
+
+
+def test_a_host_without_room_for_the_slots_is_scattered_to():
+    free = shm.room()
+    assert free is not None and free > 0  # this host has a /dev/shm to measure
+    assert transport.room_reason(1 << 20, 8, 2) == ""
+    why = transport.room_reason(free, 8, 2)  # six slots as large as all there is
+    assert why.startswith(f"{shm.SHM_DIR} has ") and "docker run --shm-size" in why
+    assert transport.room_reason(free, 0, 2) == ""  # no block, no slot
