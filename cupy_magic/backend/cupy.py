@@ -282,13 +282,6 @@ class CupyBackend(Backend):
         else:
             src.get(out=out)
 
-    def pin_shared(self, base: int, nbytes: int) -> Any:
-        return self.host.adopt(base, nbytes)
-
-    def unpin_shared(self, handle: Any) -> None:
-        if handle is not None:
-            self.host.disown(handle)
-
     def _pool(self, device: int | None) -> Any:
         """The pool of ``device`` if one was made (``None``: the home device's)."""
         return self.pool if device is None or device == self.home else _POOLS.get(device)

@@ -159,7 +159,7 @@ class ClusterExecutor:
         if transport.kind == "shm":
             ring = shm.ring(client, self._workers(client))
             ring.settle()
-            slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held,
+            slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held, be,
                                         transport.place)
             if transport.place:
                 infos, filled = slotted.infos, slotted.filled

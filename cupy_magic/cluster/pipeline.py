@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import Backend
 from ..run import progress
 from ..run.errors import CellError
 from .inputs import BlockInputs
@@ -76,14 +77,15 @@ def _row_bytes(names: dict[str, Any]) -> tuple[int, int]:
 
 
 def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
-                      cell_id: str, held: list[Any], place: bool = True) -> SlotRun:
+                      cell_id: str, held: list[Any], be: Backend, place: bool = True) -> SlotRun:
     """Run every block of the cell through ``ring``; ``held`` gets each task's future (the
     caller cancels them on a failure). ``place``: the blocks' row results come back through
     the slots; otherwise they stay on the workers (the futures' results, as
     :func:`~.worker.run_block` gives them) and only the inputs go through the slots.
 
-    On a failure or Ctrl-C the slots that blocks still use are left out of the ring (a late
-    block may write there), the others are free."""
+    The joined row results are ``be``'s result arrays (:meth:`~.Backend.host_result`). On a
+    failure or Ctrl-C the slots that blocks still use are left out of the ring (a late block
+    may write there), the others are free."""
     from distributed import as_completed
 
     local, n = inputs.local, len(inputs.starts)
@@ -127,7 +129,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
                 continue
             dst = run.filled.get(name)
             if dst is None:
-                dst = run.filled[name] = np.empty((total, *kind[1][1:]), kind[2])
+                dst = run.filled[name] = be.host_result((total, *kind[1][1:]), kind[2])
             elif dst.shape[1:] != kind[1][1:] or dst.dtype != kind[2]:
                 continue  # the blocks disagree: refused afterwards, in block order
             src = (slot.view(result["placed"][name], kind[1], kind[2])
@@ -161,4 +163,6 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
         raise
     finally:
         ring.track()
+    for arr in run.filled.values():
+        be.host_result_done(arr)
     return run
