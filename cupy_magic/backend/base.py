@@ -84,6 +84,8 @@ class Backend:
     name: str = ""
     is_gpu: bool = False
     xp: ModuleType = np
+    # page-locked host memory (a HostMemory) where there is a device to copy to and from
+    host: Any = None
 
     def __init__(self) -> None:
         # one budget per device, by device number; the home device's is "the budget"
@@ -136,6 +138,34 @@ class Backend:
 
     def keep_on_device(self, obj: object) -> None:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
+
+    def to_host_into(self, value: Any, out: np.ndarray) -> None:
+        """Copy ``value`` (a device array, or a NumPy one) into ``out``, a host array of
+        its shape and dtype (a slot of shared memory the kernel reads)."""
+        np.copyto(out, np.asarray(value), casting="no")
+
+    def pin_shared(self, base: int, nbytes: int) -> Any:
+        """Page-lock ``nbytes`` at ``base`` (shared memory this process maps) so copies
+        between it and the device run at pinned speed; a handle for :meth:`unpin_shared`,
+        or ``None`` where nothing was locked (the CPU fallback has no device to copy to)."""
+        return self.host.adopt(base, nbytes) if self.host is not None else None
+
+    def unpin_shared(self, handle: Any) -> None:
+        """Undo :meth:`pin_shared` (before the memory is unmapped)."""
+        if self.host is not None and handle is not None:
+            self.host.disown(handle)
+
+    def host_result(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A host array for a result joined from blocks run elsewhere (a cluster's): on the
+        GPU a page-locked block an earlier result gave back when one fits (its pages exist,
+        so filling it faults none), else fresh memory; see :meth:`host_result_done`."""
+        return self.host.empty(shape, dtype) if self.host is not None else np.empty(shape, dtype)
+
+    def host_result_done(self, arr: np.ndarray) -> None:
+        """``arr`` from :meth:`host_result` is filled: on the GPU start page-locking it in
+        the background, so that its block is kept for a later result once it goes."""
+        if self.host is not None:
+            self.host.lock(arr)
 
     # --- pool ---------------------------------------------------------------------------
     def pool_used(self, device: int | None = None) -> int:

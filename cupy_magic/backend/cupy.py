@@ -274,6 +274,17 @@ class CupyBackend(Backend):
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
 
+    def to_host_into(self, value: Any, out: np.ndarray) -> None:
+        if not self.is_device_array(value):
+            super().to_host_into(value, out)
+            return
+        src = self.cp.ascontiguousarray(value)
+        stream = self.cp.cuda.get_current_stream()
+        if out.flags.c_contiguous and self.host.copy_out(out, src, stream):
+            stream.synchronize()  # asynchronous into page-locked memory: wait for it
+        else:
+            src.get(out=out)
+
     def _pool(self, device: int | None) -> Any:
         """The pool of ``device`` if one was made (``None``: the home device's)."""
         return self.pool if device is None or device == self.home else _POOLS.get(device)

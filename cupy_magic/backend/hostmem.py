@@ -26,9 +26,6 @@ import bisect
 import collections
 import concurrent.futures as cf
 import contextlib
-import ctypes
-import mmap
-import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -37,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .hostbuf import best_fit, bytes_at, default_cache_limit, pages
+
 __all__ = ["MIN_BYTES", "HostMemory", "Region"]
 
 MIN_BYTES = 16 * 2**20  # below this a pageable copy beats locking the buffer
@@ -44,13 +43,6 @@ LOCK_THREADS = 2
 STAGING_LIMIT = 2 * 2**30  # free page-locked staging buffers kept for later runs
 H2D, D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
 PORTABLE = 1  # cudaHostRegisterPortable (%%gpu --devices copies from it on every GPU)
-
-
-def _default_cache_limit() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
 
 
 @dataclass(eq=False)
@@ -84,33 +76,6 @@ class _Block:
     last_used: float = 0.0
 
 
-def _pages(nbytes: int) -> np.ndarray:
-    """A ``uint8`` buffer of ``nbytes`` rounded up to whole pages, starting on a page.
-
-    CUDA registers whole pages, never one twice: two heap buffers from ``np.empty`` can share
-    a page (malloc's adaptive mmap threshold), so each buffer gets pages of its own."""
-    page = mmap.PAGESIZE
-    size = -(-max(nbytes, 1) // page) * page
-    raw = np.empty(size + page, np.uint8)
-    start = -raw.ctypes.data % page
-    return raw[start:start + size]
-
-
-def _bytes_at(ptr: int, nbytes: int) -> Any:
-    return (ctypes.c_char * nbytes).from_address(ptr)
-
-
-def _best_fit(items: list[Any], nbytes: int, size: Callable[[Any], int],
-              mutex: threading.RLock) -> Any:
-    """Take out of ``items`` the smallest one of ``nbytes`` to ``2 * nbytes``, or None."""
-    with mutex:
-        fits = [i for i, item in enumerate(items) if nbytes <= size(item) <= 2 * nbytes]
-        if not fits:
-            return None
-        # by position: list.remove would compare NumPy arrays element by element
-        return items.pop(min(fits, key=lambda i: size(items[i])))
-
-
 class HostMemory:
     """Background page-locking of NumPy buffers and a cache of locked result blocks.
 
@@ -128,7 +93,7 @@ class HostMemory:
     def __init__(self, runtime: Any, cache_limit: int | None = None,
                  on_thread: Callable[[], None] | None = None) -> None:
         self.rt = runtime
-        self.cache_limit = _default_cache_limit() if cache_limit is None else cache_limit
+        self.cache_limit = default_cache_limit() if cache_limit is None else cache_limit
         self._on_thread = on_thread
         self._mutex = threading.RLock()
         self._bases: list[int] = []  # sorted region bases, for lookups by address
@@ -204,6 +169,25 @@ class HostMemory:
         self._submit(region)
         return region
 
+    def adopt(self, base: int, nbytes: int) -> Region | None:
+        """Page-lock ``nbytes`` at ``base``, memory this process maps but did not allocate
+        (a shared-memory segment of another process), in one piece, and wait for it.
+
+        Returns the region (copies to and from views inside it then run asynchronously), or
+        None where CUDA refused it. :meth:`disown` undoes it; call it before the memory is
+        unmapped, since nothing here watches that memory's life.
+        """
+        region = Region(base, base + nbytes)
+        self._add(region)
+        if self.wait(region):
+            return region
+        self._unlock(region)
+        return None
+
+    def disown(self, region: Region) -> None:
+        """Undo :meth:`adopt`: unlock the memory and forget it (safe after :meth:`close`)."""
+        self._unlock(region)
+
     def wait(self, region: Region) -> bool:
         """Block until ``region`` is registered; False if CUDA refused it, or it was undone."""
         self._submit(region)
@@ -271,13 +255,13 @@ class HostMemory:
         nbytes = count * dtype.itemsize
         if nbytes < MIN_BYTES:
             return np.empty(shape, dtype)
-        block = _best_fit(self._cache, nbytes, lambda b: b.region.nbytes, self._mutex)
+        block = best_fit(self._cache, nbytes, lambda b: b.region.nbytes, self._mutex)
         if block is None:
-            owner = _pages(nbytes)
+            owner = pages(nbytes)
             block = _Block(owner, Region(owner.ctypes.data, owner.ctypes.data + owner.nbytes))
             self._add(block.region)
         block.leases += 1
-        lease = _bytes_at(block.owner.ctypes.data, nbytes)
+        lease = bytes_at(block.owner.ctypes.data, nbytes)
         weakref.finalize(lease, self._give_back, block).atexit = False
         return np.frombuffer(lease, dtype, count).reshape(shape)
 
@@ -290,9 +274,9 @@ class HostMemory:
         touched by ``touch`` (e.g. on several threads) and registered in one call: on the H200
         ``cudaHostAlloc`` gave 2.5 GB/s, registering touched memory 21 to 23 GB/s.
         """
-        buf = _best_fit(self._staging, max(nbytes, 1), lambda b: b.nbytes, self._mutex)
+        buf = best_fit(self._staging, max(nbytes, 1), lambda b: b.nbytes, self._mutex)
         if buf is None:
-            buf = _pages(nbytes)
+            buf = pages(nbytes)
             (touch or (lambda b: b.fill(0)))(buf)
             self.rt.hostRegister(buf.ctypes.data, buf.nbytes, PORTABLE)
         return buf

@@ -19,6 +19,7 @@ from typing import Any
 from .. import lifecycle
 from ..backend import Backend
 from ..units import format_bytes
+from . import shm, transport
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
@@ -202,10 +203,13 @@ def status() -> ClusterStatus:
 
 
 def close() -> None:
-    """Leave the cluster in use: close the client this kernel opened (``local`` or an
-    address; a ``Client`` passed in stays open) and the cluster it started."""
+    """Leave the cluster in use: unlink the shared-memory slots (:func:`.shm.release`),
+    close the client this kernel opened (``local`` or an address; a ``Client`` passed in
+    stays open) and the cluster it started."""
     c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
     _state.update(client=None, cluster=None, kind="", budget=None, owned=False)
+    transport.forget()
+    shm.release()  # the workers close their slots while the client still reaches them
     if c is not None and owned:
         c.close()
     if cluster is not None:

@@ -1,9 +1,11 @@
 """A cell run on the cluster, as a transaction: one task per block, results back as Dask
 arrays (or NumPy with ``--to-host``), ``--reduce`` rules as Dask tree reductions.
 
-Dask schedules; this module only builds the tasks, counts finished blocks for the progress
-bar, and on a failure or Ctrl-C cancels every future of the cell (blocks, scattered chunks,
-shared inputs), so the workers keep nothing of it and the namespace is untouched.
+Dask schedules; this module only picks how the blocks' data moves (:mod:`.transport`:
+shared memory on one host, run by :mod:`.pipeline`, or scatter and gather), builds the tasks,
+counts finished blocks for the progress bar, and on a failure or Ctrl-C cancels every future
+of the cell (blocks, scattered chunks, shared inputs), so the workers keep nothing of it and
+the namespace is untouched.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from ..run.batching import RULES, BatchOptions
 from ..run.errors import CellError, at_cell_line, fail
 from ..run.plan import CellPlan
 from ..run.report import InputMove, OutputInfo, RunReport
-from . import connect
+from . import connect, shm
 from .inputs import BlockInputs, prepare, python_values
+from .pipeline import run_through_slots
 from .report import ClusterRun
+from .transport import choose
 from .worker import BlockFailed, BlockSpec, block_info, drop_shared, run_block
 
 __all__ = ["SPLIT_EVERY", "ClusterExecutor"]
@@ -59,7 +63,8 @@ class ClusterExecutor:
     opts
         ``--batch`` options: block rows and bytes for scattered NumPy inputs, and ``--reduce``.
     scatter_numpy
-        ``--cluster``: chunk and scatter the cell's NumPy inputs too.
+        ``--cluster``: cut the cell's NumPy inputs into blocks too (sent through shared
+        memory or scattered).
     """
 
     def __init__(self, darrs: dict[str, Any], opts: BatchOptions | None,
@@ -130,8 +135,9 @@ class ClusterExecutor:
              to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
         import dask
 
+        transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host)
         inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
-                         self.scatter_numpy, be)
+                         self.scatter_numpy, be, local=transport.kind == "shm")
         held.extend(inputs.futures)
         values = python_values(self.source, namespace, plan, be,
                                {*inputs.batched, *inputs.shared})
@@ -145,26 +151,44 @@ class ClusterExecutor:
                          flags=plan.future_flags)
         [spec_f] = client.scatter([spec], broadcast=True, hash=False)
         held.append(spec_f)
-        tasks = [dask.delayed(run_block, pure=False)(
-            spec_f, i, inputs.starts[i], inputs.blocks[i], inputs.shared,
-            dask_key_name=f"cupy-magic-{cell_id}-block-{i}")
-            for i in range(len(inputs.blocks))]
         running = progress.current()
-        progress.start(running.cell_label if running else filename, len(tasks),
+        progress.start(running.cell_label if running else filename, len(inputs.blocks),
                        inputs.input_bytes)
         t0 = time.perf_counter()
-        futures = client.compute(tasks)
-        held.extend(futures)
-        self._wait(futures, inputs)
+        futures, slotted, filled = None, None, None
+        if transport.kind == "shm":
+            ring = shm.ring(client, self._workers(client))
+            ring.settle()
+            slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held, be,
+                                        transport.place)
+            if transport.place:
+                infos, filled = slotted.infos, slotted.filled
+            else:  # the results stay on the workers: joined as the scatter path joins them
+                futures = slotted.futures
+                infos = client.gather(client.map(block_info, futures, pure=False))
+        else:
+            futures = client.compute([dask.delayed(run_block, pure=False)(
+                spec_f, i, inputs.starts[i], inputs.blocks[i], inputs.shared,
+                dask_key_name=f"cupy-magic-{cell_id}-block-{i}")
+                for i in range(len(inputs.blocks))])
+            held.extend(futures)
+            self._wait(futures, inputs)
+            infos = client.gather(client.map(block_info, futures, pure=False))
         run_seconds = time.perf_counter() - t0
-        infos = client.gather(client.map(block_info, futures, pure=False))
         stats = [i["stats"] for i in infos]
         info = ClusterRun(connect.status().describe().removeprefix("cluster: "),
-                          inputs.batched, tuple(inputs.shared), inputs.scattered, len(tasks),
+                          inputs.batched, tuple(inputs.shared), inputs.scattered, len(infos),
                           sum(s.rows for s in stats), inputs.input_bytes, run_seconds,
-                          inputs.scatter_seconds, ClusterRun.shares(stats))
-        results = self._results(futures, infos, info, to_host, be)
+                          inputs.scatter_seconds, ClusterRun.shares(stats), transport=transport)
+        if slotted is not None:
+            info.slots, info.copy_seconds = ring.describe(), slotted.copy_seconds
+            info.sent_back = slotted.sent_back
+        results = self._results(futures, infos, info, to_host, be, filled)
         return results, info
+
+    @staticmethod
+    def _workers(client: Any) -> tuple[str, ...]:
+        return tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
 
     def _drop_shared(self, client: Any) -> None:
         """Drop the workers' device copies of the cell's shared inputs (the cell ended)."""
@@ -201,8 +225,11 @@ class ClusterExecutor:
         return fail(exc, be, 0, filename, where, namespace=namespace)
 
     # --- results ------------------------------------------------------------------------
-    def _results(self, futures: list[Any], infos: list[dict[str, Any]], info: ClusterRun,
-                 to_host: Any, be: Backend) -> dict[str, Any]:
+    def _results(self, futures: list[Any] | None, infos: list[dict[str, Any]],
+                 info: ClusterRun, to_host: Any, be: Backend,
+                 filled: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Join the blocks' results: from their futures, or (``filled``) the row results
+        joined already from shared memory; the same rules and refusals either way."""
         host = None if isinstance(to_host, bool) else set(to_host)
         names = sorted({n for i in infos for n in i["names"]})
         out: dict[str, Any] = {}
@@ -216,6 +243,11 @@ class ClusterExecutor:
                 out[name] = self._reduce(futures, name, kinds, infos, to_host, be)
                 info.reduced[name] = self.opts.reduce[name]
             elif all(k[0] == "rows" for k in kinds):
+                _check_rows(name, kinds)
+                if filled is not None:  # only a cell whose results all come back
+                    out[name] = filled[name]
+                    gathered.append(name)
+                    continue
                 arr = self._rows(futures, name, kinds, infos)
                 if to_host is True or (host is not None and name in host):
                     out[name] = arr.map_blocks(_to_numpy, meta=np.empty(
@@ -243,13 +275,6 @@ class ClusterExecutor:
         import dask.array as da
 
         first = kinds[0]
-        for j, k in enumerate(kinds):
-            if k[1][1:] != first[1][1:] or k[2] != first[2]:
-                raise CellError(
-                    f"the cell's result {name!r} is {k[2]} {k[1]} in block {j + 1} but "
-                    f"{first[2]} (rows, *{first[1][1:]}) in the first block; a row result "
-                    f"must keep one row per input row, or name a rule: --reduce {name}=concat "
-                    f"(or {', '.join(RULES[:-1])})")
         meta = _meta(infos[0]["stats"].backend, len(first[1]), first[2])
         parts = [da.from_delayed(dask.delayed(_pick, pure=True)(f, name), shape=k[1],
                                  dtype=k[2], meta=meta)
@@ -339,6 +364,18 @@ def _describe(name: str, value: Any, be: Backend) -> OutputInfo:
         return OutputInfo(name, f"numpy.ndarray {value.dtype} {value.shape}", "host",
                           int(value.nbytes))
     return OutputInfo(name, type(value).__name__, "python")
+
+
+def _check_rows(name: str, kinds: list[Any]) -> None:
+    """Refuse a row result whose rows differ in shape or dtype between blocks."""
+    first = kinds[0]
+    for j, k in enumerate(kinds):
+        if k[1][1:] != first[1][1:] or k[2] != first[2]:
+            raise CellError(
+                f"the cell's result {name!r} is {k[2]} {k[1]} in block {j + 1} but "
+                f"{first[2]} (rows, *{first[1][1:]}) in the first block; a row result "
+                f"must keep one row per input row, or name a rule: --reduce {name}=concat "
+                f"(or {', '.join(RULES[:-1])})")
 
 
 def _meta(backend: str, ndim: int, dtype: np.dtype) -> Any:

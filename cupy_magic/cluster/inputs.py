@@ -20,7 +20,8 @@ from ..run.errors import CellError
 from ..run.names import cell_names
 from ..run.plan import CellPlan
 
-__all__ = ["BLOCK_BYTES", "BlockInputs", "dask_inputs", "is_dask_array", "prepare", "read_values"]
+__all__ = ["BLOCK_BYTES", "BlockInputs", "block_sizes", "cut_inputs", "dask_inputs",
+           "is_dask_array", "prepare", "read_values"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
 
@@ -49,7 +50,8 @@ def read_values(source: str, namespace: dict[str, Any], skip: set[str]) -> dict[
 @dataclass
 class BlockInputs:
     """What each block reads: ``blocks[i]`` maps a batched input to its block ``i`` (a Dask
-    block or a scattered chunk); ``shared`` the scattered whole inputs."""
+    block or a scattered chunk); ``shared`` the scattered whole inputs; ``local`` the
+    batched NumPy inputs kept in this kernel (they go through shared memory instead)."""
 
     batched: tuple[str, ...]
     starts: list[int]
@@ -59,6 +61,8 @@ class BlockInputs:
     input_bytes: int = 0
     futures: list[Any] = field(default_factory=list)  # scattered: released after the run
     scatter_seconds: float = 0.0
+    sizes: tuple[int, ...] = ()  # rows of each block
+    local: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _check(name: str, arr: Any) -> None:
@@ -88,6 +92,16 @@ def _align(darrs: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, Any]]:
                     for n, a in darrs.items()}
 
 
+def block_sizes(inputs: dict[str, np.ndarray], cut: list[str], opts: BatchOptions,
+                workers: int) -> tuple[int, ...]:
+    """The rows of each block the NumPy inputs ``cut`` are cut into (``--cluster``)."""
+    if not cut:
+        return ()
+    total = inputs[cut[0]].shape[0]
+    row_bytes = sum(inputs[n][:1].nbytes for n in cut)
+    return _numpy_chunks(total, row_bytes, opts, workers)
+
+
 def _numpy_chunks(total: int, row_bytes: int, opts: BatchOptions, workers: int) -> tuple[int, ...]:
     if opts.rows:
         rows = opts.rows
@@ -102,14 +116,18 @@ def _device_to_host(value: Any) -> np.ndarray:
         else np.asarray(value)
 
 
+def cut_inputs(plan: CellPlan, opts: BatchOptions, scatter_numpy: bool) -> list[str]:
+    """The NumPy inputs cut into blocks (``--cluster``; none without it)."""
+    return select_inputs(dict(plan.inputs), opts)[0] if scatter_numpy and plan.inputs else []
+
+
 def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
-            namespace: dict[str, Any],
-            opts: BatchOptions, scatter_numpy: bool, be: Backend) -> BlockInputs:
-    """Cut the batched inputs into blocks and scatter what this kernel holds."""
+            namespace: dict[str, Any], opts: BatchOptions, scatter_numpy: bool, be: Backend,
+            local: bool = False) -> BlockInputs:
+    """Cut the batched inputs into blocks and scatter what this kernel holds (with
+    ``local``, all but the batched NumPy inputs, which stay here for the slots)."""
     numpy_in = dict(plan.inputs)
-    cut: list[str] = []
-    if scatter_numpy and numpy_in:
-        cut, _ = select_inputs(numpy_in, opts)
+    cut = cut_inputs(plan, opts, scatter_numpy)
     chunks: tuple[int, ...] = ()
     if darrs:
         chunks, darrs = _align(darrs)
@@ -120,10 +138,8 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                             f"Dask inputs' {total:,}; name the inputs to cut: --batch "
                             f"{','.join(darrs)}")
     elif cut:
-        total = numpy_in[cut[0]].shape[0]
-        row_bytes = sum(numpy_in[n][:1].nbytes for n in cut)
         workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-        chunks = _numpy_chunks(total, row_bytes, opts, workers)
+        chunks = block_sizes(numpy_in, cut, opts, workers)
     if not chunks or sum(chunks) == 0:
         raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
@@ -133,7 +149,7 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
             blocks[i][name] = d
     t0 = time.perf_counter()
     futures: list[Any] = []
-    for name in cut:
+    for name in [] if local else cut:
         arr = numpy_in[name]
         parts = client.scatter([arr[a:a + n] for a, n in zip(starts, chunks, strict=True)],
                                hash=False)
@@ -151,8 +167,9 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                       strict=True)) if whole else {}
     futures.extend(shared.values())
     nbytes = sum(int(a.nbytes) for a in darrs.values()) + sum(numpy_in[n].nbytes for n in cut)
-    return BlockInputs((*darrs, *cut), starts, blocks, shared, tuple(cut), nbytes, futures,
-                       time.perf_counter() - t0)
+    return BlockInputs((*darrs, *cut), starts, blocks, shared, () if local else tuple(cut),
+                       nbytes, futures, time.perf_counter() - t0, chunks,
+                       {n: numpy_in[n] for n in cut} if local else {})
 
 
 def python_values(source: str, namespace: dict[str, Any], plan: CellPlan,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..units import format_bytes
+from .transport import Transport
 from .worker import BlockStats
 
 __all__ = ["ClusterRun", "WorkerShare"]
@@ -52,6 +53,12 @@ class ClusterRun:
     gathered, reduced, kept
         Row results (Dask arrays, or NumPy with ``--to-host``), ``--reduce`` results
         (Dask tree reductions), results left as Dask arrays on the workers.
+    transport
+        How the blocks' data moved (:class:`~.transport.Transport`): shared memory on this host,
+        scatter and gather (and why), or the Dask arrays' blocks where they are.
+    slots, copy_seconds, sent_back
+        With shared memory: the ring's slots, this kernel's copies into and out of them, and
+        how many blocks sent their row results back over the socket (larger than their slot).
     """
 
     cluster: str
@@ -67,6 +74,10 @@ class ClusterRun:
     gathered: tuple[str, ...] = ()
     reduced: dict[str, str] = field(default_factory=dict)
     kept: tuple[str, ...] = ()
+    transport: Transport | None = None
+    slots: str = ""
+    copy_seconds: float = 0.0
+    sent_back: int = 0
 
     @property
     def input_gbps(self) -> float:
@@ -101,6 +112,13 @@ class ClusterRun:
                f"{format_bytes(self.input_bytes)}): {self.input_gbps:.2f} GB/s of input in "
                f"{self.run_seconds * 1e3:.1f} ms; {self.scheduler_seconds * 1e3:.1f} ms outside "
                "the busiest worker's blocks (scheduler, transfers, serialisation)"]
+        if self.transport is not None:
+            out.append(f"  cluster transport: {self.transport.describe()}" + (
+                f"; {self.slots}, this kernel's copies {self.copy_seconds * 1e3:.1f} ms"
+                if self.transport.kind == "shm" else "") + (
+                f"; {self.sent_back} of {self.blocks} blocks sent their row results back over "
+                "the socket (larger than their slot; the slots have grown since)"
+                if self.sent_back else ""))
         if self.scattered or self.shared:
             uploads = sum(w.uploads for w in self.workers)
             out.append(f"  cluster scattered from this kernel in {self.scatter_seconds * 1e3:.1f}"

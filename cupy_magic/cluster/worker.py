@@ -24,8 +24,8 @@ from ..run.errors import fail
 from ..run.plan import register_source
 from ..syncs.record import SyncRecorder
 
-__all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "drop_shared", "run_block",
-           "shared_copies", "worker_facts"]
+__all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "drop_shared",
+           "execute_block", "run_block", "shared_copies", "worker_facts"]
 
 # One device copy per worker of each shared input of a running cell, keyed by its scattered
 # key (unique per cell: scattered with hash=False); the kernel drops them when the cell ends.
@@ -151,6 +151,18 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
     ``batched`` holds this block's rows of the batched inputs, ``shared`` the inputs every
     block reads whole. Raises :class:`BlockFailed` naming the block, worker and line.
     """
+    be = _backend.current()
+    out, stats = execute_block(spec, index, start, batched, shared)
+    for name in out if spec.to_host is True else spec.to_host:
+        if name in out and be.is_device_array(out[name]):
+            out[name] = be.to_host(out[name])
+    return {"values": out, "stats": stats}
+
+
+def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
+                  shared: dict[str, Any]) -> tuple[dict[str, Any], BlockStats]:
+    """:func:`run_block` before its results move: the names the block bound, where the
+    cell left them (on the device), and the block's stats."""
     be, worker = _backend.current(), _worker_address()
     rows = next((len(a) for a in batched.values()), 0)
     register_source(spec.source, spec.filename)
@@ -189,11 +201,7 @@ def run_block(spec: BlockSpec, index: int, start: int, batched: dict[str, Any],
     stats = BlockStats(index, worker, rows, sum(int(a.nbytes) for a in batched.values()),
                        time.perf_counter() - t0, peak, syncs, be.info().name, be.name,
                        uploads)
-    out = {n: work[n] for n in spec.stored if n in work}
-    for name in out if spec.to_host is True else spec.to_host:
-        if name in out and be.is_device_array(out[name]):
-            out[name] = be.to_host(out[name])
-    return {"values": out, "stats": stats}
+    return {n: work[n] for n in spec.stored if n in work}, stats
 
 
 def block_info(result: dict[str, Any]) -> dict[str, Any]:

@@ -276,3 +276,35 @@ def test_a_registration_queued_at_close_never_happens():
     gc.collect()
     mem.stats()
     assert rt.registers == 2 and rt.ranges == {}
+
+
+def test_adopted_shared_memory_is_locked_in_one_piece_copied_through_and_disowned(hm, rt):
+    from multiprocessing import shared_memory
+
+    seg = shared_memory.SharedMemory(create=True, size=BIG)
+    mem = rows = out = None  # views of the segment: dropped before it closes
+    try:
+        mem = np.ndarray((BIG // 4,), np.float32, buffer=seg.buf)
+        base = mem.ctypes.data
+        assert hm.lock(mem) is None  # not a NumPy array's own memory: lock() leaves it
+        region = hm.adopt(base, seg.size)
+        assert region is not None and rt.ranges == {base: base + seg.size}
+        rows = mem[4096:8192]
+        rows[:] = np.arange(4096, dtype=np.float32)
+        dev = Dev(rows.shape, "float32")
+        assert hm.copy_in(dev, rows, 0)  # a view inside the segment copies asynchronously
+        np.testing.assert_array_equal(dev.arr, rows)
+        out = mem[:4096]
+        assert hm.copy_out(out, dev, 0)
+        np.testing.assert_array_equal(out, rows)
+        hm.disown(region)
+        assert rt.ranges == {} and not hm.locked(rows) and not hm.copy_in(dev, rows, 0)
+        hm.disown(region)  # twice: nothing more
+        assert rt.unregisters == 1
+        refused = HostMemory(StrictRuntime(fail_after=0))
+        assert refused.adopt(base, seg.size) is None and not refused.locked(rows)
+        refused.close()
+    finally:
+        mem = rows = out = None
+        seg.close()
+        seg.unlink()

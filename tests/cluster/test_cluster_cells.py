@@ -99,7 +99,10 @@ def test_cluster_flag_chunks_and_scatters_numpy_inputs_and_shares_the_small_one(
     np.testing.assert_allclose(ip.user_ns["y"], ref["y"])
     np.testing.assert_allclose(ip.user_ns["s"], ref["s"])
     info = cupy_magic.last_report().batch
-    assert info.scattered == ("x",) and info.shared == ("w",) and info.blocks == 4
+    assert info.batched == ("x",) and info.shared == ("w",) and info.blocks == 4
+    # the workers share this host's memory: x is cut into blocks that go through the
+    # shared-memory slots, not scattered (test_cluster_shm.py compares both paths)
+    assert info.transport.kind == "shm" and info.scattered == ()
 
 
 def test_a_failing_block_commits_nothing_names_block_worker_line_and_leaves_nothing(

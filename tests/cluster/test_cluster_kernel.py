@@ -119,3 +119,60 @@ def test_ctrl_c_cancels_the_cells_blocks_commits_nothing_and_the_kernel_goes_on(
     _until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status()
                            != psutil.STATUS_ZOMBIE for p in pids), 20,
            "the local cluster's worker processes gone after %gpu_cluster off")
+
+
+SLOW_SHM_CELL = """%%gpu --quiet --to-host --cluster --batch-rows 100
+y = x * 2
+for i in range(40):
+    time.sleep(0.05)
+"""
+
+
+def _segments() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm to list here")
+def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(kernel):
+    before = _segments()
+    reply, text = kernel.run(
+        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport cupy_magic\n"
+        "from cupy_magic.cluster import shm\n"
+        "_ = cupy_magic.use_cluster('local', n_workers=2)\n"
+        "print('ADDR', cupy_magic.cluster_status().address)\n"
+        "x = np.random.default_rng(0).random((800, 4))", timeout=120)
+    assert reply["status"] == "ok", text
+    address = re.search(r"ADDR (tcp://\S+)", text).group(1)
+    watch = distributed.Client(address, timeout=30)
+    shown = "print('VIA', cupy_magic.last_report().batch.transport.kind, *shm.slot_names())"
+    try:
+        reply, text = kernel.run("%%gpu --quiet --to-host --cluster --batch-rows 100\n"
+                                 "w = x + 1")
+        assert reply["status"] == "ok", text
+        reply, text = kernel.run(shown)
+        assert reply["status"] == "ok" and "VIA shm" in text, text
+        msg_id = kernel.kc.execute(SLOW_SHM_CELL)
+        _until(lambda: len(_tasks(watch, "processing")) >= 2, 60, "blocks running")
+        kernel.km.interrupt_kernel()
+        reply = kernel.kc.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        tb = ANSI.sub("", "\n".join(reply["content"]["traceback"]))
+        assert "futures on the cluster cancelled, nothing committed" in tb
+        _until(lambda: not _tasks(watch), 20, "the cell's tasks gone from the cluster")
+        reply, text = kernel.run("print('COMMITTED', [n for n in ('y', 'i') if n in dir()])")
+        assert "COMMITTED []" in text
+        # the slots blocks still used were unlinked: no segment beyond the ring's own
+        reply, text = kernel.run(shown)
+        ring = set(re.search(r"VIA shm(.*)", text).group(1).split())
+        assert _segments() - before == ring
+        reply, text = kernel.run("%%gpu --quiet --to-host --cluster --batch-rows 100\n"
+                                 "z = x + 1")
+        assert reply["status"] == "ok", text
+        reply, text = kernel.run(f"print('SAME', bool(np.array_equal(z, x + 1)))\n{shown}")
+        assert "SAME True" in text and "VIA shm" in text
+    finally:
+        watch.close()
+    reply, text = kernel.run("%gpu_cluster off")
+    assert reply["status"] == "ok", text
+    assert _segments() - before == set()

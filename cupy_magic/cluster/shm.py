@@ -1,0 +1,280 @@
+"""The kernel's side of the same-host transport for ``%%gpu --cluster``: the ring of
+shared-memory slots the blocks go through (:mod:`.transport` decides when).
+
+A block's input rows are copied into a slot, the worker reads them there and writes the
+block's row results back into the slot (:mod:`.slots`), so no array crosses a socket.
+
+The ring holds :data:`SLOTS_PER_WORKER` slots per worker, made on the first cell that uses
+them, written once (so their pages exist), grown when a block needs more and reused across
+blocks and cells. It is unlinked when the cluster is left (``%gpu_cluster off``, another
+cluster, unload: :func:`release`, called by :func:`~.connect.close`) and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import contextlib
+import gc
+import itertools
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from ..run.errors import CellError
+from ..units import format_bytes
+from .slots import align, detach, track_again, tracker_id, view
+
+__all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "copy_rows", "release", "ring", "room",
+           "slot_bytes", "slot_names"]
+
+SLOTS_PER_WORKER = 3  # one running, one queued on the worker, one being filled or drained
+COPY_THREADS = max(1, min(16, os.cpu_count() or 1))  # 16 threads: 32-35 GB/s on the H200
+COPY_PIECE = 8 << 20  # bytes a copying thread takes at least (fewer threads for less)
+SLOT_ROUND = 1 << 20  # slot sizes in whole MiB, so blocks of nearly one size share slots
+
+SHM_DIR = "/dev/shm"  # where Linux keeps the segments (a tmpfs: a container may make it small)
+
+_log = logging.getLogger(__name__)
+
+
+def room() -> int | None:
+    """Bytes free for new segments on this host (``None`` where the system does not say).
+
+    Writing past a full tmpfs kills the writer (SIGBUS), so no slot is made without room."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _size(need: int) -> int:
+    """A slot's bytes for ``need``: whole MiB, so blocks of nearly one size share slots."""
+    return max(SLOT_ROUND, -(-align(need) // SLOT_ROUND) * SLOT_ROUND)
+
+
+def _pieces(rows: int, nbytes: int) -> list[tuple[int, int]]:
+    n = max(1, min(COPY_THREADS, nbytes // COPY_PIECE, rows))
+    bounds = [rows * k // n for k in range(n + 1)]
+    return list(itertools.pairwise(bounds))
+
+
+def _threaded(pool: cf.Executor, jobs: list[Callable[[], Any]]) -> None:
+    """Run ``jobs`` on ``pool`` (one on this thread when alone); on an error or Ctrl-C,
+    wait for the ones running before raising, so none writes into a slot afterwards."""
+    if len(jobs) == 1:
+        jobs[0]()
+        return
+    futures = [pool.submit(job) for job in jobs]
+    try:
+        for f in futures:
+            f.result()
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        cf.wait(futures)
+        raise
+
+
+def copy_rows(dst: np.ndarray, src: np.ndarray, pool: cf.Executor) -> None:
+    """``dst[...] = src`` split by rows over the copying threads (NumPy lets go of the GIL)."""
+    _threaded(pool, [lambda a=a, b=b: np.copyto(dst[a:b], src[a:b])
+                     for a, b in _pieces(len(dst), dst.nbytes)])
+
+
+@dataclass(eq=False)
+class Slot:
+    """One segment of the ring, kept for one worker; ``busy`` while a block uses it."""
+
+    worker: str
+    seg: shared_memory.SharedMemory
+    mem: np.ndarray | None  # this kernel's bytes of it
+    busy: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.seg.name
+
+    @property
+    def capacity(self) -> int:
+        return self.seg.size
+
+    def view(self, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        assert self.mem is not None, "a closed slot has no bytes"
+        return view(self.mem, offset, shape, dtype)
+
+
+class Ring:
+    """The kernel's slots for one client's workers.
+
+    Parameters
+    ----------
+    client
+        The ``distributed.Client`` whose workers read the slots.
+    workers
+        Their addresses; a block goes to the least busy one with a slot free.
+    """
+
+    def __init__(self, client: Any, workers: tuple[str, ...]) -> None:
+        self.client, self.workers = client, workers
+        self.slots: list[Slot] = []
+        self.retired: list[str] = []  # slots left behind that workers may still have open
+        self._unclosed: list[shared_memory.SharedMemory] = []  # a view kept them mapped
+        self.pool = cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="cupy-magic-shm")
+        self.tracker = tracker_id()  # the workers leave the segments to it if they share it
+
+    def describe(self) -> str:
+        """How many slots, of what size, for the report."""
+        sizes = [s.capacity for s in self.slots]
+        return (f"{len(sizes)} slots of {format_bytes(max(sizes))}" if sizes
+                else "no slots")
+
+    def take(self, need: int, least: int) -> Slot | None:
+        """A free slot of at least ``need`` bytes for the least busy worker (made or grown
+        now if needed), marked busy; None while every worker has all its slots busy.
+
+        Where this host has no room for a bigger slot, a free one of ``least`` bytes (the
+        block's inputs) does: the block's results then come back over the socket."""
+        busy = Counter(s.worker for s in self.slots if s.busy)
+        open_ = [w for w in self.workers if busy[w] < SLOTS_PER_WORKER]
+        if not open_:
+            return None
+        worker = min(open_, key=lambda w: busy[w])
+        idle = sorted((s for s in self.slots if s.worker == worker and not s.busy),
+                      key=lambda s: -s.capacity)  # the largest first: results most likely fit
+        free = room()
+        if idle and (idle[0].capacity >= need or (
+                free is not None and free < _size(need) and idle[0].capacity >= least)):
+            slot = idle[0]
+        else:
+            if idle:  # too small for this block: a bigger one instead
+                self._retire(idle[0])
+            slot = self._make(worker, need)
+        slot.busy = True
+        return slot
+
+    def give_back(self, slot: Slot) -> None:
+        slot.busy = False
+
+    def retire_busy(self) -> int:
+        """Leave out every busy slot (after a failure a block may still write into it):
+        unlinked now, made anew when needed. Returns how many."""
+        busy = [s for s in self.slots if s.busy]
+        for slot in busy:
+            self._retire(slot)
+        return len(busy)
+
+    def settle(self) -> None:
+        """Before a cell: close the workers' openings of retired slots."""
+        if self.retired:
+            names, self.retired = self.retired, []
+            self.client.run(detach, names, on_error="return")
+        self._close_unclosed()
+
+    def track(self) -> None:
+        """After a cell: keep this kernel's tracker knowing its slots
+        (:func:`~.slots.track_again`)."""
+        track_again([s.seg for s in self.slots])
+
+    def _make(self, worker: str, need: int) -> Slot:
+        size, free = _size(need), room()
+        if free is not None and free < size:
+            ring = size * SLOTS_PER_WORKER * len(self.workers)
+            raise CellError(f"{SHM_DIR} has {format_bytes(free)} free and a block's slot needs "
+                            f"{format_bytes(size)}; give it room for the ring's "
+                            f"{format_bytes(ring)} (docker run --shm-size="
+                            f"{-(-ring * 5 // 4 // 2**30)}g) or make blocks smaller "
+                            "(--batch-bytes 32MiB)")
+        seg = shared_memory.SharedMemory(create=True, size=size)
+        slot = Slot(worker, seg, np.frombuffer(seg.buf, np.uint8))
+        self.slots.append(slot)
+        mem = slot.mem
+        # written once now, so its pages exist before the first copy into it
+        _threaded(self.pool, [lambda a=a, b=b: mem[a:b].fill(0)
+                              for a, b in _pieces(size, size)])
+        return slot
+
+    def _retire(self, slot: Slot) -> None:
+        self.slots.remove(slot)
+        self.retired.append(slot.name)
+        self._unlink(slot)
+
+    def _unlink(self, slot: Slot) -> None:
+        slot.mem = None
+        track_again([slot.seg])
+        with contextlib.suppress(FileNotFoundError):  # gone already: nothing to unlink
+            slot.seg.unlink()
+        try:
+            slot.seg.close()
+        except BufferError:  # a view in a traceback being handled: closed later
+            self._unclosed.append(slot.seg)
+
+    def _close_unclosed(self) -> None:
+        if not self._unclosed:
+            return
+        gc.collect()
+        left = []
+        for seg in self._unclosed:
+            try:
+                seg.close()
+            except BufferError:
+                left.append(seg)
+        self._unclosed = left
+
+    def close(self, workers: bool = True) -> None:
+        """Unlink every slot; with ``workers``, first close the workers' openings of them."""
+        names = [s.name for s in self.slots] + self.retired
+        if workers and names:
+            try:
+                self.client.run(detach, names, on_error="return")
+            except Exception as exc:  # a cluster gone: its workers' mappings went with it
+                _log.debug("cupy_magic: closing the workers' slots failed: %s", exc)
+        for slot in list(self.slots):
+            self._unlink(slot)
+        self.slots, self.retired = [], []
+        self.pool.shutdown(wait=True)
+        self._close_unclosed()
+
+
+_state: dict[str, Any] = {"ring": None, "atexit": False}
+
+
+def ring(client: Any, workers: tuple[str, ...]) -> Ring:
+    """The ring for ``client``'s ``workers`` (a new one when either changed)."""
+    current = _state["ring"]
+    if current is not None and (current.client is not client or current.workers != workers):
+        release()
+        current = None
+    if current is None:
+        current = _state["ring"] = Ring(client, workers)
+        if not _state["atexit"]:
+            atexit.register(release, workers=False)
+            _state["atexit"] = True
+    return current
+
+
+def slot_names() -> list[str]:
+    """The segments of the ring in use now (``/dev/shm/<name>`` on Linux), oldest first."""
+    current = _state["ring"]
+    return [s.name for s in current.slots] if current is not None else []
+
+
+def slot_bytes() -> int:
+    """Bytes of the ring's slots now (reused by the next cell before any new one is made)."""
+    current = _state["ring"]
+    return sum(s.capacity for s in current.slots) if current is not None else 0
+
+
+def release(workers: bool = True) -> None:
+    """Unlink the ring's slots (leaving a cluster, unload, interpreter exit); with
+    ``workers``, the workers close theirs first."""
+    current, _state["ring"] = _state["ring"], None
+    if current is not None:
+        current.close(workers=workers and getattr(current.client, "status", "") == "running")

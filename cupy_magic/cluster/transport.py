@@ -1,0 +1,178 @@
+"""How a ``%%gpu --cluster`` cell's blocks reach the workers: through the ring of
+shared-memory slots (:mod:`.shm`) when every worker shares this host's memory, else scattered
+and gathered over the network; the facts each choice rests on.
+
+A worker shares the kernel's memory when it runs on the same host (the same host name) and
+opened a segment this kernel made and read back what it holds: asked once per cluster. A cell
+whose results must stay on the workers as the blocks' futures (``--reduce`` rules, results
+without ``--to-host``) still reads its inputs through the slots. Scatter remains for workers
+elsewhere, an input the cell changes, arrays of Python objects, and a host without room
+for the slots.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from ..run.batching import BatchOptions
+from ..run.plan import CellPlan
+from ..units import format_bytes
+from . import shm
+from .inputs import block_sizes, cut_inputs
+from .slots import ALIGN, align, host_facts, track_again, tracker_id
+
+__all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "room_reason",
+           "same_host", "scatter_reason"]
+
+ROOM_SHARE = 0.5  # of the free shared memory the slots may take (the host needs the rest)
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How a cell's blocks reach the workers.
+
+    Attributes
+    ----------
+    kind
+        ``"shm"`` (the ring of slots), ``"scatter"`` (scatter and gather), or ``"dask"``
+        (the cell's Dask arrays are on the workers already).
+    why
+        Why scatter (a fallback's reason), or why the results of an ``"shm"`` run stay on
+        the workers as the blocks' futures.
+    place
+        ``"shm"``: the row results come back through the slots too (not as futures).
+    """
+
+    kind: str
+    why: str = ""
+    place: bool = True
+
+    def describe(self) -> str:
+        """One phrase for the report."""
+        ring = f"a ring of {shm.SLOTS_PER_WORKER} slots per worker"
+        if self.kind == "shm" and self.place:
+            return (f"shared memory on this host ({ring}; inputs and row results copied "
+                    "through it, no array sent)")
+        if self.kind == "shm":
+            return (f"shared memory on this host for the inputs ({ring}); the results stay "
+                    f"on the workers as the blocks' futures ({self.why})")
+        if self.kind == "dask":
+            return "the Dask arrays' blocks, where the workers hold them"
+        return "scatter and gather over the network" + (f" ({self.why})" if self.why else "")
+
+
+def scatter_reason(cut: list[str], inputs: dict[str, np.ndarray], stored: set[str]) -> str:
+    """Why the cell's batched inputs must be scattered even on one host (``""``: they can
+    go through shared memory)."""
+    changed = [n for n in cut if n in stored]
+    if changed:
+        return f"the cell changes its input {', '.join(changed)}"
+    objects = [n for n in cut if inputs[n].dtype.hasobject]
+    if objects:
+        return f"{', '.join(objects)} hold{'s' * (len(objects) == 1)} Python objects"
+    return ""
+
+
+def futures_reason(stored: set[str], reduce: dict[str, str], to_host: Any) -> str:
+    """Why the blocks' results must stay on the workers as their futures (``""``: every
+    row result comes back to this kernel, so through the slots).
+
+    ``to_host`` as ``run_cell`` takes it: ``True``, or the names gathered as NumPy."""
+    if reduce:
+        return (f"--reduce {', '.join(reduce)} is a Dask tree reduction of the blocks' "
+                "results on the workers")
+    kept = [] if to_host is True else sorted(set(stored) - set(to_host or ()))
+    if kept:
+        return f"{', '.join(kept)} stay{'s' * (len(kept) == 1)} on the workers (no --to-host)"
+    return ""
+
+
+def same_host(kernel_host: str, facts: dict[str, Any]) -> str:
+    """Why the workers cannot share this kernel's memory (``""``: every one can).
+
+    ``facts`` by worker address: what :func:`~.slots.host_facts` answered there (its
+    ``host`` and whether it ``opened`` this kernel's probe segment), or an error."""
+    if not facts:
+        return "no workers to ask"
+    for address, fact in sorted(facts.items()):
+        if not isinstance(fact, dict):
+            return f"worker {address} could not say where it runs ({fact!r})"
+        if fact.get("host") != kernel_host:
+            return f"worker {address} runs on {fact.get('host')!r}, this kernel on {kernel_host!r}"
+        if not fact.get("opened"):
+            return (f"worker {address} could not open this kernel's shared memory "
+                    f"({fact.get('why') or 'no reason given'})")
+    return ""
+
+
+_hosts: dict[tuple[int, tuple[str, ...]], str] = {}  # (client, workers) -> same_host's answer
+
+
+def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
+    """:func:`same_host` for the cluster's workers, asked once per client and worker set."""
+    key = (id(client), workers)
+    if key in _hosts:
+        return _hosts[key]
+    token = secrets.token_bytes(16)
+    # a probe per worker: workers sharing one resource tracker never open one name at once
+    probes: dict[str, shared_memory.SharedMemory] = {}
+    try:
+        for w in workers:
+            probes[w] = shared_memory.SharedMemory(create=True, size=ALIGN)
+            probes[w].buf[:len(token)] = token
+        facts = client.run(host_facts, {w: s.name for w, s in probes.items()}, token,
+                           tracker_id(), workers=list(workers), on_error="return")
+    except Exception as exc:  # not known to share memory: asked again next cell
+        return f"asking the workers where they run failed ({type(exc).__name__}: {exc})"
+    finally:
+        track_again(list(probes.values()))
+        for seg in probes.values():
+            seg.close()
+            seg.unlink()
+    _hosts[key] = why = same_host(socket.gethostname(), facts)
+    return why
+
+
+def room_reason(block_bytes: int, blocks: int, workers: int) -> str:
+    """Why this host has no room for the ring a cell's blocks need (``""``: it has): the
+    slots for ``blocks`` blocks of ``block_bytes`` of input each (and as much again for
+    their results, as first guessed), beyond the ring's slots of now, which are reused."""
+    free = shm.room()
+    slots = min(blocks, shm.SLOTS_PER_WORKER * workers)
+    need = slots * (2 * align(block_bytes) + ALIGN) - shm.slot_bytes()
+    if free is None or need <= free * ROOM_SHARE:
+        return ""
+    return (f"{shm.SHM_DIR} has {format_bytes(free)} free, the slots need {format_bytes(need)}: "
+            f"give it more (docker run --shm-size=...) or make blocks smaller (--batch-bytes)")
+
+
+def forget() -> None:
+    """Forget what the workers' hosts are (the cluster was left)."""
+    _hosts.clear()
+
+
+def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOptions,
+           scatter_numpy: bool, to_host: Any) -> Transport:
+    """How the cell's blocks' data moves: the Dask arrays' blocks where they are; through
+    shared memory when every worker shares this host's memory, the cell allows it and the
+    host has room; else scatter and gather. Nothing is sent to the workers but the check
+    of their host (once per cluster)."""
+    if darrs:
+        return Transport("dask")
+    cut = cut_inputs(plan, opts, scatter_numpy)
+    workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    why = scatter_reason(cut, plan.inputs, plan.stored) or check_hosts(client, workers)
+    if not why and cut:
+        sizes = block_sizes(plan.inputs, cut, opts, max(1, len(workers)))
+        row = sum(int(plan.inputs[n][:1].nbytes) for n in cut)
+        why = room_reason(max(sizes, default=0) * row, len(sizes), len(workers))
+    if why:
+        return Transport("scatter", why)
+    kept = futures_reason(plan.stored, opts.reduce, to_host)
+    return Transport("shm", kept, place=not kept)
