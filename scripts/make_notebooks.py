@@ -2373,8 +2373,10 @@ def nb06():
         '''),
         md('''
         `--cluster` sends the same cell to the cluster: the kernel cuts `x` into blocks of rows
-        and scatters them to the workers, sends `w` once to every worker, and each block runs
-        the cell as it runs here. The report has a row per worker:
+        and hands them to the workers (through shared memory when they run on this machine, as
+        a local cluster's do; scattered over the network otherwise: the report's `cluster
+        transport:` line says which), sends `w` once to every worker, and each block runs the
+        cell as it runs here. The report has a row per worker:
         '''),
         code('''
         %%gpu --to-host --cluster
@@ -2391,15 +2393,24 @@ def nb06():
         md('''
         ## 2. What crosses the network
 
-        With `--cluster` the data starts in this kernel, so all of it crosses to the workers
-        (here over loopback; between machines, over the network) and, with `--to-host`, the
-        results cross back. `w` crosses once per worker, not once per block, and each worker
-        copies it to its device once per cell. The report's cluster rows hold the figures:
+        With `--cluster` the data starts in this kernel, so all of it goes to the workers and,
+        with `--to-host`, the results come back. On one machine it goes through shared memory:
+        the kernel copies each block into a slot of a ring it keeps, the worker reads it there
+        (page-locked, so its uploads run at full speed) and writes its results back into the
+        slot. Between machines every block crosses the network (scattered, and gathered back).
+        `w` crosses once per worker, not once per block, and each worker copies it to its
+        device once per cell. The report's cluster rows hold the figures:
         '''),
         code('''
         c = runs["on the cluster"].batch
-        print(f"scattered from the kernel: {c.input_bytes / 2**20:,.0f} MiB in {c.scatter_seconds * 1e3:.0f} ms "
-              f"({c.input_bytes / max(c.scatter_seconds, 1e-9) / 1e9:.2f} GB/s)")
+        print("transport:", c.transport.describe() if c.transport else "scatter")
+        if c.transport is not None and c.transport.kind == "shm":
+            print(f"through shared memory: {c.input_bytes / 2**20:,.0f} MiB of x; this kernel's "
+                  f"copies into and out of the slots took {c.copy_seconds * 1e3:.0f} ms")
+        else:
+            print(f"scattered from the kernel: {c.input_bytes / 2**20:,.0f} MiB in "
+                  f"{c.scatter_seconds * 1e3:.0f} ms "
+                  f"({c.input_bytes / max(c.scatter_seconds, 1e-9) / 1e9:.2f} GB/s)")
         print(f"blocks: {c.blocks}; run {c.run_seconds * 1e3:.0f} ms, of which {c.scheduler_seconds * 1e3:.0f} ms "
               "outside the busiest worker's blocks (scheduler, transfers, serialisation)")
         for wk in c.workers:
@@ -2463,15 +2474,16 @@ def nb06():
           crosses from the kernel but the cell.
         - **Blocks must be large** next to their fixed cost (section 3): tens of MiB of input
           and more, not thousands of tiny blocks.
-        - **Scattering from the kernel** (`--cluster` over a NumPy array) moves every byte
-          through this process; it is for comparing the two paths on one array, not the way
-          to feed a large cluster.
+        - **Feeding from the kernel** (`--cluster` over a NumPy array) moves every byte
+          through this process (through shared memory on one machine, over the network to
+          others); it is for comparing the two paths on one array, not the way to feed a
+          large cluster.
 
         ## Exercises
 
         **1.** Run the cell of section 1 over `xd`, the array made on the workers, with
-        `--to-host`, and compare its wall time with the `--cluster` run that scattered `x`.
-        Which part of the difference is the scattering?
+        `--to-host`, and compare its wall time with the `--cluster` run that fed it `x` from
+        the kernel. Which part of the difference is moving `x`?
         '''),
         exercise('''
         # your code here
@@ -2480,15 +2492,17 @@ def nb06():
         r = cupy_magic.run_cell("y2 = np.sqrt(xd) * w + 1\\nnorm2 = np.linalg.norm(xd, axis=1)",
                                 globals(), to_host=True, syncs="off")
         s_ = runs["on the cluster"]
-        print(f"made on the workers {r.wall_seconds * 1e3:.0f} ms, scattered from the kernel "
-              f"{s_.wall_seconds * 1e3:.0f} ms, of which scattering {s_.batch.scatter_seconds * 1e3:.0f} ms")
+        moving = s_.batch.copy_seconds + s_.batch.scatter_seconds
+        print(f"made on the workers {r.wall_seconds * 1e3:.0f} ms, fed from the kernel "
+              f"{s_.wall_seconds * 1e3:.0f} ms, of which moving its data {moving * 1e3:.0f} ms "
+              f"({s_.batch.transport.kind if s_.batch.transport else 'scatter'})")
         '''),
         md('''
         **2.** The column means of `x` need every row, so a block cannot compute them alone.
         Compute them on the cluster from the NumPy `x` with `--cluster` and a `--reduce` rule
         (the `mean` rule weights each block by its rows), and check them against NumPy.
         (`da.from_array(x)` would work too, but it puts all of `x` inside the task graph,
-        which Dask warns about; `--cluster` scatters the blocks to the workers first.)
+        which Dask warns about; `--cluster` hands the blocks to the workers instead.)
         '''),
         exercise('''
         # your code here: a %%gpu cell with --cluster and --reduce
@@ -2530,7 +2544,8 @@ def nb06():
         - A `%%gpu` cell over a Dask array, or with `--cluster`, runs block by block on the
           workers, unchanged, under the same rule as batching: each row's results depend only
           on that row; a result without a row axis needs a `--reduce` rule.
-        - What crosses the network: scattered blocks and shared inputs from the kernel (a
+        - What leaves the kernel: the blocks of its NumPy inputs (through shared memory to
+          workers on this machine, scattered over the network to others) and shared inputs (a
           shared input once per worker), and the results you bring back; arrays Dask builds on
           the workers, and results left as Dask arrays, stay there.
         - Each block has a fixed cost (section 3 measured it here): on one GPU the in-kernel
