@@ -116,6 +116,12 @@ class BatchCost:
             out.append(f"batch held small by the budget: batches of {size} would keep the cost "
                        f"under {COST_SHARE:.0%}; a {budget} of {format_bytes(full.budget)} "
                        "would allow them")
+        elif full is not None and not full.grows(rows):
+            out.append(f"batch held small by the budget: batches of {size} would keep the cost "
+                       f"under {COST_SHARE:.0%}, but a budget that holds them also holds the "
+                       "cell's inputs whole, and a cell whose inputs fit runs unbatched, "
+                       f"without streaming; this {budget} is about the largest that keeps it "
+                       "batched")
         elif full is not None:
             out.append(f"batch held small by the budget: batches of {size} would keep the cost "
                        f"under {COST_SHARE:.0%}, but a budget that holds them also holds the "
@@ -154,6 +160,11 @@ class PayingBudget:
     rows: int
     capped: bool = False
 
+    def grows(self, rows: int) -> bool:
+        """Whether this budget allows batches clearly larger than ``rows`` (a capped budget
+        may be about the one in use: then there is no larger one to name)."""
+        return self.rows > rows * 1.05
+
 
 def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
                   streams: int, cost: BatchCost, free: int | None,
@@ -182,6 +193,4 @@ def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
         return PayingBudget(need, need_rows)
     below = whole - 1
     rows_below = min(total, int((below - in_use) * MARGIN / (streams * per_row)))
-    if rows_below <= rows * 1.05:  # this budget is about the largest that keeps it batched
-        return None
     return PayingBudget(below, rows_below, capped=True)

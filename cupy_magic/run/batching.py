@@ -320,8 +320,10 @@ class BatchPlan:
 
     @property
     def full_speed_budget(self) -> int | None:
-        """The budget the report names (:class:`PayingBudget`), or ``None``."""
-        return None if self.full_speed is None else self.full_speed.budget
+        """The budget the report names (:class:`PayingBudget`), or ``None`` (none, or none
+        larger than the one in use)."""
+        full = self.full_speed
+        return None if full is None or not full.grows(self.rows) else full.budget
 
     @property
     def overlap(self) -> float | None:

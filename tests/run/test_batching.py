@@ -249,8 +249,16 @@ def test_the_budget_named_stays_under_the_one_that_would_run_the_cell_whole():
     assert plan.full_speed_budget == whole - 1
     # a whole-run budget above what paying batches need changes nothing
     assert not budget_to_pay(500_000, 10**9, 8, 16.0, 3, COST, free, limit, 2 * 10**9).capped
-    # already about as large as batches get under that cap: nothing better to name
-    assert budget_to_pay(13_000_000, 10**9, 8, 16.0, 3, COST, free, limit, whole) is None
+    # already about as large as batches get under that cap: no larger budget to name, and
+    # the report says why
+    at_cap = budget_to_pay(13_000_000, 10**9, 8, 16.0, 3, COST, free, limit, whole)
+    assert at_cap.capped and not at_cap.grows(13_000_000)
+    there = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 13_000_000, 78, 16.0, "free budget",
+                      cost=COST, full_speed=at_cap)
+    assert there.full_speed_budget is None
+    assert ("a budget that holds them also holds the cell's inputs whole, and a cell whose "
+            "inputs fit runs unbatched, without streaming; this VRAM budget is about the "
+            "largest that keeps it batched") in str(there)
 
 
 def test_a_first_batch_is_held_small_only_by_a_budget_that_shrinks_it():
