@@ -139,3 +139,13 @@ def test_dtypes_cupy_cannot_hold_are_not_priced(dtype, fragment):
     assert fragment in str(info.value)
     with pytest.raises(SizeError, match=r"^when: ") as info:
         estimate_array(np.zeros(3, dtype), "when")
+
+
+def test_dtype_texts_are_numpys_own_for_every_dtype_seen_in_any_order():
+    from cupy_magic.units import dtype_name, dtype_text
+
+    plain = np.dtype([("a", "f8"), ("b", "f8")])
+    aligned = np.dtype([("a", "f8"), ("b", "f8")], align=True)
+    assert plain == aligned and str(plain) != str(aligned)  # equal, written apart
+    for dt in (plain, aligned, plain, np.dtype("float32"), np.dtype("<U3")):
+        assert dtype_text(dt) == str(dt) and dtype_name(dt) == dt.name

@@ -150,8 +150,9 @@ class HostMemory:
         if found is not None:
             self._submit(found)  # a fresh result block: its rows are written, lock it now
             return found
-        if arr.nbytes < MIN_BYTES or not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-            return None
+        if arr.nbytes < MIN_BYTES or arr.dtype.hasobject or \
+                not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            return None  # object arrays: pointers, never copied to a device
         owner = arr
         while isinstance(owner.base, np.ndarray):
             owner = owner.base
@@ -253,7 +254,7 @@ class HostMemory:
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         nbytes = count * dtype.itemsize
-        if nbytes < MIN_BYTES:
+        if nbytes < MIN_BYTES or dtype.hasobject:  # a reused block holds no valid objects
             return np.empty(shape, dtype)
         block = best_fit(self._cache, nbytes, lambda b: b.region.nbytes, self._mutex)
         if block is None:

@@ -27,8 +27,8 @@ from . import shm
 from .inputs import block_sizes, cut_inputs
 from .slots import ALIGN, align, host_facts, track_again, tracker_id
 
-__all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "room_reason",
-           "same_host", "scatter_reason"]
+__all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "probe_room",
+           "room_reason", "same_host", "scatter_reason"]
 
 ROOM_SHARE = 0.5  # of the free shared memory the slots may take (the host needs the rest)
 
@@ -119,6 +119,9 @@ def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
     key = (id(client), workers)
     if key in _hosts:
         return _hosts[key]
+    full = probe_room(shm.room(), len(workers))
+    if full:  # not kept: asked again next cell
+        return full
     token = secrets.token_bytes(16)
     # a probe per worker: workers sharing one resource tracker never open one name at once
     probes: dict[str, shared_memory.SharedMemory] = {}
@@ -137,6 +140,16 @@ def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
             seg.unlink()
     _hosts[key] = why = same_host(socket.gethostname(), facts)
     return why
+
+
+def probe_room(free: int | None, workers: int) -> str:
+    """Why the host check cannot make its probe segments (``""``: it can): ``free`` bytes
+    left in /dev/shm for ``workers`` probes of a page each. A write past a full tmpfs kills
+    the writer (SIGBUS), so nothing is made without room."""
+    if free is None or free >= 2 * ALIGN * workers:
+        return ""
+    return (f"{shm.SHM_DIR} has {format_bytes(free)} free, too little even to check whether "
+            "the workers share this host's memory: give it more (docker run --shm-size=...)")
 
 
 def room_reason(block_bytes: int, blocks: int, workers: int) -> str:
@@ -167,11 +180,12 @@ def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOption
         return Transport("dask")
     cut = cut_inputs(plan, opts, scatter_numpy)
     workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
-    why = scatter_reason(cut, plan.inputs, plan.stored) or check_hosts(client, workers)
-    if not why and cut:
+    why = scatter_reason(cut, plan.inputs, plan.stored)
+    if not why and cut:  # room first: the host check writes segments too
         sizes = block_sizes(plan.inputs, cut, opts, max(1, len(workers)))
         row = sum(int(plan.inputs[n][:1].nbytes) for n in cut)
         why = room_reason(max(sizes, default=0) * row, len(sizes), len(workers))
+    why = why or check_hosts(client, workers)
     if why:
         return Transport("scatter", why)
     kept = futures_reason(plan.stored, opts.reduce, to_host)

@@ -61,7 +61,8 @@ class BatchCost:
     def pay_rate(self) -> float:
         """The rate the batches that pay are sized at: the first batch's, or the large
         upload's where that is known and faster."""
-        return max(self.rate, self.large_rate or 0.0)
+        large = self.large_rate if self.large_rate and math.isfinite(self.large_rate) else 0.0
+        return max(self.rate, large)
 
     def with_large_rate(self, rate: float | None) -> BatchCost:
         """This cost, its paying batches sized at ``rate`` where that is faster."""
@@ -128,7 +129,8 @@ class BatchCost:
                        "cell's inputs whole, and a cell whose inputs fit runs unbatched, "
                        f"without streaming; a {budget} of {format_bytes(full.budget)}, the "
                        f"largest that keeps it batched, allows batches of {full.rows:,} rows "
-                       f"({self.share(full.rows, row_bytes):.0%} of their transfer time)")
+                       f"({self.share(full.rows, row_bytes):.0%} of their transfer time at the "
+                       "first batch's rate)")
         elif sized_by.startswith("--batch"):
             out.append(f"batch held small by {sized_by}: batches of {size} would keep the cost "
                        f"under {COST_SHARE:.0%}")

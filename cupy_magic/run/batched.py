@@ -219,6 +219,7 @@ class BatchRun:
             if self.cost is not None and self.opts.rows is None and self.opts.nbytes is None:
                 bp.full_speed = budget_to_pay(rows, self.total - first, self.row_bytes, peak_row,
                                               self.opts.streams, self.cost, free, self.be.limit,
+                                              None if self.opts.forced else  # batched anyway
                                               report.start_pool_bytes
                                               + inputs_need(self.plan.inputs, self.dtype))
             self.rest(first, rows, peak_row, bounds)
@@ -265,8 +266,7 @@ class BatchRun:
         eng.record(0)
         return first, peak_row
 
-    def rest(self, first: int, rows: int, peak_row: float,
-             bounds: list[tuple[int, int]]) -> None:
+    def rest(self, first: int, rows: int, peak_row: float, bounds: list[tuple[int, int]]) -> None:
         """Warm the streams and buffers, then run the other batches and drain the streams."""
         __tracebackhide__ = True
         running = progress.current()

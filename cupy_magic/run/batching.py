@@ -323,7 +323,8 @@ class BatchPlan:
         """The budget the report names (:class:`PayingBudget`), or ``None`` (none, or none
         larger than the one in use)."""
         full = self.full_speed
-        return None if full is None or not full.grows(self.rows) else full.budget
+        return None if full is None or (full.capped and not full.grows(self.rows)) \
+            else full.budget
 
     @property
     def overlap(self) -> float | None:

@@ -15,6 +15,7 @@ import __future__
 
 import ast
 import codeop
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from types import CodeType
@@ -68,6 +69,13 @@ def _split(tree: ast.Module, filename: str,
     return compiler(body, filename, "exec"), compiler(last, filename, "eval")
 
 
+def _compiled(source: str, filename: str, compiler: codeop.Compile) -> CompiledCell:
+    tree = ast.parse(source, filename, "exec")
+    code = compiler(tree, filename, "exec")
+    body, last = _split(tree, filename, compiler)  # kept for a run that shows it
+    return CompiledCell(code, body, last)
+
+
 def compile_cell(source: str, filename: str, compiler: codeop.Compile,
                  split: bool) -> CompiledCell:
     """Compile ``source`` as ``filename`` with ``compiler`` (its flags, and the flags the
@@ -75,15 +83,20 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     under the same flags before.
 
     ``split``: compile the body and the last expression apart too (the cell shows its last
-    expression's value). A syntax error is raised as compiling raises it, and nothing is kept.
+    expression's value). A syntax error is raised as compiling raises it, and nothing is kept;
+    nor is a text whose compiling warns (each run warns again, as a plain cell's does).
     """
     key = (source, compiler.flags, type(compiler))
     kept = _KEPT.get(key)
     if kept is None:
-        tree = ast.parse(source, filename, "exec")
-        code = compiler(tree, filename, "exec")
-        body, last = _split(tree, filename, compiler)  # kept for a run that shows it
-        kept = _KEPT[key] = CompiledCell(code, body, last)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kept = _compiled(source, filename, compiler)
+        if caught:  # compiled again under the user's filters, and not kept, so that every
+            # run warns (SyntaxWarning, DeprecationWarning) as a plain cell's does
+            kept = _compiled(source, filename, compiler)
+            return kept if split else CompiledCell(kept.code, None, None)
+        _KEPT[key] = kept
         if len(_KEPT) > _KEEP:
             _KEPT.popitem(last=False)
     else:

@@ -225,6 +225,17 @@ def test_small_results_are_plain_arrays(hm, rt):
     assert y.shape == (10, 3) and hm.find(y) is None and rt.registers == 0
 
 
+def test_an_object_result_is_a_plain_array_and_never_locked(hm, rt):
+    """A large result of Python objects (a cluster's ``x.astype(object)``) gets a plain
+    array: a reused block would hold no valid objects, and pointers never go to a device."""
+    rows = BIG // np.dtype(object).itemsize
+    out = hm.empty((rows,), object)
+    assert out.dtype == object and out.shape == (rows,) and hm.find(out) is None
+    out[:] = "a"
+    assert hm.lock(out) is None and rt.registers == 0
+    assert list(out[:2]) == ["a", "a"]
+
+
 def test_close_undoes_every_registration_and_later_collection_is_harmless(rt):
     mem = HostMemory(rt)
     x = big()

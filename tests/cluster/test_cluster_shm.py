@@ -325,3 +325,15 @@ def test_a_host_without_room_for_the_slots_is_scattered_to():
     why = transport.room_reason(free, 8, 2)  # six slots as large as all there is
     assert why.startswith(f"{shm.SHM_DIR} has ") and "docker run --shm-size" in why
     assert transport.room_reason(free, 0, 2) == ""  # no block, no slot
+
+
+def test_the_host_check_makes_no_probe_without_room_for_it():
+    """A write past a full /dev/shm kills the kernel (SIGBUS; a container's default is 64
+    MiB): the check of the workers' host makes no probe segment then, and says why."""
+    page = slots.ALIGN
+    assert transport.probe_room(None, 2) == ""  # the system does not say: as before
+    assert transport.probe_room(4 * page, 2) == ""
+    why = transport.probe_room(page, 2)
+    assert why.startswith(f"{shm.SHM_DIR} has 4.00 KiB free, too little even to check")
+    assert "docker run --shm-size" in why
+    assert transport.probe_room(0, 1) != ""

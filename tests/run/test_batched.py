@@ -363,6 +363,22 @@ def test_python_containers_that_differ_between_batches_are_refused(ip):
     assert ip.user_ns["labels"] == ["a", "b"]
 
 
+def test_a_cell_batched_with_batch_is_not_told_a_larger_budget_would_run_it_whole(ip):
+    """Under --batch a cell stays batched whatever the budget: the budget its report names
+    is the one that allows paying batches, not one kept under the inputs' size."""
+    ip.run_line_magic("vram_budget", "1MB")
+    x = fresh((400_000,), "float64")
+    ip.user_ns["x"] = x
+    report = gpu(ip, "y = x\nfor _ in range(30):\n    y = np.sin(y) * 0.5 + 0.25\n", "--batch")
+    bp = report.batch
+    assert bp.reason == "asked for with --batch"
+    full = bp.full_speed
+    assert full is not None and not full.capped
+    assert full.budget > report.start_pool_bytes + x.nbytes  # over what fits x whole
+    text = str(report)
+    assert "would allow them" in text and "runs unbatched" not in text
+
+
 def test_the_first_batch_measures_what_a_batch_costs(ip, poisoned):
     """Issue 20: the first batch's cost beyond its transfer is measured and reported; under a
     small budget the report names the budget at which the batches would pay for it."""

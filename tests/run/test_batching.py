@@ -245,7 +245,7 @@ def test_the_budget_named_stays_under_the_one_that_would_run_the_cell_whole():
     assert ("but a budget that holds them also holds the cell's inputs whole, and a cell whose "
             "inputs fit runs unbatched, without streaming; a VRAM budget of 762.94 MiB, the "
             "largest that keeps it batched, allows batches of 13,166,666 rows (19% of their "
-            "transfer time)") in str(plan)
+            "transfer time at the first batch's rate)") in str(plan)
     assert plan.full_speed_budget == whole - 1
     # a whole-run budget above what paying batches need changes nothing
     assert not budget_to_pay(500_000, 10**9, 8, 16.0, 3, COST, free, limit, 2 * 10**9).capped
@@ -259,6 +259,13 @@ def test_the_budget_named_stays_under_the_one_that_would_run_the_cell_whole():
     assert ("a budget that holds them also holds the cell's inputs whole, and a cell whose "
             "inputs fit runs unbatched, without streaming; this VRAM budget is about the "
             "largest that keeps it batched") in str(there)
+
+
+def test_a_budget_that_grows_batches_a_little_is_still_named_unless_capped():
+    plan = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 500_000, 2001, 16.0, "free budget",
+                     cost=COST, full_speed=PayingBudget(30_000_000, 510_000))
+    assert plan.full_speed_budget == 30_000_000 and "would allow them" in str(plan)
+    assert COST.with_large_rate(float("inf")).pay_rate == COST.rate  # no rate: ignored
 
 
 def test_a_first_batch_is_held_small_only_by_a_budget_that_shrinks_it():

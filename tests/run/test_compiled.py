@@ -6,6 +6,7 @@ import __future__
 import codeop
 import traceback
 import uuid
+import warnings
 
 import pytest
 
@@ -106,3 +107,15 @@ def test_a_syntax_error_is_raised_each_time_and_nothing_is_kept():
         with pytest.raises(SyntaxError) as info:
             compile_cell(src, name, codeop.Compile(), split=True)
         assert info.value.filename == name
+
+
+def test_a_text_whose_compiling_warns_warns_on_every_run():
+    src = _fresh("x = 1\ny = x is 1\n")  # SyntaxWarning: "is" with a literal
+    for name in ("<r>", "<s>"):
+        with pytest.warns(SyntaxWarning, match="is"):
+            code = compile_cell(src, name, codeop.Compile(), split=False).code
+        assert code.co_filename == name
+    with warnings.catch_warnings():  # a user's "error" filter: the plain compile's error
+        warnings.simplefilter("error")
+        with pytest.raises(SyntaxError):
+            compile_cell(src, "<t>", codeop.Compile(), split=False)
