@@ -126,6 +126,8 @@ class _Open:
 
 _lock = threading.Lock()
 _open: dict[str, _Open] = {}
+# slots the kernel detached: an _attach that was opening one meanwhile closes it after use
+_detached: set[str] = set()
 _unclosed: list[shared_memory.SharedMemory] = []  # mapped until their last view goes
 
 
@@ -144,7 +146,11 @@ def _attach(name: str, tracker: tuple[int, int]) -> _Open:
         seg = _open_segment(name, tracker)
         fresh = _Open(seg, be, be.pin_shared(_base(seg), seg.size), users=1)
         with _lock:
-            slot = _open.setdefault(name, fresh)
+            if name in _detached:  # detached while this opened it: closed after this block
+                fresh.detached = True
+                slot = fresh
+            else:
+                slot = _open.setdefault(name, fresh)
             if slot is not fresh:
                 slot.users += 1
         if slot is not fresh:  # another thread opened it meanwhile: keep one
@@ -182,6 +188,7 @@ def detach(names: list[str], dask_worker: Any = None) -> int:
     a slot a block still uses closes when that block ends. Returns how many were open."""
     found = []
     with _lock:
+        _detached.update(names)
         for name in names:
             slot = _open.pop(name, None)
             if slot is not None:

@@ -337,3 +337,20 @@ def test_the_host_check_makes_no_probe_without_room_for_it():
     assert why.startswith(f"{shm.SHM_DIR} has 4.00 KiB free, too little even to check")
     assert "docker run --shm-size" in why
     assert transport.probe_room(0, 1) != ""
+
+
+def test_a_slot_detached_while_a_block_opens_it_is_closed_after_that_block(ip):
+    """A Ctrl-C retires a slot whose block may be opening it on a worker when the next cell
+    detaches it: the opening then must not stay mapped (and page-locked) in the worker."""
+    from multiprocessing import shared_memory
+
+    seg = shared_memory.SharedMemory(create=True, size=slots.ALIGN)
+    try:
+        assert slots.detach([seg.name]) == 0  # not open here yet: only noted
+        slot = slots._attach(seg.name, slots.tracker_id())  # the late opening
+        assert slot.detached and seg.name not in slots.open_slots()
+        slots._leave(slot)  # the block ends: the opening closes
+        assert slot.seg.buf is None and slot.pin is None
+    finally:
+        seg.close()
+        seg.unlink()
