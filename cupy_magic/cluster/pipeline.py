@@ -25,7 +25,7 @@ from ..run import progress
 from ..run.errors import CellError
 from .inputs import BlockInputs
 from .shm import Ring, Slot, copy_rows
-from .slots import ALIGN, SlotTask, align, run_slot_block
+from .slots import ALIGN, HEADER, SlotTask, align, run_slot_block
 
 __all__ = ["SlotRun", "run_through_slots"]
 
@@ -59,8 +59,9 @@ class SlotRun:
 
 
 def _layout(local: dict[str, np.ndarray], rows: int) -> tuple[dict[str, Any], int]:
-    """Where each batched input's ``rows`` rows lie in a slot, and where results start."""
-    at, places = 0, {}
+    """Where each batched input's ``rows`` rows lie in a slot (after its header page,
+    :data:`~.slots.HEADER`), and where results start."""
+    at, places = ALIGN, {}
     for name, arr in local.items():
         shape = (rows, *arr.shape[1:])
         places[name] = (at, shape, arr.dtype)
@@ -105,11 +106,14 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
         if slot is None:
             return False
         t0 = time.perf_counter()
+        slot.use += 1  # a run of a block from a slot's earlier use must not write there
+        slot.view(0, (1,), HEADER)[0] = slot.use
         for name, (off, shape, dtype) in places.items():
             copy_rows(slot.view(off, shape, dtype), local[name][start:start + rows], ring.pool)
         run.copy_seconds += time.perf_counter() - t0
         future = client.submit(run_slot_block, spec_f, i, start,
-                               SlotTask(slot.name, places, results_at, ring.tracker, place),
+                               SlotTask(slot.name, places, results_at, ring.tracker, place,
+                                        slot.use),
                                inputs.shared,
                                key=f"cupy-magic-{cell_id}-block-{i}", workers=[slot.worker],
                                allow_other_workers=True, pure=False)

@@ -99,6 +99,7 @@ class Slot:
     seg: shared_memory.SharedMemory
     mem: np.ndarray | None  # this kernel's bytes of it
     busy: bool = False
+    use: int = 0  # blocks it was given so far: written in its header (slots.HEADER)
 
     @property
     def name(self) -> str:

@@ -33,8 +33,8 @@ import numpy as np
 from .. import backend as _backend
 from .worker import BlockSpec, block_info, execute_block, run_block
 
-__all__ = ["ALIGN", "SlotTask", "align", "detach", "host_facts", "locked_slots", "open_slots",
-           "run_slot_block", "track_again", "tracker_id", "view"]
+__all__ = ["ALIGN", "HEADER", "SlotTask", "align", "detach", "host_facts", "locked_slots",
+           "open_slots", "run_slot_block", "track_again", "tracker_id", "view"]
 
 ALIGN = 4096  # every area of a slot starts on a page: whole pages lock and copy fastest
 
@@ -42,6 +42,9 @@ ALIGN = 4096  # every area of a slot starts on a page: whole pages lock and copy
 def align(nbytes: int) -> int:
     """``nbytes`` rounded up to a whole number of :data:`ALIGN`."""
     return -(-nbytes // ALIGN) * ALIGN
+
+
+HEADER = np.dtype(np.int64)  # a slot's first bytes: the use the kernel gave it last
 
 
 def view(mem: np.ndarray, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -111,6 +114,7 @@ class SlotTask:
     results_at: int
     tracker: tuple[int, int]
     place: bool = True
+    use: int = 0  # the slot's use this block was given (its header says the current one)
 
 
 @dataclass(eq=False)
@@ -264,6 +268,11 @@ def run_slot_block(spec: BlockSpec, index: int, start: int, task: SlotTask,
                 continue
             shape, dtype = kind[1], kind[2]
             nbytes = math.prod(shape) * dtype.itemsize
+            if int(view(mem, 0, (1,), HEADER)[0]) != task.use:
+                # a run the scheduler gave up on (the block ran again elsewhere) and the
+                # kernel has given the slot to another block since: write nothing there
+                raise RuntimeError(f"slot {task.name} was given to another block; this run "
+                                   f"of block {index} is superseded")
             if not dtype.hasobject and at + nbytes <= slot.seg.size:
                 be.to_host_into(out[name], view(mem, at, shape, dtype))
                 placed[name], at = at, align(at + nbytes)

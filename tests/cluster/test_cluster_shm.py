@@ -354,3 +354,39 @@ def test_a_slot_detached_while_a_block_opens_it_is_closed_after_that_block(ip):
     finally:
         seg.close()
         seg.unlink()
+
+
+def test_a_superseded_run_of_a_block_writes_nothing_into_a_slot_given_to_another(ip):
+    """A run the scheduler gave up on (the block ran again on another worker) may finish
+    after the kernel gave its slot to the next block: it must not write its results over
+    that block's. The slot's header holds the use the kernel gave it last."""
+    from multiprocessing import shared_memory
+
+    from cupy_magic.cluster.worker import BlockSpec
+
+    rows, align = 8, slots.ALIGN
+    seg = shared_memory.SharedMemory(create=True, size=4 * align)
+    try:
+        mem = np.frombuffer(seg.buf, np.uint8)
+        x = slots.view(mem, align, (rows,), np.float64)
+        x[:] = np.arange(rows)
+        places = {"x": (align, (rows,), np.dtype(np.float64))}
+        spec = BlockSpec("y = x + 1\n", "<gpu-cell-superseded>", ("np",), {}, ("y",), 1,
+                         to_host=True)
+        header = slots.view(mem, 0, (1,), slots.HEADER)
+        result = slots.view(mem, 2 * align, (rows,), np.float64)
+        header[0] = 7  # the kernel's current use of the slot
+        done = slots.run_slot_block(spec, 0, 0, slots.SlotTask(
+            seg.name, places, 2 * align, slots.tracker_id(), True, 7), {})
+        assert done["placed"] == {"y": 2 * align}
+        np.testing.assert_array_equal(result, np.arange(rows) + 1)
+        result[:] = -1  # the next block's results, say
+        with pytest.raises(RuntimeError, match="was given to another block"):
+            slots.run_slot_block(spec, 0, 0, slots.SlotTask(
+                seg.name, places, 2 * align, slots.tracker_id(), True, 6), {})
+        assert (result == -1).all()  # untouched
+        del mem, x, header, result
+    finally:
+        slots.detach([seg.name])
+        seg.close()
+        seg.unlink()
