@@ -138,7 +138,6 @@ def main() -> int:
     doc = {"benchmark": "small_budget", "backend": label, "device": be.info().name,
            "rows": n, "input_bytes": input_bytes, "budget": args.budget,
            "repeats": args.repeats, "cell": code, "runs": rows}
-    (out / f"small-budget-{stamp}-{label}.json").write_text(json.dumps(doc, indent=1) + "\n")
     md = [f"Pricing cell over {n:,} float64 rows ({input_bytes / 1e9:.2f} GB of input) on "
           f"{be.info().name} [{label}], {stamp}, best of {args.repeats}", "",
           "| run | s | input GB/s | batches | rows per batch | cost per batch ms | cost share "
@@ -164,7 +163,7 @@ def main() -> int:
         print(verdict)
         md += ["", verdict]
         doc["verdict"] = verdict
-        (out / f"small-budget-{stamp}-{label}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / f"small-budget-{stamp}-{label}.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / f"small-budget-{stamp}-{label}.md").write_text("\n".join(md) + "\n")
     print(f"wrote {out}/small-budget-{stamp}-{label}.{{json,md}}")
     return 0

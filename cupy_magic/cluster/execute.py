@@ -23,7 +23,7 @@ from ..run.errors import CellError, at_cell_line, fail
 from ..run.plan import CellPlan
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
-from .inputs import BlockInputs, prepare, python_values
+from .inputs import BlockInputs, prepare, python_values, worker_addresses
 from .pipeline import run_through_slots
 from .report import ClusterRun
 from .transport import choose
@@ -157,7 +157,7 @@ class ClusterExecutor:
         t0 = time.perf_counter()
         futures, slotted, filled = None, None, None
         if transport.kind == "shm":
-            ring = shm.ring(client, self._workers(client))
+            ring = shm.ring(client, worker_addresses(client))
             ring.settle()
             slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held, be,
                                         transport.place)
@@ -185,10 +185,6 @@ class ClusterExecutor:
             info.sent_back = slotted.sent_back
         results = self._results(futures, infos, info, to_host, be, filled)
         return results, info
-
-    @staticmethod
-    def _workers(client: Any) -> tuple[str, ...]:
-        return tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
 
     def _drop_shared(self, client: Any) -> None:
         """Drop the workers' device copies of the cell's shared inputs (the cell ended)."""

@@ -21,7 +21,7 @@ from ..run.names import cell_names
 from ..run.plan import CellPlan
 
 __all__ = ["BLOCK_BYTES", "BlockInputs", "block_sizes", "cut_inputs", "dask_inputs",
-           "is_dask_array", "prepare", "read_values"]
+           "is_dask_array", "prepare", "read_values", "worker_addresses"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
 
@@ -92,6 +92,11 @@ def _align(darrs: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, Any]]:
                     for n, a in darrs.items()}
 
 
+def worker_addresses(client: Any) -> tuple[str, ...]:
+    """The addresses of the cluster's workers, sorted (the blocks are dealt over them)."""
+    return tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+
+
 def block_sizes(inputs: dict[str, np.ndarray], cut: list[str], opts: BatchOptions,
                 workers: int) -> tuple[int, ...]:
     """The rows of each block the NumPy inputs ``cut`` are cut into (``--cluster``)."""
@@ -138,7 +143,7 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                             f"Dask inputs' {total:,}; name the inputs to cut: --batch "
                             f"{','.join(darrs)}")
     elif cut:
-        workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+        workers = max(1, len(worker_addresses(client)))
         chunks = block_sizes(numpy_in, cut, opts, workers)
     if not chunks or sum(chunks) == 0:
         raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")

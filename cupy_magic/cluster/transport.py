@@ -24,7 +24,7 @@ from ..run.batching import BatchOptions
 from ..run.plan import CellPlan
 from ..units import format_bytes
 from . import shm
-from .inputs import block_sizes, cut_inputs
+from .inputs import block_sizes, cut_inputs, worker_addresses
 from .slots import ALIGN, align, host_facts, track_again, tracker_id
 
 __all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "probe_room",
@@ -179,7 +179,7 @@ def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOption
     if darrs:
         return Transport("dask")
     cut = cut_inputs(plan, opts, scatter_numpy)
-    workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    workers = worker_addresses(client)
     why = scatter_reason(cut, plan.inputs, plan.stored)
     if not why and cut:  # room first: the host check writes segments too
         sizes = block_sizes(plan.inputs, cut, opts, max(1, len(workers)))

@@ -17,7 +17,7 @@ import ast
 import codeop
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import CodeType
 
 __all__ = ["CompiledCell", "compile_cell"]
@@ -88,21 +88,21 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     """
     key = (source, compiler.flags, type(compiler))
     kept = _KEPT.get(key)
-    if kept is None:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            kept = _compiled(source, filename, compiler)
-        if caught:  # compiled again under the user's filters, and not kept, so that every
-            # run warns (SyntaxWarning, DeprecationWarning) as a plain cell's does
-            kept = _compiled(source, filename, compiler)
-            return kept if split else CompiledCell(kept.code, None, None)
-        _KEPT[key] = kept
-        if len(_KEPT) > _KEEP:
-            _KEPT.popitem(last=False)
-    else:
+    if kept is not None:
         _KEPT.move_to_end(key)
         for feature in _FEATURES:  # what compiling would have left in the compiler
             if kept.code.co_flags & feature.compiler_flag:
                 compiler.flags |= feature.compiler_flag
-        kept = kept.renamed(filename)
-    return kept if split else CompiledCell(kept.code, None, None)
+        cell = kept.renamed(filename)
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cell = _compiled(source, filename, compiler)
+        if caught:  # compiled again under the user's filters, and not kept, so that every
+            # run warns (SyntaxWarning, DeprecationWarning) as a plain cell's does
+            cell = _compiled(source, filename, compiler)
+        else:
+            _KEPT[key] = cell
+            if len(_KEPT) > _KEEP:
+                _KEPT.popitem(last=False)
+    return cell if split else replace(cell, body=None, last=None)

@@ -80,6 +80,16 @@ def _until(check, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def _interrupted(kernel, watch, cell: str) -> dict:
+    """Run ``cell``, press Ctrl-C once two of its blocks run, and return the cell's reply."""
+    msg_id = kernel.kc.execute(cell)
+    _until(lambda: len(_tasks(watch, "processing")) >= 2, 60, "blocks running")
+    kernel.km.interrupt_kernel()
+    reply = kernel.kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return reply
+
+
 def test_ctrl_c_cancels_the_cells_blocks_commits_nothing_and_the_kernel_goes_on(kernel):
     reply, text = kernel.run(
         "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport dask.array as da\n"
@@ -94,11 +104,7 @@ def test_ctrl_c_cancels_the_cells_blocks_commits_nothing_and_the_kernel_goes_on(
         pids = sorted(watch.run(os.getpid).values())
         assert len(pids) == 2
         before = _worker_keys(watch)
-        msg_id = kernel.kc.execute(SLOW_CELL)
-        _until(lambda: len(_tasks(watch, "processing")) >= 2, 60, "blocks running")
-        kernel.km.interrupt_kernel()
-        reply = kernel.kc.get_shell_msg(timeout=30)
-        assert reply["parent_header"]["msg_id"] == msg_id
+        reply = _interrupted(kernel, watch, SLOW_CELL)
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         tb = ANSI.sub("", "\n".join(reply["content"]["traceback"]))
@@ -151,11 +157,7 @@ def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(k
         assert reply["status"] == "ok", text
         reply, text = kernel.run(shown)
         assert reply["status"] == "ok" and "VIA shm" in text, text
-        msg_id = kernel.kc.execute(SLOW_SHM_CELL)
-        _until(lambda: len(_tasks(watch, "processing")) >= 2, 60, "blocks running")
-        kernel.km.interrupt_kernel()
-        reply = kernel.kc.get_shell_msg(timeout=30)
-        assert reply["parent_header"]["msg_id"] == msg_id
+        reply = _interrupted(kernel, watch, SLOW_SHM_CELL)
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         tb = ANSI.sub("", "\n".join(reply["content"]["traceback"]))
         assert "futures on the cluster cancelled, nothing committed" in tb
