@@ -28,4 +28,8 @@ def num(value: Any, unit: str, fmt: str = ".0f") -> str:
 
 
 def pct(part: Any, whole: Any) -> str:
-    return f"{part / whole:.0%}" if known(part) and known(whole) and whole > 0 else "N/A"
+    """``part`` as a share of ``whole``; a share above zero that rounds to 0% reads ``<1%``."""
+    if not (known(part) and known(whole) and whole > 0):
+        return "N/A"
+    share = part / whole
+    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"

@@ -118,3 +118,13 @@ def test_panel_summary_has_the_rows() -> None:
     text = panel.panel_summary(1, sampler)
     assert "device 0: 0: NVIDIA H200; VRAM used / total 10.00 GiB" in text
     assert "device 1: 1: NVIDIA H200" in text and "cluster" not in text
+
+
+def test_a_share_above_zero_never_reads_zero_percent() -> None:
+    from cupy_magic.view.fmt import pct
+
+    assert pct(0, 64 * 2**20) == "0%"
+    assert pct(1, 64 * 2**20) == "<1%"  # memory is held: not "0%"
+    assert pct(0.006, 1) == "1%"
+    assert pct(32, 64) == "50%"
+    assert pct(NA, 64) == "N/A" and pct(1, 0) == "N/A"
