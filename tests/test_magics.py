@@ -264,6 +264,23 @@ def test_cell_over_the_budget_stops_explains_and_changes_nothing(ip):
     assert backend.current().pool_used() == used
 
 
+def test_inputs_that_fit_with_temporaries_that_do_not_are_told_to_use_batch(ip):
+    """Issue 20: the inputs fit the budget, so the cell runs whole, and its temporaries do not;
+    the error names ``%%gpu --batch``, and that runs it, equal to NumPy."""
+    ip.run_line_magic("vram_budget", "64MiB")
+    x = np.arange(4_000_000, dtype=np.float64).reshape(1_000_000, 4)  # 30.52 MiB
+    ip.user_ns["x"] = x
+    cell = "y = x * 2\nz = y + x\nw = z * y + x * 3\n"
+    with pytest.raises(BudgetExceeded) as info:
+        gpu(ip, cell)
+    msg = str(info.value)
+    assert "\n" not in msg and "Try %%gpu --batch (batches sized to the budget" in msg, msg
+    assert "w" not in ip.user_ns and "y" not in ip.user_ns
+    gpu(ip, cell, "--batch --quiet")
+    y = x * 2
+    np.testing.assert_array_equal(backend.current().to_host(ip.user_ns["w"]), (y + x) * y + x * 3)
+
+
 def test_a_pool_out_of_memory_error_is_rewritten_to_name_the_line_and_sizes(ip):
     # CuPy's own message, as its pool raises it when a limit is set (a MemoryError subclass)
     ip.run_line_magic("vram_budget", "16MB")

@@ -89,11 +89,13 @@ def _root_memory_error(exc: BaseException) -> BaseException:
 
 
 def explain_oom(exc: BaseException, be: Backend, peak: int,
-                filename: str | None = None) -> BaseException:
+                filename: str | None = None, *, batchable: bool = False) -> BaseException:
     """Turn an out-of-memory error into one that says what was asked and what to try.
 
     A request that never allocated is reported as what was asked, never as what the cell
-    reached in the pool (the host's tracing counts such a request as held).
+    reached in the pool (the host's tracing counts such a request as held). ``batchable``:
+    the cell ran whole with inputs that have rows, so ``--batch`` is the first thing to try
+    (its inputs fit the budget, its temporaries did not).
     """
     exc = _root_memory_error(exc)
     if not isinstance(exc, MemoryError) or (isinstance(exc, BudgetExceeded) and exc.explained):
@@ -118,8 +120,11 @@ def explain_oom(exc: BaseException, be: Backend, peak: int,
     else:
         head = f"{at}out of memory: {first}, against {where}"
     release = ", or cupy_magic.free_cached() to release cached blocks" if be.is_gpu else ""
+    batch = ("%%gpu --batch (batches sized to the budget from the first one's peak; each "
+             "row's results must depend only on that row)" if batchable
+             else "batching the data (smaller slices per cell)")
     return BudgetExceeded(
-        f"{head}. Try batching the data (smaller slices per cell), --dtype float32, deleting "
+        f"{head}. Try {batch}, --dtype float32, deleting "
         f"arrays earlier cells left on the device, a larger %vram_budget{release}",
         line=getattr(exc, "line", None), explained=True)
 
@@ -199,7 +204,8 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
 
 
 def fail(exc: BaseException, be: Backend, peak: int, filename: str,
-         where: str = "", namespace: dict[str, Any] | None = None) -> BaseException:
+         where: str = "", namespace: dict[str, Any] | None = None, *,
+         batchable: bool = False) -> BaseException:
     """The exception a failed cell raises, with its traceback set; the caller raises it.
 
     The cell's frames are cleared first (their locals hold device arrays), so the pool is
@@ -212,7 +218,7 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
     if exc.__context__ is not None:
         traceback.clear_frames(exc.__context__.__traceback__)
     gc.collect()
-    new = explain_oom(exc, be, peak, filename)
+    new = explain_oom(exc, be, peak, filename, batchable=batchable)
     if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
         new = explain_failure(exc, filename) or exc
     if namespace is not None and isinstance(new, MemoryError) and new.args:

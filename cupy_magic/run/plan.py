@@ -42,6 +42,7 @@ __all__ = [
     "cast_target",
     "check_budget",
     "check_sizes",
+    "has_rows",
     "input_shortfall",
     "inputs_need",
     "move_inputs",
@@ -235,7 +236,7 @@ def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
     if opts is not None and opts.requested:
         return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
             (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
-    if not any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values()):
+    if not has_rows(inputs):
         return ""
     short = input_shortfall(inputs, dtype, be)
     if short is None or be.limit is None:
@@ -244,6 +245,11 @@ def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
     budget = "VRAM budget" if be.is_gpu else "memory budget (host; the VRAM budget on a GPU)"
     return (f"the inputs need {format_bytes(need)} but the {budget} of "
             f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}")
+
+
+def has_rows(inputs: dict[str, np.ndarray]) -> bool:
+    """Whether an input has a leading axis of more than one row (the cell can be batched)."""
+    return any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values())
 
 
 def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,

@@ -11,7 +11,7 @@ import numpy as np
 from ..backend import Backend
 from .commit import commit
 from .errors import CellError, fail
-from .plan import CellPlan, check_budget, move_inputs
+from .plan import CellPlan, check_budget, has_rows, move_inputs
 from .reduce import combine
 from .report import RunReport
 
@@ -56,7 +56,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     except BaseException as exc:
         work.clear()
         raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
-                   namespace=namespace) from None
+                   namespace=namespace, batchable=mem is not None and has_rows(plan.inputs)
+                   ) from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
     commit(plan, work, namespace, to_host, be, report)
     report.wall_seconds = time.perf_counter() - wall0
