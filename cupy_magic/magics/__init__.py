@@ -30,11 +30,10 @@ from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
 from ..units import estimate
 from .arguments import parse_argstring, syntax_message
-from .cellshell import magics_see_the_cell
+from .cellshell import magics_see_the_cell, shown
 from .values import device_number, interval, modes, on_off, to_host
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
-
 
 
 @magics_class
@@ -151,7 +150,8 @@ class GpuMagics(Magics):
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
-                    cluster=args.cluster, devices=args.devices, compiler=shell.compile)
+                    cluster=args.cluster, devices=args.devices, compiler=shell.compile,
+                    shows=shown(shell, running))
         except SyntaxError as exc:
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:

@@ -50,7 +50,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             work = {**namespace, **plan.overrides, **moved}
             del moved
             with be.time_device() as timing, recorder:
-                value = plan.run(work)
+                value = plan.run(work, namespace)
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
