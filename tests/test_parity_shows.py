@@ -65,3 +65,4 @@ def test_a_batched_cell_under_all_says_its_values_are_not_shown(ip, capsys, monk
     assert result.success and result.result is None
     assert f"Out[{result.execution_count}]" not in capsys.readouterr().out
     assert any("last expression" in n for n in cupy_magic.last_report().notes)
+
