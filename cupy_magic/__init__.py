@@ -61,12 +61,14 @@ def load_ipython_extension(ip: Any) -> None:
     """
     from . import config, lifecycle, session
     from .magics import GpuMagics
+    from .magics.postmortem import watch_debugger
     from .view import panel
 
     settings = config.use_config(ip.config)
     session.apply_settings()
     ip.register_magics(GpuMagics)
     panel.watch_cells(ip)  # the panels' "held by" section, refreshed after each cell
+    watch_debugger(ip)  # %debug after a %%gpu cell that freed its frames says so
     if settings not in ip.configurables:
         ip.configurables.append(settings)
     lifecycle.on_unload(session.reset)

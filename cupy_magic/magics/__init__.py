@@ -30,11 +30,11 @@ from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
 from ..units import estimate
 from .arguments import parse_argstring, syntax_message
-from .cellshell import magics_see_the_cell
+from .cellshell import magics_see_the_cell, shown
+from .postmortem import kept_for_pdb
 from .values import device_number, interval, modes, on_off, to_host
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
-
 
 
 @magics_class
@@ -135,8 +135,7 @@ class GpuMagics(Magics):
                              f"{modes(SYNC_MODES)}")
         shell = self.shell
         assert shell is not None
-        # The running cell's own number: IPython 9 counts the cell up before running it (8
-        # after), and names the cell from the ExecutionResult it shows output through.
+        # the running cell's number, from its ExecutionResult (IPython 9 counts up before, 8 after)
         running = getattr(shell.displayhook, "exec_result", None)
         number = getattr(running, "execution_count", None) or shell.execution_count
         source = shell.transform_cell(cell)  # %magics, !cmd, x? as in a plain cell
@@ -144,14 +143,15 @@ class GpuMagics(Magics):
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
                                        args.streams, args.reduce, args.timeline,
                                        default_streams=session.settings().streams)
-            with magics_see_the_cell(shell):
+            with magics_see_the_cell(shell), kept_for_pdb(shell):
                 outcome = session.run_cell_outcome(
                     source, shell.user_ns, to_host=to_host(args.to_host), dtype=args.dtype,
                     warmup=args.warmup, syncs=args.syncs, batch=batch, fallback=args.fallback,
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
-                    cluster=args.cluster, devices=args.devices, compiler=shell.compile)
+                    cluster=args.cluster, devices=args.devices, compiler=shell.compile,
+                    shows=shown(shell, running))
         except SyntaxError as exc:
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:

@@ -4,7 +4,9 @@ name the value and the fix, and the message of a syntax error in a ``%%gpu`` cel
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
+import inspect
 import re
 from typing import Any
 
@@ -144,5 +146,20 @@ def syntax_message(exc: SyntaxError, cell: str) -> str:
     where = f", line {exc.lineno}" if exc.lineno is not None else ""
     quote = f" ({text!r})" if text else ""
     msg = " ".join(str(exc.msg).split())
+    if _awaits_at_top(cell):  # valid in a plain cell, which IPython runs as a coroutine
+        return (f"top-level await in the %%gpu cell{where}{quote}: %%gpu runs its cell "
+                "synchronously; await in a plain cell before it (result = await ...) and use "
+                "the result in the %%gpu cell")
     return (f"syntax error in the %%gpu cell{where}: {msg}{quote}; fix the line and run "
             "the cell again")
+
+
+def _awaits_at_top(cell: str) -> bool:
+    """Whether ``cell`` compiles once top-level ``await``, ``async for`` and ``async with``
+    are allowed, as IPython compiles a plain cell (``autoawait``)."""
+    try:
+        code = compile(cell, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                       dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return bool(code.co_flags & inspect.CO_COROUTINE)

@@ -1,4 +1,5 @@
-"""``get_ipython()`` inside a ``%%gpu`` cell: magics the cell runs see the cell's names."""
+"""``get_ipython()`` inside a ``%%gpu`` cell: magics the cell runs see the cell's names; and
+which of its expression statements the cell shows, as the shell says."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["magics_see_the_cell"]
+__all__ = ["magics_see_the_cell", "shown"]
 
 
 class _CellShell:
@@ -51,3 +52,11 @@ def magics_see_the_cell(shell: Any) -> Iterator[None]:
             shell.user_ns["get_ipython"] = saved
         else:
             shell.user_ns.pop("get_ipython", None)
+
+
+def shown(shell: Any, running: Any) -> str:
+    """Which expression statements' values the running cell shows: the shell's
+    ``ast_node_interactivity``, or ``"none"`` for a silent cell (``running`` is IPython's
+    ``ExecutionResult`` of the cell, ``None`` outside one)."""
+    info = getattr(running, "info", None)
+    return "none" if getattr(info, "silent", False) else str(shell.ast_node_interactivity)

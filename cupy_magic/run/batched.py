@@ -32,7 +32,7 @@ from .batching import (
     size_rows,
 )
 from .commit import commit
-from .errors import CellError, fail
+from .errors import CellError, fail, frames_freed
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
 from .reduce import combine
 from .report import InputMove, OutputInfo, RunReport
@@ -110,10 +110,9 @@ class BatchRun:
             t1 = time.perf_counter()
             try:
                 exec(self.plan.code, work)
-            except BaseException:
-                # The traceback keeps the cell's frame, whose globals are this dict: empty it
-                # so the batch's device arrays go back to the pool.
-                work.clear()
+            except BaseException:  # the cell frame's globals: emptied, the arrays freed
+                if frames_freed():  # (unless %pdb on: its post-mortem reads them)
+                    work.clear()
                 raise
             self.collect(i, a, b, slot, work)
         if i == 0:

@@ -71,6 +71,7 @@ def run_cell(
     remote: Any = None,
     devices: Any = None,
     compiler: codeop.Compile | None = None,
+    shows: str = "last_expr",
 ) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
@@ -110,7 +111,7 @@ def run_cell(
     if chosen is not None:
         batch = for_devices(devices, batch, remote, lines)
     plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback,
-                     compiler=compiler)
+                     compiler=compiler, shows=shows)
     findings = _lint(source, plan, namespace, syncs, be, filename,
                      getattr(remote, "names", ()))
     if remote is not None:  # a cluster runs the blocks; nothing was sent before the check

@@ -20,11 +20,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import CodeType
 
-__all__ = ["CompiledCell", "compile_cell"]
+__all__ = ["SHOWS", "CompiledCell", "compile_cell"]
 
+# IPython's ast_node_interactivity values: which expression statements a cell shows
+SHOWS = ("last_expr", "last_expr_or_assign", "last", "all", "none")
 _KEEP = 128  # cell texts kept, the least recently run dropped first
 _FEATURES = tuple(getattr(__future__, name) for name in __future__.all_feature_names)
-_KEPT: OrderedDict[tuple[str, int, type], CompiledCell] = OrderedDict()
+_KEPT: OrderedDict[tuple[str, int, type, str], CompiledCell] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -38,18 +40,24 @@ class CompiledCell:
     body, last
         The cell without its last expression statement and that expression (``"eval"``
         mode), as IPython's ``last_expr`` runs a cell; ``None`` when the cell ends with a
-        statement or its result is not shown.
+        statement or its result is not shown. Under other ``shows`` modes ``body`` may be
+        ``None`` and ``last`` a ``"single"`` mode code object that shows its expressions
+        through ``sys.displayhook`` (:func:`_split`).
+    displays
+        Whether a part hands values to ``sys.displayhook`` as it runs (``"single"`` mode).
     """
 
     code: CodeType
     body: CodeType | None
     last: CodeType | None
+    displays: bool = False
 
     def renamed(self, filename: str) -> CompiledCell:
         """The same code objects under ``filename`` (nested code objects too)."""
         return CompiledCell(_renamed(self.code, filename),
                             None if self.body is None else _renamed(self.body, filename),
-                            None if self.last is None else _renamed(self.last, filename))
+                            None if self.last is None else _renamed(self.last, filename),
+                            self.displays)
 
 
 def _renamed(code: CodeType, filename: str) -> CodeType:
@@ -60,33 +68,74 @@ def _renamed(code: CodeType, filename: str) -> CodeType:
     return code.replace(co_filename=filename, co_consts=consts)
 
 
-def _split(tree: ast.Module, filename: str,
-           compiler: codeop.Compile) -> tuple[CodeType | None, CodeType | None]:
-    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+def _shown(tree: ast.Module, shows: str) -> list[ast.stmt]:
+    """The cell's statements, with ``x = ...`` on its last line followed by ``x`` under
+    ``last_expr_or_assign`` (as IPython shows an assignment to one name then)."""
+    nodes = list(tree.body)
+    if shows == "last_expr_or_assign" and nodes:
+        last = nodes[-1]
+        target = (last.targets[0] if isinstance(last, ast.Assign) and len(last.targets) == 1
+                  else getattr(last, "target", None)
+                  if isinstance(last, (ast.AugAssign, ast.AnnAssign)) else None)
+        if isinstance(target, ast.Name):
+            shown = ast.Expr(ast.Name(target.id, ast.Load()))
+            nodes.append(ast.fix_missing_locations(ast.copy_location(shown, last)))
+    return nodes
+
+
+def _split(tree: ast.Module, filename: str, compiler: codeop.Compile,
+           shows: str) -> tuple[CodeType | None, CodeType | None]:
+    """``(body, last)`` as IPython's ``ast_node_interactivity`` ``shows`` runs the cell.
+
+    ``last`` in ``"eval"`` mode returns the last expression's value (the cell's value); in
+    ``"single"`` mode it hands the values of its expression statements to ``sys.displayhook``
+    as they run and returns ``None`` (``all``, and ``last`` ending with a compound
+    statement). ``body`` runs first, in ``"single"`` mode under ``all``.
+    """
+    nodes = _shown(tree, shows)
+    if shows == "none" or not nodes:
         return None, None
-    body = ast.Module(body=tree.body[:-1], type_ignores=[])
-    last = ast.Expression(body=tree.body[-1].value)
-    return compiler(body, filename, "exec"), compiler(last, filename, "eval")
+    ends_expr = isinstance(nodes[-1], ast.Expr)
+    if not ends_expr and shows not in ("all", "last"):
+        return None, None
+    if not ends_expr:  # the last statement (all: every one) shows its expressions itself
+        body = ast.Module(body=nodes[:-1], type_ignores=[]) if shows == "last" else None
+        last = nodes[-1:] if shows == "last" else nodes
+        return (None if body is None else compiler(body, filename, "exec"),
+                compiler(ast.Interactive(body=last), filename, "single"))
+    head, mode = ((ast.Interactive(body=nodes[:-1]), "single") if shows == "all"
+                  else (ast.Module(body=nodes[:-1], type_ignores=[]), "exec"))
+    expr = ast.Expression(body=nodes[-1].value)  # type: ignore[attr-defined]
+    return compiler(head, filename, mode), compiler(expr, filename, "eval")
 
 
-def _compiled(source: str, filename: str, compiler: codeop.Compile) -> CompiledCell:
+def _compiled(source: str, filename: str, compiler: codeop.Compile,
+              shows: str) -> CompiledCell:
     tree = ast.parse(source, filename, "exec")
     code = compiler(tree, filename, "exec")
-    body, last = _split(tree, filename, compiler)  # kept for a run that shows it
-    return CompiledCell(code, body, last)
+    body, last = _split(tree, filename, compiler, shows)  # kept for a run that shows it
+    displays = shows == "all" or (shows == "last" and last is not None
+                                  and not isinstance(tree.body[-1], ast.Expr))
+    return CompiledCell(code, body, last, displays and last is not None)
 
 
 def compile_cell(source: str, filename: str, compiler: codeop.Compile,
-                 split: bool) -> CompiledCell:
+                 split: bool, shows: str = "last_expr") -> CompiledCell:
     """Compile ``source`` as ``filename`` with ``compiler`` (its flags, and the flags the
     cell's future imports add to it afterwards), from the kept code when the same text ran
     under the same flags before.
 
     ``split``: compile the body and the last expression apart too (the cell shows its last
-    expression's value). A syntax error is raised as compiling raises it, and nothing is kept;
-    nor is a text whose compiling warns (each run warns again, as a plain cell's does).
+    expression's value), as ``shows`` says: one of :data:`SHOWS`, IPython's
+    ``ast_node_interactivity`` (``last_expr`` by default, ``all`` shows every expression
+    statement's value, ``none`` none). A syntax error is raised as compiling raises it,
+    and nothing is kept; nor is a text whose compiling warns (each run warns again, as a
+    plain cell's does).
     """
-    key = (source, compiler.flags, type(compiler))
+    if shows not in SHOWS:
+        raise ValueError(f"shows={shows!r} is not one of {', '.join(SHOWS)}; e.g. "
+                         "shows='last_expr'")
+    key = (source, compiler.flags, type(compiler), shows)
     kept = _KEPT.get(key)
     if kept is not None:
         _KEPT.move_to_end(key)
@@ -97,12 +146,12 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     else:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            cell = _compiled(source, filename, compiler)
+            cell = _compiled(source, filename, compiler, shows)
         if caught:  # compiled again under the user's filters, and not kept, so that every
             # run warns (SyntaxWarning, DeprecationWarning) as a plain cell's does
-            cell = _compiled(source, filename, compiler)
+            cell = _compiled(source, filename, compiler, shows)
         else:
             _KEPT[key] = cell
             if len(_KEPT) > _KEEP:
                 _KEPT.popitem(last=False)
-    return cell if split else replace(cell, body=None, last=None)
+    return cell if split else replace(cell, body=None, last=None, displays=False)

@@ -8,12 +8,15 @@ and the traceback starts (and, for our own errors, ends) at the cell's lines.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import linecache
 import math
 import re
 import sys
 import traceback
+from collections.abc import Iterator
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +28,30 @@ from ..holders.account import top_hint
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
-__all__ = ["CellError", "at_cell_line", "cell_line", "cell_traceback", "explain_oom", "fail"]
+__all__ = ["FREED", "CellError", "at_cell_line", "cell_line", "cell_traceback", "explain_oom",
+           "fail", "frames_freed", "keeping_frames"]
+
+# The attribute fail() sets on the error of a cell whose frames it cleared: a debugger that
+# opens on it finds no values, and says why (magics.postmortem)
+FREED = "_cupy_magic_frames_freed"
+_KEEP: ContextVar[bool] = ContextVar("cupy_magic_keep_frames", default=False)
+
+
+@contextlib.contextmanager
+def keeping_frames(keep: bool = True) -> Iterator[None]:
+    """While inside, a failed cell keeps its frames and their values (``%pdb on``: the
+    post-mortem debugger opens in the cell's frame, as for a plain cell) instead of freeing
+    them for the device memory they hold."""
+    token = _KEEP.set(keep)
+    try:
+        yield
+    finally:
+        _KEEP.reset(token)
+
+
+def frames_freed() -> bool:
+    """Whether a failed cell frees its frames and its namespace now (the default)."""
+    return not _KEEP.get()
 
 
 class CellError(ValueError):
@@ -209,15 +235,19 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
     """The exception a failed cell raises, with its traceback set; the caller raises it.
 
     The cell's frames are cleared first (their locals hold device arrays), so the pool is
-    back at its level before the cell. ``where`` (a batched run's position) is added to the
-    message of our own errors and as a note to the others. The traceback ends at the cell's
-    line (:func:`_ending_at_cell`). With the user ``namespace``, an out-of-memory or
-    over-budget error also names the three largest holders and the command that frees them.
+    back at its level before the cell; not inside :func:`keeping_frames` (``%pdb on``), and
+    then the error is not marked :data:`FREED`. ``where`` (a batched run's position) is
+    added to the message of our own errors and as a note to the others. The traceback ends at
+    the cell's line (:func:`_ending_at_cell`). With the user ``namespace``, an out-of-memory
+    or over-budget error also names the three largest holders and the command that frees
+    them.
     """
-    traceback.clear_frames(exc.__traceback__)
-    if exc.__context__ is not None:
-        traceback.clear_frames(exc.__context__.__traceback__)
-    gc.collect()
+    freed = frames_freed()
+    if freed:
+        traceback.clear_frames(exc.__traceback__)
+        if exc.__context__ is not None:
+            traceback.clear_frames(exc.__context__.__traceback__)
+        gc.collect()
     new = explain_oom(exc, be, peak, filename, batchable=batchable)
     if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
         new = explain_failure(exc, filename) or exc
@@ -232,6 +262,9 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
             new.add_note(where)
         else:
             print(where, file=sys.stderr)
+    if freed:
+        with contextlib.suppress(AttributeError, TypeError):  # a type without a __dict__
+            setattr(new, FREED, True)
     return new.with_traceback(_ending_at_cell(exc, new, filename))
 
 

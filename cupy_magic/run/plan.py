@@ -9,12 +9,14 @@ from __future__ import annotations
 import __future__
 
 import codeop
+import contextlib
 import functools
 import io
 import linecache
+import sys
 import time
 import tokenize
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import is_
@@ -77,6 +79,9 @@ class CellPlan:
         Names the cell assigns (or changes in place), and names it deletes.
     compat
         The array module's record: lists moved to the device, calls run with NumPy.
+    displays
+        Whether ``body`` or ``last`` hands the values of expression statements to
+        ``sys.displayhook`` as they run (``shows="all"``).
     """
 
     code: CodeType
@@ -87,15 +92,24 @@ class CellPlan:
     body: CodeType | None = None
     last: CodeType | None = None
     compat: CompatRecord | None = None
+    displays: bool = False
 
-    def run(self, namespace: dict[str, Any]) -> Any:
-        """Run the cell in ``namespace``; return its last expression's value (or ``None``)."""
+    def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None) -> Any:
+        """Run the cell in ``namespace``; return its last expression's value (or ``None``).
+
+        ``user``: the user namespace. Expression statements a ``"single"`` mode part shows
+        (``ast_node_interactivity = "all"``) go to ``sys.displayhook``, which writes the
+        output names (``_``, ``__``, ``___``, ``_12``) there; they are copied into
+        ``namespace`` too, so that the commit keeps them instead of undoing them.
+        """
         __tracebackhide__ = True
-        if self.last is None or self.body is None:
+        if self.last is None:
             exec(self.code, namespace)
             return None
-        exec(self.body, namespace)
-        return eval(self.last, namespace)
+        with _outputs_kept(namespace, user) if self.displays else contextlib.nullcontext():
+            if self.body is not None:
+                exec(self.body, namespace)
+            return eval(self.last, namespace)
 
     @property
     def future_flags(self) -> int:
@@ -110,6 +124,33 @@ class CellPlan:
     def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
         """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
         return replace(self, inputs=inputs)
+
+
+@contextlib.contextmanager
+def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None) -> Iterator[None]:
+    """While the cell shows values through ``sys.displayhook``, copy the output names it
+    sets in ``user`` (``_``, ``__``, ``___``, ``_12``) into the cell's ``namespace``."""
+    hook = sys.displayhook
+
+    def shown(value: Any) -> None:
+        hook(value)
+        if value is None or user is None:
+            return
+        for name in _UNDERSCORES:
+            if name in user:
+                namespace[name] = user[name]
+        for name in user.keys() - namespace.keys():  # _12, Out's entry by its number
+            if name[:1] == "_" and name[1:].isdigit():
+                namespace[name] = user[name]
+
+    sys.displayhook = shown
+    try:
+        yield
+    finally:
+        sys.displayhook = hook
+
+
+_UNDERSCORES = ("_", "__", "___")
 
 
 def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
@@ -151,18 +192,22 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
 
 def plan_cell(source: str, namespace: dict[str, Any], filename: str,
               to_host: bool | Iterable[str], dtype: str | None, be: Backend,
-              fallback: bool = False, compiler: codeop.Compile | None = None) -> CellPlan:
+              fallback: bool = False, compiler: codeop.Compile | None = None,
+              shows: str = "last_expr") -> CellPlan:
     """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options.
 
     ``fallback``: calls CuPy cannot run run with NumPy (``--fallback``) instead of stopping.
     ``compiler``: what compiles the cell (IPython's ``shell.compile`` for ``%%gpu``): the
     cell gets its ``from __future__`` flags and leaves its own future imports in it for later
     cells, as a plain cell does; ``None``: a fresh one, so no flags are inherited
-    (``dont_inherit``), not even this module's. A syntax error is raised before any option
+    (``dont_inherit``), not even this module's. ``shows``: which expression statements'
+    values the cell shows, IPython's ``ast_node_interactivity`` (:data:`~.compiled.SHOWS`);
+    a trailing ``;`` shows none. A syntax error is raised before any option
     is checked, as a plain cell reports it first.
     """
     compiler = codeop.Compile() if compiler is None else compiler
-    compiled = compile_cell(source, filename, compiler, split=not _ends_quiet(source))
+    compiled = compile_cell(source, filename, compiler, split=not _ends_quiet(source),
+                            shows=shows)
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype} is not supported; use "
@@ -187,7 +232,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
-                    names.deleted, compiled.body, compiled.last, record)
+                    names.deleted, compiled.body, compiled.last, record, compiled.displays)
 
 
 @functools.lru_cache(maxsize=256)

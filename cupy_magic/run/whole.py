@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backend import Backend
 from .commit import commit
-from .errors import CellError, fail
+from .errors import CellError, fail, frames_freed
 from .plan import CellPlan, check_budget, has_rows, move_inputs
 from .reduce import combine
 from .report import RunReport
@@ -50,11 +50,12 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             work = {**namespace, **plan.overrides, **moved}
             del moved
             with be.time_device() as timing, recorder:
-                value = plan.run(work)
+                value = plan.run(work, namespace)
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        work.clear()
+        if frames_freed():  # the cell's globals: a post-mortem debugger reads them
+            work.clear()
         raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs)
                    ) from None

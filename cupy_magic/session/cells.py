@@ -103,6 +103,13 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         the cluster's workers too) and which keeps the cell's own, as a plain cell does with
         its shell's (``%%gpu`` passes IPython's ``shell.compile``). ``None`` (default): no
         flags are inherited, not even those of the caller's or cupy_magic's modules.
+    shows
+        Which expression statements' values the cell shows, as IPython's
+        ``InteractiveShell.ast_node_interactivity`` (``%%gpu`` passes the shell's):
+        ``"last_expr"`` (default) the last one's, also with ``"last_expr_or_assign"`` the
+        name a last ``x = ...`` binds, ``"all"`` every one's (the others through
+        ``sys.displayhook`` as they run), ``"none"`` none. A batched or cluster run shows
+        none (the report says so).
 
     Returns
     -------
@@ -144,6 +151,7 @@ def run_cell_outcome(
     cluster: bool = False,
     devices: str | int | Iterable[int] | None = None,
     compiler: codeop.Compile | None = None,
+    shows: str = "last_expr",
 ) -> CellOutcome:
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
@@ -175,7 +183,7 @@ def run_cell_outcome(
                                 warmup_run=warmup, syncs=syncs or settings().syncs,
                                 fallback=fallback, filename=filename, batch=batch, lines=lines,
                                 nvtx=nvtx, label=label or "", remote=remote,
-                                devices=devices, compiler=compiler)
+                                devices=devices, compiler=compiler, shows=shows)
     finally:
         progress.finish()
     _last[:] = [outcome.report]

@@ -1,0 +1,52 @@
+"""Post-mortem debugging of a failed ``%%gpu`` cell.
+
+A failed cell frees its frames and its namespace copy, so that the device memory they hold
+goes back to the pool. Under ``%pdb on`` it keeps them, and IPython's debugger opens in the
+cell's frame with its values, as after a plain cell; ``%debug`` on a cell that freed them
+says so in one line, with the fix, before the debugger opens on the empty frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from .. import lifecycle
+from ..run.errors import FREED, keeping_frames
+
+__all__ = ["FREED_MESSAGE", "kept_for_pdb", "watch_debugger"]
+
+FREED_MESSAGE = ("%%gpu freed the failed cell's values (their memory goes back to the pool), "
+                 "so the debugger shows none; run %pdb on, then the cell again, to debug it "
+                 "with them")
+
+
+@contextlib.contextmanager
+def kept_for_pdb(shell: Any) -> Iterator[None]:
+    """Keep a failing cell's frames while ``%pdb`` is on (``shell.call_pdb``)."""
+    with keeping_frames(bool(getattr(shell, "call_pdb", False))):
+        yield
+
+
+def watch_debugger(shell: Any) -> None:
+    """Make ``shell.debugger`` (``%debug``, ``%pdb``) say :data:`FREED_MESSAGE` first when
+    the last error is that of a ``%%gpu`` cell that freed its frames; undone at unload."""
+    if "debugger" in vars(shell):
+        return
+    original = shell.debugger
+
+    def debugger(force: bool = False) -> Any:
+        if (force or shell.call_pdb) and getattr(getattr(sys, "last_value", None), FREED,
+                                                 False):
+            print(FREED_MESSAGE, file=sys.stderr)
+        return original(force)
+
+    shell.debugger = debugger
+
+    def unwatch() -> None:
+        if vars(shell).get("debugger") is debugger:
+            del shell.debugger
+
+    lifecycle.on_unload(unwatch)

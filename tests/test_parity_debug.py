@@ -1,0 +1,79 @@
+"""Post-mortem debugging after a failed ``%%gpu`` cell. A failed cell frees its frames (their
+device arrays go back to the pool); under ``%pdb on`` it keeps them, so that IPython's
+debugger opens in the cell's frame with its values, as after a plain cell; ``%debug`` on a
+cell that freed them says so in one line with the fix. Through a real IPython shell, on both
+backends."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import numpy as np
+import pytest
+
+from cupy_magic.magics.postmortem import FREED_MESSAGE
+
+BODY = "y = x * 2\ndef f(a):\n    loc = a + 1\n    return loc / undefined\nf(y)\n"
+COMMANDS = "p int(loc.sum())\nup\np int(y.sum())\nq\n"
+
+
+@pytest.fixture
+def typed(ip, monkeypatch: pytest.MonkeyPatch):
+    """What the user types at the debugger's prompt (a fresh debugger: IPython keeps its
+    first one, with the stdout of the test that made it)."""
+    monkeypatch.setattr(ip.InteractiveTB, "pdb", None)
+
+    def feed(text: str) -> None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    return feed
+
+
+@pytest.fixture
+def pdb_on(ip):
+    ip.run_line_magic("pdb", "on")
+    yield ip
+    ip.run_line_magic("pdb", "off")
+
+
+def test_under_pdb_on_the_debugger_opens_in_the_cells_frame_with_its_values(pdb_on, typed,
+                                                                           capsys):
+    ip = pdb_on
+    ip.user_ns["x"] = np.arange(3.0)
+    typed(COMMANDS)
+    result = ip.run_cell("%%gpu --quiet\n" + BODY, store_history=True)
+    assert isinstance(result.error_in_exec, NameError)
+    out = capsys.readouterr().out
+    assert "----> 4     return loc / undefined" in out
+    assert "\nipdb> 9\n" in out  # loc = x * 2 + 1 summed, in f's frame
+    assert "ipdb> 6\n" in out  # y, up in the cell's own frame
+    assert "y" not in ip.user_ns  # still a transaction: the failed cell committed nothing
+    tb = sys.last_traceback
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_code.co_name == "f" and "loc" in tb.tb_frame.f_locals
+
+
+def test_debug_on_a_cell_that_freed_its_frames_says_so_with_the_fix(ip, typed, capsys):
+    ip.user_ns["x"] = np.arange(3.0)
+    result = ip.run_cell("%%gpu --quiet\n" + BODY, store_history=True)
+    assert isinstance(result.error_in_exec, NameError)
+    tb = sys.last_traceback
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_locals == {}  # freed, as the README promises for the pool
+    capsys.readouterr()
+    typed("q\n")
+    ip.run_line_magic("debug", "")
+    err = capsys.readouterr().err
+    assert FREED_MESSAGE in err and "%pdb on" in FREED_MESSAGE
+    assert "\n" not in FREED_MESSAGE
+
+
+def test_debug_after_a_plain_cell_says_nothing_more(ip, typed, capsys):
+    ip.run_cell("def g():\n    here = 5\n    1 / 0\ng()", store_history=True)
+    capsys.readouterr()
+    typed("p here\nq\n")
+    ip.run_line_magic("debug", "")
+    seen = capsys.readouterr()
+    assert FREED_MESSAGE not in seen.err and "ipdb> 5" in seen.out

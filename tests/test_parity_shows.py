@@ -1,0 +1,68 @@
+"""A ``%%gpu`` cell shows the expression statements a plain cell shows under the shell's
+``ast_node_interactivity`` (``all``, ``last_expr_or_assign``, ``last``, ``none``), with the
+same ``Out``, ``_`` and ``_N``; through a real IPython shell, on both backends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+BODIES = ["1\nprint('p')\n2\nq = 3", "a = 1\nb = 2", "for i in range(2):\n    i",
+          "1\n2;", "x9 = 4\nx9", "print('only')"]
+
+
+def _seen(ip, capsys, text: str) -> tuple:
+    """What a cell printed and showed, and the output names it left."""
+    ip.user_ns.pop("_", None)
+    result = ip.run_cell(text, store_history=True)
+    n = result.execution_count
+    shown = capsys.readouterr().out.replace(f"Out[{n}]", "Out[n]")
+    return (result.success, shown, result.result, ip.user_ns.get("_"),
+            ip.user_ns["Out"].get(n), f"_{n}" in ip.user_ns)
+
+
+@pytest.mark.parametrize("mode", ["all", "last_expr_or_assign", "last", "none"])
+@pytest.mark.parametrize("body", BODIES)
+def test_a_gpu_cell_shows_what_a_plain_cell_shows_in_every_interactivity(ip, capsys,
+                                                                         monkeypatch, mode,
+                                                                         body):
+    monkeypatch.setattr(ip, "ast_node_interactivity", mode)
+    plain = _seen(ip, capsys, body)
+    gpu = _seen(ip, capsys, "%%gpu --quiet\n" + body)
+    assert gpu == plain
+
+
+def test_under_all_the_shown_values_keep_their_output_names_after_the_commit(ip, capsys,
+                                                                            monkeypatch):
+    """IPython's displayhook writes ``_`` and ``_N`` into the user namespace while the cell
+    runs; the commit of the cell's own names keeps them, and the arrays it assigned too."""
+    monkeypatch.setattr(ip, "ast_node_interactivity", "all")
+    ip.user_ns["x"] = np.arange(3.0)
+    result = ip.run_cell("%%gpu --quiet --to-host\ny = x + 1\nint(y.sum())\n'last'",
+                         store_history=True)
+    n = result.execution_count
+    assert result.success and result.result == "last"
+    assert ip.user_ns["_"] == "last" and ip.user_ns["__"] == 6 and ip.user_ns[f"_{n}"] == "last"
+    assert capsys.readouterr().out.count(f"Out[{n}]") == 2
+    assert isinstance(ip.user_ns["y"], np.ndarray)
+    assert [o.name for o in cupy_magic.last_report().outputs] == ["y"]
+
+
+def test_a_silent_cell_shows_nothing_in_any_interactivity(ip, capsys, monkeypatch):
+    monkeypatch.setattr(ip, "ast_node_interactivity", "all")
+    result = ip.run_cell("%%gpu --quiet\n1\n2", silent=True)
+    assert result.success and result.result is None
+    assert capsys.readouterr().out == ""
+
+
+def test_a_batched_cell_under_all_says_its_values_are_not_shown(ip, capsys, monkeypatch):
+    monkeypatch.setattr(ip, "ast_node_interactivity", "all")
+    ip.user_ns["x"] = np.arange(8.0)
+    result = ip.run_cell("%%gpu --quiet --batch --batch-rows 4\ny = x * 2\ny.sum()\n",
+                         store_history=True)
+    assert result.success and result.result is None
+    assert f"Out[{result.execution_count}]" not in capsys.readouterr().out
+    assert any("last expression" in n for n in cupy_magic.last_report().notes)
+
