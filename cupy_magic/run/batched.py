@@ -1,10 +1,9 @@
 """The streamed batch executor: a ``%%gpu`` cell run batch by batch over the leading axis.
 
-Batch ``i`` goes to slot ``i % K`` (one CUDA stream each): its rows are uploaded, the cell
-runs on the slot's stream, row results are copied into full-length host arrays and partial
-results for ``--reduce`` stay on the device. The host waits for a slot only to reuse it.
-The first batch is small and measures the pool bytes per row; :mod:`cupy_magic.run.batching`
-sizes the rest. Nothing reaches the user namespace unless every batch succeeds.
+Batch ``i`` goes to slot ``i % K`` (a CUDA stream each; the host waits for one only to reuse
+it): rows uploaded, the cell run on its stream, row results copied into full-length host
+arrays, ``--reduce`` partials kept on the device. The small first batch measures pool bytes
+per row (:mod:`~.batching` sizes the rest); nothing is committed unless every batch succeeds.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from .batching import (
 )
 from .commit import commit
 from .errors import CellError, fail, frames_freed
+from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
 from .reduce import combine
 from .report import InputMove, OutputInfo, RunReport
@@ -109,7 +109,8 @@ class BatchRun:
                 self.eng.wait(slot)
             t1 = time.perf_counter()
             try:
-                exec(self.plan.code, work)
+                with as_main(work, self.namespace):  # pickle finds what the cell defines
+                    exec(self.plan.code, work)
             except BaseException:  # the cell frame's globals: emptied, the arrays freed
                 if frames_freed():  # (unless %pdb on: its post-mortem reads them)
                     work.clear()

@@ -34,6 +34,7 @@ from ..units import dtype_name, format_bytes
 from .batching import BatchOptions
 from .compiled import compile_cell
 from .errors import CellError
+from .mainmod import as_main
 from .names import CellNames, cell_names
 from .report import InputMove
 
@@ -103,13 +104,15 @@ class CellPlan:
         ``namespace`` too, so that the commit keeps them instead of undoing them.
         """
         __tracebackhide__ = True
-        if self.last is None:
-            exec(self.code, namespace)
-            return None
-        with _outputs_kept(namespace, user) if self.displays else contextlib.nullcontext():
-            if self.body is not None:
-                exec(self.body, namespace)
-            return eval(self.last, namespace)
+        with as_main(namespace, user):  # pickle finds what the cell defines, as plain
+            if self.last is None:
+                exec(self.code, namespace)
+                return None
+            with _outputs_kept(namespace, user) if self.displays \
+                    else contextlib.nullcontext():
+                if self.body is not None:
+                    exec(self.body, namespace)
+                return eval(self.last, namespace)
 
     @property
     def future_flags(self) -> int:
