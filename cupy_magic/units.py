@@ -117,11 +117,16 @@ def parse_shape(text: str) -> tuple[int, ...]:
     except (ValueError, OverflowError):
         raise SizeError(f"cannot read the shape {text!r}; write whole numbers joined by x, "
                         "e.g. 20000x20000") from None
+    return _checked(dims, text)
+
+
+def _checked(dims: tuple[int, ...], shown: object) -> tuple[int, ...]:
+    """``dims``, refused when a length is negative or the array could not exist."""
     if any(d < 0 for d in dims):
-        raise SizeError(f"a shape cannot have negative lengths, got {text!r}; "
+        raise SizeError(f"a shape cannot have negative lengths, got {shown!r}; "
                         "e.g. 20000x20000")
     if math.prod(dims) > MAX_ELEMENTS:
-        raise SizeError(f"the shape {text!r} has more elements than any array can hold "
+        raise SizeError(f"the shape {shown!r} has more elements than any array can hold "
                         "(at most 2**63-1); e.g. 20000x20000")
     return dims
 
@@ -190,15 +195,30 @@ def _dtype(name: str) -> np.dtype:
     return dt
 
 
-def estimate(shape: tuple[int, ...] | str, dtype: str = "float64") -> Estimate:
+def estimate(shape: tuple[int, ...] | list[int] | int | str,
+             dtype: str = "float64") -> Estimate:
     """Estimate the memory of an array from its shape and dtype (guide 2B).
+
+    ``shape`` is a tuple or list of whole numbers (one number: a 1-d array), or text such
+    as ``"20000x20000"`` (:func:`parse_shape`); a negative length, or more elements than
+    an array can hold, is refused with :class:`SizeError`, as is a ``dtype`` CuPy cannot
+    hold.
 
     Examples
     --------
     >>> round(estimate("20000x20000", "float32").gib, 2)
     1.49
     """
-    dims = parse_shape(shape) if isinstance(shape, str) else tuple(int(d) for d in shape)
+    if isinstance(shape, str):
+        dims = parse_shape(shape)
+    else:
+        lengths = tuple(shape) if isinstance(shape, (tuple, list)) else (
+            (shape,) if isinstance(shape, (int, np.integer)) else None)
+        if lengths is None or not all(isinstance(d, (int, np.integer))
+                                      and not isinstance(d, bool) for d in lengths):
+            raise SizeError(f"cannot read the shape {shape!r}: give whole numbers, e.g. "
+                            "estimate((20000, 20000), 'float32') or estimate('20000x20000')")
+        dims = _checked(tuple(int(d) for d in lengths), shape)
     dt = _dtype(dtype)
     return Estimate(dims, dt.name, dt.itemsize, math.prod(dims) * dt.itemsize)
 

@@ -8,6 +8,7 @@ fallback. Every worker gets :class:`~cupy_magic.cluster.worker.BudgetPlugin`.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -165,6 +166,7 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
     if target is None or (isinstance(target, str) and target.strip().lower() == "off"):
         close()
         return status()
+    _check(target, n_workers, timeout)  # before close(): a bad call keeps the cluster
     close()
     if isinstance(target, str) and target.strip().lower() == "local":
         cluster, kind = _start_local(be, n_workers)
@@ -176,6 +178,26 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
     lifecycle.on_unload(close)
     ensure_budget(be, force=True)
     return status()
+
+
+def _check(target: Any, n_workers: Any, timeout: Any) -> None:
+    """Refuse a target, worker count or timeout that cannot work, naming it and the fix."""
+    if isinstance(target, str) and target.strip().lower() != "local" \
+            and "://" not in target:
+        raise ClusterError(f"{target!r} is not a scheduler address; give one such as "
+                           "tcp://10.0.0.5:8786, or local, off or show")
+    if not isinstance(target, str) and type(target).__name__ != "Client":
+        raise ClusterError(f"use_cluster({target!r}): give 'local', an address such as "
+                           "'tcp://10.0.0.5:8786', a distributed.Client, or None to leave")
+    if n_workers is not None and (isinstance(n_workers, bool) or
+                                  not isinstance(n_workers, int) or n_workers < 1):
+        raise ClusterError(f"--workers must be at least 1, got {n_workers!r}; e.g. "
+                           f"%gpu_cluster local --workers {LOCAL_CPU_WORKERS} "
+                           f"(use_cluster('local', n_workers={LOCAL_CPU_WORKERS}))")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0 < timeout < math.inf:
+        raise ClusterError(f"timeout={timeout!r} is not a number of seconds above 0; e.g. "
+                           f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
 
 
 def ensure_budget(be: Backend, force: bool = False) -> None:

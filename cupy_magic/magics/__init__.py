@@ -32,7 +32,7 @@ from ..units import estimate
 from .arguments import parse_argstring, syntax_message
 from .cellshell import magics_see_the_cell, shown
 from .postmortem import kept_for_pdb
-from .values import device_number, interval, modes, on_off, to_host
+from .values import device_number, interval, modes, on_off
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
 
@@ -130,9 +130,6 @@ class GpuMagics(Magics):
         args = parse_argstring(self.gpu, line)
         if not cell.strip():
             raise UsageError("the %%gpu cell is empty; write the code to run below %%gpu")
-        if args.syncs is not None and args.syncs not in SYNC_MODES:
-            raise UsageError(f"--syncs {args.syncs} is not a mode; use --syncs "
-                             f"{modes(SYNC_MODES)}")
         shell = self.shell
         assert shell is not None
         # the running cell's number, from its ExecutionResult (IPython 9 counts up before, 8 after)
@@ -145,8 +142,9 @@ class GpuMagics(Magics):
                                        default_streams=session.settings().streams)
             with magics_see_the_cell(shell), kept_for_pdb(shell):
                 outcome = session.run_cell_outcome(
-                    source, shell.user_ns, to_host=to_host(args.to_host), dtype=args.dtype,
-                    warmup=args.warmup, syncs=args.syncs, batch=batch, fallback=args.fallback,
+                    source, shell.user_ns, dtype=args.dtype,
+                    to_host=False if args.to_host is None else args.to_host, warmup=args.warmup,
+                    syncs=args.syncs, batch=batch, fallback=args.fallback,
                     panel=args.panel,
                     filename=shell.compile.cache(source, number, raw_code=cell),
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
@@ -388,9 +386,6 @@ class GpuMagics(Magics):
         """
         args = parse_argstring(self.gpu_cluster, line)
         target = args.target.strip()
-        if args.workers is not None and args.workers < 1:
-            raise UsageError(f"--workers must be at least 1, got {args.workers}; e.g. "
-                             f"%gpu_cluster local --workers {LOCAL_CPU_WORKERS}")
         try:
             if target.lower() == "show":
                 return session.cluster_status()

@@ -8,24 +8,7 @@ from IPython.core.error import UsageError
 
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 
-__all__ = ["device_number", "interval", "modes", "names_of", "on_off", "to_host"]
-
-
-def names_of(text: str | None) -> list[str]:
-    return [n.strip() for n in (text or "").split(",") if n.strip()]
-
-
-def to_host(text: str | None) -> bool | list[str]:
-    """``--to-host`` as :func:`~cupy_magic.session.run_cell` takes it."""
-    if text is None:
-        return False
-    if text == "*":
-        return True
-    names = names_of(text)
-    if not names or any(not n.isidentifier() for n in names):
-        raise UsageError(f"--to-host takes comma-separated variable names, got {text!r}; "
-                         "e.g. %%gpu --to-host y,total")
-    return names
+__all__ = ["device_number", "interval", "modes", "on_off"]
 
 
 def interval(text: str | None) -> float | None:

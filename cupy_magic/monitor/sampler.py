@@ -146,7 +146,7 @@ class Sampler:
         self.workers = workers if workers is not None else ClusterRows()
         self.clock = clock or Clock()
         self.history_seconds = history_seconds
-        self._interval = self._check_interval(interval)
+        self._interval = self.check_interval(interval)
         self._subs: list[Subscription] = []
         self._history: dict[int, deque[Sample]] = {}
         self._lock = threading.RLock()
@@ -157,9 +157,10 @@ class Sampler:
         self.ticks = 0
 
     @staticmethod
-    def _check_interval(interval: float) -> float:
+    def check_interval(interval: float) -> float:
         """Return ``interval`` as a float, or raise ``ValueError`` outside the allowed range."""
-        ok = isinstance(interval, (int, float)) and MIN_INTERVAL <= interval <= MAX_INTERVAL
+        ok = isinstance(interval, (int, float)) and not isinstance(interval, bool) \
+            and MIN_INTERVAL <= interval <= MAX_INTERVAL
         if not ok:  # NaN fails both comparisons
             raise ValueError(f"the sampling interval must be between {MIN_INTERVAL:g} and "
                              f"{MAX_INTERVAL:g} seconds, got {interval!r}; e.g. "
@@ -173,7 +174,7 @@ class Sampler:
 
     @interval.setter
     def interval(self, seconds: float) -> None:
-        self._interval = self._check_interval(seconds)
+        self._interval = self.check_interval(seconds)
 
     @property
     def running(self) -> bool:
@@ -377,7 +378,7 @@ def get_sampler(interval: float | None = None) -> Sampler:
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = Sampler(interval=interval or DEFAULT_INTERVAL)
+            _shared = Sampler(interval=DEFAULT_INTERVAL if interval is None else interval)
             on_unload(shutdown)
         elif interval is not None:
             _shared.interval = interval

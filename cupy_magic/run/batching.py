@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..units import SizeError, format_bytes, parse_size
+from ..units import format_bytes
 from .batchcost import (
     COST_SHARE,
     MARGIN,
@@ -21,8 +21,8 @@ from .batchcost import (
     PayingBudget,
     budget_to_pay,
 )
+from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
-from .reduce import RULES
 
 __all__ = [
     "COST_SHARE",
@@ -41,137 +41,12 @@ __all__ = [
     "size_rows",
 ]
 
-DEFAULT_STREAMS = 3
-# Each stream holds one batch in flight (its input, its results and a staging buffer), so
-# streams cost memory; past a few, more only queue on the same copy engines.
-MAX_STREAMS = 64
 # Measured on the H200 (a sweep of batch sizes, first session): 128 MiB batches with 3
 # streams streamed fastest; larger batches fill and drain the pipeline more slowly.
 TARGET_BATCH_BYTES = 128 * 2**20
 PROBE_BYTES = 4 * 2**20  # the first, measuring batch: small, yet large enough to time
 PROBE_SHARE = 16  # the first batch's inputs take at most 1/16 of the free budget
 PROMISE = "each row's results depend only on that row (the promise batching relies on)"
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    """How the user asked a cell to be batched (``%%gpu --batch ...``).
-
-    Parameters
-    ----------
-    names
-        The inputs to batch; ``None`` lets the planner choose.
-    forced
-        Batch even when the inputs fit the budget.
-    rows, nbytes
-        A fixed batch size in rows or in input bytes per batch (at most one of them).
-    streams
-        CUDA streams (batches in flight).
-    reduce
-        ``{result name: rule}`` for results without a row axis; rules are :data:`RULES`.
-    timeline
-        Record each batch's start and end on the device (:attr:`BatchPlan.timeline`), and
-        report them and the run's phases. On a GPU this uses CUDA timing events, and the GPU
-        waits for the work ahead of each to finish before it writes the time: batches on
-        different streams then overlap less, so leave it off when speed matters.
-    """
-
-    names: tuple[str, ...] | None = None
-    forced: bool = False
-    rows: int | None = None
-    nbytes: int | None = None
-    streams: int = DEFAULT_STREAMS
-    reduce: dict[str, str] = field(default_factory=dict)
-    timeline: bool = False
-    # whether the user wrote the stream count (a configured default is no option given);
-    # None: given when it differs from DEFAULT_STREAMS
-    streams_given: bool | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.streams, int) or self.streams < 1:
-            raise CellError(f"--streams must be at least 1, got {self.streams}; "
-                            f"try %%gpu --streams {DEFAULT_STREAMS}")
-        if self.streams > MAX_STREAMS:
-            raise CellError(f"--streams {self.streams} is too many: at most {MAX_STREAMS}, "
-                            "since each stream holds a batch in flight in memory; try "
-                            f"%%gpu --streams {DEFAULT_STREAMS}")
-        if self.rows is not None and self.rows < 1:
-            raise CellError(f"--batch-rows must be at least 1, got {self.rows}; "
-                            "e.g. %%gpu --batch-rows 100000")
-        if self.rows is not None and self.nbytes is not None:
-            raise CellError(f"give --batch-rows ({self.rows}) or --batch-bytes "
-                            f"({format_bytes(self.nbytes)}), not both")
-        for name, rule in self.reduce.items():
-            if rule not in RULES:
-                raise CellError(f"--reduce {name}={rule}: unknown rule {rule!r}; choose one of "
-                                f"{', '.join(RULES)}, e.g. --reduce {name}=sum")
-
-    @property
-    def requested(self) -> bool:
-        """Whether the user asked for batching (rather than the budget forcing it)."""
-        return self.forced or self.rows is not None or self.nbytes is not None
-
-    @classmethod
-    def parse(cls, batch: str | None = None, rows: str | None = None,
-              nbytes: str | None = None, streams: str | None = None,
-              reduce: list[str] | None = None, timeline: bool = False,
-              default_streams: int = DEFAULT_STREAMS) -> BatchOptions:
-        """Build options from the text of the magic's arguments.
-
-        ``batch`` is ``None`` (not given), ``"*"`` (``--batch`` alone) or ``"a,b"``;
-        ``default_streams`` is used when ``streams`` is not given.
-        Raises :class:`CellError` with a one-line message naming the value and the fix.
-        """
-        names: tuple[str, ...] | None = None
-        if batch not in (None, "*"):
-            names = tuple(n.strip() for n in batch.split(",") if n.strip())
-            bad = [n for n in names if not n.isidentifier()]
-            if bad or not names:
-                raise CellError(f"--batch takes comma-separated input names, got {batch!r}; "
-                                "e.g. %%gpu --batch x,y")
-        n_rows = _whole("--batch-rows", rows, "100000") if rows is not None else None
-        n_bytes = None
-        if nbytes is not None:
-            try:
-                n_bytes = parse_size(nbytes)
-            except SizeError as exc:
-                problem = str(exc).partition("; ")[0]
-                raise CellError(f"--batch-bytes {nbytes}: {problem}; e.g. --batch-bytes 512MB") \
-                    from None
-        n_streams = (_whole("--streams", streams, str(DEFAULT_STREAMS))
-                     if streams is not None else default_streams)
-        rules: dict[str, str] = {}
-        for item in reduce or []:
-            for part in (p.strip() for p in item.split(",")):
-                if not part:
-                    continue
-                name, eq, rule = part.partition("=")
-                name, rule = name.strip(), rule.strip().lower()
-                if not eq or not name.isidentifier() or not rule:
-                    raise CellError(f"--reduce takes NAME=RULE, got {part!r}; e.g. "
-                                    "--reduce total=sum")
-                if rules.get(name, rule) != rule:
-                    raise CellError(f"--reduce gives {name} two rules, {rules[name]} and "
-                                    f"{rule}; keep one, e.g. --reduce {name}={rules[name]}")
-                rules[name] = rule
-        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline,
-                   streams_given=streams is not None)
-
-    def batch_only(self) -> list[str]:
-        """The options given that only a batched run uses (for the note when a cell ran whole)."""
-        typed = (self.streams != DEFAULT_STREAMS if self.streams_given is None
-                 else self.streams_given)
-        given = [f"--streams {self.streams}"] if typed else []
-        given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
-        return given + (["--timeline"] if self.timeline else [])
-
-
-def _whole(flag: str, text: str, example: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        raise CellError(f"{flag} takes a whole number, got {text!r}; e.g. %%gpu {flag} "
-                        f"{example}") from None
 
 
 def select_inputs(inputs: dict[str, np.ndarray], opts: BatchOptions) -> tuple[list[str], int]:

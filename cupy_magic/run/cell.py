@@ -27,13 +27,13 @@ from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .errors import CellError, at_cell_line
 from .lines import LineRecord
 from .names import cell_names
+from .options import SYNC_MODES
 from .plan import CellPlan, batch_reason, check_sizes, plan_cell, register_source
 from .report import RunReport
 from .whole import run_whole, warmup
 
 __all__ = ["SYNC_MODES", "CellOutcome", "run_cell"]
 
-SYNC_MODES = ("warn", "error", "off")
 _counter = itertools.count(1)
 
 
@@ -104,9 +104,6 @@ def run_cell(
     be = _backend.current()
     filename = filename or f"<gpu-cell-{next(_counter)}>"
     register_source(source, filename)
-    if syncs not in SYNC_MODES:
-        raise CellError(f"--syncs {syncs} is not a mode; use --syncs "
-                        f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
     chosen = None if devices is None else resolve_devices(devices, be)
     if chosen is not None:
         batch = for_devices(devices, batch, remote, lines)
@@ -190,11 +187,7 @@ def _attach_records(report: RunReport, plan: CellPlan, syncs: str,
 
 def _line_record(be: Backend, plan: CellPlan, filename: str, source: str, lines: bool,
                  nvtx: bool, label: str) -> LineRecord | None:
-    """``--lines`` and ``--nvtx`` (None without either); refuses values that are no flag."""
-    for name, value in (("lines", lines), ("nvtx", nvtx)):
-        if not isinstance(value, bool):
-            raise CellError(f"{name}={value!r} is not True or False; e.g. "
-                            f"cupy_magic.run_cell(source, namespace, {name}=True)")
+    """``--lines`` and ``--nvtx`` (None without either)."""
     if not (lines or nvtx):
         return None
     return LineRecord(be, (plan.code, plan.body, plan.last), filename, source,

@@ -213,7 +213,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                             shows=shows)
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
-        raise CellError(f"--dtype {dtype} is not supported; use "
+        raise CellError(f"--dtype {dtype!r} is not supported; use "
                         f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
     _check_to_host(to_host, names)
     # the names bound to NumPy, scanned in C (a notebook's namespace holds thousands)

@@ -16,6 +16,7 @@ from ..run.batching import DEFAULT_STREAMS, BatchOptions
 from ..run.cell import CellOutcome
 from ..run.cell import run_cell as _run_cell
 from ..run.errors import CellError
+from ..run.options import check_options, check_unknown, to_host_names
 from ..run.report import RunReport
 from ..view import panel as _panel
 from ..view import progressbar
@@ -47,7 +48,8 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         The user namespace: read for inputs, written only if the cell succeeds.
     to_host
         ``True`` brings every device array the cell assigns back as NumPy; a list of names
-        brings back those; ``False`` (default) leaves results on the device.
+        (or ``"y,total"``, as ``--to-host`` writes them; ``"*"`` is ``True``) brings back
+        those; ``False`` (default) leaves results on the device.
     dtype
         ``"float32"`` downcasts float64 (and complex128) inputs on the way in; ``"float16"``
         downcasts float64 and float32 inputs.
@@ -119,9 +121,13 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
 
     Raises
     ------
+    TypeError
+        For an option ``run_cell`` does not take, or a value of the wrong kind (a source
+        that is no string, a namespace that is no dict, ``batch`` that is no
+        :class:`~cupy_magic.run.batching.BatchOptions`), before anything runs.
     cupy_magic.run.errors.CellError
         For inputs CuPy cannot hold or options that do not fit the cell (a device that is
-        not visible, ``devices`` with ``cluster``).
+        not visible, ``devices`` with ``cluster``, a flag that is not ``True`` or ``False``).
     cupy_magic.backend.BudgetExceeded
         When the inputs or the cell's allocations do not fit the VRAM budget (of a device,
         with ``devices``).
@@ -130,6 +136,7 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         (with ``devices``, a note names the batch, its rows and its device).
     """
     __tracebackhide__ = True
+    check_unknown(options, inspect.signature(run_cell_outcome).parameters)
     return run_cell_outcome(source, namespace, **options).report
 
 
@@ -137,7 +144,7 @@ def run_cell_outcome(
     source: str,
     namespace: dict[str, Any],
     *,
-    to_host: bool | Iterable[str] = False,
+    to_host: bool | str | Iterable[str] = False,
     dtype: str | None = None,
     warmup: bool = False,
     syncs: str | None = None,
@@ -166,6 +173,11 @@ def run_cell_outcome(
         cell ends with a statement or ran in batches).
     """
     __tracebackhide__ = True
+    check_options(source, namespace, batch=batch, fallback=fallback, syncs=syncs,
+                  filename=filename, label=label, compiler=compiler, warmup=warmup,
+                  panel=panel, lines=lines, nvtx=nvtx, cluster=cluster)
+    to_host = to_host_names(to_host)
+    syncs = settings().syncs if syncs is None else syncs
     if batch is None and settings().streams != DEFAULT_STREAMS:
         batch = BatchOptions(streams=settings().streams, streams_given=False)
     fallback = settings().fallback if fallback is None else fallback
@@ -173,14 +185,14 @@ def run_cell_outcome(
         raise CellError(f"--devices {_text(devices)} and --cluster both say where the cell runs "
                         "(this host's GPUs, or the Dask cluster's workers); drop one, e.g. "
                         f"%%gpu --devices {_text(devices)}")
-    remote = cluster_remote(source, namespace, cluster, batch, fallback,
-                            syncs or settings().syncs)  # None: in this kernel
+    # None: in this kernel
+    remote = cluster_remote(source, namespace, cluster, batch, fallback, syncs)
     progress.start(label or filename or "%%gpu cell")
     try:
         with _panel.cell_panel() if panel else contextlib.nullcontext(), \
                 progressbar.for_cell():
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
-                                warmup_run=warmup, syncs=syncs or settings().syncs,
+                                warmup_run=warmup, syncs=syncs,
                                 fallback=fallback, filename=filename, batch=batch, lines=lines,
                                 nvtx=nvtx, label=label or "", remote=remote,
                                 devices=devices, compiler=compiler, shows=shows)

@@ -10,7 +10,6 @@ from ..cluster.connect import CONNECT_TIMEOUT, ClusterError, ClusterStatus
 from ..cluster.execute import ClusterExecutor
 from ..cluster.inputs import dask_inputs
 from ..run.batching import BatchOptions
-from ..run.errors import CellError
 
 __all__ = ["ClusterError", "ClusterStatus", "cluster_remote", "cluster_status", "use_cluster"]
 
@@ -61,9 +60,6 @@ def cluster_remote(source: str, namespace: dict[str, Any], cluster: bool,
     Whether a cluster is in use is the executor's to check when it is called: the cell is
     compiled by then, so a syntax error is reported first, as a plain cell reports it.
     """
-    if not isinstance(cluster, bool):
-        raise CellError(f"cluster={cluster!r} is not True or False; e.g. "
-                        "cupy_magic.run_cell(source, namespace, cluster=True)")
     darrs = dask_inputs(source, namespace)
     if not (darrs or cluster):
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -68,7 +69,10 @@ def _device(device: int | None, be: Any) -> int:
     if device is None:
         return int(be.home)
     count = be.device_count()
-    if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise ValueError(f"device={device!r} is not a device number; e.g. "
+                         "cupy_magic.set_budget('8GB', device=0)")
+    if not 0 <= device < count:
         raise ValueError(f"--device {device} is not a visible device: there "
                          f"{'is 1' if count == 1 else f'are {count}'} (0 to {count - 1}); "
                          "e.g. %vram_budget 8GB --device 0")
@@ -167,8 +171,11 @@ def _shell() -> Any:
 
 
 def _namespace(namespace: dict[str, Any] | None) -> dict[str, Any]:
-    if namespace is not None:
+    if isinstance(namespace, dict):
         return namespace
+    if namespace is not None:
+        raise TypeError(f"namespace={reprlib.repr(namespace)} is not a dict of your "
+                        "variables; e.g. cupy_magic.vram_holders(globals())")
     shell = _shell()
     if shell is None:
         raise ValueError("no IPython shell is running; pass your namespace, e.g. "
@@ -193,7 +200,10 @@ def vram_free(targets: str | Iterable[str],
     ``all-unnamed``. Nothing else in the namespace is deleted.
     """
     names = [t.strip() for t in targets.split(",")] if isinstance(targets, str) \
-        else list(targets)
+        else list(targets) if isinstance(targets, (list, tuple, set)) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"vram_free({targets!r}): give names as a string or a list of "
+                        "strings; e.g. cupy_magic.vram_free('y, Out')")
     ns, shell = _namespace(namespace), _shell()
     be = _backend.current()
 

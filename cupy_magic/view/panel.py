@@ -47,9 +47,19 @@ def panel_summary(device: int = 0, sampler: Sampler | None = None) -> str:
     cluster's workers, when one is in use, are asked and waited for at most
     :data:`~cupy_magic.monitor.gather.WORKER_WAIT` seconds."""
     sampler = sampler or Sampler()
+    _check_device(device, sampler)
     sample = sampler.sample(device, workers_wait=WORKER_WAIT)
     lines = {**summary_lines(sample), **rows_lines(sample)}
     return "\n".join(f"{key:>13}: {text}" for key, text in lines.items())
+
+
+def _check_device(device: object, sampler: Sampler) -> None:
+    """Refuse a device the sampler does not show, naming the visible ones."""
+    devices = sampler.sources.devices()
+    if isinstance(device, bool) or not isinstance(device, int) \
+            or not 0 <= device < len(devices):
+        raise ValueError(f"device {device!r} is not visible; choose one of: "
+                         f"{', '.join(devices)}")
 
 
 def _title_html(sample: Sample) -> str:
@@ -226,10 +236,13 @@ def show_panel(interval: float | None = None, device: int = 0,
     text
         Print the one-shot text summary even where widgets work.
     """
+    if not isinstance(text, bool):
+        raise ValueError(f"text={text!r} is not True or False; e.g. "
+                         "cupy_magic.show_panel(text=True)")
+    if interval is not None:  # refused before the shared sampler is made or changed
+        Sampler.check_interval(interval)
+    _check_device(device, monitor.shared_sampler() or Sampler())
     sampler = monitor.get_sampler(interval)
-    devices = sampler.sources.devices()
-    if not 0 <= device < len(devices):
-        raise ValueError(f"device {device} is not visible; choose one of: {', '.join(devices)}")
     if text or not _widget_frontend():
         print(panel_summary(device, sampler))
         return None

@@ -1,0 +1,169 @@
+"""How the user asked a ``%%gpu`` cell to be batched (:class:`BatchOptions`), checked when
+made: from the magic's text (:meth:`BatchOptions.parse`) or from Python alike.
+
+:mod:`cupy_magic.run.batching` plans the batches from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..units import SizeError, format_bytes, parse_size
+from .errors import CellError
+from .reduce import RULES
+
+__all__ = ["DEFAULT_STREAMS", "MAX_STREAMS", "RULES", "BatchOptions"]
+
+DEFAULT_STREAMS = 3
+# Each stream holds one batch in flight (its input, its results and a staging buffer), so
+# streams cost memory; past a few, more only queue on the same copy engines.
+MAX_STREAMS = 64
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How the user asked a cell to be batched (``%%gpu --batch ...``).
+
+    Parameters
+    ----------
+    names
+        The inputs to batch (a tuple, or ``"x,y"`` as ``--batch`` writes them); ``None``
+        lets the planner choose.
+    forced
+        Batch even when the inputs fit the budget.
+    rows, nbytes
+        A fixed batch size in rows or in input bytes per batch (at most one of them).
+    streams
+        CUDA streams (batches in flight).
+    reduce
+        ``{result name: rule}`` for results without a row axis; rules are :data:`RULES`.
+    timeline
+        Record each batch's start and end on the device (:attr:`BatchPlan.timeline`), and
+        report them and the run's phases. On a GPU this uses CUDA timing events, and the GPU
+        waits for the work ahead of each to finish before it writes the time: batches on
+        different streams then overlap less, so leave it off when speed matters.
+    """
+
+    names: tuple[str, ...] | None = None
+    forced: bool = False
+    rows: int | None = None
+    nbytes: int | None = None
+    streams: int = DEFAULT_STREAMS
+    reduce: dict[str, str] = field(default_factory=dict)
+    timeline: bool = False
+    # whether the user wrote the stream count (a configured default is no option given);
+    # None: given when it differs from DEFAULT_STREAMS
+    streams_given: bool | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        """Refuse options of the wrong kind or out of range, naming the value and the fix;
+        ``names`` (any iterable of names) is kept as a tuple."""
+        if self.names is not None:
+            names = tuple(n.strip() for n in self.names.split(",") if n.strip()) \
+                if isinstance(self.names, str) else tuple(self.names) \
+                if isinstance(self.names, (tuple, list)) else ()
+            if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+                raise CellError(f"--batch takes comma-separated input names, got "
+                                f"{self.names!r}; "
+                                "e.g. %%gpu --batch x,y (BatchOptions(names=('x', 'y')))")
+            object.__setattr__(self, "names", names)
+        for flag, value in (("forced", self.forced), ("timeline", self.timeline)):
+            if not isinstance(value, bool):
+                raise CellError(f"BatchOptions({flag}={value!r}) is not True or False; e.g. "
+                                f"BatchOptions({flag}=True)")
+        _check_count("--streams", self.streams, str(DEFAULT_STREAMS))
+        if self.streams > MAX_STREAMS:
+            raise CellError(f"--streams {self.streams} is too many: at most {MAX_STREAMS}, "
+                            "since each stream holds a batch in flight in memory; try "
+                            f"%%gpu --streams {DEFAULT_STREAMS}")
+        if self.rows is not None:
+            _check_count("--batch-rows", self.rows, "100000")
+        if self.nbytes is not None:
+            _check_count("--batch-bytes", self.nbytes, "512MB")
+        if self.rows is not None and self.nbytes is not None:
+            raise CellError(f"give --batch-rows ({self.rows}) or --batch-bytes "
+                            f"({format_bytes(self.nbytes)}), not both")
+        if not isinstance(self.reduce, dict):
+            raise CellError(f"BatchOptions(reduce={self.reduce!r}) is not a dict of result "
+                            "name to rule; e.g. BatchOptions(reduce={'total': 'sum'})")
+        for name, rule in self.reduce.items():
+            if not (isinstance(name, str) and name.isidentifier()):
+                raise CellError(f"--reduce takes NAME=RULE, got the name {name!r}; e.g. "
+                                "--reduce total=sum")
+            if rule not in RULES:
+                raise CellError(f"--reduce {name}={rule}: unknown rule {rule!r}; choose one of "
+                                f"{', '.join(RULES)}, e.g. --reduce {name}=sum")
+
+    @property
+    def requested(self) -> bool:
+        """Whether the user asked for batching (rather than the budget forcing it)."""
+        return self.forced or self.rows is not None or self.nbytes is not None
+
+    @classmethod
+    def parse(cls, batch: str | None = None, rows: str | None = None,
+              nbytes: str | None = None, streams: str | None = None,
+              reduce: list[str] | None = None, timeline: bool = False,
+              default_streams: int = DEFAULT_STREAMS) -> BatchOptions:
+        """Build options from the text of the magic's arguments.
+
+        ``batch`` is ``None`` (not given), ``"*"`` (``--batch`` alone) or ``"a,b"``;
+        ``default_streams`` is used when ``streams`` is not given.
+        Raises :class:`CellError` with a one-line message naming the value and the fix.
+        """
+        names: tuple[str, ...] | None = None
+        if batch not in (None, "*"):
+            names = batch  # type: ignore[assignment]  # split and checked when made
+        n_rows = _whole("--batch-rows", rows, "100000") if rows is not None else None
+        n_bytes = None
+        if nbytes is not None:
+            try:
+                n_bytes = parse_size(nbytes)
+            except SizeError as exc:
+                problem = str(exc).partition("; ")[0]
+                raise CellError(f"--batch-bytes {nbytes}: {problem}; e.g. --batch-bytes 512MB") \
+                    from None
+        n_streams = (_whole("--streams", streams, str(DEFAULT_STREAMS))
+                     if streams is not None else default_streams)
+        rules: dict[str, str] = {}
+        for item in reduce or []:
+            for part in (p.strip() for p in item.split(",")):
+                if not part:
+                    continue
+                name, eq, rule = part.partition("=")
+                name, rule = name.strip(), rule.strip().lower()
+                if not eq or not name.isidentifier() or not rule:
+                    raise CellError(f"--reduce takes NAME=RULE, got {part!r}; e.g. "
+                                    "--reduce total=sum")
+                if rules.get(name, rule) != rule:
+                    raise CellError(f"--reduce gives {name} two rules, {rules[name]} and "
+                                    f"{rule}; keep one, e.g. --reduce {name}={rules[name]}")
+                rules[name] = rule
+        return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline,
+                   streams_given=streams is not None)
+
+    def batch_only(self) -> list[str]:
+        """The options given that only a batched run uses (for the note when a cell ran whole)."""
+        typed = (self.streams != DEFAULT_STREAMS if self.streams_given is None
+                 else self.streams_given)
+        given = [f"--streams {self.streams}"] if typed else []
+        given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
+        return given + (["--timeline"] if self.timeline else [])
+
+
+def _check_count(flag: str, value: object, example: str) -> None:
+    """Refuse a count (streams, rows, bytes) that is no whole number of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise CellError(f"{flag} takes a whole number, got {value!r}; e.g. %%gpu {flag} "
+                        f"{example}")
+    if value < 1:
+        raise CellError(f"{flag} must be at least 1, got {value}; e.g. %%gpu {flag} {example}")
+
+
+def _whole(flag: str, text: str, example: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise CellError(f"{flag} takes a whole number, got {text!r}; e.g. %%gpu {flag} "
+                        f"{example}") from None

@@ -1,0 +1,112 @@
+"""The options of :func:`cupy_magic.run_cell`, checked before anything runs or moves.
+
+One owner for what each option may be: the ``%%gpu`` magic passes its text through and gets
+the same one-line messages (as ``UsageError``), a Python caller gets them as
+:class:`~cupy_magic.run.errors.CellError` (a wrong kind of value: ``TypeError``).
+"""
+
+from __future__ import annotations
+
+import codeop
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from .batching import BatchOptions
+from .errors import CellError
+
+__all__ = ["SYNC_MODES", "check_options", "check_unknown", "to_host_names"]
+
+SYNC_MODES = ("warn", "error", "off")  # run_cell(syncs=...), %%gpu --syncs, %gpu_syncs
+
+_EXAMPLE = "cupy_magic.run_cell('y = x + 1', globals()"
+_FLAGS = ("warmup", "panel", "lines", "nvtx", "cluster")
+
+
+def to_host_names(value: Any) -> bool | list[str]:
+    """``to_host`` as the run takes it: ``True``/``False``, or the names to bring back.
+
+    A string is ``--to-host``'s text: ``"*"`` (every device array) or comma-separated names.
+
+    Raises
+    ------
+    CellError
+        For a string that is no list of names.
+    TypeError
+        For a value that is neither a flag, a string nor names.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if value.strip() == "*":
+            return True
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        if not names or any(not n.isidentifier() for n in names):
+            raise CellError(f"--to-host takes comma-separated variable names, got {value!r}; "
+                            "e.g. %%gpu --to-host y,total")
+        return names
+    names = list(value) if isinstance(value, Iterable) else None
+    if names is None or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise TypeError(f"to_host={value!r} is not True, False or variable names; e.g. "
+                        f"{_EXAMPLE}, to_host=['y'])")
+    return names
+
+
+def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syncs: Any,
+                  filename: Any, label: Any, compiler: Any, **flags: Any) -> None:
+    """Refuse a ``run_cell`` argument of the wrong kind, naming it and the fix.
+
+    ``flags``: the options that are ``True`` or ``False`` (:data:`_FLAGS`). ``syncs`` is
+    ``None`` or a mode of :data:`SYNC_MODES`.
+
+    Raises
+    ------
+    TypeError
+        For a source that is no string, a namespace that is no dict, or an option that is
+        not of its kind.
+    CellError
+        For a ``syncs`` that is no mode.
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source={_short(source)} is not the cell's code as a string; e.g. "
+                        f"{_EXAMPLE})")
+    if not isinstance(namespace, dict):
+        raise TypeError(f"namespace={_short(namespace)} is not a dict of your variables; "
+                        f"e.g. {_EXAMPLE})")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise CellError(f"{name}={value!r} is not True or False; e.g. {_EXAMPLE}, "
+                            f"{name}=True)")
+    if fallback is not None and not isinstance(fallback, bool):
+        raise TypeError(f"fallback={fallback!r} is not True, False or None (the session's "
+                        f"setting); e.g. {_EXAMPLE}, fallback=True)")
+    if syncs is not None and syncs not in SYNC_MODES:
+        raise CellError(f"--syncs {syncs!r} is not a mode; use --syncs "
+                        f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
+    if batch is not None and not isinstance(batch, BatchOptions):
+        raise TypeError(f"batch={batch!r} is not a BatchOptions; e.g. {_EXAMPLE}, "
+                        "batch=cupy_magic.BatchOptions(forced=True))")
+    for name, value in (("filename", filename), ("label", label)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name}={value!r} is not a string; e.g. {_EXAMPLE}, "
+                            f"{name}='In [3]')")
+    if compiler is not None and not isinstance(compiler, codeop.Compile):
+        raise TypeError(f"compiler={compiler!r} is not a codeop.Compile; give none, or "
+                        "IPython's get_ipython().compile")
+
+
+def check_unknown(options: dict[str, Any], known: Iterable[str]) -> None:
+    """Refuse a keyword ``run_cell`` does not take, with the nearest it does."""
+    known = list(known)
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name.lower(), known, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            raise TypeError(f"run_cell() has no option {name!r}; {hint}use one of "
+                            f"{', '.join(known)}, e.g. {_EXAMPLE}, to_host=True)")
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to one short line, with its type."""
+    text = " ".join(repr(value).split())
+    return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"

@@ -1,0 +1,161 @@
+"""Bad input to the Python API the magics stand in front of (``cupy_magic.__all__``): each
+answer is an exception of a fitting type whose message is one line naming the value and the
+fix, raised before anything changes (the namespace, the budget, the panel's sampler)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import cupy_magic as cm
+from cupy_magic.monitor import sampler as monitor
+from cupy_magic.run.errors import CellError
+from cupy_magic.units import SizeError
+
+# After the last "; " or ": " a message says what to do: an example or an instruction.
+FIX = re.compile(r"[;:] .*(e\.g\.|\buse\b|\btry\b|\bgive\b|%|choose)")
+CELL = "y = x + 1\n"
+
+
+def run(**options):
+    return lambda ns: cm.run_cell(CELL, ns, **options)
+
+
+def case(call, value: str, errors, fragment: str = ""):
+    return pytest.param(call, value, errors, fragment, id=value[:50])
+
+
+BAD_CALLS = [
+    # run_cell: the source, the namespace and each option, checked before the cell runs
+    case(lambda ns: cm.run_cell(123, ns), "123", TypeError, "string"),
+    case(lambda ns: cm.run_cell(b"y = x", ns), "b'y = x'", TypeError, "string"),
+    case(lambda ns: cm.run_cell("y = 1", None), "None", TypeError, "dict"),
+    case(lambda ns: cm.run_cell("y = 1", [ns]), "[{", TypeError, "dict"),
+    case(run(toHost="y"), "'toHost'", TypeError, "did you mean to_host?"),
+    case(run(to_host="yy"), "yy", CellError, "never assigns"),
+    case(run(to_host="y,1bad"), "'y,1bad'", CellError, "--to-host y,total"),
+    case(run(to_host=3), "to_host=3", TypeError, "to_host=['y']"),
+    case(run(to_host=None), "to_host=None", TypeError),
+    case(run(to_host=[1]), "to_host=[1]", TypeError),
+    case(run(dtype=""), "''", CellError, "--dtype float32"),
+    case(run(warmup="no"), "warmup='no'", CellError, "warmup=True"),
+    case(run(panel="no"), "panel='no'", CellError),
+    case(run(fallback="off"), "fallback='off'", TypeError, "fallback=True"),
+    case(run(fallback=0), "fallback=0", TypeError),
+    case(run(syncs=""), "''", CellError, "warn, error or off"),
+    case(run(batch=True), "batch=True", TypeError, "BatchOptions"),
+    case(run(batch="x"), "batch='x'", TypeError, "BatchOptions"),
+    case(run(filename=3), "filename=3", TypeError),
+    case(run(label=3), "label=3", TypeError),
+    case(run(compiler="x"), "compiler='x'", TypeError, "codeop.Compile"),
+    case(run(lines="yes"), "lines='yes'", CellError),
+    case(run(cluster="yes"), "cluster='yes'", CellError),
+    # BatchOptions: what --batch, --batch-rows, --batch-bytes, --streams, --reduce refuse
+    case(lambda ns: cm.BatchOptions(nbytes=-5), "-5", CellError, "at least 1"),
+    case(lambda ns: cm.BatchOptions(nbytes=0), "0", CellError, "--batch-bytes 512MB"),
+    case(lambda ns: cm.BatchOptions(nbytes="512MB"), "'512MB'", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(rows=1.5), "1.5", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(rows="10"), "'10'", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(rows=True), "True", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(streams=True), "True", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(streams=2.0), "2.0", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(names=(1,)), "(1,)", CellError, "--batch x,y"),
+    case(lambda ns: cm.BatchOptions(names=()), "()", CellError, "--batch x,y"),
+    case(lambda ns: cm.BatchOptions(names=5), "5", CellError, "--batch x,y"),
+    case(lambda ns: cm.BatchOptions(reduce=["t"]), "['t']", CellError, "reduce={"),
+    case(lambda ns: cm.BatchOptions(reduce={"1t": "sum"}), "'1t'", CellError, "total=sum"),
+    case(lambda ns: cm.BatchOptions(forced="no"), "forced='no'", CellError),
+    case(lambda ns: cm.BatchOptions(timeline="no"), "timeline='no'", CellError),
+    # estimate: a tuple shape is checked as a text shape is
+    case(lambda ns: cm.estimate((-1, 3)), "(-1, 3)", SizeError, "negative"),
+    case(lambda ns: cm.estimate((1.5, 3)), "(1.5, 3)", SizeError, "whole numbers"),
+    case(lambda ns: cm.estimate(("a",)), "('a',)", SizeError, "whole numbers"),
+    case(lambda ns: cm.estimate((float("nan"),)), "(nan,)", SizeError, "whole numbers"),
+    case(lambda ns: cm.estimate(None), "None", SizeError, "whole numbers"),
+    case(lambda ns: cm.estimate((True, 3)), "(True, 3)", SizeError, "whole numbers"),
+    case(lambda ns: cm.estimate((10**30, 10**30)), "(10000000", SizeError, "more elements"),
+    # the panel: its interval, device and flag, refused before the shared sampler changes
+    case(lambda ns: cm.show_panel(interval=0, text=True), "got 0", ValueError, "0.05 and 3600"),
+    case(lambda ns: cm.show_panel(interval=True, text=True), "True", ValueError),
+    case(lambda ns: cm.show_panel(device="a", text=True), "'a'", ValueError, "choose one of"),
+    case(lambda ns: cm.show_panel(text="no"), "text='no'", ValueError),
+    case(lambda ns: cm.panel_summary(99), "99", ValueError, "choose one of"),
+    case(lambda ns: cm.panel_summary(-1), "-1", ValueError, "choose one of"),
+    # the budget's device, the holders' namespace and names
+    case(lambda ns: cm.set_budget("8GB", device="0"), "'0'", ValueError, "device=0"),
+    case(lambda ns: cm.budget_status(device=1.0), "1.0", ValueError, "device=0"),
+    case(lambda ns: cm.vram_free(3, ns), "3", TypeError, "vram_free('y, Out')"),
+    case(lambda ns: cm.vram_free(None, ns), "None", TypeError),
+    case(lambda ns: cm.vram_free("x", 5), "5", TypeError, "globals()"),
+    case(lambda ns: cm.vram_holders([]), "[]", TypeError, "globals()"),
+]
+
+
+@pytest.mark.parametrize(("call", "value", "errors", "fragment"), BAD_CALLS)
+def test_bad_call_is_a_one_line_error_naming_the_value_and_the_fix(
+        ip, call, value, errors, fragment):
+    ns = {"np": np, "x": np.arange(50.0)}
+    budget = cm.budget_status().budget
+    before = monitor.shared_sampler() and monitor.shared_sampler().interval
+    with pytest.raises(errors) as info:
+        call(ns)
+    msg = str(info.value)
+    assert msg and "\n" not in msg
+    assert value in msg
+    assert fragment in msg
+    assert FIX.search(msg), f"no fix in {msg!r}"
+    assert set(ns) == {"np", "x"}
+    assert cm.budget_status().budget == budget
+    assert (monitor.shared_sampler() and monitor.shared_sampler().interval) == before
+
+
+@pytest.mark.parametrize("target, options, value", [
+    (42, {}, "42"),
+    ("lcoal", {}, "'lcoal'"),
+    ("local", {"n_workers": 0}, "0"),
+    ("local", {"n_workers": -1}, "-1"),
+    ("local", {"n_workers": "2"}, "'2'"),
+    ("tcp://127.0.0.1:1", {"timeout": -1}, "-1"),
+    ("tcp://127.0.0.1:1", {"timeout": float("nan")}, "nan"),
+    ("tcp://127.0.0.1:1", {"timeout": "a"}, "'a'"),
+])
+def test_bad_cluster_call_is_refused_before_anything_starts_or_closes(
+        ip, target, options, value):
+    from cupy_magic.cluster.connect import ClusterError, client
+
+    kept = client()
+    with pytest.raises(ClusterError) as info:
+        cm.use_cluster(target, **options)
+    msg = str(info.value)
+    assert "\n" not in msg and value in msg and FIX.search(msg)
+    assert client() is kept
+
+
+GOOD_CALLS = [
+    lambda ns: cm.run_cell(CELL, ns, to_host="y"),
+    lambda ns: cm.run_cell(CELL, ns, to_host="*"),
+    lambda ns: cm.run_cell(CELL, ns, to_host=("y",)),
+    lambda ns: cm.run_cell(CELL, ns, batch=cm.BatchOptions(names="x", rows=np.int64(7))),
+    lambda ns: cm.run_cell(CELL, ns, batch=cm.BatchOptions(names=["x"], forced=True)),
+    lambda ns: cm.run_cell(CELL, ns, syncs=None, fallback=None),
+]
+
+
+@pytest.mark.parametrize("call", GOOD_CALLS)
+def test_good_calls_still_run(ip, call):
+    ns = {"np": np, "x": np.arange(50.0)}
+    call(ns)
+    assert np.asarray(ns["y"]).shape == (50,)
+
+
+def test_estimate_takes_a_list_or_one_length():
+    assert cm.estimate([10, 10], "float32").nbytes == 400
+    assert cm.estimate(np.int64(10)).shape == (10,)
+    assert cm.estimate(5).nbytes == 40
+
+
+def test_show_panel_interval_is_kept_when_valid(ip, capsys):
+    cm.show_panel(interval=2, text=True)
+    assert monitor.shared_sampler().interval == 2.0
