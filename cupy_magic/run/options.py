@@ -19,7 +19,7 @@ __all__ = ["SYNC_MODES", "check_options", "check_unknown", "to_host_names"]
 
 SYNC_MODES = ("warn", "error", "off")  # run_cell(syncs=...), %%gpu --syncs, %gpu_syncs
 
-_EXAMPLE = "cupy_magic.run_cell('y = x + 1', globals()"
+_EXAMPLE = "cupy_magic.run_cell(source, namespace"
 _FLAGS = ("warmup", "panel", "lines", "nvtx", "cluster")
 
 
@@ -81,7 +81,8 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
         raise TypeError(f"fallback={fallback!r} is not True, False or None (the session's "
                         f"setting); e.g. {_EXAMPLE}, fallback=True)")
     if syncs is not None and syncs not in SYNC_MODES:
-        raise CellError(f"--syncs {syncs!r} is not a mode; use --syncs "
+        shown = syncs if isinstance(syncs, str) and syncs.strip() == syncs != "" else repr(syncs)
+        raise CellError(f"--syncs {shown} is not a mode; use --syncs "
                         f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
     if batch is not None and not isinstance(batch, BatchOptions):
         raise TypeError(f"batch={batch!r} is not a BatchOptions; e.g. {_EXAMPLE}, "
