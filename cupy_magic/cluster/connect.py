@@ -142,14 +142,20 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
     return cluster, "local CPU cluster (LocalCluster of processes, CPU fallback)"
 
 
-def _join(target: Any, timeout: float) -> tuple[Any, str]:
-    distributed = _distributed()
-    if isinstance(target, distributed.Client):
-        return target, "a Client's cluster"
+def _address(target: str) -> str:
+    """``target`` as a scheduler address, refused when it is none."""
     text = str(target).strip()
     if "://" not in text:
         raise ClusterError(f"{text!r} is not a scheduler address; give one such as "
                            "tcp://10.0.0.5:8786, or local, off or show")
+    return text
+
+
+def _join(target: Any, timeout: float) -> tuple[Any, str]:
+    distributed = _distributed()
+    if isinstance(target, distributed.Client):
+        return target, "a Client's cluster"
+    text = _address(target)
     try:
         return distributed.Client(text, timeout=timeout), "joined cluster"
     except (OSError, TimeoutError) as exc:
@@ -182,11 +188,9 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
 
 def _check(target: Any, n_workers: Any, timeout: Any) -> None:
     """Refuse a target, worker count or timeout that cannot work, naming it and the fix."""
-    if isinstance(target, str) and target.strip().lower() != "local" \
-            and "://" not in target:
-        raise ClusterError(f"{target!r} is not a scheduler address; give one such as "
-                           "tcp://10.0.0.5:8786, or local, off or show")
-    if not isinstance(target, str) and type(target).__name__ != "Client":
+    if isinstance(target, str) and target.strip().lower() != "local":
+        _address(target)
+    if not isinstance(target, str) and not isinstance(target, _distributed().Client):
         raise ClusterError(f"use_cluster({target!r}): give 'local', an address such as "
                            "'tcp://10.0.0.5:8786', a distributed.Client, or None to leave")
     if n_workers is not None and (isinstance(n_workers, bool) or
