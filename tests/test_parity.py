@@ -299,3 +299,23 @@ def test_a_cell_in_a_long_session_commits_what_it_binds_however_it_binds_it(ip, 
                                   else ns["dyn"], [0.0, 2.0, 4.0, 6.0])
     assert ns["kept"] is kept and ns["_i2999"] == "x = 2999\n"  # untouched names stay
     assert {o.name for o in cupy_magic.last_report().outputs} >= {"g", "dyn", "pi", "gone", "f"}
+
+
+def test_a_warning_is_shown_once_and_its_registry_is_not_a_result_of_the_cell(ip):
+    import warnings
+
+    body = "import warnings\nwarnings.warn('careful')\ny = 1\n"
+    shown = {}
+    for kind, run in (("plain", lambda: ip.run_cell(body, store_history=True)),
+                      ("gpu", lambda: cell(ip, body, ""))):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")  # once per location: each cell is a new one
+            for _ in range(2):
+                assert run().success
+        shown[kind] = [(str(w.message), w.lineno) for w in seen]
+    assert shown["gpu"] == shown["plain"] == [("careful", 2)] * 2
+    assert "__warningregistry__" in ip.user_ns  # committed, as a plain cell leaves it
+    for name in ("warnings", "y", "__warningregistry__"):
+        del ip.user_ns[name]
+    assert cell(ip, body, "").success and "__warningregistry__" in ip.user_ns
+    assert [o.name for o in cupy_magic.last_report().outputs] == ["warnings", "y"]

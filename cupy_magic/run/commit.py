@@ -66,6 +66,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         del namespace[name]
         report.outputs.append(OutputInfo(name, "deleted", "deleted"))
     for name, value in updates.items():
+        if name in _BOOKKEEPING:  # committed, as a plain cell leaves it, but not the cell's
+            continue
         kind, where, nbytes = _describe(value, be)
         report.outputs.append(OutputInfo(name, kind, where, nbytes))
     if to_host is True or host_names:
@@ -73,6 +75,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
 
 
 _MISSING = object()
+# names Python itself binds in a module's namespace (``warnings.warn`` records what it showed)
+_BOOKKEEPING = frozenset({"__warningregistry__"})
 
 
 def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
