@@ -62,6 +62,19 @@ def test_a_name_bound_through_main_is_committed_and_a_failure_commits_none(ip, u
     assert sys.modules["__main__"] is main
 
 
+def test_the_warmup_run_pickles_what_the_cell_defines(ip, user_main):
+    ip.user_ns["x"] = np.arange(6.0)
+    result = cell(ip, DEFINES_AND_PICKLES, "--warmup --quiet")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["same"] is True
+
+
+def test_import_main_in_the_cell_binds_the_real_main(ip, user_main):
+    assert cell(ip, "import __main__\nk = 1\n").success
+    assert ip.user_ns["__main__"] is sys.modules["__main__"] is ip.user_module
+    assert ip.run_cell("__main__.k = 99").success and ip.user_ns["k"] == 99
+
+
 def test_a_batched_cell_pickles_what_it_defines(ip, user_main):
     ip.user_ns["x"] = np.arange(40.0).reshape(20, 2)
     body = ("import pickle\ndef scale(v):\n    return v * 2\n"

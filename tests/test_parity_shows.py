@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import loaded
 
 import cupy_magic
 
@@ -20,7 +21,7 @@ def _seen(ip, capsys, text: str) -> tuple:
     n = result.execution_count
     shown = capsys.readouterr().out.replace(f"Out[{n}]", "Out[n]")
     return (result.success, shown, result.result, ip.user_ns.get("_"),
-            ip.user_ns["Out"].get(n), f"_{n}" in ip.user_ns)
+            ip.user_ns["Out"].get(n), ip.user_ns.get(f"_{n}", "no _N"))
 
 
 @pytest.mark.parametrize("mode", ["all", "last_expr_or_assign", "last", "none"])
@@ -32,6 +33,26 @@ def test_a_gpu_cell_shows_what_a_plain_cell_shows_in_every_interactivity(ip, cap
     plain = _seen(ip, capsys, body)
     gpu = _seen(ip, capsys, "%%gpu --quiet\n" + body)
     assert gpu == plain
+    # the output names are IPython's, not results of the cell
+    assert not [o.name for o in cupy_magic.last_report().outputs if o.name.startswith("_")]
+
+
+@pytest.fixture
+def gip(shell, monkeypatch):
+    yield from loaded(shell, monkeypatch, "cupy")
+
+
+@pytest.mark.gpu
+def test_a_device_array_shown_under_all_is_no_host_sync_of_the_cell(gip, capsys, monkeypatch):
+    """A plain cell shows the array; reading it for the display is not the cell's sync, so
+    ``--syncs error`` does not stop the cell there and the report counts none."""
+    monkeypatch.setattr(gip, "ast_node_interactivity", "all")
+    gip.user_ns["x"] = np.arange(3.0)
+    result = gip.run_cell("%%gpu --quiet --syncs error\ny = x + 1\ny\nz = y * 2",
+                          store_history=True)
+    assert result.success, result.error_in_exec
+    assert "array([2., 3., 4.])" in capsys.readouterr().out
+    assert cupy_magic.last_report().syncs == []
 
 
 def test_under_all_the_shown_values_keep_their_output_names_after_the_commit(ip, capsys,

@@ -5,7 +5,8 @@ A plain IPython cell runs in the user namespace, which is ``sys.modules["__main_
 function or class the cell defines by its name, ``__main__.f``. A ``%%gpu`` cell runs in a
 copy of that namespace (the transaction), so for the length of the run ``__main__`` is made a
 module over that copy, as IPython makes its own (a ``DummyMod`` whose ``__dict__`` is the
-namespace). Names the cell binds through it are committed as the cell's others are.
+namespace). Names the cell binds through it are committed as the cell's others are; a name
+bound to the stand-in itself (``import __main__``) is bound to the real ``__main__`` after.
 """
 
 from __future__ import annotations
@@ -39,3 +40,5 @@ def as_main(namespace: dict[str, Any], user: dict[str, Any] | None) -> Iterator[
     finally:
         if sys.modules.get("__main__") is stand_in:
             sys.modules["__main__"] = main
+        for name in [n for n, v in namespace.items() if v is stand_in]:
+            namespace[name] = main  # `import __main__` in the cell: the real one is committed

@@ -30,6 +30,7 @@ from ..compat.generator import checked_generator
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
+from ..syncs.record import uncharged
 from ..units import dtype_name, format_bytes
 from .batching import BatchOptions
 from .compiled import compile_cell
@@ -136,14 +137,13 @@ def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None) -> Ite
     hook = sys.displayhook
 
     def shown(value: Any) -> None:
-        hook(value)
+        with uncharged():  # read for the user, as a plain cell shows it: no sync of the cell
+            hook(value)
         if value is None or user is None:
             return
-        for name in _UNDERSCORES:
+        count = getattr(hook, "prompt_count", None)  # IPython's: the value is also _<count>
+        for name in (*_UNDERSCORES, f"_{count}"):
             if name in user:
-                namespace[name] = user[name]
-        for name in user.keys() - namespace.keys():  # _12, Out's entry by its number
-            if name[:1] == "_" and name[1:].isdigit():
                 namespace[name] = user[name]
 
     sys.displayhook = shown

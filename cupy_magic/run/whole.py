@@ -11,6 +11,7 @@ import numpy as np
 from ..backend import Backend
 from .commit import commit
 from .errors import CellError, fail, frames_freed
+from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
 from .reduce import combine
 from .report import RunReport
@@ -121,7 +122,8 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     try:
         moved, _ = move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
-        exec(plan.code, scratch)
+        with as_main(scratch, namespace):  # pickle finds what the cell defines, as in the run
+            exec(plan.code, scratch)
         for name, rule in (reduce or {}).items():
             if name in scratch:
                 combine(rule, [(scratch[name], rows), (scratch[name], rows)], be.xp)

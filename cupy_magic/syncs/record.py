@@ -20,17 +20,18 @@ default and ``wait_seconds`` is then ``None``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType, ModuleType, TracebackType
 
 from .lint import SyncFinding
 
-__all__ = ["HostSyncError", "MergedSync", "SyncCount", "SyncRecorder", "merge"]
+__all__ = ["HostSyncError", "MergedSync", "SyncCount", "SyncRecorder", "merge", "uncharged"]
 
 _MODES = ("warn", "error")
 
@@ -220,7 +221,7 @@ class SyncRecorder:
         return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
 
     def _on_sync(self, frame: FrameType | None) -> None:
-        if threading.get_ident() != self._thread:
+        if threading.get_ident() != self._thread or getattr(_UNCHARGED, "on", False):
             return
         while frame is not None and frame.f_code.co_filename != self.code_filename:
             frame = frame.f_back
@@ -235,6 +236,22 @@ class SyncRecorder:
             start = time.perf_counter()
             self._stream_sync()
             self._waits[line] = self._waits.get(line, 0.0) + time.perf_counter() - start
+
+
+_UNCHARGED = threading.local()
+
+
+@contextlib.contextmanager
+def uncharged() -> Iterator[None]:
+    """While inside, on this thread, a declared sync is not charged to the running cell (a
+    value the cell shows through ``sys.displayhook`` is read for the user, as a plain cell
+    shows it, also under ``--syncs error``)."""
+    before = getattr(_UNCHARGED, "on", False)
+    _UNCHARGED.on = True
+    try:
+        yield
+    finally:
+        _UNCHARGED.on = before
 
 
 def _current_stream_sync() -> Callable[[], None] | None:
