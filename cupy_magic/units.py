@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import re
+import reprlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +25,8 @@ __all__ = [
     "format_bytes",
     "parse_shape",
     "parse_size",
+    "short_repr",
+    "whole",
 ]
 
 GiB = 1024**3
@@ -46,6 +50,19 @@ _UNITS = {
 }
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` in one short line (an array's repr spans lines), for error messages."""
+    return " ".join(reprlib.repr(value).split())
+
+
+def whole(value: object) -> int | None:
+    """``value`` as an int when it is a whole number (``int``, NumPy's integers; not a
+    bool), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
 
 
 class SizeError(ValueError):
@@ -123,10 +140,10 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def _checked(dims: tuple[int, ...], shown: object) -> tuple[int, ...]:
     """``dims``, refused when a length is negative or the array could not exist."""
     if any(d < 0 for d in dims):
-        raise SizeError(f"a shape cannot have negative lengths, got {shown!r}; "
+        raise SizeError(f"a shape cannot have negative lengths, got {short_repr(shown)}; "
                         "e.g. 20000x20000")
     if math.prod(dims) > MAX_ELEMENTS:
-        raise SizeError(f"the shape {shown!r} has more elements than any array can hold "
+        raise SizeError(f"the shape {short_repr(shown)} has more elements than any array can hold "
                         "(at most 2**63-1); e.g. 20000x20000")
     return dims
 
@@ -212,13 +229,15 @@ def estimate(shape: tuple[int, ...] | list[int] | int | str,
     if isinstance(shape, str):
         dims = parse_shape(shape)
     else:
-        lengths = tuple(shape) if isinstance(shape, (tuple, list)) else (
-            (shape,) if isinstance(shape, (int, np.integer)) else None)
-        if lengths is None or not all(isinstance(d, (int, np.integer))
-                                      and not isinstance(d, bool) for d in lengths):
-            raise SizeError(f"cannot read the shape {shape!r}: give whole numbers, e.g. "
-                            "estimate((20000, 20000), 'float32') or estimate('20000x20000')")
-        dims = _checked(tuple(int(d) for d in lengths), shape)
+        try:  # a number is the length of a 1-d array; else any sequence of lengths
+            lengths = [shape] if whole(shape) is not None else list(shape)  # type: ignore
+        except TypeError:
+            lengths = [None]
+        dims = tuple(whole(d) for d in lengths)  # type: ignore[misc]
+        if None in dims:
+            raise SizeError(f"cannot read the shape {short_repr(shape)}: give whole numbers, "
+                            "e.g. estimate((20000, 20000), 'float32') or estimate('20000x20000')")
+        dims = _checked(dims, shape)  # type: ignore[arg-type]
     dt = _dtype(dtype)
     return Estimate(dims, dt.name, dt.itemsize, math.prod(dims) * dt.itemsize)
 

@@ -52,6 +52,13 @@ BAD_CALLS = [
     case(run(compiler="x"), "compiler='x'", TypeError, "codeop.Compile"),
     case(run(lines="yes"), "lines='yes'", CellError),
     case(run(cluster="yes"), "cluster='yes'", CellError),
+    # a value whose repr spans lines (an array) is named in one short line, never crashes
+    case(run(batch=np.zeros((50, 50))), "batch=array([[0., 0.", TypeError, "BatchOptions"),
+    case(run(syncs=np.zeros((50, 50))), "--syncs array(", CellError, "warn, error or off"),
+    case(run(label=np.zeros((50, 50))), "label=array(", TypeError),
+    case(lambda ns: cm.set_sync_mode("loud"), "'loud'", ValueError, "%gpu_syncs warn"),
+    case(lambda ns: cm.set_sync_mode(np.zeros(3)), "array(", ValueError, "warn, error"),
+    case(lambda ns: cm.vram_free(np.zeros((50, 50))), "array(", TypeError, "vram_free('y"),
     # BatchOptions: what --batch, --batch-rows, --batch-bytes, --streams, --reduce refuse
     case(lambda ns: cm.BatchOptions(nbytes=-5), "-5", CellError, "at least 1"),
     case(lambda ns: cm.BatchOptions(nbytes=0), "0", CellError, "--batch-bytes 512MB"),
@@ -120,6 +127,9 @@ def test_bad_call_is_a_one_line_error_naming_the_value_and_the_fix(
     ("tcp://127.0.0.1:1", {"timeout": -1}, "-1"),
     ("tcp://127.0.0.1:1", {"timeout": float("nan")}, "nan"),
     ("tcp://127.0.0.1:1", {"timeout": "a"}, "'a'"),
+    ("tcp://127.0.0.1:1", {"n_workers": 2}, "n_workers=2"),  # an address brings its workers
+    ("off", {"n_workers": 2}, "n_workers=2"),
+    (np.zeros((50, 50)), {}, "use_cluster(array("),
 ])
 def test_bad_cluster_call_is_refused_before_anything_starts_or_closes(
         ip, target, options, value):
@@ -154,6 +164,23 @@ def test_estimate_takes_a_list_or_one_length():
     assert cm.estimate([10, 10], "float32").nbytes == 400
     assert cm.estimate(np.int64(10)).shape == (10,)
     assert cm.estimate(5).nbytes == 40
+    assert cm.estimate(np.array([100, 100])).shape == (100, 100)  # an array's shape, as before
+    assert cm.estimate(range(1, 3)).shape == (1, 2)
+
+
+def test_numpy_integers_are_whole_numbers_everywhere(ip, capsys):
+    """What NumPy gives (``a.shape[0] // 2``, ``np.int64``) is accepted wherever an int is."""
+    from cupy_magic.cluster.connect import _check
+
+    assert "pool:" in cm.panel_summary(np.int64(0))  # refused as "not visible" before
+    cm.show_panel(device=np.int64(0), text=True)
+    assert cm.set_budget("1GB", device=np.int64(0)).budget_bytes == 10**9
+    _check("local", np.int64(2), np.int64(5))  # no error: a whole count, a number of seconds
+    _check("local", None, np.float32(5))
+    ns = {"np": np, "b": 1}
+    cm.run_cell("a = np.zeros(3)", ns)  # a device array (host RAM on the CPU fallback)
+    cm.vram_free({"a": 0}.keys(), namespace=ns)  # any iterable of names
+    assert "a" not in ns and ns["b"] == 1
 
 
 def test_show_panel_interval_is_kept_when_valid(ip, capsys):

@@ -376,6 +376,22 @@ def test_syntax_error_in_cell_is_one_line(ip):
     assert ip.user_ns["keep"] == 1
 
 
+def test_a_syntax_error_the_cell_raises_as_it_runs_is_its_own_not_a_typo(ip):
+    """``eval('1 +')`` raises SyntaxError while the cell runs: a plain cell shows it with
+    its traceback, and so does a ``%%gpu`` cell (not "syntax error in the %%gpu cell")."""
+    ip.user_ns["keep"] = 1
+    with pytest.raises(SyntaxError) as info:
+        gpu(ip, "keep = 2\nz = eval('1 +')\n")
+    assert not isinstance(info.value, UsageError) and info.value.filename == "<string>"
+    assert ip.user_ns["keep"] == 1
+
+
+def test_a_typo_is_one_line_also_once_dask_is_imported(ip):
+    pytest.importorskip("dask")  # the cell is first searched for Dask arrays, then compiled
+    with pytest.raises(UsageError, match=r"syntax error in the %%gpu cell, line 2"):
+        gpu(ip, "keep = 2\nx = = 1\n")
+
+
 def test_empty_cell_and_unknown_backend(ip):
     with pytest.raises(UsageError, match="empty"):
         gpu(ip, "   \n")

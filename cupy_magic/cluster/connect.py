@@ -9,6 +9,7 @@ fallback. Every worker gets :class:`~cupy_magic.cluster.worker.BudgetPlugin`.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ from typing import Any
 
 from .. import lifecycle
 from ..backend import Backend
-from ..units import format_bytes
+from ..units import format_bytes, short_repr, whole
 from . import shm, transport
 from .worker import worker_facts
 
@@ -168,13 +169,21 @@ def _join(target: Any, timeout: float) -> tuple[Any, str]:
 def use(target: Any, be: Backend, *, n_workers: int | None = None,
         timeout: float = CONNECT_TIMEOUT) -> ClusterStatus:
     """Start (``"local"``), join (an address or a ``Client``) or leave (``None``/``"off"``)
-    a cluster; return :func:`status`."""
+    a cluster, or only show it (``"show"``); return :func:`status`."""
+    local = isinstance(target, str) and target.strip().lower() == "local"
+    if n_workers is not None and not local:
+        raise ClusterError(f"n_workers={short_repr(n_workers)} is for a local cluster only (an "
+                           "address or a Client brings its workers); e.g. %gpu_cluster local "
+                           f"--workers {LOCAL_CPU_WORKERS}")
     if target is None or (isinstance(target, str) and target.strip().lower() == "off"):
         close()
         return status()
+    if isinstance(target, str) and target.strip().lower() == "show":
+        return status()  # as %gpu_cluster show
     _check(target, n_workers, timeout)  # before close(): a bad call keeps the cluster
+    n_workers, timeout = whole(n_workers), float(timeout)
     close()
-    if isinstance(target, str) and target.strip().lower() == "local":
+    if local:
         cluster, kind = _start_local(be, n_workers)
         _state.update(cluster=cluster, client=_distributed().Client(cluster), kind=kind,
                       owned=True)
@@ -191,17 +200,17 @@ def _check(target: Any, n_workers: Any, timeout: Any) -> None:
     if isinstance(target, str) and target.strip().lower() != "local":
         _address(target)
     if not isinstance(target, str) and not isinstance(target, _distributed().Client):
-        raise ClusterError(f"use_cluster({target!r}): give 'local', an address such as "
-                           "'tcp://10.0.0.5:8786', a distributed.Client, or None to leave")
-    if n_workers is not None and (isinstance(n_workers, bool) or
-                                  not isinstance(n_workers, int) or n_workers < 1):
-        raise ClusterError(f"--workers must be at least 1, got {n_workers!r}; e.g. "
-                           f"%gpu_cluster local --workers {LOCAL_CPU_WORKERS} "
-                           f"(use_cluster('local', n_workers={LOCAL_CPU_WORKERS}))")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+        raise ClusterError(f"use_cluster({short_repr(target)}): give 'local', an address such "
+                           "as 'tcp://10.0.0.5:8786', a distributed.Client, or None to leave")
+    if n_workers is not None and (whole(n_workers) or 0) < 1:
+        raise ClusterError(f"--workers must be a whole number of at least 1, got "
+                           f"{short_repr(n_workers)}; e.g. %gpu_cluster local --workers "
+                           f"{LOCAL_CPU_WORKERS} (use_cluster('local', n_workers="
+                           f"{LOCAL_CPU_WORKERS}))")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) \
             or not 0 < timeout < math.inf:
-        raise ClusterError(f"timeout={timeout!r} is not a number of seconds above 0; e.g. "
-                           f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
+        raise ClusterError(f"timeout={short_repr(timeout)} is not a number of seconds above 0; "
+                           f"e.g. %gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
 
 
 def ensure_budget(be: Backend, force: bool = False) -> None:

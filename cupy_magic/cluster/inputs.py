@@ -35,7 +35,10 @@ def dask_inputs(source: str, namespace: dict[str, Any]) -> dict[str, Any]:
     """The Dask arrays the cell reads, by name."""
     if "dask" not in sys.modules:  # no Dask imported: no Dask array anywhere (the common cell)
         return {}
-    names = cell_names(source)
+    try:
+        names = cell_names(source)
+    except SyntaxError:  # compiling the cell reports it, with the cell's own line
+        return {}
     read = (names.loaded | names.mutated) - names.written_first
     return {n: namespace[n] for n in sorted(read) if is_dask_array(namespace.get(n))}
 

@@ -29,7 +29,7 @@ from ..run.plan import CAST_TARGETS
 from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
 from ..units import estimate
-from .arguments import parse_argstring, syntax_message
+from .arguments import parse_argstring, ran_in, syntax_message
 from .cellshell import magics_see_the_cell, shown
 from .postmortem import kept_for_pdb
 from .values import device_number, interval, modes, on_off
@@ -136,6 +136,7 @@ class GpuMagics(Magics):
         running = getattr(shell.displayhook, "exec_result", None)
         number = getattr(running, "execution_count", None) or shell.execution_count
         source = shell.transform_cell(cell)  # %magics, !cmd, x? as in a plain cell
+        filename = shell.compile.cache(source, number, raw_code=cell)
         try:
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
                                        args.streams, args.reduce, args.timeline,
@@ -146,11 +147,13 @@ class GpuMagics(Magics):
                     to_host=False if args.to_host is None else args.to_host, warmup=args.warmup,
                     syncs=args.syncs, batch=batch, fallback=args.fallback,
                     panel=args.panel,
-                    filename=shell.compile.cache(source, number, raw_code=cell),
+                    filename=filename,
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
                     cluster=args.cluster, devices=args.devices, compiler=shell.compile,
                     shows=shown(shell, running))
         except SyntaxError as exc:
+            if ran_in(exc, filename):  # raised by the cell's own code (eval, compile)
+                raise
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:
             raise UsageError(str(exc)) from None
@@ -327,10 +330,10 @@ class GpuMagics(Magics):
         In [2]: %gpu_syncs          # show the mode
         """
         args = parse_argstring(self.gpu_syncs, line)
-        if args.mode is not None and args.mode not in SYNC_MODES:
-            raise UsageError(f"unknown sync mode {args.mode!r}; use %gpu_syncs "
-                             f"{modes(SYNC_MODES)}")
-        return session.set_sync_mode(args.mode)
+        try:
+            return session.set_sync_mode(args.mode)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("backend", nargs="?", default=None, type=str.lower,

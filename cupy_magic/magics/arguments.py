@@ -19,7 +19,7 @@ from ..run.batching import DEFAULT_STREAMS
 from ..run.cell import SYNC_MODES
 from ..run.plan import CAST_TARGETS
 
-__all__ = ["parse_argstring", "syntax_message"]
+__all__ = ["parse_argstring", "ran_in", "syntax_message"]
 
 _CELL_MAGICS = ("gpu",)
 # Each magic in use, and a value for each option that takes one: the fixes of the messages
@@ -163,3 +163,14 @@ def _awaits_at_top(cell: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return bool(code.co_flags & inspect.CO_COROUTINE)
+
+
+def ran_in(exc: BaseException, filename: str) -> bool:
+    """Whether ``exc`` was raised while code of ``filename`` ran (a frame of the cell is on
+    its traceback), rather than while the cell was compiled."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            return True
+        tb = tb.tb_next
+    return False

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..units import SizeError, format_bytes, parse_size
+from ..units import SizeError, format_bytes, parse_size, short_repr
 from .errors import CellError
 from .reduce import RULES
 
@@ -66,13 +66,13 @@ class BatchOptions:
                 if isinstance(self.names, (tuple, list)) else ()
             if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
                 raise CellError(f"--batch takes comma-separated input names, got "
-                                f"{self.names!r}; "
+                                f"{short_repr(self.names)}; "
                                 "e.g. %%gpu --batch x,y (BatchOptions(names=('x', 'y')))")
             object.__setattr__(self, "names", names)
         for flag, value in (("forced", self.forced), ("timeline", self.timeline)):
             if not isinstance(value, bool):
-                raise CellError(f"BatchOptions({flag}={value!r}) is not True or False; e.g. "
-                                f"BatchOptions({flag}=True)")
+                raise CellError(f"BatchOptions({flag}={short_repr(value)}) is not True or "
+                                f"False; e.g. BatchOptions({flag}=True)")
         _check_count("--streams", self.streams, str(DEFAULT_STREAMS))
         if self.streams > MAX_STREAMS:
             raise CellError(f"--streams {self.streams} is too many: at most {MAX_STREAMS}, "
@@ -86,14 +86,14 @@ class BatchOptions:
             raise CellError(f"give --batch-rows ({self.rows}) or --batch-bytes "
                             f"({format_bytes(self.nbytes)}), not both")
         if not isinstance(self.reduce, dict):
-            raise CellError(f"BatchOptions(reduce={self.reduce!r}) is not a dict of result "
-                            "name to rule; e.g. BatchOptions(reduce={'total': 'sum'})")
+            raise CellError(f"BatchOptions(reduce={short_repr(self.reduce)}) is not a dict of "
+                            "result name to rule; e.g. BatchOptions(reduce={'total': 'sum'})")
         for name, rule in self.reduce.items():
             if not (isinstance(name, str) and name.isidentifier()):
-                raise CellError(f"--reduce takes NAME=RULE, got the name {name!r}; e.g. "
+                raise CellError(f"--reduce takes NAME=RULE, got the name {short_repr(name)}; e.g. "
                                 "--reduce total=sum")
             if rule not in RULES:
-                raise CellError(f"--reduce {name}={rule}: unknown rule {rule!r}; choose one of "
+                raise CellError(f"--reduce {name}={short_repr(rule)}: unknown rule; choose one of "
                                 f"{', '.join(RULES)}, e.g. --reduce {name}=sum")
 
     @property
@@ -155,7 +155,7 @@ class BatchOptions:
 def _check_count(flag: str, value: object, example: str) -> None:
     """Refuse a count (streams, rows, bytes) that is no whole number of at least 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise CellError(f"{flag} takes a whole number, got {value!r}; e.g. %%gpu {flag} "
+        raise CellError(f"{flag} takes a whole number, got {short_repr(value)}; e.g. %%gpu {flag} "
                         f"{example}")
     if value < 1:
         raise CellError(f"{flag} must be at least 1, got {value}; e.g. %%gpu {flag} {example}")

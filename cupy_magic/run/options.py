@@ -12,10 +12,11 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from ..units import short_repr
 from .batching import BatchOptions
 from .errors import CellError
 
-__all__ = ["SYNC_MODES", "check_options", "check_unknown", "to_host_names"]
+__all__ = ["SYNC_MODES", "check_options", "check_sync_mode", "check_unknown", "to_host_names"]
 
 SYNC_MODES = ("warn", "error", "off")  # run_cell(syncs=...), %%gpu --syncs, %gpu_syncs
 
@@ -42,12 +43,13 @@ def to_host_names(value: Any) -> bool | list[str]:
             return True
         names = [n.strip() for n in value.split(",") if n.strip()]
         if not names or any(not n.isidentifier() for n in names):
-            raise CellError(f"--to-host takes comma-separated variable names, got {value!r}; "
+            raise CellError(f"--to-host takes comma-separated variable names, got "
+                            f"{short_repr(value)}; "
                             "e.g. %%gpu --to-host y,total")
         return names
     names = list(value) if isinstance(value, Iterable) else None
     if names is None or not all(isinstance(n, str) and n.isidentifier() for n in names):
-        raise TypeError(f"to_host={value!r} is not True, False or variable names; e.g. "
+        raise TypeError(f"to_host={short_repr(value)} is not True, False or variable names; e.g. "
                         f"{_EXAMPLE}, to_host=['y'])")
     return names
 
@@ -68,32 +70,46 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
         For a ``syncs`` that is no mode.
     """
     if not isinstance(source, str):
-        raise TypeError(f"source={_short(source)} is not the cell's code as a string; e.g. "
+        raise TypeError(f"source={short_repr(source)} is not the cell's code as a string; e.g. "
                         f"{_EXAMPLE})")
     if not isinstance(namespace, dict):
-        raise TypeError(f"namespace={_short(namespace)} is not a dict of your variables; "
+        raise TypeError(f"namespace={short_repr(namespace)} is not a dict of your variables; "
                         f"e.g. {_EXAMPLE})")
     for name, value in flags.items():
         if not isinstance(value, bool):
-            raise CellError(f"{name}={value!r} is not True or False; e.g. {_EXAMPLE}, "
+            raise CellError(f"{name}={short_repr(value)} is not True or False; e.g. {_EXAMPLE}, "
                             f"{name}=True)")
     if fallback is not None and not isinstance(fallback, bool):
-        raise TypeError(f"fallback={fallback!r} is not True, False or None (the session's "
+        raise TypeError(f"fallback={short_repr(fallback)} is not True, False or None (the "
+                        "session's "
                         f"setting); e.g. {_EXAMPLE}, fallback=True)")
-    if syncs is not None and syncs not in SYNC_MODES:
-        shown = syncs if isinstance(syncs, str) and syncs.strip() == syncs != "" else repr(syncs)
-        raise CellError(f"--syncs {shown} is not a mode; use --syncs "
-                        f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
+    if syncs is not None:
+        check_sync_mode(syncs, cell=True)
     if batch is not None and not isinstance(batch, BatchOptions):
-        raise TypeError(f"batch={batch!r} is not a BatchOptions; e.g. {_EXAMPLE}, "
+        raise TypeError(f"batch={short_repr(batch)} is not a BatchOptions; e.g. {_EXAMPLE}, "
                         "batch=cupy_magic.BatchOptions(forced=True))")
     for name, value in (("filename", filename), ("label", label)):
         if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name}={value!r} is not a string; e.g. {_EXAMPLE}, "
+            raise TypeError(f"{name}={short_repr(value)} is not a string; e.g. {_EXAMPLE}, "
                             f"{name}='In [3]')")
     if compiler is not None and not isinstance(compiler, codeop.Compile):
-        raise TypeError(f"compiler={compiler!r} is not a codeop.Compile; give none, or "
+        raise TypeError(f"compiler={short_repr(compiler)} is not a codeop.Compile; give none, or "
                         "IPython's get_ipython().compile")
+
+
+def check_sync_mode(mode: Any, *, cell: bool = False) -> str:
+    """``mode`` when it is one of :data:`SYNC_MODES`; else a :class:`CellError` naming it
+    and the modes, worded for a cell's ``--syncs`` (``cell``) or the session's mode
+    (``%gpu_syncs``, :func:`cupy_magic.set_sync_mode`)."""
+    if isinstance(mode, str) and mode in SYNC_MODES:
+        return mode
+    listed = f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}"
+    if cell:
+        shown = mode if isinstance(mode, str) and mode.strip() == mode != "" \
+            else short_repr(mode)
+        raise CellError(f"--syncs {shown} is not a mode; use --syncs {listed}")
+    raise CellError(f"unknown sync mode {short_repr(mode)}; use %gpu_syncs {listed} "
+                    f"(cupy_magic.set_sync_mode('{SYNC_MODES[0]}'))")
 
 
 def check_unknown(options: dict[str, Any], known: Iterable[str]) -> None:
@@ -105,9 +121,3 @@ def check_unknown(options: dict[str, Any], known: Iterable[str]) -> None:
             hint = f"did you mean {near[0]}? " if near else ""
             raise TypeError(f"run_cell() has no option {name!r}; {hint}use one of "
                             f"{', '.join(known)}, e.g. {_EXAMPLE}, to_host=True)")
-
-
-def _short(value: Any) -> str:
-    """``repr(value)`` cut to one short line, with its type."""
-    text = " ".join(repr(value).split())
-    return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"

@@ -24,7 +24,8 @@ def use_cluster(target: Any = "local", *, n_workers: int | None = None,
         ``"local"``: start ``dask_cuda.LocalCUDACluster`` (one worker per GPU) on a GPU, a
         ``distributed.LocalCluster`` of worker processes on loopback on the CPU fallback;
         an address (``"tcp://10.0.0.5:8786"``) or a ``distributed.Client``: join that
-        cluster; ``None`` or ``"off"``: leave it (a local one is closed).
+        cluster; ``None`` or ``"off"``: leave it (a local one is closed); ``"show"``: change
+        nothing.
     n_workers
         Worker processes of a local CPU cluster (default
         :data:`~cupy_magic.cluster.connect.LOCAL_CPU_WORKERS`, at most the cores); on a GPU,

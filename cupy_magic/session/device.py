@@ -7,7 +7,7 @@ from .. import backend as _backend
 from ..backend import DeviceInfo
 from ..cluster import connect
 from ..config import BACKENDS, settings
-from ..run.cell import SYNC_MODES
+from ..run.options import check_sync_mode
 from ..units import format_bytes
 from .cells import forget_last
 from .memory import set_budget
@@ -58,10 +58,7 @@ def _device_line() -> str:
 def set_sync_mode(mode: str | None = None) -> str:
     """Set (or, with ``None``, show) the default ``--syncs`` mode: warn, error or off."""
     if mode is not None:
-        if mode not in SYNC_MODES:
-            raise ValueError(f"unknown sync mode {mode!r}; use "
-                             f"{', '.join(SYNC_MODES[:-1])} or {SYNC_MODES[-1]}")
-        settings().syncs = mode
+        settings().syncs = check_sync_mode(mode)
     return settings().syncs
 
 

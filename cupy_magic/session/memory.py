@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,7 +12,7 @@ from ..holders import account as _holders
 from ..holders.free import FreeResult, shell_copies
 from ..holders.free import free as _free
 from ..holders.records import HolderReport
-from ..units import Estimate, SizeError, estimate_array, format_bytes
+from ..units import Estimate, SizeError, estimate_array, format_bytes, short_repr, whole
 
 __all__ = ["BudgetStatus", "budget_status", "estimate_name", "free_cached", "memory_pool",
            "set_budget", "vram_free", "vram_holders"]
@@ -69,9 +68,10 @@ def _device(device: int | None, be: Any) -> int:
     if device is None:
         return int(be.home)
     count = be.device_count()
-    if isinstance(device, bool) or not isinstance(device, int):
-        raise ValueError(f"device={device!r} is not a device number; e.g. "
+    if whole(device) is None:
+        raise ValueError(f"device={short_repr(device)} is not a device number; e.g. "
                          "cupy_magic.set_budget('8GB', device=0)")
+    device = int(device)
     if not 0 <= device < count:
         raise ValueError(f"--device {device} is not a visible device: there "
                          f"{'is 1' if count == 1 else f'are {count}'} (0 to {count - 1}); "
@@ -174,7 +174,7 @@ def _namespace(namespace: dict[str, Any] | None) -> dict[str, Any]:
     if isinstance(namespace, dict):
         return namespace
     if namespace is not None:
-        raise TypeError(f"namespace={reprlib.repr(namespace)} is not a dict of your "
+        raise TypeError(f"namespace={short_repr(namespace)} is not a dict of your "
                         "variables; e.g. cupy_magic.vram_holders(globals())")
     shell = _shell()
     if shell is None:
@@ -200,10 +200,10 @@ def vram_free(targets: str | Iterable[str],
     ``all-unnamed``. Nothing else in the namespace is deleted.
     """
     names = [t.strip() for t in targets.split(",")] if isinstance(targets, str) \
-        else list(targets) if isinstance(targets, (list, tuple, set)) else None
+        else list(targets) if isinstance(targets, Iterable) else None
     if names is None or not all(isinstance(n, str) for n in names):
-        raise TypeError(f"vram_free({targets!r}): give names as a string or a list of "
-                        "strings; e.g. cupy_magic.vram_free('y, Out')")
+        raise TypeError(f"vram_free({short_repr(targets)}): give names as a string or a list "
+                        "of strings; e.g. cupy_magic.vram_free('y, Out')")
     ns, shell = _namespace(namespace), _shell()
     be = _backend.current()
 

@@ -25,7 +25,7 @@ from ..monitor import sampler as monitor
 from ..monitor.gather import WORKER_WAIT
 from ..monitor.nvml import NA
 from ..monitor.sampler import Sample, Sampler
-from ..units import format_bytes
+from ..units import format_bytes, short_repr, whole
 from .figures import figures_html, history_svgs, summary_lines
 from .rows import devices_html, rows_lines, workers_html
 
@@ -47,19 +47,21 @@ def panel_summary(device: int = 0, sampler: Sampler | None = None) -> str:
     cluster's workers, when one is in use, are asked and waited for at most
     :data:`~cupy_magic.monitor.gather.WORKER_WAIT` seconds."""
     sampler = sampler or Sampler()
-    _check_device(device, sampler)
+    device = _check_device(device, sampler)
     sample = sampler.sample(device, workers_wait=WORKER_WAIT)
     lines = {**summary_lines(sample), **rows_lines(sample)}
     return "\n".join(f"{key:>13}: {text}" for key, text in lines.items())
 
 
-def _check_device(device: object, sampler: Sampler) -> None:
-    """Refuse a device the sampler does not show, naming the visible ones."""
+def _check_device(device: object, sampler: Sampler) -> int:
+    """``device`` as an int; refused, naming the visible ones, when the sampler shows no such
+    device."""
     devices = sampler.sources.devices()
-    if isinstance(device, bool) or not isinstance(device, int) \
-            or not 0 <= device < len(devices):
-        raise ValueError(f"device {device!r} is not visible; choose one of: "
+    number = whole(device)
+    if number is None or not 0 <= number < len(devices):
+        raise ValueError(f"device {short_repr(device)} is not visible; choose one of: "
                          f"{', '.join(devices)}")
+    return number
 
 
 def _title_html(sample: Sample) -> str:
@@ -237,11 +239,11 @@ def show_panel(interval: float | None = None, device: int = 0,
         Print the one-shot text summary even where widgets work.
     """
     if not isinstance(text, bool):
-        raise ValueError(f"text={text!r} is not True or False; e.g. "
+        raise ValueError(f"text={short_repr(text)} is not True or False; e.g. "
                          "cupy_magic.show_panel(text=True)")
     if interval is not None:  # refused before the shared sampler is made or changed
         Sampler.check_interval(interval)
-    _check_device(device, monitor.shared_sampler() or Sampler())
+    device = _check_device(device, monitor.shared_sampler() or Sampler())
     sampler = monitor.get_sampler(interval)
     if text or not _widget_frontend():
         print(panel_summary(device, sampler))
