@@ -52,6 +52,7 @@ BAD_CALLS = [
     case(run(compiler="x"), "compiler='x'", TypeError, "codeop.Compile"),
     case(run(lines="yes"), "lines='yes'", CellError),
     case(run(cluster="yes"), "cluster='yes'", CellError),
+    case(run(shows="every"), "shows='every'", CellError, "shows='last_expr'"),
     # a value whose repr spans lines (an array) is named in one short line, never crashes
     case(run(batch=np.zeros((50, 50))), "batch=array([[0., 0.", TypeError, "BatchOptions"),
     case(run(syncs=np.zeros((50, 50))), "--syncs array(", CellError, "warn, error or off"),
@@ -129,6 +130,7 @@ def test_bad_call_is_a_one_line_error_naming_the_value_and_the_fix(
     ("tcp://127.0.0.1:1", {"timeout": "a"}, "'a'"),
     ("tcp://127.0.0.1:1", {"n_workers": 2}, "n_workers=2"),  # an address brings its workers
     ("off", {"n_workers": 2}, "n_workers=2"),
+    ("show", {"n_workers": 2}, "n_workers=2"),  # %gpu_cluster show --workers 2
     (np.zeros((50, 50)), {}, "use_cluster(array("),
 ])
 def test_bad_cluster_call_is_refused_before_anything_starts_or_closes(

@@ -390,8 +390,6 @@ class GpuMagics(Magics):
         args = parse_argstring(self.gpu_cluster, line)
         target = args.target.strip()
         try:
-            if target.lower() == "show":
-                return session.cluster_status()
             return session.use_cluster(target, n_workers=args.workers,
                                        timeout=args.timeout)
         except ClusterError as exc:

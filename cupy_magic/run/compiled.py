@@ -128,13 +128,11 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     ``split``: compile the body and the last expression apart too (the cell shows its last
     expression's value), as ``shows`` says: one of :data:`SHOWS`, IPython's
     ``ast_node_interactivity`` (``last_expr`` by default, ``all`` shows every expression
-    statement's value, ``none`` none). A syntax error is raised as compiling raises it,
+    statement's value, ``none`` none; :func:`~.options.check_options` refuses any other).
+    A syntax error is raised as compiling raises it,
     and nothing is kept; nor is a text whose compiling warns (each run warns again, as a
     plain cell's does).
     """
-    if shows not in SHOWS:
-        raise ValueError(f"shows={shows!r} is not one of {', '.join(SHOWS)}; e.g. "
-                         "shows='last_expr'")
     key = (source, compiler.flags, type(compiler), shows)
     kept = _KEPT.get(key)
     if kept is not None:

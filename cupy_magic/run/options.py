@@ -14,6 +14,7 @@ from typing import Any
 
 from ..units import short_repr
 from .batching import BatchOptions
+from .compiled import SHOWS
 from .errors import CellError
 
 __all__ = ["SYNC_MODES", "check_options", "check_sync_mode", "check_unknown", "to_host_names"]
@@ -55,7 +56,8 @@ def to_host_names(value: Any) -> bool | list[str]:
 
 
 def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syncs: Any,
-                  filename: Any, label: Any, compiler: Any, **flags: Any) -> None:
+                  filename: Any, label: Any, compiler: Any, shows: Any,
+                  **flags: Any) -> None:
     """Refuse a ``run_cell`` argument of the wrong kind, naming it and the fix.
 
     ``flags``: the options that are ``True`` or ``False`` (:data:`_FLAGS`). ``syncs`` is
@@ -92,6 +94,9 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name}={short_repr(value)} is not a string; e.g. {_EXAMPLE}, "
                             f"{name}='In [3]')")
+    if not (isinstance(shows, str) and shows in SHOWS):
+        raise CellError(f"shows={short_repr(shows)} is not one of {', '.join(SHOWS)}; e.g. "
+                        f"{_EXAMPLE}, shows='last_expr')")
     if compiler is not None and not isinstance(compiler, codeop.Compile):
         raise TypeError(f"compiler={short_repr(compiler)} is not a codeop.Compile; give none, or "
                         "IPython's get_ipython().compile")

@@ -174,7 +174,8 @@ def run_cell_outcome(
     """
     __tracebackhide__ = True
     check_options(source, namespace, batch=batch, fallback=fallback, syncs=syncs,
-                  filename=filename, label=label, compiler=compiler, warmup=warmup,
+                  filename=filename, label=label, compiler=compiler, shows=shows,
+                  warmup=warmup,
                   panel=panel, lines=lines, nvtx=nvtx, cluster=cluster)
     to_host = to_host_names(to_host)
     syncs = settings().syncs if syncs is None else syncs
