@@ -131,6 +131,7 @@ def test_bad_call_is_a_one_line_error_naming_the_value_and_the_fix(
     ("tcp://127.0.0.1:1", {"n_workers": 2}, "n_workers=2"),  # an address brings its workers
     ("off", {"n_workers": 2}, "n_workers=2"),
     ("show", {"n_workers": 2}, "n_workers=2"),  # %gpu_cluster show --workers 2
+    ("local", {"timeout": 5}, "timeout=5"),  # a timeout is for joining an address
     (np.zeros((50, 50)), {}, "use_cluster(array("),
 ])
 def test_bad_cluster_call_is_refused_before_anything_starts_or_closes(

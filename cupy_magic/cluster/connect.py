@@ -167,10 +167,15 @@ def _join(target: Any, timeout: float) -> tuple[Any, str]:
 
 
 def use(target: Any, be: Backend, *, n_workers: int | None = None,
-        timeout: float = CONNECT_TIMEOUT) -> ClusterStatus:
+        timeout: float | None = None) -> ClusterStatus:
     """Start (``"local"``), join (an address or a ``Client``) or leave (``None``/``"off"``)
     a cluster, or only show it (``"show"``); return :func:`status`."""
     local = isinstance(target, str) and target.strip().lower() == "local"
+    if timeout is not None and not (isinstance(target, str) and "://" in target):
+        raise ClusterError(f"timeout={short_repr(timeout)} is for joining a scheduler at an "
+                           "address (local starts its own, a Client is joined already); e.g. "
+                           f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
     if n_workers is not None and not local:
         raise ClusterError(f"n_workers={short_repr(n_workers)} is for a local cluster only (an "
                            "address or a Client brings its workers); e.g. %gpu_cluster local "

@@ -365,8 +365,8 @@ class GpuMagics(Magics):
     @argument("--workers", type=int, default=None, metavar="N",
               help=f"workers of a local cluster: processes on the CPU fallback (default "
                    f"{LOCAL_CPU_WORKERS}, at most the cores), GPUs on a GPU (default all)")
-    @argument("--timeout", type=float, default=CONNECT_TIMEOUT, metavar="SECONDS",
-              help=f"seconds to reach a scheduler (default {CONNECT_TIMEOUT})")
+    @argument("--timeout", type=float, default=None, metavar="SECONDS",
+              help=f"seconds to reach a scheduler at an address (default {CONNECT_TIMEOUT})")
     @line_magic
     def gpu_cluster(self, line: str) -> Any:
         """Start, join, show or leave the Dask cluster that ``%%gpu`` cells over Dask arrays

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import backend as _backend
 from ..cluster import connect
-from ..cluster.connect import CONNECT_TIMEOUT, ClusterError, ClusterStatus
+from ..cluster.connect import ClusterError, ClusterStatus
 from ..cluster.execute import ClusterExecutor
 from ..cluster.inputs import dask_inputs
 from ..run.batching import BatchOptions
@@ -15,7 +15,7 @@ __all__ = ["ClusterError", "ClusterStatus", "cluster_remote", "cluster_status", 
 
 
 def use_cluster(target: Any = "local", *, n_workers: int | None = None,
-                timeout: float = CONNECT_TIMEOUT) -> ClusterStatus:
+                timeout: float | None = None) -> ClusterStatus:
     """Run ``%%gpu`` cells over Dask arrays on a cluster (``%gpu_cluster``).
 
     Parameters
@@ -31,7 +31,8 @@ def use_cluster(target: Any = "local", *, n_workers: int | None = None,
         :data:`~cupy_magic.cluster.connect.LOCAL_CPU_WORKERS`, at most the cores); on a GPU,
         how many GPUs get a worker (default all; more than the GPUs is refused).
     timeout
-        Seconds to reach a scheduler at an address.
+        Seconds to reach a scheduler at an address (default
+        :data:`~cupy_magic.cluster.connect.CONNECT_TIMEOUT`); refused with any other target.
 
     Returns
     -------
