@@ -115,7 +115,8 @@ _hosts: dict[tuple[int, tuple[str, ...]], str] = {}  # (client, workers) -> same
 
 
 def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
-    """:func:`same_host` for the cluster's workers, asked once per client and worker set."""
+    """:func:`same_host` for the cluster's workers, asked once per client and worker set
+    (again when a worker's check raised)."""
     key = (id(client), workers)
     if key in _hosts:
         return _hosts[key]
@@ -138,7 +139,9 @@ def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
         for seg in probes.values():
             seg.close()
             seg.unlink()
-    _hosts[key] = why = same_host(socket.gethostname(), facts)
+    why = same_host(socket.gethostname(), facts)
+    if all(isinstance(fact, dict) for fact in facts.values()):  # a worker's error: asked
+        _hosts[key] = why  # again next cell, so one failed check does not stick
     return why
 
 

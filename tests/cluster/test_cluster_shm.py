@@ -266,6 +266,33 @@ def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
     assert transport.check_hosts(joined, workers) == ""
 
 
+def _open_fails(on: bool) -> None:
+    """In a worker: make (or stop making) its host check raise as it opens the probe."""
+    import cupy_magic.cluster.slots as worker_slots_module
+
+    if on:
+        worker_slots_module._saved_open = worker_slots_module._open_segment
+
+        def broken(name, tracker):
+            raise RuntimeError("the probe could not be read")
+        worker_slots_module._open_segment = broken
+    else:
+        worker_slots_module._open_segment = worker_slots_module._saved_open
+
+
+def test_a_host_check_a_worker_failed_is_asked_again_next_cell(joined):
+    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    transport.forget()
+    joined.run(_open_fails, True, workers=[workers[0]])
+    try:
+        why = transport.check_hosts(joined, workers)
+    finally:
+        joined.run(_open_fails, False, workers=[workers[0]])
+    assert why.startswith(f"worker {workers[0]} could not say where it runs")
+    assert "the probe could not be read" in why
+    assert transport.check_hosts(joined, workers) == ""  # not kept: asked again, and shared
+
+
 def test_on_the_cpu_fallback_no_slot_is_page_locked(ip, joined, x):
     from cupy_magic.backend.cupy import probe_cupy
 
