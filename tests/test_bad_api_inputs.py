@@ -189,3 +189,11 @@ def test_numpy_integers_are_whole_numbers_everywhere(ip, capsys):
 def test_show_panel_interval_is_kept_when_valid(ip, capsys):
     cm.show_panel(interval=2, text=True)
     assert monitor.shared_sampler().interval == 2.0
+
+
+def test_batch_names_without_forced_on_a_cell_that_ran_whole_are_named_in_a_note(ip):
+    ns = {"np": np, "x": np.arange(50.0)}
+    cm.run_cell(CELL, ns, batch=cm.BatchOptions(names=("x",)))
+    notes = cm.last_report().notes
+    assert any("BatchOptions(names=('x',)) without forced=True: for batched runs only" in n
+               for n in notes), notes

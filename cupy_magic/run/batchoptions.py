@@ -149,6 +149,8 @@ class BatchOptions:
                  else self.streams_given)
         given = [f"--streams {self.streams}"] if typed else []
         given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
+        if self.names and not self.forced:  # names without forced=True: from Python only
+            given.append(f"BatchOptions(names={self.names!r}) without forced=True")
         return given + (["--timeline"] if self.timeline else [])
 
 
