@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import TracebackType
 
 import pytest
 
@@ -123,3 +124,18 @@ def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
         return out
 
     monkeypatch.setattr(batched, "_empty_output", empty)
+
+
+def last_entry(tb: TracebackType | None) -> TracebackType:
+    """The innermost entry of a traceback (where the error was raised)."""
+    assert tb is not None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
+
+
+def failed_block(exc: BaseException) -> tuple[str, str, int]:
+    """A failed run's notes (joined), and the file and line its traceback ends at."""
+    last = last_entry(exc.__traceback__)
+    return (" ".join(getattr(exc, "__notes__", [])), last.tb_frame.f_code.co_filename,
+            last.tb_lineno)

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import last_entry
 
 from cupy_magic.magics.postmortem import FREED_MESSAGE
 
@@ -48,9 +49,7 @@ def test_under_pdb_on_the_debugger_opens_in_the_cells_frame_with_its_values(pdb_
     assert "\nipdb> 9\n" in out  # loc = x * 2 + 1 summed, in f's frame
     assert "ipdb> 6\n" in out  # y, up in the cell's own frame
     assert "y" not in ip.user_ns  # still a transaction: the failed cell committed nothing
-    tb = sys.last_traceback
-    while tb.tb_next is not None:
-        tb = tb.tb_next
+    tb = last_entry(sys.last_traceback)
     assert tb.tb_frame.f_code.co_name == "f" and "loc" in tb.tb_frame.f_locals
 
 
@@ -58,9 +57,7 @@ def test_debug_on_a_cell_that_freed_its_frames_says_so_with_the_fix(ip, typed, c
     ip.user_ns["x"] = np.arange(3.0)
     result = ip.run_cell("%%gpu --quiet\n" + BODY, store_history=True)
     assert isinstance(result.error_in_exec, NameError)
-    tb = sys.last_traceback
-    while tb.tb_next is not None:
-        tb = tb.tb_next
+    tb = last_entry(sys.last_traceback)
     assert tb.tb_frame.f_locals == {}  # freed, as the README promises for the pool
     capsys.readouterr()
     typed("q\n")

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import failed_block
 
 import cupy_magic
 from cupy_magic.cluster import shm, slots, transport
@@ -158,13 +159,10 @@ def test_a_failing_block_commits_nothing_and_leaves_the_ring_usable(ip, joined, 
         cupy_magic.run_cell(body, ip.user_ns, to_host=True, cluster=True,
                             batch=cupy_magic.BatchOptions(rows=100),
                             filename="<cluster-shm-fail>")
-    notes = " ".join(getattr(info.value, "__notes__", []))
+    notes, filename, line = failed_block(info.value)
     assert "block 11 of 11 (rows 1,000:1,003) failed on worker tcp://127.0.0.1:" in notes
     assert "nothing committed" in notes
-    tb = info.value.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    assert tb.tb_frame.f_code.co_filename == "<cluster-shm-fail>" and tb.tb_lineno == 3
+    assert filename == "<cluster-shm-fail>" and line == 3
     assert "y" not in ip.user_ns and "z" not in ip.user_ns
     end = time.monotonic() + 10
     while cell_tasks(joined) and time.monotonic() < end:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from types import TracebackType
 
 import numpy as np
 import pytest
+from conftest import last_entry
 from IPython.core.error import UsageError
 
 from cupy_magic import backend
@@ -21,13 +21,6 @@ def run(ip, body: str, line: str = "--quiet"):
     return ip.run_cell(f"%%gpu {line}\n{body}", store_history=True)
 
 
-def _last(tb: TracebackType | None) -> TracebackType:
-    assert tb is not None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb
-
-
 def _shown(ip, exc: BaseException) -> str:
     """The traceback as IPython renders it (plain text, no colours)."""
     return re.sub(r"\x1b\[[0-9;]*m", "", ip.InteractiveTB.text(type(exc), exc, exc.__traceback__))
@@ -36,7 +29,7 @@ def _shown(ip, exc: BaseException) -> str:
 def _ends_at(ip, result, line: int, code: str) -> None:
     exc = result.error_in_exec
     assert exc is not None
-    last = _last(exc.__traceback__)
+    last = last_entry(exc.__traceback__)
     assert last.tb_frame.f_code.co_filename in ip.compile._filename_map
     assert last.tb_lineno == line and last.tb_frame.f_lineno == line
     text = _shown(ip, exc)
