@@ -135,9 +135,11 @@ class ClusterExecutor:
              to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
         import dask
 
-        transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host)
+        workers = () if self.darrs else worker_addresses(client)  # one scheduler query
+        transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host,
+                           workers)
         inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
-                         self.scatter_numpy, be, local=transport.kind == "shm")
+                         self.scatter_numpy, be, workers, local=transport.kind == "shm")
         held.extend(inputs.futures)
         values = python_values(self.source, namespace, plan, be,
                                {*inputs.batched, *inputs.shared})
@@ -157,7 +159,7 @@ class ClusterExecutor:
         t0 = time.perf_counter()
         futures, slotted, filled = None, None, None
         if transport.kind == "shm":
-            ring = shm.ring(client, worker_addresses(client))
+            ring = shm.ring(client, workers)
             ring.settle()
             slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held, be,
                                         transport.place)

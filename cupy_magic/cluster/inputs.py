@@ -131,9 +131,10 @@ def cut_inputs(plan: CellPlan, opts: BatchOptions, scatter_numpy: bool) -> list[
 
 def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
             namespace: dict[str, Any], opts: BatchOptions, scatter_numpy: bool, be: Backend,
-            local: bool = False) -> BlockInputs:
-    """Cut the batched inputs into blocks and scatter what this kernel holds (with
-    ``local``, all but the batched NumPy inputs, which stay here for the slots)."""
+            workers: tuple[str, ...], local: bool = False) -> BlockInputs:
+    """Cut the batched inputs into blocks (NumPy ones into a block per ``workers``' worker
+    at least) and scatter what this kernel holds (with ``local``, all but the batched NumPy
+    inputs, which stay here for the slots)."""
     numpy_in = dict(plan.inputs)
     cut = cut_inputs(plan, opts, scatter_numpy)
     chunks: tuple[int, ...] = ()
@@ -146,8 +147,7 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                             f"Dask inputs' {total:,}; name the inputs to cut: --batch "
                             f"{','.join(darrs)}")
     elif cut:
-        workers = max(1, len(worker_addresses(client)))
-        chunks = block_sizes(numpy_in, cut, opts, workers)
+        chunks = block_sizes(numpy_in, cut, opts, max(1, len(workers)))
     if not chunks or sum(chunks) == 0:
         raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")
     starts = [sum(chunks[:i]) for i in range(len(chunks))]

@@ -161,8 +161,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             progress.step(1, per_block)
             while todo and send(todo[0]):
                 todo.popleft()
-    except BaseException:
-        client.cancel(list(flying))
+    except BaseException:  # the caller cancels the futures (``held``)
         ring.retire_busy()
         raise
     finally:

@@ -152,9 +152,9 @@ class Ring:
         worker = min(open_, key=lambda w: busy[w])
         idle = sorted((s for s in self.slots if s.worker == worker and not s.busy),
                       key=lambda s: -s.capacity)  # the largest first: results most likely fit
-        free = room()
-        if idle and (idle[0].capacity >= need or (
-                free is not None and free < _size(need) and idle[0].capacity >= least)):
+        if idle and (idle[0].capacity >= need or (  # /dev/shm's room asked only if too small
+                (free := room()) is not None and free < _size(need)
+                and idle[0].capacity >= least)):
             slot = idle[0]
         else:
             if idle:  # too small for this block: a bigger one instead

@@ -24,7 +24,7 @@ from ..run.batching import BatchOptions
 from ..run.plan import CellPlan
 from ..units import format_bytes
 from . import shm
-from .inputs import block_sizes, cut_inputs, worker_addresses
+from .inputs import block_sizes, cut_inputs
 from .slots import ALIGN, align, host_facts, track_again, tracker_id
 
 __all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "probe_room",
@@ -45,18 +45,21 @@ class Transport:
     why
         Why scatter (a fallback's reason), or why the results of an ``"shm"`` run stay on
         the workers as the blocks' futures.
-    place
-        ``"shm"``: the row results come back through the slots too (not as futures).
     """
 
     kind: str
     why: str = ""
-    place: bool = True
+
+    @property
+    def place(self) -> bool:
+        """``"shm"`` with no reason to keep results on the workers: the row results come
+        back through the slots too (not as futures)."""
+        return self.kind == "shm" and not self.why
 
     def describe(self) -> str:
         """One phrase for the report."""
         ring = f"a ring of {shm.SLOTS_PER_WORKER} slots per worker"
-        if self.kind == "shm" and self.place:
+        if self.place:
             return (f"shared memory on this host ({ring}; inputs and row results copied "
                     "through it, no array sent)")
         if self.kind == "shm":
@@ -174,15 +177,14 @@ def forget() -> None:
 
 
 def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOptions,
-           scatter_numpy: bool, to_host: Any) -> Transport:
+           scatter_numpy: bool, to_host: Any, workers: tuple[str, ...]) -> Transport:
     """How the cell's blocks' data moves: the Dask arrays' blocks where they are; through
     shared memory when every worker shares this host's memory, the cell allows it and the
     host has room; else scatter and gather. Nothing is sent to the workers but the check
-    of their host (once per cluster)."""
+    of their host (once per cluster). ``workers``: the cluster's worker addresses."""
     if darrs:
         return Transport("dask")
     cut = cut_inputs(plan, opts, scatter_numpy)
-    workers = worker_addresses(client)
     why = scatter_reason(cut, plan.inputs, plan.stored)
     if not why and cut:  # room first: the host check writes segments too
         sizes = block_sizes(plan.inputs, cut, opts, max(1, len(workers)))
@@ -192,4 +194,4 @@ def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOption
     if why:
         return Transport("scatter", why)
     kept = futures_reason(plan.stored, opts.reduce, to_host)
-    return Transport("shm", kept, place=not kept)
+    return Transport("shm", kept)

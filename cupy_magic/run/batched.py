@@ -109,7 +109,7 @@ class BatchRun:
                 self.eng.wait(slot)
             t1 = time.perf_counter()
             try:
-                with as_main(work, self.namespace):  # pickle finds what the cell defines
+                with as_main(work, self.namespace, self.plan.stored):  # pickle finds its defs
                     exec(self.plan.code, work)
             except BaseException:  # the cell frame's globals: emptied, the arrays freed
                 if frames_freed():  # (unless %pdb on: its post-mortem reads them)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..units import SizeError, format_bytes, parse_size, short_repr
+from ..units import SizeError, format_bytes, parse_size, short_repr, whole
 from .errors import CellError
 from .reduce import RULES
 
@@ -61,9 +59,12 @@ class BatchOptions:
         """Refuse options of the wrong kind or out of range, naming the value and the fix;
         ``names`` (any iterable of names) is kept as a tuple."""
         if self.names is not None:
-            names = tuple(n.strip() for n in self.names.split(",") if n.strip()) \
-                if isinstance(self.names, str) else tuple(self.names) \
-                if isinstance(self.names, (tuple, list)) else ()
+            if isinstance(self.names, str):
+                names = tuple(split_names(self.names))
+            elif isinstance(self.names, (tuple, list)):
+                names = tuple(self.names)
+            else:
+                names = ()
             if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
                 raise CellError(f"--batch takes comma-separated input names, got "
                                 f"{short_repr(self.names)}; "
@@ -154,9 +155,14 @@ class BatchOptions:
         return given + (["--timeline"] if self.timeline else [])
 
 
+def split_names(text: str) -> list[str]:
+    """The names of ``--batch x,y`` or ``--to-host y,total`` text (blanks dropped)."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def _check_count(flag: str, value: object, example: str) -> None:
     """Refuse a count (streams, rows, bytes) that is no whole number of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if whole(value) is None:
         raise CellError(f"{flag} takes a whole number, got {short_repr(value)}; e.g. %%gpu {flag} "
                         f"{example}")
     if value < 1:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["as_main"]
@@ -24,10 +24,13 @@ class _Main:
 
 
 @contextlib.contextmanager
-def as_main(namespace: dict[str, Any], user: dict[str, Any] | None) -> Iterator[None]:
+def as_main(namespace: dict[str, Any], user: dict[str, Any] | None,
+            bound: Iterable[str] = ()) -> Iterator[None]:
     """While inside, ``sys.modules["__main__"]`` is a module over ``namespace`` (the cell's
     copy) when the real ``__main__`` is the ``user`` namespace it copied (IPython's terminal
-    and kernel); otherwise nothing changes, as a plain cell there pickles nothing by name."""
+    and kernel); otherwise nothing changes, as a plain cell there pickles nothing by name.
+    ``bound``: the names the cell binds, which get the real ``__main__`` back where the cell
+    bound the stand-in (``import __main__``)."""
     main = sys.modules.get("__main__")
     if user is None or main is None or getattr(main, "__dict__", None) is not user:
         yield
@@ -40,5 +43,6 @@ def as_main(namespace: dict[str, Any], user: dict[str, Any] | None) -> Iterator[
     finally:
         if sys.modules.get("__main__") is stand_in:
             sys.modules["__main__"] = main
-        for name in [n for n, v in namespace.items() if v is stand_in]:
-            namespace[name] = main  # `import __main__` in the cell: the real one is committed
+        for name in bound:  # the cell's names only: a notebook's namespace holds thousands
+            if namespace.get(name) is stand_in:
+                namespace[name] = main  # `import __main__`: the real one is committed

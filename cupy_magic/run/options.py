@@ -14,6 +14,7 @@ from typing import Any
 
 from ..units import short_repr
 from .batching import BatchOptions
+from .batchoptions import split_names
 from .compiled import SHOWS
 from .errors import CellError
 
@@ -42,7 +43,7 @@ def to_host_names(value: Any) -> bool | list[str]:
     if isinstance(value, str):
         if value.strip() == "*":
             return True
-        names = [n.strip() for n in value.split(",") if n.strip()]
+        names = split_names(value)
         if not names or any(not n.isidentifier() for n in names):
             raise CellError(f"--to-host takes comma-separated variable names, got "
                             f"{short_repr(value)}; "

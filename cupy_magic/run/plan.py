@@ -105,7 +105,7 @@ class CellPlan:
         ``namespace`` too, so that the commit keeps them instead of undoing them.
         """
         __tracebackhide__ = True
-        with as_main(namespace, user):  # pickle finds what the cell defines, as plain
+        with as_main(namespace, user, self.stored):  # pickle finds what the cell defines
             if self.last is None:
                 exec(self.code, namespace)
                 return None

@@ -136,7 +136,7 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         (with ``devices``, a note names the batch, its rows and its device).
     """
     __tracebackhide__ = True
-    check_unknown(options, inspect.signature(run_cell_outcome).parameters)
+    check_unknown(options, run_cell.__signature__.parameters)  # type: ignore[attr-defined]
     return run_cell_outcome(source, namespace, **options).report
 
 

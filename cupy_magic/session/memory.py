@@ -68,10 +68,11 @@ def _device(device: int | None, be: Any) -> int:
     if device is None:
         return int(be.home)
     count = be.device_count()
-    if whole(device) is None:
+    number = whole(device)
+    if number is None:
         raise ValueError(f"device={short_repr(device)} is not a device number; e.g. "
                          "cupy_magic.set_budget('8GB', device=0)")
-    device = int(device)
+    device = number
     if not 0 <= device < count:
         raise ValueError(f"--device {device} is not a visible device: there "
                          f"{'is 1' if count == 1 else f'are {count}'} (0 to {count - 1}); "
