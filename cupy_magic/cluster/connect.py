@@ -170,8 +170,9 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
         timeout: float | None = None) -> ClusterStatus:
     """Start (``"local"``), join (an address or a ``Client``) or leave (``None``/``"off"``)
     a cluster, or only show it (``"show"``); return :func:`status`."""
-    local = isinstance(target, str) and target.strip().lower() == "local"
-    if timeout is not None and not (isinstance(target, str) and "://" in target):
+    word = target.strip().lower() if isinstance(target, str) else None  # local, off, show
+    local = word == "local"
+    if timeout is not None and not (word is not None and "://" in word):
         raise ClusterError(f"timeout={short_repr(timeout)} is for joining a scheduler at an "
                            "address (local starts its own, a Client is joined already); e.g. "
                            f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
@@ -180,10 +181,10 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
         raise ClusterError(f"n_workers={short_repr(n_workers)} is for a local cluster only (an "
                            "address or a Client brings its workers); e.g. %gpu_cluster local "
                            f"--workers {LOCAL_CPU_WORKERS}")
-    if target is None or (isinstance(target, str) and target.strip().lower() == "off"):
+    if target is None or word == "off":
         close()
         return status()
-    if isinstance(target, str) and target.strip().lower() == "show":
+    if word == "show":
         return status()  # as %gpu_cluster show
     _check(target, n_workers, timeout)  # before close(): a bad call keeps the cluster
     n_workers, timeout = whole(n_workers), float(timeout)
@@ -203,7 +204,7 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
 def _check(target: Any, n_workers: Any, timeout: Any) -> None:
     """Refuse a target, worker count or timeout that cannot work, naming it and the fix."""
     if isinstance(target, str) and target.strip().lower() != "local":
-        _address(target)
+        _address(target)  # refused here, before close(); _join reads it again
     if not isinstance(target, str) and not isinstance(target, _distributed().Client):
         raise ClusterError(f"use_cluster({short_repr(target)}): give 'local', an address such "
                            "as 'tcp://10.0.0.5:8786', a distributed.Client, or None to leave")

@@ -24,7 +24,7 @@ from ..run.plan import CellPlan
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
 from .inputs import BlockInputs, prepare, python_values, worker_addresses
-from .pipeline import run_through_slots
+from .pipeline import check_done, run_through_slots
 from .report import ClusterRun
 from .transport import choose
 from .worker import BlockFailed, BlockSpec, block_info, drop_shared, run_block
@@ -157,7 +157,7 @@ class ClusterExecutor:
         progress.start(running.cell_label if running else filename, len(inputs.blocks),
                        inputs.input_bytes)
         t0 = time.perf_counter()
-        futures, slotted, filled = None, None, None
+        futures, slotted, filled, infos = None, None, None, None
         if transport.kind == "shm":
             ring = shm.ring(client, workers)
             ring.settle()
@@ -167,7 +167,6 @@ class ClusterExecutor:
                 infos, filled = slotted.infos, slotted.filled
             else:  # the results stay on the workers: joined as the scatter path joins them
                 futures = slotted.futures
-                infos = client.gather(client.map(block_info, futures, pure=False))
         else:
             futures = client.compute([dask.delayed(run_block, pure=False)(
                 spec_f, i, inputs.starts[i], inputs.blocks[i], inputs.shared,
@@ -175,6 +174,7 @@ class ClusterExecutor:
                 for i in range(len(inputs.blocks))])
             held.extend(futures)
             self._wait(futures, inputs)
+        if infos is None:
             infos = client.gather(client.map(block_info, futures, pure=False))
         run_seconds = time.perf_counter() - t0
         stats = [i["stats"] for i in infos]
@@ -200,11 +200,7 @@ class ClusterExecutor:
 
         per_block = inputs.input_bytes // max(len(futures), 1)
         for f in as_completed(futures):
-            if f.status == "error":
-                raise f.exception()
-            if f.status == "cancelled":
-                raise CellError("a block of the cell was cancelled on the cluster (a worker "
-                                "left?); run the cell again")
+            check_done(f)
             progress.step(1, per_block)
 
     def _failure(self, exc: BaseException, be: Backend, filename: str,

@@ -9,6 +9,7 @@ import math
 import sys
 import time
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..run.names import cell_names
 from ..run.plan import CellPlan
 
 __all__ = ["BLOCK_BYTES", "BlockInputs", "block_sizes", "cut_inputs", "dask_inputs",
-           "is_dask_array", "prepare", "read_values", "worker_addresses"]
+           "is_dask_array", "prepare", "read_values", "row_bytes", "worker_addresses"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
 
@@ -105,9 +106,12 @@ def block_sizes(inputs: dict[str, np.ndarray], cut: list[str], opts: BatchOption
     """The rows of each block the NumPy inputs ``cut`` are cut into (``--cluster``)."""
     if not cut:
         return ()
-    total = inputs[cut[0]].shape[0]
-    row_bytes = sum(inputs[n][:1].nbytes for n in cut)
-    return _numpy_chunks(total, row_bytes, opts, workers)
+    return _numpy_chunks(inputs[cut[0]].shape[0], row_bytes(inputs, cut), opts, workers)
+
+
+def row_bytes(inputs: dict[str, np.ndarray], names: Iterable[str]) -> int:
+    """Bytes of one row of each of the inputs ``names``, together."""
+    return sum(int(inputs[n][:1].nbytes) for n in names)
 
 
 def _numpy_chunks(total: int, row_bytes: int, opts: BatchOptions, workers: int) -> tuple[int, ...]:

@@ -23,11 +23,11 @@ import numpy as np
 from ..backend import Backend
 from ..run import progress
 from ..run.errors import CellError
-from .inputs import BlockInputs
+from .inputs import BlockInputs, row_bytes
 from .shm import Ring, Slot, copy_rows
 from .slots import ALIGN, HEADER, SlotTask, align, run_slot_block
 
-__all__ = ["SlotRun", "run_through_slots"]
+__all__ = ["SlotRun", "check_done", "run_through_slots"]
 
 
 @dataclass
@@ -77,6 +77,15 @@ def _row_bytes(names: dict[str, Any]) -> tuple[int, int]:
     return sum(rows), len(rows)
 
 
+def check_done(future: Any) -> None:
+    """Raise the error of a block's finished ``future``, or say that it was cancelled."""
+    if future.status == "error":
+        raise future.exception()
+    if future.status == "cancelled":
+        raise CellError("a block of the cell was cancelled on the cluster (a worker left?); "
+                        "run the cell again")
+
+
 def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
                       cell_id: str, held: list[Any], be: Backend, place: bool = True) -> SlotRun:
     """Run every block of the cell through ``ring``; ``held`` gets each task's future (the
@@ -92,7 +101,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
     local, n = inputs.local, len(inputs.starts)
     total = sum(inputs.sizes)
     # a result row's bytes and results: as the inputs' until a block says
-    out_row, outs = sum(int(a[:1].nbytes) for a in local.values()), len(local)
+    out_row, outs = row_bytes(local, local), len(local)
     run = SlotRun([{} for _ in range(n)], futures=[None] * n)
     todo = deque(range(n))
     flying: dict[Any, tuple[Slot, int]] = {}
@@ -148,10 +157,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             slot, i = flying.pop(future)
             if future.status == "error":
                 ring.give_back(slot)  # its block ended: nothing writes there any more
-                raise future.exception()
-            if future.status == "cancelled":
-                raise CellError("a block of the cell was cancelled on the cluster (a worker "
-                                "left?); run the cell again")
+            check_done(future)
             if place:
                 result = future.result()
                 receive(slot, i, result)

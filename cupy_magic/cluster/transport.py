@@ -24,7 +24,7 @@ from ..run.batching import BatchOptions
 from ..run.plan import CellPlan
 from ..units import format_bytes
 from . import shm
-from .inputs import block_sizes, cut_inputs
+from .inputs import block_sizes, cut_inputs, row_bytes
 from .slots import ALIGN, align, host_facts, track_again, tracker_id
 
 __all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "probe_room",
@@ -188,8 +188,8 @@ def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOption
     why = scatter_reason(cut, plan.inputs, plan.stored)
     if not why and cut:  # room first: the host check writes segments too
         sizes = block_sizes(plan.inputs, cut, opts, max(1, len(workers)))
-        row = sum(int(plan.inputs[n][:1].nbytes) for n in cut)
-        why = room_reason(max(sizes, default=0) * row, len(sizes), len(workers))
+        why = room_reason(max(sizes, default=0) * row_bytes(plan.inputs, cut), len(sizes),
+                          len(workers))
     why = why or check_hosts(client, workers)
     if why:
         return Transport("scatter", why)
