@@ -113,22 +113,17 @@ class BatchCost:
                      "upload, measured at load: the budget held the first batch too small to "
                      "show a large batch's rate)")
         budget = "memory budget (host)" if self.host else "VRAM budget"
+        held = f"batch held small by the budget: batches of {size} would keep the cost under " \
+            f"{COST_SHARE:.0%}"
+        whole = ", but a budget that holds them also holds the cell's inputs whole, and a " \
+            "cell whose inputs fit runs unbatched, without streaming; "
         if full is not None and not full.capped:
-            out.append(f"batch held small by the budget: batches of {size} would keep the cost "
-                       f"under {COST_SHARE:.0%}; a {budget} of {format_bytes(full.budget)} "
-                       "would allow them")
-        elif full is not None and not full.grows(rows):
-            out.append(f"batch held small by the budget: batches of {size} would keep the cost "
-                       f"under {COST_SHARE:.0%}, but a budget that holds them also holds the "
-                       "cell's inputs whole, and a cell whose inputs fit runs unbatched, "
-                       f"without streaming; this {budget} is about the largest that keeps it "
-                       "batched")
+            out.append(f"{held}; a {budget} of {format_bytes(full.budget)} would allow them")
+        elif full is not None and full.named(rows) is None:
+            out.append(f"{held}{whole}this {budget} is about the largest that keeps it batched")
         elif full is not None:
-            out.append(f"batch held small by the budget: batches of {size} would keep the cost "
-                       f"under {COST_SHARE:.0%}, but a budget that holds them also holds the "
-                       "cell's inputs whole, and a cell whose inputs fit runs unbatched, "
-                       f"without streaming; a {budget} of {format_bytes(full.budget)}, the "
-                       f"largest that keeps it batched, allows batches of {full.rows:,} rows "
+            out.append(f"{held}{whole}a {budget} of {format_bytes(full.budget)}, the largest "
+                       f"that keeps it batched, allows batches of {full.rows:,} rows "
                        f"({self.share(full.rows, row_bytes):.0%} of their transfer time at the "
                        "first batch's rate)")
         elif sized_by.startswith("--batch"):
@@ -166,6 +161,11 @@ class PayingBudget:
         """Whether this budget allows batches clearly larger than ``rows`` (a capped budget
         may be about the one in use: then there is no larger one to name)."""
         return self.rows > rows * 1.05
+
+    def named(self, rows: int) -> int | None:
+        """The budget a report names for batches of ``rows``: ``None`` when it is capped
+        and about the one in use (no larger one keeps the cell batched)."""
+        return None if self.capped and not self.grows(rows) else self.budget
 
 
 def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,

@@ -197,9 +197,7 @@ class BatchPlan:
     def full_speed_budget(self) -> int | None:
         """The budget the report names (:class:`PayingBudget`), or ``None`` (none, or none
         larger than the one in use)."""
-        full = self.full_speed
-        return None if full is None or (full.capped and not full.grows(self.rows)) \
-            else full.budget
+        return None if self.full_speed is None else self.full_speed.named(self.rows)
 
     @property
     def overlap(self) -> float | None:

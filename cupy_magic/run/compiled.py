@@ -84,39 +84,39 @@ def _shown(tree: ast.Module, shows: str) -> list[ast.stmt]:
 
 
 def _split(tree: ast.Module, filename: str, compiler: codeop.Compile,
-           shows: str) -> tuple[CodeType | None, CodeType | None]:
-    """``(body, last)`` as IPython's ``ast_node_interactivity`` ``shows`` runs the cell.
+           shows: str) -> tuple[CodeType | None, CodeType | None, bool]:
+    """``(body, last, displays)`` as IPython's ``ast_node_interactivity`` ``shows`` runs the
+    cell.
 
     ``last`` in ``"eval"`` mode returns the last expression's value (the cell's value); in
     ``"single"`` mode it hands the values of its expression statements to ``sys.displayhook``
     as they run and returns ``None`` (``all``, and ``last`` ending with a compound
-    statement). ``body`` runs first, in ``"single"`` mode under ``all``.
+    statement). ``body`` runs first, in ``"single"`` mode under ``all``. ``displays``: a
+    part runs in ``"single"`` mode.
     """
     nodes = _shown(tree, shows)
     if shows == "none" or not nodes:
-        return None, None
+        return None, None, False
     ends_expr = isinstance(nodes[-1], ast.Expr)
     if not ends_expr and shows not in ("all", "last"):
-        return None, None
+        return None, None, False
     if not ends_expr:  # the last statement (all: every one) shows its expressions itself
         body = ast.Module(body=nodes[:-1], type_ignores=[]) if shows == "last" else None
         last = nodes[-1:] if shows == "last" else nodes
         return (None if body is None else compiler(body, filename, "exec"),
-                compiler(ast.Interactive(body=last), filename, "single"))
+                compiler(ast.Interactive(body=last), filename, "single"), True)
     head, mode = ((ast.Interactive(body=nodes[:-1]), "single") if shows == "all"
                   else (ast.Module(body=nodes[:-1], type_ignores=[]), "exec"))
     expr = ast.Expression(body=nodes[-1].value)  # type: ignore[attr-defined]
-    return compiler(head, filename, mode), compiler(expr, filename, "eval")
+    return compiler(head, filename, mode), compiler(expr, filename, "eval"), mode == "single"
 
 
 def _compiled(source: str, filename: str, compiler: codeop.Compile,
               shows: str) -> CompiledCell:
     tree = ast.parse(source, filename, "exec")
     code = compiler(tree, filename, "exec")
-    body, last = _split(tree, filename, compiler, shows)  # kept for a run that shows it
-    displays = shows == "all" or (shows == "last" and last is not None
-                                  and not isinstance(tree.body[-1], ast.Expr))
-    return CompiledCell(code, body, last, displays and last is not None)
+    body, last, displays = _split(tree, filename, compiler, shows)  # for a run that shows it
+    return CompiledCell(code, body, last, displays)
 
 
 def compile_cell(source: str, filename: str, compiler: codeop.Compile,

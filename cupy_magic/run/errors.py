@@ -231,7 +231,7 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
 
 def fail(exc: BaseException, be: Backend, peak: int, filename: str,
          where: str = "", namespace: dict[str, Any] | None = None, *,
-         batchable: bool = False) -> BaseException:
+         batchable: bool = False, work: dict[str, Any] | None = None) -> BaseException:
     """The exception a failed cell raises, with its traceback set; the caller raises it.
 
     The cell's frames are cleared first (their locals hold device arrays), so the pool is
@@ -240,10 +240,13 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
     added to the message of our own errors and as a note to the others. The traceback ends at
     the cell's line (:func:`_ending_at_cell`). With the user ``namespace``, an out-of-memory
     or over-budget error also names the three largest holders and the command that frees
-    them.
+    them. ``work``: the namespace the cell ran in (its frame's globals), emptied with the
+    frames.
     """
     freed = frames_freed()
     if freed:
+        if work is not None:
+            work.clear()
         traceback.clear_frames(exc.__traceback__)
         if exc.__context__ is not None:
             traceback.clear_frames(exc.__context__.__traceback__)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backend import Backend
 from .commit import commit
-from .errors import CellError, fail, frames_freed
+from .errors import CellError, fail
 from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
 from .reduce import combine
@@ -55,11 +55,9 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        if frames_freed():  # the cell's globals: a post-mortem debugger reads them
-            work.clear()
         raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
-                   namespace=namespace, batchable=mem is not None and has_rows(plan.inputs)
-                   ) from None
+                   namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
+                   work=work) from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
     commit(plan, work, namespace, to_host, be, report)
     report.wall_seconds = time.perf_counter() - wall0

@@ -24,7 +24,7 @@ from ..lifecycle import on_unload
 from ..monitor import sampler as monitor
 from ..monitor.gather import WORKER_WAIT
 from ..monitor.nvml import NA
-from ..monitor.sampler import Sample, Sampler
+from ..monitor.sampler import LiveSources, Sample, Sampler, Sources
 from ..units import format_bytes, short_repr, whole
 from .figures import figures_html, history_svgs, summary_lines
 from .rows import devices_html, rows_lines, workers_html
@@ -47,16 +47,19 @@ def panel_summary(device: int = 0, sampler: Sampler | None = None) -> str:
     cluster's workers, when one is in use, are asked and waited for at most
     :data:`~cupy_magic.monitor.gather.WORKER_WAIT` seconds."""
     sampler = sampler or Sampler()
-    device = _check_device(device, sampler)
+    return _summary(_check_device(device, sampler.sources), sampler)
+
+
+def _summary(device: int, sampler: Sampler) -> str:
     sample = sampler.sample(device, workers_wait=WORKER_WAIT)
     lines = {**summary_lines(sample), **rows_lines(sample)}
     return "\n".join(f"{key:>13}: {text}" for key, text in lines.items())
 
 
-def _check_device(device: object, sampler: Sampler) -> int:
-    """``device`` as an int; refused, naming the visible ones, when the sampler shows no such
+def _check_device(device: object, sources: Sources) -> int:
+    """``device`` as an int; refused, naming the visible ones, when ``sources`` show no such
     device."""
-    devices = sampler.sources.devices()
+    devices = sources.devices()
     number = whole(device)
     if number is None or not 0 <= number < len(devices):
         raise ValueError(f"device {short_repr(device)} is not visible; choose one of: "
@@ -243,10 +246,11 @@ def show_panel(interval: float | None = None, device: int = 0,
                          "cupy_magic.show_panel(text=True)")
     if interval is not None:  # refused before the shared sampler is made or changed
         Sampler.check_interval(interval)
-    device = _check_device(device, monitor.shared_sampler() or Sampler())
+    shared = monitor.shared_sampler()  # the device is checked before one is made
+    device = _check_device(device, shared.sources if shared else LiveSources())
     sampler = monitor.get_sampler(interval)
     if text or not _widget_frontend():
-        print(panel_summary(device, sampler))
+        print(_summary(device, sampler))
         return None
     from IPython.display import display
 
