@@ -128,6 +128,7 @@ class Ring:
     def __init__(self, client: Any, workers: tuple[str, ...]) -> None:
         self.client, self.workers = client, workers
         self.slots: list[Slot] = []
+        self.size = 0  # the largest slot made: the ring's slots only grow, all of them
         self.retired: list[str] = []  # slots left behind that workers may still have open
         self._unclosed: list[shared_memory.SharedMemory] = []  # a view kept them mapped
         self.pool = cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="cupy-magic-shm")
@@ -143,8 +144,12 @@ class Ring:
         """A free slot of at least ``need`` bytes for the least busy worker (made or grown
         now if needed), marked busy; None while every worker has all its slots busy.
 
+        Once a slot grew, a smaller one grows too before it is used again: a cell's first
+        blocks ask by their inputs alone (their results are not known yet), and a slot left
+        small would send their results back over the socket though the ring has grown.
         Where this host has no room for a bigger slot, a free one of ``least`` bytes (the
         block's inputs) does: the block's results then come back over the socket."""
+        need = max(need, self.size)
         busy = Counter(s.worker for s in self.slots if s.busy)
         open_ = [w for w in self.workers if busy[w] < SLOTS_PER_WORKER]
         if not open_:
@@ -196,6 +201,7 @@ class Ring:
                             f"{-(-ring * 5 // 4 // 2**30)}g) or make blocks smaller "
                             "(--batch-bytes 32MiB)")
         seg = shared_memory.SharedMemory(create=True, size=size)
+        self.size = max(self.size, size)
         slot = Slot(worker, seg, np.frombuffer(seg.buf, np.uint8))
         self.slots.append(slot)
         mem = slot.mem

@@ -415,3 +415,21 @@ def test_a_superseded_run_of_a_block_writes_nothing_into_a_slot_given_to_another
         slots.detach([seg.name])
         seg.close()
         seg.unlink()
+
+
+def test_once_a_slot_grew_the_rings_smaller_slots_grow_before_they_are_used_again():
+    """A cell's first blocks ask for slots sized by their inputs (their results are not known
+    yet); a worker's slot left small by an earlier cell must not take them, or their results
+    come back over the socket though the ring has grown (seen on the H200's 16 cores)."""
+    ring = shm.Ring(None, ("w",))
+    try:
+        small = [ring.take(100, 10), ring.take(100, 10)]
+        for slot in small:
+            ring.give_back(slot)
+        grown = ring.take(3 << 20, 10)  # a block that learned its results' size
+        ring.give_back(grown)
+        assert grown.capacity >= 3 << 20
+        taken = [ring.take(100, 10) for _ in range(2)]  # the next cell's first blocks
+        assert [s.capacity >= grown.capacity for s in taken] == [True, True]
+    finally:
+        ring.close(workers=False)
