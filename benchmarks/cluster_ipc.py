@@ -73,13 +73,15 @@ def _array(ptr: int, nbytes: int, shape: tuple[int, ...], owner: Any) -> Any:
     return cp.ndarray(shape, np.float32, cp.cuda.MemoryPointer(mem, 0))
 
 
-def _opened() -> dict[bytes, int]:
+def _opened(worker: Any = None) -> dict[bytes, int]:
     """On the worker: the handles opened so far, kept on the worker object (this script's
     functions reach the worker pickled by value, so a module global would be a new dict in
-    every task)."""
-    from distributed import get_worker
+    every task). ``worker``: the one ``client.run`` hands over (``get_worker`` works in tasks
+    only)."""
+    if worker is None:
+        from distributed import get_worker
 
-    worker = get_worker()
+        worker = get_worker()
     if not hasattr(worker, "_bench_ipc_opened"):
         worker._bench_ipc_opened = {}
     return worker._bench_ipc_opened
@@ -107,11 +109,11 @@ def ipc_task(handles: tuple[bytes, bytes], nbytes: int, rows: int) -> int:
     return rows
 
 
-def close_opened() -> int:
-    """On the worker: close every handle opened; returns how many."""
+def close_opened(dask_worker: Any) -> int:
+    """On the worker, through ``client.run``: close every handle opened; returns how many."""
     import cupy as cp
 
-    opened = _opened()
+    opened = _opened(dask_worker)
     n = len(opened)
     for ptr in opened.values():
         cp.cuda.runtime.ipcCloseMemHandle(ptr)
