@@ -188,8 +188,9 @@ class BatchRun:
             raise CellError(
                 f"the cell's result {name!r} is {first!r} in batch {j + 1} but {value!r} in "
                 f"batch {i + 1}: it depends on the batch, so the batches' values cannot be "
-                f"joined; name a rule, e.g. --reduce {name}=sum (rules: "
-                f"{', '.join(RULES)}), or compute it in a cell of its own")
+                f"joined; name a rule, e.g. --reduce {name}=sum (BatchOptions(reduce="
+                f"{{{name!r}: 'sum'}}) from Python; rules: {', '.join(RULES)}), or compute it "
+                "in a cell of its own")
 
     def _no_rule(self, name: str, value: Any, rows: int) -> str:
         shape = getattr(value, "shape", None)
@@ -197,8 +198,8 @@ class BatchRun:
                 if shape is not None else type(value).__name__)
         return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
                 f"rows, so the batches' values cannot be joined; name a rule, e.g. --reduce "
-                f"{name}=sum (rules: {', '.join(RULES)}), or compute it in a cell of "
-                "its own")
+                f"{name}=sum (BatchOptions(reduce={{{name!r}: 'sum'}}) from Python; rules: "
+                f"{', '.join(RULES)}), or compute it in a cell of its own")
 
     # --- the whole run ------------------------------------------------------------------
     def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:
@@ -364,8 +365,10 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, r
                         "remove --batch")
     unknown = [n for n in opts.reduce if n not in plan.stored]
     if unknown:
-        raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never assigns; "
-                        f"it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
+        raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never assigns "
+                        f"(it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}); give "
+                        "only names it assigns: drop them from --reduce (from "
+                        "BatchOptions(reduce=...) in Python)")
     report.start_pool_bytes = be.pool_used()
     wall0 = time.perf_counter()
     run = (make or BatchRun)(plan, namespace, opts, names, total, dtype, be, filename)

@@ -16,7 +16,7 @@ from ..run.batching import DEFAULT_STREAMS, BatchOptions
 from ..run.cell import CellOutcome
 from ..run.cell import run_cell as _run_cell
 from ..run.errors import CellError
-from ..run.options import check_options, check_unknown, to_host_names
+from ..run.options import cast_name, check_options, check_unknown, to_host_names
 from ..run.report import RunReport
 from ..view import panel as _panel
 from ..view import progressbar
@@ -177,7 +177,7 @@ def run_cell_outcome(
                   filename=filename, label=label, compiler=compiler, shows=shows,
                   warmup=warmup,
                   panel=panel, lines=lines, nvtx=nvtx, cluster=cluster)
-    to_host = to_host_names(to_host)
+    to_host, dtype = to_host_names(to_host), cast_name(dtype)
     syncs = settings().syncs if syncs is None else syncs
     if batch is None and settings().streams != DEFAULT_STREAMS:
         batch = BatchOptions(streams=settings().streams, streams_given=False)
