@@ -346,6 +346,19 @@ def _span(arr: np.ndarray) -> int:
     return arr.itemsize + sum((n - 1) * abs(s) for n, s in zip(arr.shape, arr.strides, strict=True))
 
 
+def _check_half_range(name: str, arr: np.ndarray) -> None:
+    """Refuse ``--dtype float16`` of an input with finite values beyond float16's range: the
+    cast would turn them into inf (float32's range, 3.4e38, is not read: two passes over a
+    large input for values that rare)."""
+    top = float(np.finfo(np.float16).max)
+    hi, lo = float(np.fmax.reduce(arr, axis=None)), float(np.fmin.reduce(arr, axis=None))
+    worst = max((v for v in (hi, lo) if np.isfinite(v)), key=abs, default=0.0)
+    if abs(worst) > top:
+        raise CellError(f"--dtype float16: input {name!r} holds {worst:.6g}, beyond float16's "
+                        f"largest {top:,.0f}, and the cast would make it inf; use --dtype "
+                        f"float32 (dtype='float32' from Python) or scale {name} first")
+
+
 def check_sizes(inputs: dict[str, np.ndarray], dtype: str | None, be: Backend, *,
                 batched: bool) -> None:
     """Refuse, naming it, an input whose device copy cannot fit.
@@ -364,7 +377,10 @@ def check_sizes(inputs: dict[str, np.ndarray], dtype: str | None, be: Backend, *
         return (f"the {format_bytes(room)} the VRAM budget leaves" if free is not None
                 else f"the device's {format_bytes(total)}")
     for name, arr in inputs.items():
-        need = arr.size * cast_target(arr, dtype).itemsize
+        target = cast_target(arr, dtype)
+        if target == np.float16 and arr.dtype != np.float16 and arr.size:
+            _check_half_range(name, arr)
+        need = arr.size * target.itemsize
         span = _span(arr)
         if span < arr.nbytes and room and need > room:
             kind = "a broadcast view" if 0 in arr.strides else "a view over overlapping memory"

@@ -135,3 +135,19 @@ def test_from_python_the_refusal_is_a_cell_error(ip, small):
     with pytest.raises(cupy_magic.CellError, match=r"line 1 `z = x - x.mean\(\)`"):
         cupy_magic.run_cell("z = x - x.mean()", ns, syncs="off")
     assert "z" not in ns
+
+
+# --- --dtype float16 of values beyond its range (the same review) --------------------------
+
+@pytest.mark.parametrize("line", ["--quiet --to-host --dtype float16",
+                                  "--quiet --to-host --dtype float16 --batch-rows 2"])
+def test_a_half_cast_that_would_make_values_inf_is_refused_before_anything_moves(ip, line):
+    ip.user_ns["x"] = np.array([1e5, 1.0, np.nan, 70000.0, -3.0])
+    with pytest.raises(UsageError) as info:
+        _gpu(ip, "y = x + 0", line)
+    msg = str(info.value)
+    assert "\n" not in msg and "'x' holds 100000" in msg and "65,504" in msg
+    assert "--dtype float32" in msg and "y" not in ip.user_ns
+    ip.user_ns["x"] = np.array([1.5, np.inf, np.nan, -65504.0])  # in range (inf stays inf)
+    _gpu(ip, "y = x + 0", line)
+    np.testing.assert_array_equal(_host(ip.user_ns["y"]), ip.user_ns["x"].astype(np.float16))
