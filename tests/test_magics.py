@@ -475,6 +475,15 @@ def test_gpu_panel_option_runs_the_cell_under_a_panel(ip, capsys):
     assert ip.user_ns["y"] == 2
     assert seen[0] is not None and seen[0].cell_label.startswith("In [")
     assert progress.current() is None
+    # a terminal has no widgets: the report says so instead of showing nothing
+    assert any("--panel: a live panel needs a notebook's widgets" in n
+               for n in cupy_magic.last_report().notes)
+
+
+def test_pausing_or_stopping_panels_when_none_is_open_says_so(ip, capsys):
+    for action in ("pause", "resume", "stop"):
+        ip.run_line_magic("vram_panel", f"--{action}")
+        assert f"no panel is open to {action}; %vram_panel opens one" in capsys.readouterr().out
 
 
 def test_batched_cells_report_syncs(ip):

@@ -255,6 +255,8 @@ class GpuMagics(Magics):
                              f"{' '.join('--' + a for a in actions)}; e.g. "
                              f"%vram_panel --{actions[-1]}")
         if actions:
+            if not session.panels_open():  # said, not silently nothing
+                print(f"cupy_magic: no panel is open to {actions[0]}; %vram_panel opens one")
             getattr(session, f"{actions[0]}_panels")()
             return
         try:

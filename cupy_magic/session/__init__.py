@@ -35,7 +35,14 @@ from .memory import (
     vram_free,
     vram_holders,
 )
-from .panels import panel_summary, pause_panels, resume_panels, show_panel, stop_panels
+from .panels import (
+    panel_summary,
+    panels_open,
+    pause_panels,
+    resume_panels,
+    show_panel,
+    stop_panels,
+)
 
 __all__ = [
     "BudgetStatus",
@@ -51,6 +58,7 @@ __all__ = [
     "last_report",
     "memory_pool",
     "panel_summary",
+    "panels_open",
     "pause_panels",
     "reset",
     "resume_panels",

@@ -193,8 +193,9 @@ def run_cell_outcome(
     # None: in this kernel
     remote = cluster_remote(source, namespace, cluster, batch, fallback, syncs)
     progress.start(label or filename or "%%gpu cell")
+    shown = None
     try:
-        with _panel.cell_panel() if panel else contextlib.nullcontext(), \
+        with _panel.cell_panel() if panel else contextlib.nullcontext() as shown, \
                 progressbar.for_cell():
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs,
@@ -203,6 +204,10 @@ def run_cell_outcome(
                                 devices=devices, compiler=compiler, shows=shows)
     finally:
         progress.finish()
+    if panel and shown is None:  # not silently ignored: where the panel's figures are
+        outcome.report.notes.append("--panel: a live panel needs a notebook's widgets, none "
+                                    "here; the mem lines above are its figures, and "
+                                    "%vram_panel prints them now")
     _last[:] = [outcome.report]
     _holders.note_cell(label or filename or "a %%gpu cell", source,
                        [o.name for o in outcome.report.outputs], namespace, outcome.value,

@@ -8,7 +8,8 @@ from ..config import settings
 from ..monitor.sampler import shared_sampler
 from ..view import panel as _panel
 
-__all__ = ["panel_summary", "pause_panels", "resume_panels", "show_panel", "stop_panels"]
+__all__ = ["panel_summary", "panels_open", "pause_panels", "resume_panels", "show_panel",
+           "stop_panels"]
 
 
 def show_panel(interval: float | None = None, device: int = 0,
@@ -26,6 +27,11 @@ def show_panel(interval: float | None = None, device: int = 0,
 def panel_summary(device: int = 0) -> str:
     """The panel's figures as text (``%vram_panel --text``)."""
     return _panel.panel_summary(device)
+
+
+def panels_open() -> int:
+    """How many live panels this kernel shows."""
+    return len(_panel.panels())
 
 
 def pause_panels() -> None:
