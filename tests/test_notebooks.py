@@ -70,3 +70,22 @@ def test_keep_outputs_rewrites_unchanged_notebooks_byte_for_byte(tmp_path):
     assert _maker().main(["--keep-outputs", "--out", str(tmp_path)]) == 0
     for path in NOTEBOOKS:
         assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.kernel
+def test_run_notebooks_names_a_failure_in_plain_text(tmp_path):
+    """The FAILED line gives the error's last line without the traceback's colour codes."""
+    import subprocess
+    import sys
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = [1]\nx[3]")]
+    nbformat.write(nb, tmp_path / "bad.ipynb")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "run-notebooks"), "--out",
+                           str(tmp_path / "out"), str(tmp_path / "bad.ipynb")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    failed = done.stdout.splitlines()
+    assert failed[0].startswith("FAILED") and failed[1].strip() == \
+        "IndexError: list index out of range"
+    assert "\x1b" not in done.stdout
