@@ -57,6 +57,10 @@ def warm_cache(notebooks: Iterable[str | Path]) -> WarmReport:
 
 
 def _warm_here(shell: Any, paths: list[Path]) -> WarmReport:
+    # A plain InteractiveShell has no GUI event loop to switch, so a notebook's setup cell
+    # with `%matplotlib inline` would fail there ("Implement enable_gui in a subclass"), and
+    # every cell after it with a NameError; the warm run shows no figures: nothing to switch.
+    shell.enable_gui = lambda gui=None: None
     shell.run_line_magic("load_ext", "cupy_magic")
     be = _backend.current()
     report = WarmReport(be.name, be.info().name, "", notebooks=[str(p) for p in paths])

@@ -177,3 +177,12 @@ def test_a_script_run_by_a_python_without_the_package_says_which_to_use(script, 
     assert done.returncode != 0
     assert f".venv/bin/python scripts/{script} notebooks/" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_setup_cell_with_matplotlib_inline_runs(tmp_path):
+    """The shipped notebooks' setup cells start with ``%matplotlib inline``, which a plain
+    IPython shell cannot switch to (no GUI loop): it must not fail, nor every cell after."""
+    cells = ["%matplotlib inline\n%load_ext cupy_magic\nimport numpy as np", *CELLS[2:4]]
+    done = run_script(str(notebook(tmp_path / "a.ipynb", cells)))
+    assert done.returncode == 0, done.stderr
+    assert "failed" not in done.stdout and "1 of 1 %%gpu cells" in done.stdout
