@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchOptions",
+    "CellError",
     "__version__",
     "budget_status",
     "cluster_status",
@@ -37,8 +38,9 @@ __all__ = [
     "vram_holders",
 ]
 
-_LAZY = {name: "session" for name in __all__[2:] if "ipython_extension" not in name}
+_LAZY = {name: "session" for name in __all__[3:] if "ipython_extension" not in name}
 _LAZY["BatchOptions"] = "run.batching"
+_LAZY["CellError"] = "run.errors"  # what a cell the extension refuses raises
 
 
 def __getattr__(name: str) -> Any:

@@ -1155,9 +1155,11 @@ def nb03():
         is the `BatchPlan` object):
 
         - **why** it was batched: the inputs need more than the budget leaves;
-        - **the promise it relies on**: each row's results depend only on that row. The planner
-          cannot check this. `np.sin(x)` keeps it; `x - x.mean()` breaks it, because each batch
-          would subtract its own mean (exercise 2);
+        - **the promise it relies on**: each row's results depend only on that row. `np.sin(x)`
+          keeps it; `x - x.mean()` breaks it, because each batch would subtract its own mean.
+          The planner reads the cell's code for it before anything moves: a cell batched on its
+          own stops at a line that mixes rows, or that it cannot see into, and says which
+          (exercise 2); `--batch` runs a cell the check cannot see into, on your promise;
         - **the plan**: a small first batch measures how many bytes per row the cell takes in
           the pool (input, temporaries, result), then the other batches are sized so that the
           batches in flight on the streams fit the budget;
@@ -1459,17 +1461,19 @@ def nb03():
         '''),
         md('''
         **Exercise 2: a cell that breaks the promise.** `z = x - x.mean()` subtracts the mean of
-        the input. Run it batched and compare it with NumPy on the whole array: why does it
-        differ? Then get the right answer in two batched cells: the first computes the mean with
-        a rule, the second uses it.
+        the input. Run it under the budget: what does `%%gpu` say, and why would batches give
+        another answer than NumPy on the whole array? Then get the right answer in two batched
+        cells: the first computes the mean with a rule, the second uses it.
         '''),
         exercise('''
         # your code here
         '''),
         solution('''
         ns = {"np": np, "x": x}
-        cupy_magic.run_cell("z = x - x.mean()", ns, syncs="off")       # batched: each batch its own mean
-        print("one cell, batched: max error", float(np.abs(ns["z"] - (x - x.mean(dtype=np.float64))).max()))
+        try:                                    # batched, each batch would subtract its own mean
+            cupy_magic.run_cell("z = x - x.mean()", ns, syncs="off")
+        except cupy_magic.CellError as err:
+            print("one cell: refused:", err)
         cupy_magic.run_cell("m = x.mean(dtype=np.float64)", ns, syncs="off",
                             batch=BatchOptions(reduce={"m": "mean"}))
         cupy_magic.run_cell("z = x - m", ns, syncs="off")                # m is shared by every batch
@@ -1490,7 +1494,7 @@ def nb03():
           (`cupy_magic.last_report().batch`).
         - Batching relies on a promise: each row's results depend only on that row. Results
           without a row axis need a rule (`--reduce total=sum`); a cell that mixes rows (such
-          as `x - x.mean()`) must be split.
+          as `x - x.mean()`) is refused before anything moves, naming the line: split it.
         - Pinned host memory streams faster than pageable memory; `%%gpu` pins large NumPy
           inputs on first touch, keeps them pinned while they live, and reuses the pinned block
           of a result you dropped (section 4 printed the ratio here).

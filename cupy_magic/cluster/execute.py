@@ -18,7 +18,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..run import progress
-from ..run.batching import RULES, BatchOptions
+from ..run.batching import RULES, BatchOptions, check_rows, select_inputs
 from ..run.errors import CellError, at_cell_line, fail
 from ..run.plan import CellPlan
 from ..run.report import InputMove, OutputInfo, RunReport
@@ -88,6 +88,7 @@ class ClusterExecutor:
         if unknown:
             raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never "
                             f"assigns; it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
+        self._check_rows(plan, namespace)
         connect.ensure_budget(be)
         wall0 = time.perf_counter()
         held: list[Any] = []
@@ -111,6 +112,17 @@ class ClusterExecutor:
         for name in info.batched:
             report.inputs.append(InputMove(name, self._nbytes(plan, name), info.run_seconds,
                                            False, self._dtype(plan, name), streamed=True))
+
+    def _check_rows(self, plan: CellPlan, namespace: dict[str, Any]) -> None:
+        """Before anything is sent: a cell that certainly mixes the rows of its blocked
+        inputs would give other results than NumPy on the whole array (run.rowwise)."""
+        cut = [*self.darrs]
+        if self.scatter_numpy and any(np.ndim(a) >= 1 for a in plan.inputs.values()):
+            cut += select_inputs(plan.inputs, self.opts)[0]
+        why = (f"the Dask input{'s' * (len(self.darrs) > 1)} {', '.join(self.darrs)} run in "
+               "blocks on the cluster" if self.darrs else "--cluster runs the cell in blocks")
+        check_rows(self.source, {**plan.inputs, **self.darrs}, cut, namespace,
+                   plan.module_names, why, asked=True)
 
     def _no_cluster(self) -> str:
         """Why the cell cannot run: it needs a cluster and none is in use; how to get one."""

@@ -8,7 +8,9 @@ the batched inputs; everything else is shared.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from .batchcost import (
 )
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
+from .rowwise import row_mixing
 
 __all__ = [
     "COST_SHARE",
@@ -35,6 +38,7 @@ __all__ = [
     "BatchPlan",
     "PayingBudget",
     "budget_to_pay",
+    "check_rows",
     "probe_held_small",
     "probe_rows",
     "select_inputs",
@@ -255,3 +259,30 @@ class BatchPlan:
 
     def __str__(self) -> str:
         return "\n".join(line.strip() for line in self.lines())
+
+
+def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
+               namespace: Mapping[str, Any], xp: Iterable[str], reason: str,
+               asked: bool) -> None:
+    """Refuse a batched run that would give other results than the whole cell.
+
+    ``asked``: batched on request (``--batch``, ``--devices``, a cluster), where only a
+    certain mix stops the cell; otherwise (batched because the inputs exceed the budget)
+    any place the check cannot follow stops it too, naming ``--batch`` as the way to promise.
+    """
+    found = row_mixing(source, {n: np.ndim(inputs[n]) for n in batched},
+                       (*xp, "np", "numpy", "cp", "cupy"),
+                       lambda name: type(namespace.get(name)).__name__ == "ufunc")
+    certain = next((m for m in found if m.certain), None)
+    if certain is not None:
+        fix = ("split the cell: what needs all the rows in a cell of its own (a total "
+               "joined by a rule such as --reduce m=mean), the row-wise part in the next; or "
+               "run this cell whole under a larger %vram_budget")
+        raise CellError(f"batches would give other results than NumPy on the whole array "
+                        f"({reason}): {certain.describe()}; {fix}")
+    if found and not asked:
+        raise CellError(f"{reason}, and batching it would rely on each row's results "
+                        f"depending only on that row, which the check cannot see at "
+                        f"{found[0].describe()}; if that holds, run %%gpu --batch "
+                        "(batch=BatchOptions(forced=True) from Python), else a larger "
+                        "%vram_budget")

@@ -22,7 +22,7 @@ from ..backend import Backend
 from ..syncs.lint import SyncFinding, lint_cell
 from ..syncs.record import HostSyncError, SyncRecorder, merge
 from .batched import run_batched
-from .batching import BatchOptions, select_inputs
+from .batching import BatchOptions, check_rows, select_inputs
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .errors import CellError, at_cell_line
 from .lines import LineRecord
@@ -134,6 +134,11 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     reason = batch_reason(plan.inputs, batch, be, dtype)
     if devices is not None:
         reason = devices_reason(plan.inputs, devices, batch_reason(plan.inputs, None, be, dtype))
+    if reason:  # the promise batching relies on, checked before anything moves
+        opts = batch or BatchOptions()
+        check_rows(source, plan.inputs, select_inputs(plan.inputs, opts)[0], namespace,
+                   plan.module_names, reason,
+                   asked=devices is not None or (batch is not None and batch.requested))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -238,3 +238,17 @@ def test_a_failing_cell_drops_the_workers_shared_copies(ip, joined, data):
     while sum(worker_copies(joined).values()) and time.monotonic() < end:
         time.sleep(0.1)
     assert sum(worker_copies(joined).values()) == 0
+
+
+@pytest.mark.parametrize("line, name", [("--quiet --to-host", "xd"),
+                                        ("--quiet --to-host --cluster", "x")])
+def test_a_cell_that_mixes_its_blocks_rows_is_refused_before_any_task(ip, joined, data, line,
+                                                                      name):
+    """Blocks see only their rows: ``x - x.mean()`` would subtract each block's own mean."""
+    before = len(cell_tasks(joined))
+    with pytest.raises(UsageError) as info:
+        ip.run_cell_magic("gpu", line, f"z = {name} - {name}.mean()\n")
+    msg = str(info.value)
+    assert "\n" not in msg and "batches would give other results than NumPy" in msg
+    assert f"line 1 `z = {name} - {name}.mean()`" in msg and "in blocks" in msg
+    assert "z" not in ip.user_ns and len(cell_tasks(joined)) == before

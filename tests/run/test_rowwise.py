@@ -1,0 +1,137 @@
+"""The promise batching relies on (each row's results depend only on that row), read from the
+cell's code before anything moves: a cell batched on its own stops where its rows mix or the
+check cannot see; one batched on request stops where they certainly mix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+import cupy_magic
+from cupy_magic.run.rowwise import row_mixing
+
+B = {"x": 2, "S": 1}
+
+
+@pytest.mark.parametrize("cell", [
+    "y = np.sqrt(np.abs(np.sin(x) * np.cos(x))) * 2.0 + np.exp(-x * x)",
+    "s = np.sqrt(x * x + 1).sum(axis=1)\nn = np.linalg.norm(x, axis=-1)",
+    "mu = x.mean(axis=1, keepdims=True)\nz = (x - mu) / (x.std(axis=1, keepdims=True) + 1e-6)",
+    "total = x.sum(dtype=np.float64)\ntop = x.max()",  # no row axis: a --reduce rule joins them
+    "k = x.shape[1]\ny = x[:, 0] * k + x[..., 1]",
+    "out = np.zeros(x.shape)\nout[:, 0] = x[:, 0]\ny = x[x > 0.5]",
+    "y = np.where(x > 0, x, 0).astype(np.float32).clip(0, 1)",
+    "y = np.concatenate([x, x], axis=1)\ns = np.sort(x)\nc = np.cumsum(x, axis=1)",
+    "def f(a):\n    return np.exp(a) * 2\ny = f(S) + S",
+    "from numpy import sqrt as root\ny = root(S)",
+    "g = x.T @ x\nh = x @ np.ones((2, 3))",  # a Gram matrix sums over rows: a rule joins it
+    "for k in range(3):\n    S = S * 0.5 + k",
+])
+def test_row_wise_cells_pass(cell):
+    assert row_mixing(cell, B) == []
+
+
+@pytest.mark.parametrize("cell, line, words", [
+    ("z = (x - x.mean(axis=0)) / x.std(axis=0)", 1, "combines a value over the rows"),
+    ("s = np.sort(x, axis=0)", 1, "sort over the leading axis"),
+    ("s = np.sort(S)", 1, "sort over the leading axis"),  # its default axis is the rows of 1-d
+    ("y = x - x.mean()", 1, "combines a value over the rows"),
+    ("n = len(x)\ny = x / n", 2, "combines a value over the rows"),
+    ("y = x - x[0]", 1, "combines a value over the rows"),
+    ("y = x[::-1]", 1, "slices the rows"),
+    ("i = x.argmax()", 1, "argmax over all elements"),
+    ("i = np.where(S > 0)", 1, "positions within a batch"),
+    ("y = np.concatenate([x, x])", 1, "concatenate over the leading axis"),
+    ("t = S.sum()\ny = S / t", 2, "combines a value over the rows"),  # a total used with rows
+    ("def f(a):\n    return a - a.mean()\ny = f(S)", 3, "combines a value over the rows"),
+    ("y = x.copy()\ny[:, 0] = x.max()", 2, "writes a value over all rows"),
+])
+def test_cells_that_mix_rows_are_named_with_their_line(cell, line, words):
+    found = row_mixing(cell, B)
+    assert found and found[0].certain and found[0].line == line and words in found[0].why
+    assert found[0].code == cell.splitlines()[line - 1].strip()
+
+
+@pytest.mark.parametrize("cell, words", [
+    ("y = myfunc(x)", "myfunc, which the check cannot see into"),
+    ("y = x.reshape(-1)", ".reshape() of a batched input"),
+    ("for row in x:\n    print(row)", "loops over the rows"),
+    ("if S.max() > 1:\n    y = S * 2", "decides by a value over the batch's rows"),
+    ("y = S.sum(axis=k)", "an axis the check cannot read"),
+])
+def test_what_the_check_cannot_see_is_not_certain(cell, words):
+    found = row_mixing(cell, B)
+    assert found and not any(m.certain for m in found) and words in found[0].why
+
+
+def test_a_ufunc_from_the_namespace_keeps_rows():
+    assert row_mixing("y = erf(S)", B, ufunc=lambda n: n == "erf") == []
+    assert not row_mixing("y = erf(S)", B)[0].certain
+
+
+# --- through a real shell -----------------------------------------------------------------
+
+def _gpu(ip, cell: str, line: str = "--quiet --to-host"):
+    ip.run_cell_magic("gpu", line, cell)
+
+
+def _host(value):
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
+        else np.asarray(value)
+
+
+@pytest.fixture
+def small(ip):
+    """A 12 MiB input under a 10 MB budget: batched on its own."""
+    x = np.random.default_rng(0).random((200_000, 8))
+    ip.user_ns["x"] = x
+    ip.run_line_magic("vram_budget", "10MB")
+    yield x
+    ip.run_line_magic("vram_budget", "off")
+
+
+@pytest.mark.parametrize("cell", [
+    "z = (x - x.mean(axis=0)) / x.std(axis=0)",
+    "z = np.sort(x, axis=0)",
+    "z = x - x.mean()",
+])
+@pytest.mark.parametrize("line", ["--quiet --to-host", "--to-host"])
+def test_a_cell_batched_on_its_own_that_mixes_rows_is_refused_and_commits_nothing(
+        ip, small, cell, line):
+    """The fresh-user review's case: these ran batched and committed wrong values."""
+    with pytest.raises(UsageError) as info:
+        _gpu(ip, cell, line)
+    msg = str(info.value)
+    assert "\n" not in msg and "batches would give other results than NumPy" in msg
+    assert f"line 1 `{cell}`" in msg and "the inputs need" in msg and "--reduce" in msg
+    assert "z" not in ip.user_ns
+
+
+def test_asked_batching_stops_at_a_certain_mix_but_not_where_it_cannot_see(ip, small):
+    with pytest.raises(UsageError, match=r"asked for with --batch.*line 1 `z = x - x.mean\(\)`"):
+        _gpu(ip, "z = x - x.mean()", "--quiet --to-host --batch")
+    ip.user_ns["scale"] = lambda a: a * 3  # a function from elsewhere: row-wise, unseen
+    with pytest.raises(UsageError) as info:  # batched on its own: refused, naming --batch
+        _gpu(ip, "z = scale(x)")
+    msg = str(info.value)
+    assert "line 1 `z = scale(x)`" in msg and "%%gpu --batch" in msg and "z" not in ip.user_ns
+    _gpu(ip, "z = scale(x)", "--quiet --to-host --batch")  # on the user's promise
+    np.testing.assert_array_equal(_host(ip.user_ns["z"]), small * 3)
+
+
+def test_row_wise_and_reduced_cells_still_batch_on_their_own_and_equal_numpy(ip, small):
+    _gpu(ip, "z = (x - x.mean(axis=1, keepdims=True)) * 2")
+    assert cupy_magic.last_report().batch is not None
+    np.testing.assert_allclose(_host(ip.user_ns["z"]),
+                               (small - small.mean(axis=1, keepdims=True)) * 2)
+    _gpu(ip, "t = x.sum(dtype=np.float64)", "--quiet --reduce t=sum")
+    assert cupy_magic.last_report().batch is not None
+    np.testing.assert_allclose(float(_host(ip.user_ns["t"])), small.sum())
+
+
+def test_from_python_the_refusal_is_a_cell_error(ip, small):
+    ns = {"np": np, "x": small}
+    with pytest.raises(cupy_magic.CellError, match="line 1 `z = x - x.mean\\(\\)`"):
+        cupy_magic.run_cell("z = x - x.mean()", ns, syncs="off")
+    assert "z" not in ns
