@@ -1,8 +1,9 @@
 """cupy_magic: move NumPy notebook cells onto the GPU with CuPy, and see what it costs.
 
 ``%load_ext cupy_magic`` registers ``%%gpu``, ``%vram_budget``, ``%vram_panel``,
-``%gpu_syncs`` and ``%gpu_backend``. Every magic is a parser in front of a function that can
-be called from plain Python, exported here (they live in :mod:`cupy_magic.session`).
+``%vram_who``, ``%gpu_syncs``, ``%gpu_fallback``, ``%gpu_backend`` and ``%gpu_cluster``.
+Every magic is a parser in front of a function that can be called from plain Python,
+exported here (they live in :mod:`cupy_magic.session`).
 Importing the package is cheap and needs neither IPython nor CuPy.
 """
 

@@ -28,7 +28,8 @@ def case(call, value: str, errors, fragment: str = ""):
 
 
 BAD_CALLS = [
-    # run_cell: the source, the namespace and each option, checked before the cell runs
+    # run_cell: the source, the namespace and each option, checked before the cell runs; a
+    # bad option value is a CellError whatever its kind, TypeError is for what is no option
     case(lambda ns: cm.run_cell(123, ns), "123", TypeError, "string"),
     case(lambda ns: cm.run_cell(b"y = x", ns), "b'y = x'", TypeError, "string"),
     case(lambda ns: cm.run_cell("y = 1", None), "None", TypeError, "dict"),
@@ -36,34 +37,34 @@ BAD_CALLS = [
     case(run(toHost="y"), "'toHost'", TypeError, "did you mean to_host?"),
     case(run(to_host="yy"), "yy", CellError, "never assigns"),
     case(run(to_host="y,1bad"), "'y,1bad'", CellError, "--to-host y,total"),
-    case(run(to_host=3), "to_host=3", TypeError, "to_host=['y']"),
-    case(run(to_host=None), "to_host=None", TypeError),
-    case(run(to_host=[1]), "to_host=[1]", TypeError),
+    case(run(to_host=3), "to_host=3", CellError, "to_host=['y']"),
+    case(run(to_host=None), "to_host=None", CellError),
+    case(run(to_host=[1]), "to_host=[1]", CellError),
     case(run(dtype=""), "''", CellError, "--dtype float32"),
     case(run(warmup="no"), "warmup='no'", CellError, "warmup=True"),
     case(run(panel="no"), "panel='no'", CellError),
-    case(run(fallback="off"), "fallback='off'", TypeError, "fallback=True"),
-    case(run(fallback=0), "fallback=0", TypeError),
+    case(run(fallback="off"), "fallback='off'", CellError, "fallback=True"),
+    case(run(fallback=0), "fallback=0", CellError),
     case(run(syncs=""), "''", CellError, "warn, error or off"),
-    case(run(batch=True), "batch=True", TypeError, "BatchOptions"),
-    case(run(batch="x"), "batch='x'", TypeError, "BatchOptions"),
-    case(run(filename=3), "filename=3", TypeError),
-    case(run(label=3), "label=3", TypeError),
-    case(run(compiler="x"), "compiler='x'", TypeError, "codeop.Compile"),
+    case(run(batch=True), "batch=True", CellError, "BatchOptions"),
+    case(run(batch="x"), "batch='x'", CellError, "BatchOptions"),
+    case(run(filename=3), "filename=3", CellError),
+    case(run(label=3), "label=3", CellError),
+    case(run(compiler="x"), "compiler='x'", CellError, "codeop.Compile"),
     case(run(lines="yes"), "lines='yes'", CellError),
     case(run(cluster="yes"), "cluster='yes'", CellError),
     case(run(shows="every"), "shows='every'", CellError, "shows='last_expr'"),
     # a value whose repr spans lines (an array) is named in one short line, never crashes
-    case(run(batch=np.zeros((50, 50))), "batch=array([[0., 0.", TypeError, "BatchOptions"),
+    case(run(batch=np.zeros((50, 50))), "batch=array([[0., 0.", CellError, "BatchOptions"),
     case(run(syncs=np.zeros((50, 50))), "--syncs array(", CellError, "warn, error or off"),
-    case(run(label=np.zeros((50, 50))), "label=array(", TypeError),
+    case(run(label=np.zeros((50, 50))), "label=array(", CellError),
     case(lambda ns: cm.set_sync_mode("loud"), "'loud'", ValueError, "%gpu_syncs warn"),
     case(lambda ns: cm.set_sync_mode(np.zeros(3)), "array(", ValueError, "warn, error"),
     case(lambda ns: cm.vram_free(np.zeros((50, 50))), "array(", TypeError, "vram_free('y"),
     # BatchOptions: what --batch, --batch-rows, --batch-bytes, --streams, --reduce refuse
     case(lambda ns: cm.BatchOptions(nbytes=-5), "-5", CellError, "at least 1"),
     case(lambda ns: cm.BatchOptions(nbytes=0), "0", CellError, "--batch-bytes 512MB"),
-    case(lambda ns: cm.BatchOptions(nbytes="512MB"), "'512MB'", CellError, "whole number"),
+    case(lambda ns: cm.BatchOptions(nbytes="lots"), "'lots'", CellError, "nbytes='512MB'"),
     case(lambda ns: cm.BatchOptions(rows=1.5), "1.5", CellError, "whole number"),
     case(lambda ns: cm.BatchOptions(rows="10"), "'10'", CellError, "whole number"),
     case(lambda ns: cm.BatchOptions(rows=True), "True", CellError, "whole number"),
@@ -153,6 +154,8 @@ GOOD_CALLS = [
     lambda ns: cm.run_cell(CELL, ns, batch=cm.BatchOptions(names="x", rows=np.int64(7))),
     lambda ns: cm.run_cell(CELL, ns, batch=cm.BatchOptions(names=["x"], forced=True)),
     lambda ns: cm.run_cell(CELL, ns, syncs=None, fallback=None),
+    lambda ns: cm.run_cell(CELL, ns, batch=cm.BatchOptions(nbytes="512MB", forced=True)),
+    lambda ns: cm.run_cell(CELL, ns, dtype=np.float32),
 ]
 
 

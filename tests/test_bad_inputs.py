@@ -55,6 +55,13 @@ BAD_INPUTS = [
     case("gpu", "--bat 3", "--bat", "could mean --batch"),
     case("gpu", "--quiet=yes", "yes", "takes no value"),
     case("gpu", '--to-host "y', '"y', "no closing quotation"),
+    # a word after an option: a value split by a space, or a value for a flag
+    case("gpu", "--batch-bytes 2 GB", "'GB'", "without a space: %%gpu --batch-bytes 2GB"),
+    case("gpu", "--batch-bytes=2 GB", "'GB'", "without a space: %%gpu --batch-bytes 2GB"),
+    case("gpu", "--to-host y z", "'z'", "commas only: %%gpu --to-host y,z"),
+    case("gpu", "--streams 2 3", "'3'", "takes one value"),
+    case("gpu", "--fallback off", "--fallback off", "use %gpu_fallback off"),
+    case("gpu", "--warmup yes", "--warmup yes", "takes no value"),
     # values the options themselves refuse
     case("gpu", "--dtype int8", "int8", "--dtype float32"),
     case("gpu", "--to-host 1bad", "1bad", "--to-host y,total"),
@@ -81,6 +88,9 @@ BAD_INPUTS = [
     case("vram_budget", "1e9", "1e9", "fraction of the device, 0 to 1"),
     case("vram_budget", "1000000000", "1000000000", "e.g. 1000000000B"),
     case("vram_budget", "12", "12", "e.g. 12GB"),
+    case("vram_budget", "2000", "2000", "e.g. 2000MB"),  # not 2000GB, more than the device
+    case("vram_budget", "none", "none", "'off'"),  # the word that removes a budget
+    case("vram_budget", "0", "0", "'off'"),
     case("vram_budget", "1e-20", "1e-20", "less than one byte"),
     case("vram_budget", "8GB --estimate 10x10", "8GB", "not both"),
     case("vram_budget", "--foo", "--foo", "%vram_budget has no option"),

@@ -55,10 +55,11 @@ def test_a_budget_refusal_names_the_budget_of_its_backend(ip):
     assert msg.startswith("the cell's inputs x (2.29 MiB) need 2.29 MiB but the ")
     if backend.current().is_gpu:
         assert "but the VRAM budget 976.56 KiB leaves" in msg
-        assert msg.endswith("a larger %vram_budget, or releasing cached blocks "
-                            "(cupy_magic.free_cached())")
+        assert msg.endswith("a larger %vram_budget (cupy_magic.set_budget), or releasing "
+                            "cached blocks (cupy_magic.free_cached())")
     else:
         assert msg.endswith("but the memory budget (host) 976.56 KiB leaves 976.56 KiB; try "
-                            "batching the data, --dtype float32 to halve float64 inputs or a "
-                            "larger %vram_budget")
+                            "batching the data, --dtype float32 (dtype='float32' from Python) "
+                            "to halve float64 inputs or a larger %vram_budget "
+                            "(cupy_magic.set_budget)")
         assert "VRAM" not in msg and "cached blocks" not in msg

@@ -163,7 +163,8 @@ def _join(target: Any, timeout: float) -> tuple[Any, str]:
         why = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ClusterError(f"cannot reach a Dask scheduler at {text} within {timeout:g} s "
                            f"({why}); check the address the scheduler printed, or start one "
-                           "here with %gpu_cluster local") from None
+                           "here with %gpu_cluster local (use_cluster('local') from Python)"
+                           ) from None
 
 
 def use(target: Any, be: Backend, *, n_workers: int | None = None,
@@ -175,12 +176,14 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
     if timeout is not None and not (word is not None and "://" in word):
         raise ClusterError(f"timeout={short_repr(timeout)} is for joining a scheduler at an "
                            "address (local starts its own, a Client is joined already); e.g. "
-                           f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
+                           f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT} "
+                           f"(use_cluster('tcp://HOST:8786', timeout={CONNECT_TIMEOUT}))")
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     if n_workers is not None and not local:
         raise ClusterError(f"n_workers={short_repr(n_workers)} is for a local cluster only (an "
                            "address or a Client brings its workers); e.g. %gpu_cluster local "
-                           f"--workers {LOCAL_CPU_WORKERS}")
+                           f"--workers {LOCAL_CPU_WORKERS} (use_cluster('local', n_workers="
+                           f"{LOCAL_CPU_WORKERS}))")
     if target is None or word == "off":
         close()
         return status()
@@ -219,7 +222,8 @@ def _check(target: Any, n_workers: Any, timeout: Any) -> None:
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) \
             or not 0 < timeout < math.inf:
         raise ClusterError(f"timeout={short_repr(timeout)} is not a number of seconds above 0; "
-                           f"e.g. %gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT}")
+                           f"e.g. %gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT} "
+                           f"(use_cluster('tcp://HOST:8786', timeout={CONNECT_TIMEOUT}))")
 
 
 def ensure_budget(be: Backend, force: bool = False) -> None:

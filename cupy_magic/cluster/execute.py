@@ -21,6 +21,7 @@ from ..run import progress
 from ..run.batching import RULES, BatchOptions, check_rows, select_inputs
 from ..run.errors import CellError, at_cell_line, fail
 from ..run.plan import CellPlan
+from ..run.reduce import name_a_rule, unknown_names
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
 from .inputs import BlockInputs, prepare, python_values, worker_addresses
@@ -86,8 +87,7 @@ class ClusterExecutor:
                             f"input first (x = x.astype(np.float32)) or run with %gpu_cluster off")
         unknown = [n for n in self.opts.reduce if n not in plan.stored]
         if unknown:
-            raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never "
-                            f"assigns; it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
+            raise CellError(unknown_names(unknown, plan.stored))
         self._check_rows(plan, namespace)
         connect.ensure_budget(be)
         wall0 = time.perf_counter()
@@ -330,8 +330,7 @@ class ClusterExecutor:
                 raise CellError(
                     f"the cell's result {name!r} is {first!r} in block 1 but {v!r} in block "
                     f"{j}: it depends on the block, so the blocks' values cannot be joined; "
-                    f"name a rule, e.g. --reduce {name}=sum (rules: {', '.join(RULES)}), or "
-                    "compute it in a cell of its own")
+                    f"{name_a_rule(name)}")
         return first
 
     @staticmethod
@@ -340,9 +339,8 @@ class ClusterExecutor:
         k, rows = kinds[j], infos[j]["stats"].rows
         what = f"array {k[2]} {k[1]}" if k[0] in ("rows", "array") else type(k[1]).__name__
         return (f"the cell's result {name!r} ({what} in block {j + 1}) has no row axis of the "
-                f"block's {rows} rows, so the blocks' values cannot be joined; name a rule, "
-                f"e.g. --reduce {name}=sum (rules: {', '.join(RULES)}), or compute it in a "
-                "cell of its own")
+                f"block's {rows} rows, so the blocks' values cannot be joined; "
+                f"{name_a_rule(name)}")
 
     # --- commit -------------------------------------------------------------------------
     def _commit(self, plan: CellPlan, results: dict[str, Any], namespace: dict[str, Any],

@@ -189,7 +189,10 @@ def vram_holders(namespace: dict[str, Any], be: Backend,
 
 def top_hint(namespace: dict[str, Any], be: Backend, n: int = 3) -> str:
     """The ``n`` largest holders and the commands that free them, for an out-of-memory
-    message: "Out[12] holds 3.20 GiB (%vram_who --free Out)"; "" when none."""
+    message: "Out[12] holds 3.20 GiB (%vram_who --free Out; vram_free('Out') from Python)";
+    "" when none."""
     holders = holders_from(walk(namespace, listed(be)), made_in)[:n]
-    named = [f"{h.path} holds {format_bytes(h.nbytes)} ({h.command})" for h in holders if h.nbytes]
+    named = [f"{h.path} holds {format_bytes(h.nbytes)}" + (
+        f" ({h.command}; vram_free({','.join(h.frees)!r}) from Python)" if h.frees else "")
+        for h in holders if h.nbytes]
     return f"Held now: {'; '.join(named)}" if named else ""

@@ -110,17 +110,19 @@ def drop(targets: list[str], namespace: dict[str, Any], be: Backend) -> list[str
     names, is_array = user_names(namespace), listed(be)
     if not targets:
         raise FreeError(f"--free needs what to drop: a name %vram_who lists, or "
-                        f"{', '.join(FREE_TARGETS)}; e.g. %vram_who --free Out")
+                        f"{', '.join(FREE_TARGETS)}; e.g. %vram_who --free Out "
+                        "(vram_free('Out') from Python)")
     for target in targets:
         if target in FREE_TARGETS:
             continue
         if target not in namespace or target not in names:
             raise FreeError(f"--free {target}: no variable of yours is named {target!r}; give "
-                            f"a name that %vram_who lists, or {', '.join(FREE_TARGETS)}")
+                            f"a name that %vram_who (vram_holders() from Python) lists, or "
+                            f"{', '.join(FREE_TARGETS)}")
         if not reaches(namespace[target], is_array):
             raise FreeError(f"--free {target}: {target} holds no {_kind(be)} array "
                             f"({type(namespace[target]).__name__}), so nothing was deleted; "
-                            "give a name that %vram_who lists")
+                            "give a name that %vram_who (vram_holders() from Python) lists")
     dropped: list[str] = []
     for target in dict.fromkeys(targets):
         if target in ("Out", "all-unnamed"):

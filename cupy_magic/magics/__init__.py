@@ -1,11 +1,11 @@
 """The IPython magics: parsers in front of :mod:`cupy_magic.session`, and nothing else.
 
-``%%gpu`` (:func:`~cupy_magic.session.run_cell`), ``%vram_budget``
-(:func:`~cupy_magic.session.set_budget`, :func:`~cupy_magic.session.budget_status`,
-:func:`~cupy_magic.units.estimate`), ``%vram_panel`` (:func:`~cupy_magic.session.show_panel`),
-``%gpu_syncs`` (:func:`~cupy_magic.session.set_sync_mode`) and ``%gpu_backend``
-(:func:`~cupy_magic.session.use_backend`). Every default in their help is read from the
-constant the code uses.
+``%%gpu`` (``run_cell``), ``%vram_budget`` (``set_budget``, ``budget_status``,
+``estimate``), ``%vram_panel`` (``show_panel``), ``%vram_who`` (``vram_holders``,
+``vram_free``), ``%gpu_syncs`` (``set_sync_mode``), ``%gpu_fallback`` (``set_fallback``),
+``%gpu_backend`` (``use_backend``) and ``%gpu_cluster`` (``use_cluster``), all of
+:mod:`cupy_magic.session`. Every default in their help is read from the constant the code
+uses.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..run.plan import CAST_TARGETS
 from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
 from ..units import estimate
-from .arguments import parse_argstring, ran_in, syntax_message
+from .arguments import cell_usage, parse_argstring, ran_in, syntax_message
 from .cellshell import magics_see_the_cell, shown
 from .postmortem import kept_for_pdb
 from .values import device_number, interval, modes, on_off
@@ -39,8 +39,9 @@ __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
 
 @magics_class
 class GpuMagics(Magics):
-    """``%%gpu``, ``%vram_budget``, ``%vram_panel``, ``%gpu_syncs`` and ``%gpu_backend``."""
+    """``%%gpu`` and the line magics of the module docstring."""
 
+    @cell_usage
     @magic_arguments()
     @argument_group("transfer")
     @argument("--to-host", nargs="?", const="*", default=None, metavar="NAMES",
@@ -50,8 +51,9 @@ class GpuMagics(Magics):
               help=f"downcast inputs on the way in: {modes(tuple(CAST_TARGETS))}")
     @argument_group("timing")
     @argument("--warmup", action="store_true",
-              help=f"run once on the first rows of the inputs (at least "
-                   f"{WARMUP_ELEMENTS:,} elements) first, then time the real run")
+              help=f"run once first on the first rows of the longest inputs (2 rows, or "
+                   f"enough for {WARMUP_ELEMENTS:,} elements of each, or all rows if fewer), "
+                   "then time the real run")
     @argument("--timeline", action="store_true",
               help="record each batch's start and end on the device (report.batch.timeline) "
                    "and the run's phases; slows the overlap of streams a little")

@@ -19,7 +19,7 @@ from ..run.batching import DEFAULT_STREAMS
 from ..run.cell import SYNC_MODES
 from ..run.plan import CAST_TARGETS
 
-__all__ = ["parse_argstring", "ran_in", "syntax_message"]
+__all__ = ["cell_usage", "parse_argstring", "ran_in", "syntax_message"]
 
 _CELL_MAGICS = ("gpu",)
 # Each magic in use, and a value for each option that takes one: the fixes of the messages
@@ -42,6 +42,17 @@ _VALUES = {
 }
 _REPEATABLE = ("--reduce",)
 _KINDS = {"int": "a whole number", "float": "a number"}
+
+
+def cell_usage(magic_func: Any) -> Any:
+    """Write the usage line of a cell magic's help as ``%%gpu ...``: IPython writes every
+    magic's usage with one ``%``, a line magic's escape (``%gpu`` does not exist)."""
+    head, sep, rest = (magic_func.__doc__ or "").partition(f"::\n\n  %{magic_func.parser.prog} ")
+    if sep:  # the usage, up to its blank line: its wrapped lines move right by one, too
+        usage, blank, rest = rest.partition("\n\n")
+        magic_func.__doc__ = (head + sep.replace("%", "%%") + usage.replace("\n ", "\n  ")
+                              + blank + rest)
+    return magic_func
 
 
 def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
@@ -98,6 +109,8 @@ def _explain(message: str, parser: argparse.ArgumentParser, argv: list[str],
     if m := re.fullmatch(r"unrecognized arguments: (.*)", message):
         extra = m.group(1)
         if not extra.startswith("-"):
+            if stray := _stray(parser, argv, extra.split()[0], magic):
+                return stray
             if parser.prog in _CELL_MAGICS:
                 return (f"{magic} takes options only, got {extra!r}; write the code on the "
                         f"lines below the {magic} line, e.g. {example}")
@@ -131,6 +144,38 @@ def _explain(message: str, parser: argparse.ArgumentParser, argv: list[str],
         return (f"{magic} {m.group(1)} takes no value, got {m.group(1)}={m.group(2)}; "
                 f"write {magic} {m.group(1)}")
     return f"{magic} {' '.join(argv)}: {message}; e.g. {example} ({help_})"
+
+
+def _stray(parser: argparse.ArgumentParser, argv: list[str], word: str, magic: str) -> str:
+    """The message for ``word``, a value argparse took for no option, when it follows an
+    option: a flag that takes no value (``--fallback off``), or an option's value it was
+    split from (``--batch-bytes 2 GB``); "" when it follows none."""
+    for j in (j for j, w in enumerate(argv) if w == word and j > 0):
+        prev = argv[j - 1]
+        option = _option(parser, prev)
+        if option is not None and "=" not in prev \
+                and parser._option_string_actions[option].nargs == 0:
+            if option == "--fallback" and word.lower() in ("on", "off"):
+                return (f"{magic} --fallback takes no value, got --fallback {word}: it turns "
+                        "the fallback on for this cell; for the session use %gpu_fallback "
+                        f"{word.lower()} (cupy_magic.set_fallback('{word.lower()}'))")
+            return f"{magic} {option} takes no value, got {option} {word}; write {magic} {option}"
+        if option is not None and "=" in prev:
+            value = prev.partition("=")[2]
+        elif j > 1 and (option := _option(parser, argv[j - 2])) is not None \
+                and "=" not in argv[j - 2] and not prev.startswith("-") \
+                and parser._option_string_actions[option].nargs in (None, "?"):
+            value = prev
+        else:
+            continue
+        if option in ("--to-host", "--batch"):
+            fix = f"separate names with commas only: {magic} {option} {value},{word}"
+        elif option == "--batch-bytes":
+            fix = f"write the size without a space: {magic} {option} {value}{word}"
+        else:
+            fix = f"e.g. {magic} {option} {value}"
+        return f"{magic} {option} takes one value, got {value!r} and then {word!r}; {fix}"
+    return ""
 
 
 def syntax_message(exc: SyntaxError, cell: str) -> str:

@@ -34,7 +34,7 @@ from .commit import commit
 from .errors import CellError, fail, frames_freed
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import combine
+from .reduce import combine, name_a_rule, unknown_names
 from .report import InputMove, OutputInfo, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -188,17 +188,14 @@ class BatchRun:
             raise CellError(
                 f"the cell's result {name!r} is {first!r} in batch {j + 1} but {value!r} in "
                 f"batch {i + 1}: it depends on the batch, so the batches' values cannot be "
-                f"joined; name a rule, e.g. --reduce {name}=sum (rules: "
-                f"{', '.join(RULES)}), or compute it in a cell of its own")
+                f"joined; {name_a_rule(name)}")
 
     def _no_rule(self, name: str, value: Any, rows: int) -> str:
         shape = getattr(value, "shape", None)
         what = (f"{type(value).__module__.split('.')[0]} array {value.dtype} {tuple(shape)}"
                 if shape is not None else type(value).__name__)
         return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
-                f"rows, so the batches' values cannot be joined; name a rule, e.g. --reduce "
-                f"{name}=sum (rules: {', '.join(RULES)}), or compute it in a cell of "
-                "its own")
+                f"rows, so the batches' values cannot be joined; {name_a_rule(name)}")
 
     # --- the whole run ------------------------------------------------------------------
     def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:
@@ -364,8 +361,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, r
                         "remove --batch")
     unknown = [n for n in opts.reduce if n not in plan.stored]
     if unknown:
-        raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never assigns; "
-                        f"it assigns: {', '.join(sorted(plan.stored)) or 'nothing'}")
+        raise CellError(unknown_names(unknown, plan.stored))
     report.start_pool_bytes = be.pool_used()
     wall0 = time.perf_counter()
     run = (make or BatchRun)(plan, namespace, opts, names, total, dtype, be, filename)

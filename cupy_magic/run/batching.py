@@ -64,8 +64,10 @@ def select_inputs(inputs: dict[str, np.ndarray], opts: BatchOptions) -> tuple[li
         listed = ", ".join(f"{n} {a.shape}" for n, a in inputs.items()) or "none"
         for name in opts.names:
             if name not in inputs:
+                first = next(iter(inputs), "x")
                 raise CellError(f"--batch names {name!r}, which is not a NumPy input of the "
-                                f"cell; its NumPy inputs are: {listed}")
+                                f"cell (its NumPy inputs: {listed}); e.g. %%gpu --batch {first} "
+                                f"(BatchOptions(names='{first}', forced=True) from Python)")
             if inputs[name].ndim == 0:
                 raise CellError(f"--batch {name}: {name!r} is 0-d and has no rows to batch; "
                                 "batch inputs with a leading axis")
@@ -158,7 +160,8 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
             f"one row of the batched inputs needs {format_bytes(peak_row_bytes)} in the pool "
             f"(measured) and {streams} streams need {format_bytes(streams * peak_row_bytes)}, "
             f"but the budget leaves {format_bytes(free)}; try --streams 1, --dtype float32 or "
-            "a larger %vram_budget")
+            "a larger %vram_budget (BatchOptions(streams=1), dtype='float32' or "
+            "cupy_magic.set_budget from Python)")
     if fit < want:
         return min(total, fit), (f"measured {format_bytes(peak_row_bytes)} per row in the pool; "
                                  f"{streams} batches in flight fit {MARGIN:.0%} of the free budget")

@@ -32,7 +32,8 @@ class BatchOptions:
     forced
         Batch even when the inputs fit the budget.
     rows, nbytes
-        A fixed batch size in rows or in input bytes per batch (at most one of them).
+        A fixed batch size in rows or in input bytes per batch (at most one of them);
+        ``nbytes`` also takes a size as ``--batch-bytes`` writes it (``"512MB"``).
     streams
         CUDA streams (batches in flight).
     reduce
@@ -78,24 +79,29 @@ class BatchOptions:
         if self.streams > MAX_STREAMS:
             raise CellError(f"--streams {self.streams} is too many: at most {MAX_STREAMS}, "
                             "since each stream holds a batch in flight in memory; try "
-                            f"%%gpu --streams {DEFAULT_STREAMS}")
+                            f"%%gpu --streams {DEFAULT_STREAMS} "
+                            f"(BatchOptions(streams={DEFAULT_STREAMS}))")
         if self.rows is not None:
             _check_count("--batch-rows", self.rows, "100000")
+        if isinstance(self.nbytes, str):  # --batch-bytes's text, as set_budget reads it
+            object.__setattr__(self, "nbytes", _size(self.nbytes))
         if self.nbytes is not None:
             _check_count("--batch-bytes", self.nbytes, "512MB")
         if self.rows is not None and self.nbytes is not None:
             raise CellError(f"give --batch-rows ({self.rows}) or --batch-bytes "
-                            f"({format_bytes(self.nbytes)}), not both")
+                            f"({format_bytes(self.nbytes)}), not both; e.g. %%gpu --batch-rows "
+                            f"{self.rows} (BatchOptions(rows={self.rows}))")
         if not isinstance(self.reduce, dict):
             raise CellError(f"BatchOptions(reduce={short_repr(self.reduce)}) is not a dict of "
                             "result name to rule; e.g. BatchOptions(reduce={'total': 'sum'})")
         for name, rule in self.reduce.items():
             if not (isinstance(name, str) and name.isidentifier()):
                 raise CellError(f"--reduce takes NAME=RULE, got the name {short_repr(name)}; e.g. "
-                                "--reduce total=sum")
+                                "--reduce total=sum (BatchOptions(reduce={'total': 'sum'}))")
             if rule not in RULES:
                 raise CellError(f"--reduce {name}={short_repr(rule)}: unknown rule; choose one of "
-                                f"{', '.join(RULES)}, e.g. --reduce {name}=sum")
+                                f"{', '.join(RULES)}, e.g. --reduce {name}=sum "
+                                f"(BatchOptions(reduce={{{name!r}: 'sum'}}))")
 
     @property
     def requested(self) -> bool:
@@ -119,12 +125,7 @@ class BatchOptions:
         n_rows = _whole("--batch-rows", rows, "100000") if rows is not None else None
         n_bytes = None
         if nbytes is not None:
-            try:
-                n_bytes = parse_size(nbytes)
-            except SizeError as exc:
-                problem = str(exc).partition("; ")[0]
-                raise CellError(f"--batch-bytes {nbytes}: {problem}; e.g. --batch-bytes 512MB") \
-                    from None
+            n_bytes = _size(nbytes)
         n_streams = (_whole("--streams", streams, str(DEFAULT_STREAMS))
                      if streams is not None else default_streams)
         rules: dict[str, str] = {}
@@ -160,18 +161,38 @@ def split_names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
 
+# Each count's keyword of BatchOptions, for the Python form of a fix
+_KEYWORDS = {"--streams": "streams", "--batch-rows": "rows", "--batch-bytes": "nbytes"}
+
+
+def _both(flag: str, example: str) -> str:
+    """The fix in both forms: ``%%gpu --batch-rows 100000 (BatchOptions(rows=100000))``."""
+    value = repr(example) if flag == "--batch-bytes" else example
+    return f"%%gpu {flag} {example} (BatchOptions({_KEYWORDS[flag]}={value}))"
+
+
+def _size(text: str) -> int:
+    """``--batch-bytes``'s text (``"512MB"``) as bytes, or a :class:`CellError` naming it."""
+    try:
+        return parse_size(text)
+    except SizeError as exc:
+        problem = str(exc).partition("; ")[0]
+        raise CellError(f"--batch-bytes {text}: {problem}; e.g. {_both('--batch-bytes', '512MB')}"
+                        ) from None
+
+
 def _check_count(flag: str, value: object, example: str) -> None:
     """Refuse a count (streams, rows, bytes) that is no whole number of at least 1."""
     if whole(value) is None:
-        raise CellError(f"{flag} takes a whole number, got {short_repr(value)}; e.g. %%gpu {flag} "
-                        f"{example}")
+        raise CellError(f"{flag} takes a whole number, got {short_repr(value)}; e.g. "
+                        f"{_both(flag, example)}")
     if value < 1:
-        raise CellError(f"{flag} must be at least 1, got {value}; e.g. %%gpu {flag} {example}")
+        raise CellError(f"{flag} must be at least 1, got {value}; e.g. {_both(flag, example)}")
 
 
 def _whole(flag: str, text: str, example: str) -> int:
     try:
         return int(text.replace("_", ""))
     except ValueError:
-        raise CellError(f"{flag} takes a whole number, got {text!r}; e.g. %%gpu {flag} "
-                        f"{example}") from None
+        raise CellError(f"{flag} takes a whole number, got {text!r}; e.g. "
+                        f"{_both(flag, example)}") from None

@@ -214,8 +214,10 @@ def _run_remote(remote: Any, plan: CellPlan, namespace: dict[str, Any],
     __tracebackhide__ = True
     asked = [flag for flag, on in unsupported.items() if on]
     if asked:
-        raise CellError(f"{' '.join(asked)} is not available on a cluster run; drop it, or "
-                        "run the cell in this kernel with %gpu_cluster off")
+        keywords = ", ".join(f"{flag[2:]}=False" for flag in asked)
+        raise CellError(f"{' '.join(asked)} is not available on a cluster run; drop it "
+                        f"({keywords} from Python), or run the cell in this kernel with "
+                        "%gpu_cluster off (cupy_magic.use_cluster('off'))")
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     remote(plan, namespace, report, to_host=to_host, dtype=dtype, filename=filename, be=be)
     report.compat = plan.compat

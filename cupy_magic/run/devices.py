@@ -59,7 +59,8 @@ def _visible(be: Backend) -> str:
 def _numbers(spec: Any) -> tuple[str, list[int]]:
     """``(text as given, device numbers)``; a :class:`CellError` for what is none."""
     bad = CellError(f"--devices takes device numbers or {ALL}, got {spec!r}; e.g. "
-                    f"%%gpu --devices 0,1 or %%gpu --devices {ALL}")
+                    f"%%gpu --devices 0,1 or %%gpu --devices {ALL} (devices=[0, 1] or "
+                    f"'{ALL}' from Python)")
     if isinstance(spec, bool):
         raise bad
     if isinstance(spec, int):
@@ -92,12 +93,13 @@ def resolve_devices(spec: Any, be: Backend) -> tuple[int, ...]:
     if twice:
         once = ",".join(map(str, dict.fromkeys(numbers)))
         raise CellError(f"--devices {text} names device {twice[0]} twice; name each once, "
-                        f"e.g. %%gpu --devices {once}")
+                        f"e.g. %%gpu --devices {once} (devices='{once}' from Python)")
     missing = [n for n in numbers if not 0 <= n < count]
     if missing:
         keep = ",".join(str(n) for n in numbers if 0 <= n < count) or "0"
         raise CellError(f"--devices {text}: device {missing[0]} is not visible, {_visible(be)}; "
-                        f"use --devices {keep} or --devices {ALL}")
+                        f"use --devices {keep} or --devices {ALL} (devices='{keep}' or "
+                        f"'{ALL}' from Python)")
     return tuple(numbers)
 
 
@@ -111,12 +113,14 @@ def for_devices(spec: Any, batch: BatchOptions | None, remote: Any,
                         "compute the Dask array here first (x.compute())")
     if lines:
         raise CellError(f"--lines is not available with --devices {spec} (each device has its "
-                        "own clock); drop one, e.g. %%gpu --lines on one device")
+                        "own clock); drop one, e.g. %%gpu --lines on one device (lines=True "
+                        "without devices= from Python)")
     opts = batch or BatchOptions()
     if opts.timeline:
         raise CellError(f"--timeline is not available with --devices {spec} (each device's "
                         "events have their own clock); drop one, e.g. %%gpu --batch --timeline "
-                        "on one device")
+                        "on one device (BatchOptions(forced=True, timeline=True) without "
+                        "devices= from Python)")
     return replace(opts, forced=True)
 
 

@@ -147,11 +147,12 @@ def explain_oom(exc: BaseException, be: Backend, peak: int,
         head = f"{at}out of memory: {first}, against {where}"
     release = ", or cupy_magic.free_cached() to release cached blocks" if be.is_gpu else ""
     batch = ("%%gpu --batch (batches sized to the budget from the first one's peak; each "
-             "row's results must depend only on that row)" if batchable
-             else "batching the data (smaller slices per cell)")
+             "row's results must depend only on that row; batch=BatchOptions(forced=True) "
+             "from Python)" if batchable else "batching the data (smaller slices per cell)")
     return BudgetExceeded(
-        f"{head}. Try {batch}, --dtype float32, deleting "
-        f"arrays earlier cells left on the device, a larger %vram_budget{release}",
+        f"{head}. Try {batch}, --dtype float32 (dtype='float32'), deleting "
+        f"arrays earlier cells left on the device, a larger %vram_budget "
+        f"(cupy_magic.set_budget){release}",
         line=getattr(exc, "line", None), explained=True)
 
 

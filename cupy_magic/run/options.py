@@ -2,7 +2,10 @@
 
 One owner for what each option may be: the ``%%gpu`` magic passes its text through and gets
 the same one-line messages (as ``UsageError``), a Python caller gets them as
-:class:`~cupy_magic.run.errors.CellError` (a wrong kind of value: ``TypeError``).
+:class:`~cupy_magic.run.errors.CellError`, whether the value is of the wrong kind or out of
+range. ``TypeError`` is kept for what is no option: a source that is no string, a namespace
+that is no dict, a keyword ``run_cell`` does not take. A message that the magic and Python
+share names the fix in both forms: ``e.g. --to-host y (to_host=['y'] from Python)``.
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from ..units import short_repr
 from .batching import BatchOptions
 from .batchoptions import split_names
 from .compiled import SHOWS
 from .errors import CellError
+from .plan import CAST_TARGETS
 
-__all__ = ["SYNC_MODES", "check_options", "check_sync_mode", "check_unknown", "to_host_names"]
+__all__ = ["SYNC_MODES", "cast_name", "check_options", "check_sync_mode", "check_unknown",
+           "to_host_names"]
 
 SYNC_MODES = ("warn", "error", "off")  # run_cell(syncs=...), %%gpu --syncs, %gpu_syncs
 
@@ -34,9 +41,8 @@ def to_host_names(value: Any) -> bool | list[str]:
     Raises
     ------
     CellError
-        For a string that is no list of names.
-    TypeError
-        For a value that is neither a flag, a string nor names.
+        For a string that is no list of names, or a value that is neither a flag, a string
+        nor names.
     """
     if isinstance(value, bool):
         return value
@@ -47,11 +53,11 @@ def to_host_names(value: Any) -> bool | list[str]:
         if not names or any(not n.isidentifier() for n in names):
             raise CellError(f"--to-host takes comma-separated variable names, got "
                             f"{short_repr(value)}; "
-                            "e.g. %%gpu --to-host y,total")
+                            "e.g. --to-host y,total (to_host='y,total' from Python)")
         return names
     names = list(value) if isinstance(value, Iterable) else None
     if names is None or not all(isinstance(n, str) and n.isidentifier() for n in names):
-        raise TypeError(f"to_host={short_repr(value)} is not True, False or variable names; e.g. "
+        raise CellError(f"to_host={short_repr(value)} is not True, False or variable names; e.g. "
                         f"{_EXAMPLE}, to_host=['y'])")
     return names
 
@@ -67,10 +73,9 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
     Raises
     ------
     TypeError
-        For a source that is no string, a namespace that is no dict, or an option that is
-        not of its kind.
+        For a source that is no string or a namespace that is no dict.
     CellError
-        For a ``syncs`` that is no mode.
+        For an option whose value is not of its kind or not one it takes.
     """
     if not isinstance(source, str):
         raise TypeError(f"source={short_repr(source)} is not the cell's code as a string; e.g. "
@@ -83,23 +88,23 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
             raise CellError(f"{name}={short_repr(value)} is not True or False; e.g. {_EXAMPLE}, "
                             f"{name}=True)")
     if fallback is not None and not isinstance(fallback, bool):
-        raise TypeError(f"fallback={short_repr(fallback)} is not True, False or None (the "
+        raise CellError(f"fallback={short_repr(fallback)} is not True, False or None (the "
                         "session's "
                         f"setting); e.g. {_EXAMPLE}, fallback=True)")
     if syncs is not None:
         check_sync_mode(syncs, cell=True)
     if batch is not None and not isinstance(batch, BatchOptions):
-        raise TypeError(f"batch={short_repr(batch)} is not a BatchOptions; e.g. {_EXAMPLE}, "
+        raise CellError(f"batch={short_repr(batch)} is not a BatchOptions; e.g. {_EXAMPLE}, "
                         "batch=cupy_magic.BatchOptions(forced=True))")
     for name, value in (("filename", filename), ("label", label)):
         if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name}={short_repr(value)} is not a string; e.g. {_EXAMPLE}, "
+            raise CellError(f"{name}={short_repr(value)} is not a string; e.g. {_EXAMPLE}, "
                             f"{name}='In [3]')")
     if not (isinstance(shows, str) and shows in SHOWS):
         raise CellError(f"shows={short_repr(shows)} is not one of {', '.join(SHOWS)}; e.g. "
                         f"{_EXAMPLE}, shows='last_expr')")
     if compiler is not None and not isinstance(compiler, codeop.Compile):
-        raise TypeError(f"compiler={short_repr(compiler)} is not a codeop.Compile; give none, or "
+        raise CellError(f"compiler={short_repr(compiler)} is not a codeop.Compile; give none, or "
                         "IPython's get_ipython().compile")
 
 
@@ -113,9 +118,24 @@ def check_sync_mode(mode: Any, *, cell: bool = False) -> str:
     if cell:
         shown = mode if isinstance(mode, str) and mode.strip() == mode != "" \
             else short_repr(mode)
-        raise CellError(f"--syncs {shown} is not a mode; use --syncs {listed}")
+        raise CellError(f"--syncs {shown} is not a mode; use --syncs {listed} "
+                        f"(syncs='{SYNC_MODES[0]}' from Python)")
     raise CellError(f"unknown sync mode {short_repr(mode)}; use %gpu_syncs {listed} "
                     f"(cupy_magic.set_sync_mode('{SYNC_MODES[0]}'))")
+
+
+def cast_name(dtype: Any) -> Any:
+    """``dtype`` as the name ``--dtype`` takes when it is a NumPy type or dtype of one
+    (``np.float32``, ``np.dtype('float16')``: ``"float32"``, ``"float16"``); any other
+    value as given, for :func:`~cupy_magic.run.plan.plan_cell` to refuse after the cell's
+    syntax is checked."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    try:
+        named = np.dtype(dtype).name
+    except (TypeError, ValueError):
+        return dtype
+    return named if named in CAST_TARGETS else dtype
 
 
 def check_unknown(options: dict[str, Any], known: Iterable[str]) -> None:

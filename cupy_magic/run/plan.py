@@ -32,7 +32,7 @@ from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
 from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
-from ..units import dtype_name, format_bytes
+from ..units import dtype_name, format_bytes, short_repr
 from .batching import BatchOptions
 from .compiled import compile_cell
 from .errors import CellError
@@ -185,8 +185,9 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
     missing = [n for n in to_host if n not in names.assigned | names.mutated]
     if missing:
         assigned = sorted(names.assigned)
-        fix = (f"name one it assigns ({', '.join(assigned)}), e.g. %%gpu --to-host "
-               f"{assigned[0]}" if assigned else "the cell assigns nothing: drop --to-host")
+        fix = (f"name one it assigns ({', '.join(assigned)}), e.g. --to-host {assigned[0]} "
+               f"(to_host=['{assigned[0]}'] from Python)" if assigned
+               else "the cell assigns nothing: drop --to-host (to_host from Python)")
         raise CellError(f"--to-host names {', '.join(missing)}, which the cell never assigns; "
                         f"{fix}")
 
@@ -211,8 +212,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                             shows=shows)
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
-        raise CellError(f"--dtype {dtype!r} is not supported; use "
-                        f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)}")
+        raise CellError(f"--dtype {short_repr(dtype)} is not supported; use "
+                        f"{' or '.join('--dtype ' + d for d in CAST_TARGETS)} "
+                        "(dtype='float32' or np.float32 from Python)")
     _check_to_host(to_host, names)
     # the names bound to NumPy, scanned in C (a notebook's namespace holds thousands)
     numpy_names = set(compress(namespace.keys(), map(is_, namespace.values(), repeat(np))))
@@ -321,12 +323,14 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
         return
     need, free = short
     sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
-    hint = "" if dtype else ", --dtype float32 to halve float64 inputs"
+    hint = "" if dtype else (", --dtype float32 (dtype='float32' from Python) to halve float64 "
+                             "inputs")
     # The words of the report (report.py): on the CPU fallback the budget is one of host
     # memory, and there are no cached blocks to release.
-    budget, last = (("VRAM budget", ", a larger %vram_budget, or releasing cached blocks "
-                     "(cupy_magic.free_cached())") if be.is_gpu
-                    else ("memory budget (host)", " or a larger %vram_budget"))
+    budget, last = (("VRAM budget", ", a larger %vram_budget (cupy_magic.set_budget), or "
+                     "releasing cached blocks (cupy_magic.free_cached())") if be.is_gpu
+                    else ("memory budget (host)",
+                          " or a larger %vram_budget (cupy_magic.set_budget)"))
     raise BudgetExceeded(
         f"the cell's inputs {sizes} need {format_bytes(need)} but the {budget} "
         f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}; try batching the "

@@ -7,9 +7,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RULES", "combine"]
+__all__ = ["RULES", "combine", "name_a_rule", "unknown_names"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
+
+
+def name_a_rule(name: str) -> str:
+    """The fix for result ``name`` that the batches (or blocks) cannot join, in both forms."""
+    return (f"name a rule, e.g. --reduce {name}=sum (BatchOptions(reduce={{{name!r}: 'sum'}}) "
+            f"from Python; rules: {', '.join(RULES)}), or compute it in a cell of its own")
+
+
+def unknown_names(unknown: list[str], stored: Any) -> str:
+    """The message refusing ``--reduce`` rules for ``unknown``, names the cell never
+    assigns (it assigns ``stored``)."""
+    return (f"--reduce names {', '.join(unknown)}, which the cell never assigns (it assigns: "
+            f"{', '.join(sorted(stored)) or 'nothing'}); give only names it assigns: drop "
+            "them from --reduce (from BatchOptions(reduce=...) in Python)")
 
 
 def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:

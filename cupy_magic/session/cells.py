@@ -17,7 +17,7 @@ from ..run.batching import DEFAULT_STREAMS, BatchOptions
 from ..run.cell import CellOutcome
 from ..run.cell import run_cell as _run_cell
 from ..run.errors import CellError
-from ..run.options import check_options, check_unknown, to_host_names
+from ..run.options import cast_name, check_options, check_unknown, to_host_names
 from ..run.report import RunReport
 from ..view import panel as _panel
 from ..view import progressbar
@@ -53,7 +53,8 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         those; ``False`` (default) leaves results on the device.
     dtype
         ``"float32"`` downcasts float64 (and complex128) inputs on the way in; ``"float16"``
-        downcasts float64 and float32 inputs.
+        downcasts float64 and float32 inputs. A NumPy type or dtype of them
+        (``np.float32``, ``np.dtype("float16")``) means the same.
     warmup
         Run the cell once on the first rows of its longest inputs first (kernel compilation,
         pool growth), and time only the real run. The cell runs twice, so its side effects
@@ -123,12 +124,15 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
     Raises
     ------
     TypeError
-        For an option ``run_cell`` does not take, or a value of the wrong kind (a source
-        that is no string, a namespace that is no dict, ``batch`` that is no
-        :class:`~cupy_magic.run.batching.BatchOptions`), before anything runs.
+        For an option ``run_cell`` does not take, a source that is no string or a namespace
+        that is no dict, before anything runs.
     cupy_magic.run.errors.CellError
-        For inputs CuPy cannot hold or options that do not fit the cell (a device that is
-        not visible, ``devices`` with ``cluster``, a flag that is not ``True`` or ``False``).
+        For any option value it cannot take, of the wrong kind or out of range
+        (``fallback='off'``, ``warmup='yes'``, ``syncs=True``, ``batch`` that is no
+        :class:`~cupy_magic.run.batching.BatchOptions`, a ``dtype`` other than float32 or
+        float16), before anything runs; for inputs CuPy cannot hold or options that do not
+        fit the cell (a device that is not visible, ``devices`` with ``cluster``). Its
+        message names the fix in both forms (``--to-host y (to_host=['y'] from Python)``).
     cupy_magic.backend.BudgetExceeded
         When the inputs or the cell's allocations do not fit the VRAM budget (of a device,
         with ``devices``).
@@ -178,7 +182,7 @@ def run_cell_outcome(
                   filename=filename, label=label, compiler=compiler, shows=shows,
                   warmup=warmup,
                   panel=panel, lines=lines, nvtx=nvtx, cluster=cluster)
-    to_host = to_host_names(to_host)
+    to_host, dtype = to_host_names(to_host), cast_name(dtype)
     syncs = settings().syncs if syncs is None else syncs
     if batch is None and settings().streams != DEFAULT_STREAMS:
         batch = BatchOptions(streams=settings().streams, streams_given=False)

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import backend as _backend
 from ..backend import BudgetSpec, PoolStats, parse_budget
+from ..backend.budget import MIN_BARE_BYTES, small_budget
 from ..holders import account as _holders
 from ..holders.free import FreeResult, shell_copies
 from ..holders.free import free as _free
@@ -63,20 +64,23 @@ class BudgetStatus(PoolStats):
         p.text(str(self))
 
 
-def _device(device: int | None, be: Any) -> int:
-    """``device`` checked against the devices of the host (``None``: the home device)."""
+def _device(device: int | None, be: Any, status: bool = False) -> int:
+    """``device`` checked against the devices of the host (``None``: the home device);
+    ``status``: the fix shows the budget (:func:`budget_status`) rather than sets it."""
+    magic, call = (("%vram_budget --device 0", "budget_status(device=0)") if status
+                   else ("%vram_budget 8GB --device 0", "set_budget('8GB', device=0)"))
     if device is None:
         return int(be.home)
     count = be.device_count()
     number = whole(device)
     if number is None:
         raise ValueError(f"device={short_repr(device)} is not a device number; e.g. "
-                         "cupy_magic.set_budget('8GB', device=0)")
+                         f"cupy_magic.{call}")
     device = number
     if not 0 <= device < count:
         raise ValueError(f"--device {device} is not a visible device: there "
                          f"{'is 1' if count == 1 else f'are {count}'} (0 to {count - 1}); "
-                         "e.g. %vram_budget 8GB --device 0")
+                         f"e.g. {magic} ({call} from Python)")
     return device
 
 
@@ -90,7 +94,7 @@ def budget_status(device: int | None = None) -> BudgetStatus:
     """Return the budget, pool used/held and device used/total of ``device`` (default: the
     home device, with a line for each other device of the host in ``others``)."""
     be = _backend.current()
-    home = _device(device, be)
+    home = _device(device, be, status=True)
     status = _status(be, home)
     if device is None and be.device_count() > 1:
         others = tuple(_other(be, d) for d in range(be.device_count()) if d != home)
@@ -114,8 +118,10 @@ def set_budget(budget: str | int | None, device: int | None = None) -> BudgetSta
     Parameters
     ----------
     budget
-        ``"8GB"``, ``"1.5GiB"``, ``"512MB"``, ``"50%"``, ``"0.5"`` (a fraction of the device)
-        or a number of bytes.
+        ``"8GB"``, ``"1.5GiB"``, ``"512MB"``, ``"50%"``, ``"0.5"`` or ``0.5`` (a fraction of
+        the device), or a whole number of bytes (an ``int`` or NumPy integer; under 1 MiB it
+        is refused as a size missing its unit: ``set_budget(8)`` asks whether ``'8GB'`` was
+        meant, ``'8B'`` is 8 bytes).
     device
         The device whose budget to set (``%vram_budget 8GB --device 1``); ``None`` (default)
         sets the same budget on every device of the host, each share resolved against its
@@ -124,7 +130,8 @@ def set_budget(budget: str | int | None, device: int | None = None) -> BudgetSta
     Raises
     ------
     cupy_magic.units.SizeError
-        For a value that cannot be read, is not positive, or exceeds the device.
+        For a value that cannot be read, is not positive, exceeds the device, or is a
+        whole number of bytes under 1 MiB.
     ValueError
         For a ``device`` that is not visible.
     """
@@ -133,8 +140,10 @@ def set_budget(budget: str | int | None, device: int | None = None) -> BudgetSta
     if budget is None or (isinstance(budget, str) and budget.strip().lower() == "off"):
         specs: dict[int, BudgetSpec | None] = dict.fromkeys(targets)
     else:
-        text = f"{budget}B" if isinstance(budget, int) and not isinstance(budget, bool) \
-            else budget
+        number = whole(budget)  # an int or NumPy integer: bytes, as 8GB's 8000000000
+        if number is not None and 0 <= number < MIN_BARE_BYTES:
+            raise SizeError(small_budget(number, min(be.device_total(d) for d in targets)))
+        text = budget if number is None else f"{number}B"
         specs = {d: parse_budget(str(text), be.device_total(d)) for d in targets}
     for d, spec in specs.items():
         be.set_budget(spec, d)
@@ -171,16 +180,18 @@ def _shell() -> Any:
     return ipython.get_ipython() if ipython is not None else None
 
 
-def _namespace(namespace: dict[str, Any] | None) -> dict[str, Any]:
+def _namespace(namespace: dict[str, Any] | None, call: str = "vram_holders(globals())"
+               ) -> dict[str, Any]:
+    """``namespace``, or the IPython shell's; ``call``: the fix, as the caller is called."""
     if isinstance(namespace, dict):
         return namespace
     if namespace is not None:
         raise TypeError(f"namespace={short_repr(namespace)} is not a dict of your "
-                        "variables; e.g. cupy_magic.vram_holders(globals())")
+                        f"variables; e.g. cupy_magic.{call}")
     shell = _shell()
     if shell is None:
-        raise ValueError("no IPython shell is running; pass your namespace, e.g. "
-                         "cupy_magic.vram_holders(globals())")
+        raise ValueError(f"no IPython shell is running; pass your namespace, e.g. "
+                         f"cupy_magic.{call}")
     return shell.user_ns
 
 
@@ -205,7 +216,7 @@ def vram_free(targets: str | Iterable[str],
     if names is None or not all(isinstance(n, str) for n in names):
         raise TypeError(f"vram_free({short_repr(targets)}): give names as a string or a list "
                         "of strings; e.g. cupy_magic.vram_free('y, Out')")
-    ns, shell = _namespace(namespace), _shell()
+    ns, shell = _namespace(namespace, f"vram_free({short_repr(targets)}, globals())"), _shell()
     be = _backend.current()
 
     copies = shell_copies(shell, be) if shell is not None and ns is shell.user_ns else None

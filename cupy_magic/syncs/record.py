@@ -44,7 +44,7 @@ class HostSyncError(RuntimeError):
         self.code = code
         super().__init__(
             f"possible host sync at cell line {line}: `{code}` (--syncs error stops at the first"
-            " one; use --syncs warn to run the cell and count them)"
+            " one; use --syncs warn (syncs='warn' from Python) to run the cell and count them)"
         )
 
 

@@ -171,8 +171,9 @@ def test_over_budget_names_the_largest_holders_and_the_command(fresh):
         ip.run_line_magic("vram_budget", "off")
     message = str(result.error_in_exec)
     assert isinstance(result.error_in_exec, MemoryError)
-    assert "Held now: big holds 6.00 MiB (%vram_who --free big)" in message
-    assert "holds 4.00 MiB (%vram_who --free Out)" in message
+    assert ("Held now: big holds 6.00 MiB (%vram_who --free big; vram_free('big') from Python)"
+            in message)
+    assert "holds 4.00 MiB (%vram_who --free Out; vram_free('Out') from Python)" in message
     assert "mid holds 3.00 MiB" in message
 
 

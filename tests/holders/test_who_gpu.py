@@ -73,4 +73,5 @@ def test_out_of_memory_names_the_holder_and_the_command(on_gpu):
         result = ip.run_cell("%%gpu --quiet\nmore = np.ones(2**28, dtype=np.float32) + 1")
     finally:
         ip.run_line_magic("vram_budget", "off")
-    assert "Held now: keep holds 1.00 GiB (%vram_who --free keep)" in str(result.error_in_exec)
+    assert ("Held now: keep holds 1.00 GiB (%vram_who --free keep; vram_free('keep') from "
+            "Python)") in str(result.error_in_exec)

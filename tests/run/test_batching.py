@@ -53,7 +53,8 @@ def test_parse_defaults_and_lists():
                                 "--streams 3"]),
     ({"streams": "10**23"}, ["'10**23'", "--streams 3"]),
     ({"reduce": ["total=sum", "total=max"]}, ["two rules, sum and max", "--reduce total=sum"]),
-    ({"nbytes": "0"}, ["--batch-bytes 0", "more than 0 bytes; e.g. --batch-bytes 512MB"]),
+    ({"nbytes": "0"}, ["--batch-bytes 0", "more than 0 bytes; e.g. %%gpu --batch-bytes 512MB "
+                                          "(BatchOptions(nbytes='512MB'))"]),
 ])
 def test_bad_options_name_the_value_and_the_fix(kwargs, words):
     with pytest.raises(CellError) as info:

@@ -132,6 +132,6 @@ def test_row_wise_and_reduced_cells_still_batch_on_their_own_and_equal_numpy(ip,
 
 def test_from_python_the_refusal_is_a_cell_error(ip, small):
     ns = {"np": np, "x": small}
-    with pytest.raises(cupy_magic.CellError, match="line 1 `z = x - x.mean\\(\\)`"):
+    with pytest.raises(cupy_magic.CellError, match=r"line 1 `z = x - x.mean\(\)`"):
         cupy_magic.run_cell("z = x - x.mean()", ns, syncs="off")
     assert "z" not in ns
