@@ -67,15 +67,16 @@ def load_ipython_extension(ip: Any) -> None:
     from .magics.postmortem import watch_debugger
     from .view import panel
 
-    settings = config.use_config(ip.config)
-    session.apply_settings()
+    # a setting that is refused stays at its default, in one line, and the magics load
+    settings, problems = config.use_config_leniently(ip.config)
+    problems += session.apply_settings()
     ip.register_magics(GpuMagics)
     panel.watch_cells(ip)  # the panels' "held by" section, refreshed after each cell
     watch_debugger(ip)  # %debug after a %%gpu cell that freed its frames says so
     if settings not in ip.configurables:
         ip.configurables.append(settings)
     lifecycle.on_unload(session.reset)
-    print(session.describe_device())
+    print("\n".join([*problems, session.describe_device()]))
 
 
 def unload_ipython_extension(ip: Any) -> None:

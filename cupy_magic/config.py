@@ -11,27 +11,32 @@ a launcher forces the CPU fallback). Defaults are read from the constants the co
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
+from traitlets.config.loader import DeferredConfig
 
+from .backend import parse_budget
 from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 from .run.batching import DEFAULT_STREAMS, MAX_STREAMS
 from .run.cell import SYNC_MODES
 
-__all__ = ["BACKENDS", "CupyMagic", "settings", "use_config"]
+__all__ = ["BACKENDS", "CupyMagic", "settings", "use_config", "use_config_leniently"]
 
 BACKENDS = ("cupy", "host")
 ENV_BACKEND = "CUPY_MAGIC_BACKEND"
 FALLBACK_DEFAULT = False  # %%gpu --fallback off unless asked
+_ANY_DEVICE = 1 << 62  # a device size no budget exceeds: checks how a budget reads, not its size
 
 
 class CupyMagic(Configurable):
     """Settings of ``cupy_magic``, read from IPython's configuration at load."""
 
-    budget = Unicode("", help="VRAM budget applied at load: 8GB, 1.5GiB, 80%, 0.5, or empty "
-                              "for none (%vram_budget changes it later)").tag(config=True)
+    budget = Unicode("", help="VRAM budget: 8GB, 1.5GiB, 80%, 0.5, or empty (or off) for none; "
+                              "applied at load, and at once by %config while the extension "
+                              "runs (%vram_budget changes it too)").tag(config=True)
     syncs = Enum(SYNC_MODES, default_value=SYNC_MODES[0],
                  help="default --syncs mode of %%gpu cells (%gpu_syncs changes it)"
                  ).tag(config=True)
@@ -44,6 +49,24 @@ class CupyMagic(Configurable):
                            ).tag(config=True)
     fallback = Bool(FALLBACK_DEFAULT, help="run with NumPy the calls CuPy cannot run, as "
                     "%%gpu --fallback does (%gpu_fallback changes it)").tag(config=True)
+
+    # While the extension runs, how a new budget is put in force (cupy_magic.set_budget, set
+    # by the session at load): %config CupyMagic.budget = "8GB" then acts at once.
+    budget_hook: Callable[[str | None], Any] | None = None
+
+    @validate("budget")
+    def _check_budget(self, proposal: Any) -> str:
+        value = proposal["value"].strip()
+        budget = None if value.lower() in ("", "off") else value
+        try:
+            if self.budget_hook is not None:
+                self.budget_hook(budget)  # checked against the devices, and in force
+            elif budget is not None:
+                parse_budget(budget, _ANY_DEVICE)  # at load: read only
+        except ValueError as exc:  # SizeError is one
+            raise TraitError(f"CupyMagic.budget = {value!r} is not a budget: {exc}; e.g. "
+                             'c.CupyMagic.budget = "8GB" (or "" for none)') from None
+        return value
 
     @validate("streams")
     def _check_streams(self, proposal: Any) -> int:
@@ -80,6 +103,39 @@ def use_config(config: Any = None) -> CupyMagic:
     global _settings
     _settings = CupyMagic(config=config) if config is not None else CupyMagic()
     return _settings
+
+
+def use_config_leniently(config: Any) -> tuple[CupyMagic, list[str]]:
+    """Like :func:`use_config`, but a setting whose value is refused stays at its default.
+
+    Returns
+    -------
+    tuple
+        The live settings, and one line per refused setting naming it, why and the fix.
+    """
+    global _settings
+    try:
+        return use_config(config), []
+    except TraitError:
+        pass
+    _settings = CupyMagic()
+    problems = []
+    section = config.get("CupyMagic", {}) if config is not None else {}
+    traits = CupyMagic.class_traits(config=True)
+    for name in sorted(set(section) & set(traits)):
+        value = section[name]
+        try:
+            if isinstance(value, DeferredConfig):  # from the command line: text until now
+                value = value.get_value(traits[name])
+            setattr(_settings, name, value)
+        except TraitError as exc:
+            why = str(exc).strip().rstrip(".")
+            if f"CupyMagic.{name}" not in why:  # traitlets' own words for a wrong kind
+                why = f"c.CupyMagic.{name} = {value!r}: {why}"
+            default = traits[name].default_value
+            shown = repr(default) if default != "" else "off"
+            problems.append(f"cupy_magic: {why}; {name} stays at its default, {shown}")
+    return _settings, problems
 
 
 def settings() -> CupyMagic:

@@ -2135,7 +2135,8 @@ def nb05():
         (`np.nanmean(x, where=...)`), and string and date dtypes. A cell that calls one stops there
         with one line: the function, the cell line, why, and the CuPy way to write it. (Python
         lists passed where NumPy takes an array need nothing: they are moved to the device and
-        the report counts them.) This cell is meant to fail:
+        the report counts them.) This cell is meant to fail (where CuPy is not installed, the
+        load line says that CuPy's limits are not checked, and it runs):
         '''),
         fails('''
         %%gpu
@@ -2183,9 +2184,13 @@ def nb05():
         code('''
         r_fb = best_run("roots = np.emath.sqrt(v)", fallback=True, key="wall_seconds")
         r_cp = best_run("roots = np.sqrt(v.astype(np.complex64))", key="wall_seconds")
-        row = r_fb.fallbacks[0]
-        print(f"{row.function} on line {row.line}: {row.calls} call, {row.to_host_bytes / 2**20:.0f} MiB "
-              f"to the host, {row.to_device_bytes / 2**20:.0f} MiB back, {row.seconds * 1e3:.2f} ms in the call")
+        if r_fb.fallbacks:
+            row = r_fb.fallbacks[0]
+            print(f"{row.function} on line {row.line}: {row.calls} call, {row.to_host_bytes / 2**20:.0f} MiB "
+                  f"to the host, {row.to_device_bytes / 2**20:.0f} MiB back, {row.seconds * 1e3:.2f} ms in the call")
+        else:  # without CuPy nothing is known to be missing, so nothing fell back
+            print("no fallback row: CuPy is not installed here, so np.emath.sqrt ran as NumPy's; "
+                  "pip install cupy-cuda13x (cupy-cuda12x for CUDA 12) checks cells against CuPy, without a GPU too")
         print(f"with --fallback {r_fb.wall_seconds * 1e3:.2f} ms; the CuPy way {r_cp.wall_seconds * 1e3:.2f} ms: "
               f"the fallback takes {r_fb.wall_seconds / r_cp.wall_seconds:.1f}x as long ({info.name})")
         '''),
@@ -2570,14 +2575,40 @@ NOTEBOOKS = {
 }
 
 
+def _keep_outputs(nb, old) -> None:
+    """Give ``nb``'s code cells the outputs of ``old``'s cells with the same source, in order."""
+    runs = {}
+    for cell in old.cells:
+        if cell.cell_type == "code":
+            runs.setdefault(cell.source, []).append(cell)
+    for cell in nb.cells:
+        done = runs.get(cell.source) if cell.cell_type == "code" else None
+        if done:
+            ran = done.pop(0)
+            cell.outputs, cell.execution_count = ran.outputs, ran.execution_count
+            if "execution" in ran.metadata:  # when it ran
+                cell.metadata["execution"] = ran.metadata["execution"]
+    for key, value in old.metadata.items():  # what the run added: language_info, widgets
+        if key != "kernelspec":
+            nb.metadata[key] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent
                         / "notebooks")
+    parser.add_argument("--keep-outputs", action="store_true",
+                        help="keep the outputs of the notebooks already in --out for the "
+                             "cells whose source did not change (the others get none)")
+    parser.add_argument("names", nargs="*", help="notebooks to write (default: all)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, build in NOTEBOOKS.items():
+        if args.names and name not in args.names:
+            continue
         nb = build()
+        if args.keep_outputs and (args.out / name).is_file():
+            _keep_outputs(nb, nbformat.read(args.out / name, as_version=4))
         nbformat.validate(nb)
         nbformat.write(nb, args.out / name)
         print("wrote", args.out / name)

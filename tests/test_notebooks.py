@@ -60,3 +60,32 @@ def test_committed_outputs_come_from_a_gpu_and_say_when(path):
         pytest.skip(f"{path.name} has no outputs yet (written by the script, not run)")
     assert "NVIDIA" in text and "CPU (NumPy)" not in text
     assert re.search(r"\b20\d\d-\d\d-\d\d\b", text)
+
+
+def test_keep_outputs_rewrites_unchanged_notebooks_byte_for_byte(tmp_path):
+    """``make_notebooks.py --keep-outputs`` keeps the committed (GPU) outputs of the cells
+    whose source did not change, so editing one cell does not drop a notebook's outputs."""
+    for path in NOTEBOOKS:
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    assert _maker().main(["--keep-outputs", "--out", str(tmp_path)]) == 0
+    for path in NOTEBOOKS:
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.kernel
+def test_run_notebooks_names_a_failure_in_plain_text(tmp_path):
+    """The FAILED line gives the error's last line without the traceback's colour codes."""
+    import subprocess
+    import sys
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = [1]\nx[3]")]
+    nbformat.write(nb, tmp_path / "bad.ipynb")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "run-notebooks"), "--out",
+                           str(tmp_path / "out"), str(tmp_path / "bad.ipynb")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    failed = done.stdout.splitlines()
+    assert failed[0].startswith("FAILED") and failed[1].strip() == \
+        "IndexError: list index out of range"
+    assert "\x1b" not in done.stdout

@@ -196,6 +196,9 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
         cluster, kind = _start_local(be, n_workers)
         _state.update(cluster=cluster, client=_distributed().Client(cluster), kind=kind,
                       owned=True)
+        from .plugin import QuietPlugin  # its workers share this terminal: no block's log
+
+        _state["client"].register_plugin(QuietPlugin(), name=QuietPlugin.name)
     else:
         joined, kind = _join(target, timeout)
         _state.update(client=joined, kind=kind, owned=joined is not target)

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy
 
-__all__ = ["MISSING", "UNSUPPORTED_KINDS", "CallSpec", "call_spec", "numpy_module",
-           "reference_module"]
+__all__ = ["MISSING", "UNSUPPORTED_KINDS", "CallSpec", "call_spec", "input_refusal",
+           "numpy_module", "reference_module"]
 
 MISSING: Any = object()
 # dtype kinds CuPy cannot hold: object, strings, void, datetimes.
@@ -76,6 +76,42 @@ class CallSpec:
     def options(self) -> dict[str, Any]:
         """``missing_options`` as a dict (made once: it is read on every call with keywords)."""
         return dict(self.missing_options)
+
+
+_UNITS = {"Y": "years", "M": "months", "W": "weeks", "D": "days", "h": "hours",
+          "m": "minutes", "s": "seconds", "ms": "milliseconds", "us": "microseconds",
+          "ns": "nanoseconds", "ps": "picoseconds", "fs": "femtoseconds", "as": "attoseconds"}
+
+
+def input_refusal(name: str, dtype: numpy.dtype) -> str:
+    """Why an input array of ``dtype`` cannot go to CuPy, with the fix; ``""`` when it can.
+
+    CuPy holds numbers and booleans up to float64 and complex128: not objects, strings,
+    structured records, dates, or NumPy's extended precision (``np.longdouble``).
+    """
+    head = f"input {name!r} is a NumPy array of dtype {dtype}, which CuPy cannot hold"
+    if dtype.names:
+        first = dtype.names[0]
+        return (f"{head} (a structured array); pass its fields as arrays of their own, e.g. "
+                f"{name}_{first} = {name}[{first!r}], or keep it out of the %%gpu cell")
+    if dtype.kind in "Mm":
+        unit, _ = numpy.datetime_data(dtype)
+        what = _UNITS.get(unit, f"steps of {unit}")
+        counts = (f"a count of {what} since 1970-01-01" if dtype.kind == "M"
+                  else f"a count of {what}")
+        if unit == "generic":
+            counts = "a plain count, with no unit"
+        return (f"{head}; pass it as numbers, e.g. {name} = {name}.astype('int64') ({counts}; "
+                "NaT becomes the smallest int64), or keep it out of the %%gpu cell")
+    if (dtype.kind == "f" and dtype.itemsize > 8) or (dtype.kind == "c" and dtype.itemsize > 16):
+        wide = "np.float64" if dtype.kind == "f" else "np.complex128"
+        return (f"{head} (CuPy has no extended precision); convert it first (e.g. {name} = "
+                f"{name}.astype({wide}), which rounds to double precision) or keep it out of "
+                "the %%gpu cell")
+    if dtype.kind in UNSUPPORTED_KINDS:
+        return (f"{head}; convert it first (e.g. {name} = {name}.astype(float)) or keep it out "
+                "of the %%gpu cell")
+    return ""
 
 
 @functools.cache

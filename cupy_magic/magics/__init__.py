@@ -287,7 +287,9 @@ class GpuMagics(Magics):
         if args.mode is not None and args.mode not in ("on", "off"):
             raise UsageError(f"%gpu_fallback takes on or off, got {args.mode!r}; e.g. "
                              "%gpu_fallback on")
-        return on_off(session.set_fallback(args.mode))
+        note = session.unchecked_note()  # without CuPy no call is found to stop or fall back
+        return on_off(session.set_fallback(args.mode)) + (f" (CuPy is not installed: {note})"
+                                                          if note else "")
 
     @magic_arguments()
     @argument("--free", default=None, metavar="WHAT",

@@ -232,9 +232,9 @@ class BatchPlan:
         out = [f"  batch {both} over the leading axis ({self.total_rows:,} rows, "
                f"{format_bytes(self.row_bytes * self.total_rows)}): {self.reason}",
                f"  batch relies on: {PROMISE}",
-               f"  batch plan: first batch {self.first_rows:,} rows (measured "
-               f"{format_bytes(self.peak_row_bytes)}/row peak {pool}), then "
-               f"{self.rows:,} rows per batch; {lanes}; sized by "
+               f"  batch plan: first batch {self.first_rows:,} row{'s' * (self.first_rows != 1)}"
+               f" (measured {format_bytes(self.peak_row_bytes)}/row peak {pool}), then "
+               f"{self.rows:,} row{'s' * (self.rows != 1)} per batch; {lanes}; sized by "
                f"{self.sized_by.replace('in the pool', pool)}"]
         if self.shared:
             once = "copied once" if host else "uploaded once"

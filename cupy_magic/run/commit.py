@@ -33,6 +33,8 @@ def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
     if isinstance(value, np.ndarray):
         return f"numpy.ndarray {dtype_text(value.dtype)} {value.shape}", "host", \
             int(value.nbytes)
+    if isinstance(value, np.generic):  # a NumPy reduction's result on the CPU fallback
+        return f"numpy.{type(value).__name__}", "python", 0
     return type(value).__name__, "python", 0
 
 

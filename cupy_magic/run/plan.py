@@ -30,6 +30,7 @@ from ..compat.generator import checked_generator
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
+from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
 from ..units import dtype_name, format_bytes, short_repr
 from .batching import BatchOptions
@@ -170,12 +171,9 @@ def _check_input(name: str, arr: np.ndarray) -> None:
             f"input {name!r} is a np.matrix, whose * is the matrix product; CuPy has no "
             f"matrix class, so {name} * {name} would silently become element-wise: pass "
             f"{name} = np.asarray({name}) and write {name} @ {name} for the matrix product")
-    if arr.dtype.kind in "OUSVMm":
-        raise CellError(
-            f"input {name!r} is a NumPy array of dtype {arr.dtype}, which CuPy cannot hold; "
-            f"convert it first (e.g. {name} = {name}.astype(float)) or keep it out of the "
-            "%%gpu cell"
-        )
+    refusal = input_refusal(name, arr.dtype)  # objects, strings, records, dates, float128
+    if refusal:
+        raise CellError(refusal)
     if isinstance(arr, np.ma.MaskedArray):
         raise CellError(f"input {name!r} is a masked array; CuPy has none: pass "
                         f"{name}.filled(fill_value) and a separate mask")

@@ -178,6 +178,8 @@ class RunReport:
     @staticmethod
     def _output_text(o: OutputInfo) -> str:
         size = f", {format_bytes(o.nbytes)}" if o.nbytes else ""
+        if o.where == "python" and o.kind.startswith("numpy."):
+            return f"{o.kind} on the host (a NumPy scalar, where CuPy gives a 0-d device array)"
         if o.where == "python":
             return f"{o.kind} on the host (a Python object, not an array){size}"
         if o.where == "deleted":
@@ -229,7 +231,8 @@ class RunReport:
             budget = f" of {format_bytes(d.budget_bytes)}" if d.budget_bytes else ""
             out.append(row(f"device {d.device} {d.name}", d.batches, d.rows, d.nbytes,
                            d.seconds, f", peak {format_bytes(d.peak_pool_bytes)}{budget}"))
-        out.append(row(f"all {len(self.devices)} devices", sum(d.batches for d in self.devices),
+        n = len(self.devices)
+        out.append(row(f"all {n} device{'s' * (n != 1)}", sum(d.batches for d in self.devices),
                        sum(d.rows for d in self.devices), sum(d.nbytes for d in self.devices),
                        self.gpu_seconds, " (time: the run's, first batch to drain)"))
         return out

@@ -22,6 +22,8 @@ from .whole import warmup_rows
 __all__ = ["CellWarm", "NotebookCell", "WarmReport", "read_cells", "slice_inputs"]
 
 MAGIC = "%%gpu"
+# Jupyter's tag for a cell meant to fail (nbclient runs on past it; so does warm-cache)
+RAISES = "raises-exception"
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class NotebookCell:
 
     number: int
     source: str
+    fails: bool = False  # tagged raises-exception: the notebook means it to fail
 
     @property
     def first_line(self) -> str:
@@ -55,7 +58,9 @@ def read_cells(path: str | Path) -> list[NotebookCell]:
         if cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        out.append(NotebookCell(k, "".join(source) if isinstance(source, list) else source))
+        fails = RAISES in cell.get("metadata", {}).get("tags", [])
+        out.append(NotebookCell(k, "".join(source) if isinstance(source, list) else source,
+                                fails))
     return out
 
 
@@ -87,12 +92,20 @@ class CellWarm:
     loaded: int = 0
     compile_seconds: float = 0.0
     error: str = ""
+    meant_to_fail: bool = False  # tagged raises-exception: its error is not a failure
+
+    @property
+    def failed(self) -> bool:
+        """Whether the cell failed where the notebook did not mean it to."""
+        return bool(self.error) and not self.meant_to_fail
 
     def text(self, host: bool = False) -> str:
         """One line; ``host``: run on the CPU fallback, where nothing is built."""
         where = f"{self.notebook} cell {self.cell} `{self.line}`"
         if self.error:
-            return f"{where}: failed, {self.error}"
+            meant = f"failed as the notebook means it to ({RAISES})" if self.meant_to_fail \
+                else "failed"
+            return f"{where}: {meant}, {self.error}"
         size = f"first {self.rows:,} rows" if self.rows else "as written (no input cut)"
         built = (f"{self.compiled} kernel{'s' * (self.compiled != 1)} compiled, "
                  f"{self.loaded} loaded from the cache, {self.compile_seconds * 1e3:,.1f} ms")
@@ -116,7 +129,7 @@ class WarmReport:
 
     @property
     def failed(self) -> list[CellWarm]:
-        return [c for c in self.cells if c.error]
+        return [c for c in self.cells if c.failed]
 
     @property
     def ok(self) -> bool:
@@ -125,10 +138,12 @@ class WarmReport:
 
     def lines(self) -> list[str]:
         """The report as plain-text lines."""
-        ran = len(self.cells) - len(self.failed)
+        meant = sum(c.meant_to_fail for c in self.cells)
+        ran = len(self.cells) - len(self.failed) - meant
         books = f"{len(self.notebooks)} notebook{'s' * (len(self.notebooks) != 1)}"
         out = [f"warm-cache on {self.device} [{self.backend}]: {ran} of {len(self.cells)} "
-               f"%%gpu cells of {books} ran once on small slices"]
+               f"%%gpu cells of {books} ran once on small slices"
+               + (f" ({meant} meant to fail, tagged {RAISES})" if meant else "")]
         out += ["  " + c.text(self.on_host) for c in self.cells]
         out += ["  " + e for e in self.plain_errors]
         if self.on_host:

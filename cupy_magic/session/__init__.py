@@ -23,6 +23,7 @@ from .device import (
     reset,
     set_fallback,
     set_sync_mode,
+    unchecked_note,
     use_backend,
 )
 from .memory import (
@@ -70,6 +71,7 @@ __all__ = [
     "settings",
     "show_panel",
     "stop_panels",
+    "unchecked_note",
     "use_backend",
     "use_cluster",
     "vram_free",

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import backend as _backend
+from ..compat.blame import cell_warnings
 from ..config import settings
 from ..holders import account as _holders
 from ..run import progress
@@ -196,7 +197,7 @@ def run_cell_outcome(
     shown = None
     try:
         with _panel.cell_panel() if panel else contextlib.nullcontext() as shown, \
-                progressbar.for_cell():
+                progressbar.for_cell(), cell_warnings():  # warnings at the cell's lines
             outcome = _run_cell(source, namespace, to_host=to_host, dtype=dtype,
                                 warmup_run=warmup, syncs=syncs,
                                 fallback=fallback, filename=filename, batch=batch, lines=lines,

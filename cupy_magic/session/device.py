@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import os
+
 from .. import backend as _backend
 from ..backend import DeviceInfo
 from ..cluster import connect
-from ..config import BACKENDS, settings
+from ..compat.spec import reference_module
+from ..config import BACKENDS, ENV_BACKEND, settings
 from ..run.options import check_sync_mode
 from ..units import format_bytes
 from .cells import forget_last
 from .memory import set_budget
 
 __all__ = ["apply_settings", "describe_device", "device_info", "reset", "set_fallback",
-           "set_sync_mode", "use_backend"]
+           "set_sync_mode", "unchecked_note", "use_backend"]
 
 
 def use_backend(name: str | None) -> DeviceInfo:
@@ -49,10 +52,33 @@ def _device_line() -> str:
                 f"{info.driver}, CUDA runtime {info.runtime}, CuPy {info.cupy_version}, "
                 f"budget {budget}")
     why = info.reason or "host backend chosen"
+    unchecked = unchecked_note()
+    if unchecked and why == "host backend chosen":
+        return (f"cupy_magic: host backend chosen: cells run on NumPy (CPU); CuPy is not "
+                f"installed, so {unchecked}; budget {budget}")
+    if unchecked:  # the reason would only say that CuPy is not installed, and how to install it
+        return (f"cupy_magic: CuPy is not installed: cells run on NumPy (CPU fallback) and "
+                f"{unchecked}; budget {budget}")
     if why == "host backend chosen":
         return f"cupy_magic: host backend chosen: cells run on NumPy (CPU), budget {budget}"
     return (f"cupy_magic: no NVIDIA GPU visible ({why}): cells run on NumPy (CPU fallback), "
             f"budget {budget}")
+
+
+def unchecked_note() -> str:
+    """Where CuPy is not installed, a note that its limits are not checked and how to check
+    them; ``""`` where they are.
+
+    Without CuPy the CPU fallback cannot compare a cell's calls, options and dtypes with
+    CuPy's, so what a GPU would refuse (``np.nditer``) runs, and ``--fallback`` finds nothing
+    to fall back from. CuPy's wheel installs on a machine without a GPU, and the check works
+    there.
+    """
+    if reference_module() is not None:
+        return ""
+    return ("CuPy's limits are not checked (a name, option or dtype CuPy lacks runs here, "
+            "where a GPU would refuse it); pip install cupy-cuda13x (cupy-cuda12x for CUDA 12 "
+            "drivers) checks them, without a GPU too")
 
 
 def set_sync_mode(mode: str | None = None) -> str:
@@ -82,12 +108,44 @@ def set_fallback(mode: bool | str | None = None) -> bool:
     return settings().fallback
 
 
-def apply_settings() -> None:
-    """Put the configured backend and budget in force (at load)."""
+def apply_settings() -> list[str]:
+    """Put the configured backend and budget in force (at load).
+
+    A setting that cannot be put in force is left out rather than failing the load: the
+    backend becomes CuPy when a GPU works (the host one when ``cupy`` cannot run), the
+    budget stays off. From then on ``%config CupyMagic.budget = ...`` acts at once.
+
+    Returns
+    -------
+    list of str
+        One line per setting left out: which, why, and what is in force instead.
+    """
     conf = settings()
-    use_backend(conf.preferred_backend())
-    if conf.budget:
-        set_budget(conf.budget)
+    problems = []
+    try:
+        prefer = conf.preferred_backend()
+    except ValueError as exc:
+        prefer = None if conf.backend == "auto" else conf.backend
+        problems.append(f"cupy_magic: {exc}; loading with backend {conf.backend}")
+    try:
+        use_backend(prefer)
+    except RuntimeError as exc:
+        use_backend("host")
+        problems.append(f"cupy_magic: backend {prefer} asked for ({_where_asked()}), but {exc}; "
+                        "loaded on the host backend (NumPy on the CPU)")
+    if conf.budget.strip().lower() not in ("", "off"):
+        try:
+            set_budget(conf.budget)
+        except ValueError as exc:  # SizeError: larger than this device, ...
+            problems.append(f"cupy_magic: c.CupyMagic.budget = {conf.budget!r} is not used, "
+                            f"the budget stays off: {exc}")
+    conf.budget_hook = set_budget
+    return problems
+
+
+def _where_asked() -> str:
+    env = os.environ.get(ENV_BACKEND, "").strip()
+    return f"{ENV_BACKEND}={env}" if env else "c.CupyMagic.backend"
 
 
 def reset() -> None:

@@ -52,6 +52,36 @@ def test_local_starts_processes_show_lists_them_and_off_leaves_none(ip):
     assert "cluster" not in cupy_magic.session.describe_device()
 
 
+def _fails(n: int) -> float:
+    return 1 / (n - n)
+
+
+def test_a_failing_block_on_the_local_cluster_shows_only_the_cells_error(ip, capfd):
+    """The workers of the local cluster write to this process's terminal: a block that fails
+    shows the cell's clean error only, not the worker's "Compute Failed" log of it."""
+    import numpy as np
+
+    if _backend.current().is_gpu:
+        pytest.skip("the local cluster of a GPU kernel needs dask-cuda; the log is the same")
+    ip.run_line_magic("gpu_cluster", "local --workers 2")
+    try:
+        ip.user_ns["x"] = np.ones((4000, 8))
+        result = ip.run_cell("%%gpu --cluster\ny3 = x * 2\nboom = y3[0, 0] / undefined\n")
+        assert isinstance(result.error_in_exec, NameError)
+        other = connect.client().submit(_fails, 1, key="not-a-cell-block")  # not the tool's
+        with pytest.raises(ZeroDivisionError):
+            other.result(timeout=30)
+        end = time.monotonic() + 10
+        err = ""
+        while "not-a-cell-block" not in err and time.monotonic() < end:  # logs come late
+            time.sleep(0.2)
+            err += capfd.readouterr().err
+    finally:
+        ip.run_line_magic("gpu_cluster", "off")
+    assert "Compute Failed" in err and "not-a-cell-block" in err  # other tasks still log
+    assert "cupy-magic-" not in err and "run_slot_block" not in err
+
+
 def test_leaving_a_joined_address_closes_the_client_this_kernel_opened(ip, local_client):
     before = _scheduler_clients(local_client)
     ip.run_line_magic("gpu_cluster", local_client.scheduler.address)

@@ -173,6 +173,12 @@ def test_in_place_change_of_a_batched_input_gives_a_new_array(ip, poisoned):
 # --- batching on its own, and what the report says -----------------------------------------
 
 
+def test_a_batch_of_one_row_is_one_row_in_the_plan(ip, poisoned):
+    ip.user_ns["x"] = fresh((10,), "float64")
+    report = gpu(ip, "y = x * 2\n", "--batch --batch-rows 1")
+    assert "first batch 1 row (measured" in str(report) and "then 1 row per batch" in str(report)
+
+
 def test_inputs_over_the_budget_are_batched_within_it(ip, poisoned):
     ip.run_line_magic("vram_budget", "2MB")
     x = fresh((300_000,), "float64")  # 2.4 MB

@@ -40,7 +40,9 @@ def test_a_whole_cell_speaks_of_host_copies_cpu_time_and_host_memory(hip):
     assert "  warm-up run on the first 4,096 rows: " in text
     assert "  run  CPU time (NumPy on the CPU fallback): " in text
     assert re.search(r"  mem  peak memory \(host\) [\d.]+ [KM]iB \(no memory budget set\)", text)
-    assert "  out  s: float64 on the host (a Python object, not an array)" in text
+    # NumPy's reduction gives a NumPy scalar here, CuPy's a 0-d device array: the line says so
+    assert "  out  s: numpy.float64 on the host (a NumPy scalar, where CuPy gives a 0-d device " \
+           "array)" in text
     assert "  out  n: int on the host (a Python object, not an array)" in text
     assert "compile" not in text  # NumPy compiles nothing
     _no_gpu_words(text)
@@ -73,7 +75,7 @@ def test_a_batched_cell_runs_its_batches_in_order_on_the_host(hip):
            "flight" in text
     assert "/row peak in memory" in text and "in the pool" not in text
     assert "GB/s" not in text and "GPU time" not in text and "N/A" not in text
-    assert "float64 on python" not in text and "t: float64 on the host" in text
+    assert "float64 on python" not in text and "t: numpy.float64 on the host" in text
 
 
 def test_the_gpu_report_keeps_its_words():

@@ -29,15 +29,17 @@ CELLS = [
 ]
 
 
-def notebook(path: Path, cells: list[str]) -> Path:
-    def cell(src: str) -> dict:
+def notebook(path: Path, cells: list[str], fails: tuple[int, ...] = ()) -> Path:
+    """Write ``cells`` as a notebook; those at the indices ``fails`` tagged raises-exception."""
+    def cell(k: int, src: str) -> dict:
         if src.startswith("# markdown"):
             return {"cell_type": "markdown", "metadata": {}, "source": src}
-        return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+        meta = {"tags": ["raises-exception"]} if k in fails else {}
+        return {"cell_type": "code", "metadata": meta, "execution_count": None, "outputs": [],
                 "source": src.splitlines(keepends=True)}
 
     path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-                                "cells": [cell(c) for c in cells]}))
+                                "cells": [cell(k, c) for k, c in enumerate(cells)]}))
     return path
 
 
@@ -49,6 +51,24 @@ def test_read_cells_finds_the_gpu_cells_and_their_bodies(tmp_path):
     assert gpu[0].first_line == "%%gpu --to-host"
     assert gpu[0].body == "y = np.sqrt(x @ w) * 2\ntotal = y.sum()"
     assert not cells[0].gpu and cells[0].body == cells[0].source
+
+
+def test_read_cells_reads_the_raises_exception_tag(tmp_path):
+    cells = read_cells(notebook(tmp_path / "a.ipynb", CELLS, fails=(6,)))
+    assert [c.number for c in cells if c.fails] == [7]
+
+
+def test_a_cell_meant_to_fail_is_labelled_and_not_a_failure():
+    cells = [CellWarm("a.ipynb", 4, "%%gpu", 1024, 0.5, compiled=3),
+             CellWarm("a.ipynb", 7, "%%gpu", 0, 0.1, error="BudgetExceeded: big",
+                      meant_to_fail=True)]
+    gpu = WarmReport("cupy", "NVIDIA H200", "in /tmp/c (CUPY_CACHE_DIR)", cells, ["a.ipynb"])
+    text = str(gpu)
+    assert "1 of 2 %%gpu cells of 1 notebook ran once on small slices (1 meant to fail, " \
+           "tagged raises-exception)" in text
+    assert "a.ipynb cell 7 `%%gpu`: failed as the notebook means it to (raises-exception), " \
+           "BudgetExceeded: big" in text
+    assert gpu.ok and not gpu.failed and WarmReport.from_json(gpu.to_json()) == gpu
 
 
 def test_slices_cut_the_longest_inputs_only():
@@ -97,6 +117,24 @@ def test_the_script_on_the_cpu_fallback_says_there_is_nothing_to_compile(tmp_pat
     assert "(not %%gpu): failed" not in out  # cell 5 read the slice's y and the full x
 
 
+def test_the_script_labels_the_cells_a_notebook_means_to_fail(tmp_path):
+    plain_fails = "undefined_too + 1"
+    done = run_script(str(notebook(tmp_path / "a.ipynb", [*CELLS, plain_fails], fails=(6, 7))))
+    assert done.returncode == 0, done.stderr
+    assert "[host]: 2 of 3 %%gpu cells of 1 notebook ran once on small slices (1 meant to " \
+           "fail, tagged raises-exception)" in done.stdout
+    assert "cell 7 `%%gpu`: failed as the notebook means it to (raises-exception), NameError" \
+        in done.stdout
+    assert "(not %%gpu): failed" not in done.stdout  # the tagged plain cell too
+
+
+def test_the_script_on_the_shipped_tour_reports_no_failure():
+    done = run_script(str(ROOT / "notebooks" / "00_tour.ipynb"))
+    assert done.returncode == 0, done.stderr
+    assert "(1 meant to fail, tagged raises-exception)" in done.stdout
+    assert ": failed," not in done.stdout and "(not %%gpu): failed" not in done.stdout
+
+
 def test_the_script_refuses_a_missing_notebook(tmp_path):
     done = run_script(str(tmp_path / "none.ipynb"))
     assert done.returncode == 2 and "no notebook at" in done.stderr
@@ -126,3 +164,25 @@ def test_gpu_the_script_builds_the_cache_and_a_second_run_loads_it(tmp_path):
     # a process's first build also asks NVRTC its version, which the record may count
     assert sum(c.compiled for c in warm.cells) < sum(c.compiled for c in cold.cells)
     assert sum(c.loaded for c in warm.cells) > 0
+
+
+@pytest.mark.parametrize("script", ["warm-cache", "run-notebooks"])
+def test_a_script_run_by_a_python_without_the_package_says_which_to_use(script, tmp_path):
+    """``scripts/warm-cache`` with the shebang's python3 outside the venv: one line naming
+    the Python to run it with (here: a Python without site-packages)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-S", str(ROOT / "scripts" / script),
+                           str(notebook(tmp_path / "a.ipynb", CELLS[:1]))], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode != 0
+    assert f".venv/bin/python scripts/{script} notebooks/" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_setup_cell_with_matplotlib_inline_runs(tmp_path):
+    """The shipped notebooks' setup cells start with ``%matplotlib inline``, which a plain
+    IPython shell cannot switch to (no GUI loop): it must not fail, nor every cell after."""
+    cells = ["%matplotlib inline\n%load_ext cupy_magic\nimport numpy as np", *CELLS[2:4]]
+    done = run_script(str(notebook(tmp_path / "a.ipynb", cells)))
+    assert done.returncode == 0, done.stderr
+    assert "failed" not in done.stdout and "1 of 1 %%gpu cells" in done.stdout
