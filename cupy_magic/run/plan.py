@@ -35,6 +35,7 @@ from ..units import dtype_name, format_bytes
 from .batching import BatchOptions
 from .compiled import compile_cell
 from .errors import CellError
+from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names
 from .report import InputMove
@@ -137,8 +138,8 @@ def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None) -> Ite
     hook = sys.displayhook
 
     def shown(value: Any) -> None:
-        with uncharged():  # read for the user, as a plain cell shows it: no sync of the cell
-            hook(value)
+        with uncharged(), off_the_lines():  # shown for the user, as a plain cell shows it:
+            hook(value)                     # no sync of the cell, no time of its line
         if value is None or user is None:
             return
         count = getattr(hook, "prompt_count", None)  # IPython's: the value is also _<count>
