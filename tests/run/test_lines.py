@@ -231,10 +231,10 @@ def test_a_value_shown_mid_cell_is_not_its_lines_time(ip, monkeypatch) -> None:
     monkeypatch.setattr(ip, "ast_node_interactivity", "all")
     ip.run_cell("import time\nclass Slow:\n    def __repr__(self):\n"
                 "        time.sleep(0.3)\n        return 'slow'")
-    ip.run_cell_magic("gpu", "--lines --quiet",
-                      "import time\nclass Own:\n    def __repr__(self):\n"
-                      "        time.sleep(0.3)\n        return 'own'\n"
-                      "a = 1\nSlow()\nOwn()\nb = 2\n")
+    result = ip.run_cell("%%gpu --lines --quiet\nimport time\nclass Own:\n"
+                         "    def __repr__(self):\n        time.sleep(0.3)\n"
+                         "        return 'own'\na = 1\nSlow()\nOwn()\nb = 2\n")
+    assert result.success, result.error_in_exec
     rows = _rows(cupy_magic.last_report())
     assert rows[7].count == 1 and rows[8].count == 1 and rows[9].count == 1
     assert rows[7].host_s < 0.1 and rows[8].host_s < 0.1, (rows[7], rows[8])
