@@ -6,6 +6,8 @@ when asked, re-homing functions and classes the cell defined, and the report's o
 
 from __future__ import annotations
 
+import functools
+import sys
 import types
 from collections.abc import Iterable
 from itertools import compress, repeat
@@ -22,7 +24,7 @@ from .report import OutputInfo, RunReport
 if TYPE_CHECKING:
     from .plan import CellPlan
 
-__all__ = ["commit"]
+__all__ = ["commit", "leave_copy"]
 
 
 def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
@@ -41,6 +43,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             to_host: bool | Iterable[str], be: Backend, report: RunReport) -> None:
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
+    rehomed: dict[int, tuple[Any, Any]] = {}  # one walk: `g = f` stays the same function
     for name in _rebound(work, namespace):
         value = work[name]
         if name == "__builtins__" and name not in namespace:
@@ -57,7 +60,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             be.keep_on_device(value)
         if wants_host:
             value = _to_host(value, be)
-        updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace)
+        updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace, rehomed)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
     removed = [] if all(map(work.__contains__, namespace)) else \
         [n for n in namespace if n not in work and n != "__builtins__"]
@@ -74,7 +77,21 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         be.synchronize()
 
 
+def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """After the commit, make the cell's copy of the namespace (``work``) the user namespace
+    as the cell left it, when something still reads it: a generator the cell made, or a
+    function kept in a list or a dict, which nothing re-homes. They then find ``np`` as NumPy,
+    the committed values and the user's arrays, as a plain cell's would, rather than the
+    array module and the device copies of the inputs (which they would keep alive); a name
+    changed by a later cell they still read as the cell left it."""
+    if sys.getrefcount(work) > _HELD_BY_CALLERS:
+        work.clear()
+        work.update(namespace)
+
+
+_HELD_BY_CALLERS = 3  # the caller's variable, this function's argument, getrefcount's
 _MISSING = object()
+_CACHED = type(functools.lru_cache(lambda: None))  # what lru_cache and cache make
 # names Python itself binds in a module's namespace (``warnings.warn`` records what it showed)
 _BOOKKEEPING = frozenset({"__warningregistry__"})
 
@@ -103,32 +120,71 @@ def _to_host(value: Any, be: Backend) -> Any:
     return value
 
 
-def _rehome(value: Any, filename: str, namespace: dict[str, Any]) -> Any:
+def _rehome(value: Any, filename: str, namespace: dict[str, Any],
+            seen: dict[int, tuple[Any, Any]] | None = None) -> Any:
     """Give functions and classes the cell defined the user namespace as their globals.
 
     They were created in the cell's private copy of the namespace; without this they would
     keep reading it (old values, ``np`` as CuPy, the device copies of the inputs) and write
-    their ``global`` names into it, after the cell is over.
+    their ``global`` names into it, after the cell is over. So would what wraps or holds
+    them: a decorator's closure (``functools.wraps``), ``functools.partial``,
+    ``functools.lru_cache``/``cache``, a class's ``property``, ``cached_property``,
+    ``staticmethod`` and ``classmethod``; those are re-homed too (closure cells in place; a
+    partial, a cache or a property is made again over the re-homed function, the cache
+    empty). ``seen``: each object met, and what it became (a closure can hold its own
+    function); the originals are kept in it, so that their ids are not reused meanwhile.
     """
+    seen = {} if seen is None else seen
+    met = seen.get(id(value))
+    if met is not None and met[0] is value:
+        return met[1]
+    seen[id(value)] = (value, value)
+
+    def again(inner: Any) -> Any:
+        return _rehome(inner, filename, namespace, seen)
+
+    new = value
     if isinstance(value, types.FunctionType):
         if value.__code__.co_filename != filename or value.__globals__ is namespace:
             return value
         new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
                                  value.__closure__)
+        seen[id(value)] = (value, new)
         new.__kwdefaults__ = value.__kwdefaults__
         new.__qualname__ = value.__qualname__
         new.__doc__ = value.__doc__
-        new.__dict__.update(value.__dict__)
+        new.__dict__.update({k: again(v) for k, v in value.__dict__.items()})  # __wrapped__
         new.__annotations__ = value.__annotations__
-        return new
-    if isinstance(value, type):  # only the methods the cell wrote are replaced
+        for cell in value.__closure__ or ():  # shared with `new`: a decorator's function
+            if _filled(cell) and (moved := again(cell.cell_contents)) is not cell.cell_contents:
+                cell.cell_contents = moved
+    elif isinstance(value, type):  # only what the cell wrote is replaced
         for key, attr in list(vars(value).items()):
-            if isinstance(attr, (staticmethod, classmethod)):
-                inner = _rehome(attr.__func__, filename, namespace)
-                if inner is not attr.__func__:
-                    setattr(value, key, type(attr)(inner))
-            elif isinstance(attr, types.FunctionType):
-                new = _rehome(attr, filename, namespace)
-                if new is not attr:
-                    setattr(value, key, new)
-    return value
+            if not isinstance(attr, type) and (moved := again(attr)) is not attr:
+                setattr(value, key, moved)
+    elif isinstance(value, (staticmethod, classmethod)):
+        if (inner := again(value.__func__)) is not value.__func__:
+            new = type(value)(inner)
+    elif type(value) is property:
+        parts = (value.fget, value.fset, value.fdel)
+        moved_parts = [None if f is None else again(f) for f in parts]
+        if any(a is not b for a, b in zip(parts, moved_parts, strict=True)):
+            new = property(*moved_parts, value.__doc__)
+    elif isinstance(value, functools.cached_property):
+        value.func = again(value.func)
+    elif type(value) is functools.partial:
+        if (inner := again(value.func)) is not value.func:
+            new = functools.partial(inner, *value.args, **value.keywords)
+    elif type(value) is _CACHED and (inner := again(value.__wrapped__)) is not value.__wrapped__:
+        new = functools.lru_cache(**value.cache_parameters())(inner)  # lru_cache, cache
+    seen[id(value)] = (value, new)
+    return new
+
+
+def _filled(cell: Any) -> bool:
+    """Whether a closure cell holds a value (one of a name not yet bound raises)."""
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
-from .commit import commit
+from .commit import commit, leave_copy
 from .errors import CellError, fail
 from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
@@ -60,6 +60,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                    work=work) from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
     commit(plan, work, namespace, to_host, be, report)
+    leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
     return shown_value(value, [n for n in bound if n in committed], namespace,
