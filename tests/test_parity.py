@@ -319,3 +319,16 @@ def test_a_warning_is_shown_once_and_its_registry_is_not_a_result_of_the_cell(ip
         del ip.user_ns[name]
     assert cell(ip, body, "").success and "__warningregistry__" in ip.user_ns
     assert [o.name for o in cupy_magic.last_report().outputs] == ["warnings", "y"]
+
+
+def test_builtins_in_the_cell_is_a_module_as_in_a_plain_cell(ip):
+    """``__builtins__`` in IPython's user namespace is the ``builtins`` module: a cell reaches
+    Python's ``sum`` through it after the cell shadowed the name."""
+    body = ("sum = None\ntotal = __builtins__.sum([1, 2])\n"
+            "named = __builtins__.__name__\nkind = type(__builtins__).__name__\n")
+    ip.run_cell(body)
+    plain = [ip.user_ns.pop(n) for n in ("total", "named", "kind")]
+    result = ip.run_cell("%%gpu --quiet\n" + body)
+    assert result.success, result.error_in_exec
+    assert [ip.user_ns[n] for n in ("total", "named", "kind")] == plain == [3, "builtins",
+                                                                            "module"]
