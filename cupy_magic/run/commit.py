@@ -24,7 +24,7 @@ from .report import OutputInfo, RunReport
 if TYPE_CHECKING:
     from .plan import CellPlan
 
-__all__ = ["commit", "leave_copy"]
+__all__ = ["ShownOnHost", "commit", "leave_copy"]
 
 
 def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
@@ -39,8 +39,64 @@ def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
 
 
 
+class ShownOnHost:
+    """Under ``--to-host``, what a cell shows mid-cell (``ast_node_interactivity = "all"``)
+    is the host array, as a plain NumPy cell shows it: a device array bound to a name brought
+    to the host is shown as the host array that name then becomes (``Out[n]``, ``_`` and
+    ``y`` one array, as in a plain cell); under ``--to-host`` alone, one bound to no name as
+    :func:`~.whole.shown_value` brings the last expression's.
+
+    Parameters
+    ----------
+    to_host
+        ``True`` (every name the cell stores) or the names brought to the host.
+    stored
+        The names the cell stores.
+    work
+        The cell's namespace, read as each value is shown.
+    be
+        The live backend.
+    """
+
+    def __init__(self, to_host: bool | Iterable[str], stored: Iterable[str],
+                 work: dict[str, Any], be: Backend) -> None:
+        self.every = to_host is True
+        self.names = set(stored if to_host is True else to_host or ())
+        self.work, self.be = work, be
+        self.kept: dict[int, tuple[Any, np.ndarray]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        """What to show for ``value``."""
+        if not self.be.is_device_array(value):
+            return value
+        if any(self.work.get(n) is value for n in self.names):
+            host = self.be.to_host(value)
+            self.kept[id(value)] = (value, host)
+            return host
+        if self.every:
+            host = self.be.to_host(value)
+            return host[()] if host.ndim == 0 else host
+        return value
+
+    def reuse(self, value: Any) -> np.ndarray | None:
+        """The host array shown for ``value``, holding what ``value`` holds now (the cell
+        may have changed it in place since); ``None`` when none was shown."""
+        kept = self.kept.get(id(value))
+        if kept is None or kept[0] is not value:
+            return None
+        host = kept[1]
+        if host.shape != value.shape or host.dtype != value.dtype:
+            return None
+        if host is not value:
+            self.be.to_host_into(value, host)
+        return host
+
+
 def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
-            to_host: bool | Iterable[str], be: Backend, report: RunReport) -> None:
+           to_host: bool | Iterable[str], be: Backend, report: RunReport,
+           shown: ShownOnHost | None = None) -> None:
+    """Write the names the cell bound into ``namespace``; ``shown``: the host arrays shown
+    mid-cell for names brought to the host, which those names become."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
     rehomed: dict[int, tuple[Any, Any]] = {}  # one walk: `g = f` stays the same function
@@ -59,7 +115,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if isinstance(value, np.ndarray) and not wants_host:
             be.keep_on_device(value)
         if wants_host:
-            value = _to_host(value, be)
+            value = _to_host(value, be, shown)
         updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace, rehomed)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
     removed = [] if all(map(work.__contains__, namespace)) else \
@@ -106,14 +162,15 @@ def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
                                    map(namespace.get, keys, repeat(_MISSING)))))
 
 
-def _to_host(value: Any, be: Backend) -> Any:
+def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None) -> Any:
     """``value`` with its device arrays brought to the host, also those in a tuple, a list
     or a named tuple (``np.diag_indices``, ``np.unique_all``, ``np.linalg.svd``); the same
     object when it holds none."""
     if be.is_device_array(value):
-        return be.to_host(value)
+        kept = None if shown is None else shown.reuse(value)
+        return be.to_host(value) if kept is None else kept
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [_to_host(v, be) for v in value]
+        items = [_to_host(v, be, shown) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)

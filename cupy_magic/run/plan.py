@@ -16,7 +16,7 @@ import linecache
 import sys
 import time
 import tokenize
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import is_
@@ -97,20 +97,22 @@ class CellPlan:
     compat: CompatRecord | None = None
     displays: bool = False
 
-    def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None) -> Any:
+    def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
+            show: Callable[[Any], Any] | None = None) -> Any:
         """Run the cell in ``namespace``; return its last expression's value (or ``None``).
 
         ``user``: the user namespace. Expression statements a ``"single"`` mode part shows
         (``ast_node_interactivity = "all"``) go to ``sys.displayhook``, which writes the
         output names (``_``, ``__``, ``___``, ``_12``) there; they are copied into
         ``namespace`` too, so that the commit keeps them instead of undoing them.
+        ``show``: what goes to the hook for each such value (``--to-host``: the host array).
         """
         __tracebackhide__ = True
         with as_main(namespace, user, self.stored):  # pickle finds what the cell defines
             if self.last is None:
                 exec(self.code, namespace)
                 return None
-            with _outputs_kept(namespace, user) if self.displays \
+            with _outputs_kept(namespace, user, show) if self.displays \
                     else contextlib.nullcontext():
                 if self.body is not None:
                     exec(self.body, namespace)
@@ -132,14 +134,17 @@ class CellPlan:
 
 
 @contextlib.contextmanager
-def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None) -> Iterator[None]:
+def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None,
+                  show: Callable[[Any], Any] | None) -> Iterator[None]:
     """While the cell shows values through ``sys.displayhook``, copy the output names it
     sets in ``user`` (``_``, ``__``, ``___``, ``_12``) into the cell's ``namespace``."""
     hook = sys.displayhook
 
     def shown(value: Any) -> None:
-        with uncharged(), off_the_lines():  # shown for the user, as a plain cell shows it:
-            hook(value)                     # no sync of the cell, no time of its line
+        # shown for the user, as a plain cell shows it: no sync of the cell, no time of a line
+        with uncharged(), off_the_lines():
+            value = value if show is None else show(value)
+            hook(value)
         if value is None or user is None:
             return
         count = getattr(hook, "prompt_count", None)  # IPython's: the value is also _<count>

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
-from .commit import commit, leave_copy
+from .commit import ShownOnHost, commit, leave_copy
 from .errors import CellError, fail
 from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
@@ -50,8 +50,10 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             moved, report.inputs = move_inputs(plan, dtype, be)
             work = {**namespace, **plan.overrides, **moved}
             del moved
+            shown = ShownOnHost(to_host, plan.stored, work, be) \
+                if plan.displays and to_host is not False else None
             with be.time_device() as timing, recorder:
-                value = plan.run(work, namespace)
+                value = plan.run(work, namespace, shown)
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
@@ -59,7 +61,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
                    work=work) from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
-    commit(plan, work, namespace, to_host, be, report)
+    commit(plan, work, namespace, to_host, be, report, shown)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
