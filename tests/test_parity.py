@@ -332,3 +332,12 @@ def test_builtins_in_the_cell_is_a_module_as_in_a_plain_cell(ip):
     assert result.success, result.error_in_exec
     assert [ip.user_ns[n] for n in ("total", "named", "kind")] == plain == [3, "builtins",
                                                                             "module"]
+
+
+def test_who_in_the_cell_lists_the_names_a_plain_cell_lists(ip):
+    """``%who`` in a ``%%gpu`` cell sees the cell's names, less its own stand-ins (its
+    ``get_ipython``, and ``cp`` where the user has none), which a plain cell does not have."""
+    ip.user_ns.pop("cp", None)
+    plain = ip.run_cell("a_name = 1\n%who_ls", store_history=True).result
+    gpu = ip.run_cell("%%gpu --quiet\na_name = 1\n%who_ls", store_history=True).result
+    assert gpu == plain and "a_name" in plain
