@@ -341,3 +341,15 @@ def test_who_in_the_cell_lists_the_names_a_plain_cell_lists(ip):
     plain = ip.run_cell("a_name = 1\n%who_ls", store_history=True).result
     gpu = ip.run_cell("%%gpu --quiet\na_name = 1\n%who_ls", store_history=True).result
     assert gpu == plain and "a_name" in plain
+
+
+@pytest.mark.parametrize("prefix", ["", "%%gpu --quiet\n"])
+def test_names_put_into_the_user_namespace_while_the_cell_runs_are_kept(ip, prefix):
+    """``get_ipython().push`` and ``get_ipython().user_ns[...] = ...`` write into the user
+    namespace itself, as tools do for a cell; they are no names the cell deleted."""
+    result = ip.run_cell(prefix + 'get_ipython().push({"pushed": 1})\n'
+                         'get_ipython().user_ns["put"] = 2\nbound = 3\n')
+    assert result.success, result.error_in_exec
+    assert [ip.user_ns.get(n) for n in ("pushed", "put", "bound")] == [1, 2, 3]
+    if prefix:
+        assert "deleted" not in str(cupy_magic.last_report())

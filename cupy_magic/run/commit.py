@@ -119,7 +119,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace, rehomed)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
     removed = [] if all(map(work.__contains__, namespace)) else \
-        [n for n in namespace if n not in work and n != "__builtins__"]
+        _deleted(work, namespace, plan.last_name)
     namespace.update(updates)
     for name in removed:
         del namespace[name]
@@ -131,6 +131,20 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         report.outputs.append(OutputInfo(name, kind, where, nbytes))
     if to_host is True or host_names:
         be.synchronize()
+
+
+def _deleted(work: dict[str, Any], namespace: dict[str, Any],
+             last_name: str | None) -> list[str]:
+    """The names the cell deleted: in the namespace but not in the cell's copy of it. Names
+    put into the namespace while the cell ran (``get_ipython().push``, ``get_ipython().user_ns
+    [...] = ...``) are not in the copy either; they come after ``last_name``, the last name
+    it had when the cell was planned (a dict keeps its order), and are kept, as after a plain
+    cell."""
+    names = list(namespace)
+    if last_name is not None:
+        names = names[:names.index(last_name) + 1] if last_name in namespace else \
+            [] if last_name == "" else names
+    return [n for n in names if n not in work and n != "__builtins__"]
 
 
 def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:

@@ -85,6 +85,9 @@ class CellPlan:
     displays
         Whether ``body`` or ``last`` hands the values of expression statements to
         ``sys.displayhook`` as they run (``shows="all"``).
+    last_name
+        The namespace's last name when the cell was planned (``""``: it had none; ``None``:
+        not known); names put into it after, while the cell ran, are not the cell's deletions.
     """
 
     code: CodeType
@@ -96,6 +99,7 @@ class CellPlan:
     last: CodeType | None = None
     compat: CompatRecord | None = None
     displays: bool = False
+    last_name: str | None = None
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
@@ -241,7 +245,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
-                    names.deleted, compiled.body, compiled.last, record, compiled.displays)
+                    names.deleted, compiled.body, compiled.last, record, compiled.displays,
+                    next(reversed(namespace.keys()), ""))
 
 
 @functools.lru_cache(maxsize=256)
