@@ -353,3 +353,12 @@ def test_names_put_into_the_user_namespace_while_the_cell_runs_are_kept(ip, pref
     assert [ip.user_ns.get(n) for n in ("pushed", "put", "bound")] == [1, 2, 3]
     if prefix:
         assert "deleted" not in str(cupy_magic.last_report())
+
+
+def test_an_annotated_name_leaves_annotations_as_a_plain_cell_and_no_output_row(ip):
+    """Python binds ``__annotations__`` for an annotated name at the top level: the cell
+    leaves it in the user namespace, as a plain cell does, and it is no result of the cell."""
+    ip.user_ns.pop("__annotations__", None)
+    ip.run_cell("%%gpu --quiet\nwidth: int = 5\n")
+    assert ip.user_ns["__annotations__"] == {"width": int} and ip.user_ns["width"] == 5
+    assert [o.name for o in cupy_magic.last_report().outputs] == ["width"]

@@ -35,7 +35,7 @@ DEFINITIONS = {
         "def add(a, b):\n"
         "    return a + b + kk, np is numpy_module\n"
         "read = functools.partial(add, 1, b=2)\n", "read()"),
-    "a property, a cached_property, a decorated method": (
+    "a property, a cached_property, a decorated method, a nested class": (
         "import functools\n"
         "def deco(f):\n"
         "    @functools.wraps(f)\n"
@@ -51,7 +51,11 @@ DEFINITIONS = {
         "        return kk\n"
         "    @deco\n"
         "    def method(self):\n"
-        "        return kk\n", "Reader().now, Reader().once, Reader().method()"),
+        "        return kk\n"
+        "    class Inner:\n"
+        "        def read(self):\n"
+        "            return kk\n",
+        "Reader().now, Reader().once, Reader().method(), Reader.Inner().read()"),
 }
 
 

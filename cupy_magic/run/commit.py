@@ -162,8 +162,9 @@ def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:
 _HELD_BY_CALLERS = 3  # the caller's variable, this function's argument, getrefcount's
 _MISSING = object()
 _CACHED = type(functools.lru_cache(lambda: None))  # what lru_cache and cache make
-# names Python itself binds in a module's namespace (``warnings.warn`` records what it showed)
-_BOOKKEEPING = frozenset({"__warningregistry__"})
+# names Python itself binds in a module's namespace (``warnings.warn`` records what it
+# showed; an annotated name at the top level makes ``__annotations__``)
+_BOOKKEEPING = frozenset({"__warningregistry__", "__annotations__"})
 
 
 def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
@@ -229,9 +230,12 @@ def _rehome(value: Any, filename: str, namespace: dict[str, Any],
         for cell in value.__closure__ or ():  # shared with `new`: a decorator's function
             if _filled(cell) and (moved := again(cell.cell_contents)) is not cell.cell_contents:
                 cell.cell_contents = moved
-    elif isinstance(value, type):  # only what the cell wrote is replaced
+    elif isinstance(value, type):  # only what the cell wrote is replaced; classes in it too
+        inner_prefix = value.__qualname__ + "."
         for key, attr in list(vars(value).items()):
-            if not isinstance(attr, type) and (moved := again(attr)) is not attr:
+            if isinstance(attr, type) and not attr.__qualname__.startswith(inner_prefix):
+                continue
+            if (moved := again(attr)) is not attr:
                 setattr(value, key, moved)
     elif isinstance(value, (staticmethod, classmethod)):
         if (inner := again(value.__func__)) is not value.__func__:
