@@ -362,3 +362,32 @@ def test_an_annotated_name_leaves_annotations_as_a_plain_cell_and_no_output_row(
     ip.run_cell("%%gpu --quiet\nwidth: int = 5\n")
     assert ip.user_ns["__annotations__"] == {"width": int} and ip.user_ns["width"] == 5
     assert [o.name for o in cupy_magic.last_report().outputs] == ["width"]
+
+
+CHAINS = {
+    "raise from": ("try:\n    {}['k']\nexcept KeyError as exc:\n    raise ValueError('v') from exc\n",
+                   "The above exception was the direct cause of the following exception"),
+    "implicit": ("try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('v')\n",
+                 "During handling of the above exception, another exception occurred"),
+    "from None": ("try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('v') from None\n",
+                  None),
+}
+
+
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --batch --batch-rows 2"])
+@pytest.mark.parametrize("chain", CHAINS)
+def test_a_chained_error_keeps_its_cause_and_context_as_in_a_plain_cell(ip, capsys, chain,
+                                                                        line):
+    """The cell's own error is raised with the cause and context it raised it with: the
+    traceback shows the error it was handling, as a plain cell's does."""
+    body, sentence = CHAINS[chain]
+    ip.user_ns["x"] = np.arange(4.0)
+    seen = []
+    for cell in ("y = x + 1\n" + body, f"%%gpu {line}\ny = x + 1\n" + body):
+        capsys.readouterr()
+        err = ip.run_cell(cell, store_history=True).error_in_exec
+        shown = capsys.readouterr().out
+        seen.append((type(err.__cause__), type(err.__context__), err.__suppress_context__,
+                     sentence is not None and sentence in shown, "KeyError" in shown))
+    assert seen[1] == seen[0]
+    assert seen[0][3] == (sentence is not None)

@@ -57,9 +57,12 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
+        new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
-                   work=work) from None
+                   work=work)
+        if new is exc:  # the cell's own error: its cause and context as the cell raised it
+            raise  # with the traceback fail() gave it
+        raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
     commit(plan, work, namespace, to_host, be, report, shown)
     leave_copy(work, namespace)
