@@ -130,7 +130,8 @@ class CellPlan:
     @property
     def module_names(self) -> tuple[str, ...]:
         """The names that mean the array module in the cell (``np``, ``cp``, ...)."""
-        return tuple(n for n, v in self.overrides.items() if isinstance(v, ModuleType))
+        return tuple(n for n, v in self.overrides.items()
+                     if isinstance(v, ModuleType) and n != "__builtins__")
 
     def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
         """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
