@@ -6,6 +6,7 @@ lines, and it compiles under the shell's ``from __future__`` flags. Through a re
 from __future__ import annotations
 import __future__
 
+import ast
 import codeop
 import re
 from collections.abc import Iterator
@@ -365,7 +366,8 @@ def test_an_annotated_name_leaves_annotations_as_a_plain_cell_and_no_output_row(
 
 
 CHAINS = {
-    "raise from": ("try:\n    {}['k']\nexcept KeyError as exc:\n    raise ValueError('v') from exc\n",
+    "raise from": ("try:\n    {}['k']\nexcept KeyError as exc:\n"
+                   "    raise ValueError('v') from exc\n",
                    "The above exception was the direct cause of the following exception"),
     "implicit": ("try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('v')\n",
                  "During handling of the above exception, another exception occurred"),
@@ -391,3 +393,25 @@ def test_a_chained_error_keeps_its_cause_and_context_as_in_a_plain_cell(ip, caps
                      sentence is not None and sentence in shown, "KeyError" in shown))
     assert seen[1] == seen[0]
     assert seen[0][3] == (sentence is not None)
+
+
+class _Negate(ast.NodeTransformer):
+    """An AST transformer as IPython's docs show one: every integer literal negated."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            return ast.copy_location(ast.Constant(-node.value), node)
+        return node
+
+
+def test_the_shells_ast_transformers_run_on_the_cell_as_on_a_plain_cell(ip, monkeypatch):
+    """IPython runs a plain cell's tree through ``InteractiveShell.ast_transformers`` (sympy's
+    integer wrapping, extensions' rewrites) before it compiles it; so does ``%%gpu``."""
+    monkeypatch.setattr(ip, "ast_transformers", [_Negate()])
+    body = "a = 2\nb = a * 3\nb + 1"
+    seen = []
+    for cell in (body, "%%gpu --quiet\n" + body):
+        result = ip.run_cell(cell, store_history=True)
+        assert result.success, result.error_in_exec
+        seen.append((ip.user_ns["a"], ip.user_ns["b"], result.result))
+    assert seen[1] == seen[0] == (-2, 6, 5)

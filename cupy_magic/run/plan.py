@@ -33,7 +33,7 @@ from ..compat.scope import cell_builtins
 from ..syncs.record import uncharged
 from ..units import dtype_name, format_bytes
 from .batching import BatchOptions
-from .compiled import compile_cell
+from .compiled import Transform, compile_cell
 from .errors import CellError
 from .lines import off_the_lines
 from .mainmod import as_main
@@ -207,7 +207,7 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
 def plan_cell(source: str, namespace: dict[str, Any], filename: str,
               to_host: bool | Iterable[str], dtype: str | None, be: Backend,
               fallback: bool = False, compiler: codeop.Compile | None = None,
-              shows: str = "last_expr") -> CellPlan:
+              shows: str = "last_expr", transform: Transform | None = None) -> CellPlan:
     """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options.
 
     ``fallback``: calls CuPy cannot run run with NumPy (``--fallback``) instead of stopping.
@@ -216,12 +216,13 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     cells, as a plain cell does; ``None``: a fresh one, so no flags are inherited
     (``dont_inherit``), not even this module's. ``shows``: which expression statements'
     values the cell shows, IPython's ``ast_node_interactivity`` (:data:`~.compiled.SHOWS`);
-    a trailing ``;`` shows none. A syntax error is raised before any option
-    is checked, as a plain cell reports it first.
+    a trailing ``;`` shows none. ``transform``: what the parsed cell goes through first
+    (IPython's AST transformers, :func:`~.compiled.compile_cell`). A syntax error is raised
+    before any option is checked, as a plain cell reports it first.
     """
     compiler = codeop.Compile() if compiler is None else compiler
     compiled = compile_cell(source, filename, compiler, split=not _ends_quiet(source),
-                            shows=shows)
+                            shows=shows, transform=transform)
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {dtype!r} is not supported; use "

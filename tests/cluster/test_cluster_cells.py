@@ -238,3 +238,17 @@ def test_a_failing_cell_drops_the_workers_shared_copies(ip, joined, data):
     while sum(worker_copies(joined).values()) and time.monotonic() < end:
         time.sleep(0.1)
     assert sum(worker_copies(joined).values()) == 0
+
+
+def test_a_cluster_run_says_the_shells_ast_transformers_are_not_applied(ip, joined, data,
+                                                                       monkeypatch):
+    """The workers compile the cell's text; a kernel's AST transformers stay in it."""
+    import ast
+
+    monkeypatch.setattr(ip, "ast_transformers", [ast.NodeTransformer()])
+    assert ip.run_cell("%%gpu --quiet\ny = xd * 2\n").success
+    notes = cupy_magic.last_report().notes
+    assert any("AST transformers (ast_transformers) are not applied" in n for n in notes)
+    monkeypatch.setattr(ip, "ast_transformers", [])
+    assert ip.run_cell("%%gpu --quiet\ny = xd * 2\n").success
+    assert not any("ast_transformers" in n for n in cupy_magic.last_report().notes)
