@@ -30,6 +30,14 @@ DEFINITIONS = {
         "@functools.cache\n"
         "def read(n=2):\n"
         "    return (kk, np is numpy_module) if n == 0 else read(n - 1)\n", "read()"),
+    "contextlib.contextmanager": (
+        "import contextlib\n"
+        "@contextlib.contextmanager\n"
+        "def reading():\n"
+        "    yield kk, np is numpy_module\n"
+        "def read():\n"
+        "    with reading() as got:\n"
+        "        return got\n", "read(), reading.__wrapped__().__next__()"),
     "functools.partial": (
         "import functools\n"
         "def add(a, b):\n"

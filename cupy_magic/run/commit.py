@@ -218,6 +218,7 @@ def _rehome(value: Any, filename: str, namespace: dict[str, Any],
     new = value
     if isinstance(value, types.FunctionType):
         if value.__code__.co_filename != filename or value.__globals__ is namespace:
+            _rewrap(value, filename, again)  # a library's wrapper made in the cell
             return value
         new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
                                  value.__closure__)
@@ -254,6 +255,21 @@ def _rehome(value: Any, filename: str, namespace: dict[str, Any],
         new = functools.lru_cache(**value.cache_parameters())(inner)  # lru_cache, cache
     seen[id(value)] = (value, new)
     return new
+
+
+def _rewrap(wrapper: types.FunctionType, filename: str, again: Any) -> None:
+    """Re-home, in place, the cell's functions a function from elsewhere holds in its closure
+    or as ``__wrapped__``: a library's decorator applied in the cell made it around one
+    (``contextlib.contextmanager``, ``torch.no_grad()``). Nothing else of it is walked."""
+    def ours(held: Any) -> bool:
+        return isinstance(held, types.FunctionType) and held.__code__.co_filename == filename
+
+    for cell in wrapper.__closure__ or ():
+        if _filled(cell) and ours(cell.cell_contents):
+            cell.cell_contents = again(cell.cell_contents)
+    held = wrapper.__dict__.get("__wrapped__")
+    if ours(held):
+        wrapper.__wrapped__ = again(held)  # type: ignore[attr-defined]
 
 
 def _filled(cell: Any) -> bool:
