@@ -238,4 +238,6 @@ def test_a_value_shown_mid_cell_is_not_its_lines_time(ip, monkeypatch) -> None:
     rows = _rows(cupy_magic.last_report())
     assert rows[7].count == 1 and rows[8].count == 1 and rows[9].count == 1
     assert rows[7].host_s < 0.1 and rows[8].host_s < 0.1, (rows[7], rows[8])
+    # on the GPU the device sits idle while the host formats: no line's device time either
+    assert all(rows[n].gpu_s is None or rows[n].gpu_s < 0.1 for n in (7, 8)), rows
     assert 4 not in rows and 5 not in rows  # Own.__repr__ ran for the display only
