@@ -100,3 +100,31 @@ def test_a_generator_the_cell_made_reads_numpy_and_the_users_arrays_after_it(ip)
     assert module is np and seen_x is x and y is ip.user_ns["y"]
     module, seen_x = ip.user_ns["hold"][0]()
     assert module is np and seen_x is x
+
+
+@pytest.mark.kernel
+def test_in_a_kernel_what_the_cell_defines_pushes_and_raises_is_as_a_plain_cells(monkeypatch):
+    """Through a real kernel (nbclient): a cached function the cell defined reads a later
+    value, a name the cell pushed is kept, and its chained error shows what it handled."""
+    import re
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
+        "%load_ext cupy_magic\nimport numpy as np\nkk = 1",
+        "%%gpu --quiet\nimport functools\n@functools.lru_cache\ndef read():\n    return kk\n"
+        "get_ipython().push({'pushed': 7})",
+        "kk = 2\nprint(read(), pushed)",
+        "%%gpu --quiet\ntry:\n    {}['k']\nexcept KeyError as exc:\n"
+        "    raise ValueError('v') from exc",
+    ]]
+    nb.cells[3].metadata["tags"] = ["raises-exception"]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    assert nb.cells[2].outputs[0]["text"].strip() == "2 7"
+    error = next(o for o in nb.cells[3].outputs if o["output_type"] == "error")
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert "The above exception was the direct cause of the following exception" in shown
+    assert "KeyError" in shown and error["ename"] == "ValueError"
