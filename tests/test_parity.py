@@ -415,3 +415,16 @@ def test_the_shells_ast_transformers_run_on_the_cell_as_on_a_plain_cell(ip, monk
         assert result.success, result.error_in_exec
         seen.append((ip.user_ns["a"], ip.user_ns["b"], result.result))
     assert seen[1] == seen[0] == (-2, 6, 5)
+
+
+def test_a_star_import_of_numpy_binds_what_the_cell_uses_as_in_a_plain_cell(ip, cupy_names):
+    """``from numpy import *`` binds NumPy's names (the array module's in the cell); one the
+    array module lacks (np.ndenumerate) is left unbound rather than stopping the cell."""
+    body = "from numpy import *\ny = sqrt(arange(4.0))\nz = pi\ns = sum(ones(3))\n"
+    seen = []
+    for cell in (body, "%%gpu --quiet --to-host\n" + body):
+        result = ip.run_cell(cell)
+        assert result.success, result.error_in_exec
+        seen.append((ip.user_ns["y"].tolist(), ip.user_ns["z"], float(ip.user_ns["s"]),
+                     ip.user_ns["sqrt"] is np.sqrt))
+    assert seen[1] == seen[0] == ([0.0, 1.0, 2.0 ** 0.5, 3.0 ** 0.5], np.pi, 3.0, True)

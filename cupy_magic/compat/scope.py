@@ -28,8 +28,8 @@ def cell_builtins(module: ArrayModule) -> types.ModuleType:
     (or its submodule) for ``numpy`` and ``numpy.*`` and imports anything else as usual.
 
     A module, as ``__builtins__`` is in a plain cell (IPython's user namespace holds the
-    ``builtins`` module): ``__builtins__.sum`` reaches Python's ``sum`` after ``from numpy
-    import *`` shadowed it."""
+    ``builtins`` module): ``__builtins__.sum`` reaches Python's ``sum`` where the cell
+    shadowed the name."""
     real = builtins.__import__
 
     def cell_import(name: str, globals: Any = None, locals: Any = None,
