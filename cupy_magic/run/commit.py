@@ -153,10 +153,12 @@ def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:
     function kept in a list or a dict, which nothing re-homes. They then find ``np`` as NumPy,
     the committed values and the user's arrays, as a plain cell's would, rather than the
     array module and the device copies of the inputs (which they would keep alive); a name
-    changed by a later cell they still read as the cell left it."""
+    changed by a later cell they still read as the cell left it. No name the namespace has
+    is missing from ``work`` meanwhile (a thread the cell started may be reading it)."""
     if sys.getrefcount(work) > _HELD_BY_CALLERS:
-        work.clear()
         work.update(namespace)
+        for name in [n for n in list(work) if n not in namespace]:
+            work.pop(name, None)
 
 
 _HELD_BY_CALLERS = 3  # the caller's variable, this function's argument, getrefcount's
