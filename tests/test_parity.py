@@ -6,6 +6,7 @@ lines, and it compiles under the shell's ``from __future__`` flags. Through a re
 from __future__ import annotations
 import __future__
 
+import ast
 import codeop
 import re
 from collections.abc import Iterator
@@ -319,3 +320,111 @@ def test_a_warning_is_shown_once_and_its_registry_is_not_a_result_of_the_cell(ip
         del ip.user_ns[name]
     assert cell(ip, body, "").success and "__warningregistry__" in ip.user_ns
     assert [o.name for o in cupy_magic.last_report().outputs] == ["warnings", "y"]
+
+
+def test_builtins_in_the_cell_is_a_module_as_in_a_plain_cell(ip):
+    """``__builtins__`` in IPython's user namespace is the ``builtins`` module: a cell reaches
+    Python's ``sum`` through it after the cell shadowed the name."""
+    body = ("sum = None\ntotal = __builtins__.sum([1, 2])\n"
+            "named = __builtins__.__name__\nkind = type(__builtins__).__name__\n")
+    ip.run_cell(body)
+    plain = [ip.user_ns.pop(n) for n in ("total", "named", "kind")]
+    result = ip.run_cell("%%gpu --quiet\n" + body)
+    assert result.success, result.error_in_exec
+    assert [ip.user_ns[n] for n in ("total", "named", "kind")] == plain == [3, "builtins",
+                                                                            "module"]
+
+
+def test_who_in_the_cell_lists_the_names_a_plain_cell_lists(ip):
+    """``%who`` in a ``%%gpu`` cell sees the cell's names, less its own stand-ins (its
+    ``get_ipython``, and ``cp`` where the user has none), which a plain cell does not have."""
+    ip.user_ns.pop("cp", None)
+    plain = ip.run_cell("a_name = 1\n%who_ls", store_history=True).result
+    gpu = ip.run_cell("%%gpu --quiet\na_name = 1\n%who_ls", store_history=True).result
+    assert gpu == plain and "a_name" in plain
+
+
+@pytest.mark.parametrize("prefix", ["", "%%gpu --quiet\n"])
+def test_names_put_into_the_user_namespace_while_the_cell_runs_are_kept(ip, prefix):
+    """``get_ipython().push`` and ``get_ipython().user_ns[...] = ...`` write into the user
+    namespace itself, as tools do for a cell; they are no names the cell deleted."""
+    result = ip.run_cell(prefix + 'get_ipython().push({"pushed": 1})\n'
+                         'get_ipython().user_ns["put"] = 2\nbound = 3\n')
+    assert result.success, result.error_in_exec
+    assert [ip.user_ns.get(n) for n in ("pushed", "put", "bound")] == [1, 2, 3]
+    if prefix:
+        assert "deleted" not in str(cupy_magic.last_report())
+
+
+def test_an_annotated_name_leaves_annotations_as_a_plain_cell_and_no_output_row(ip):
+    """Python binds ``__annotations__`` for an annotated name at the top level: the cell
+    leaves it in the user namespace, as a plain cell does, and it is no result of the cell."""
+    ip.user_ns.pop("__annotations__", None)
+    ip.run_cell("%%gpu --quiet\nwidth: int = 5\n")
+    assert ip.user_ns["__annotations__"] == {"width": int} and ip.user_ns["width"] == 5
+    assert [o.name for o in cupy_magic.last_report().outputs] == ["width"]
+
+
+CHAINS = {
+    "raise from": ("try:\n    {}['k']\nexcept KeyError as exc:\n"
+                   "    raise ValueError('v') from exc\n",
+                   "The above exception was the direct cause of the following exception"),
+    "implicit": ("try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('v')\n",
+                 "During handling of the above exception, another exception occurred"),
+    "from None": ("try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('v') from None\n",
+                  None),
+}
+
+
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --batch --batch-rows 2"])
+@pytest.mark.parametrize("chain", CHAINS)
+def test_a_chained_error_keeps_its_cause_and_context_as_in_a_plain_cell(ip, capsys, chain,
+                                                                        line):
+    """The cell's own error is raised with the cause and context it raised it with: the
+    traceback shows the error it was handling, as a plain cell's does."""
+    body, sentence = CHAINS[chain]
+    ip.user_ns["x"] = np.arange(4.0)
+    seen = []
+    for cell in ("y = x + 1\n" + body, f"%%gpu {line}\ny = x + 1\n" + body):
+        capsys.readouterr()
+        err = ip.run_cell(cell, store_history=True).error_in_exec
+        shown = capsys.readouterr().out
+        seen.append((type(err.__cause__), type(err.__context__), err.__suppress_context__,
+                     sentence is not None and sentence in shown, "KeyError" in shown))
+    assert seen[1] == seen[0]
+    assert seen[0][3] == (sentence is not None)
+
+
+class _Negate(ast.NodeTransformer):
+    """An AST transformer as IPython's docs show one: every integer literal negated."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            return ast.copy_location(ast.Constant(-node.value), node)
+        return node
+
+
+def test_the_shells_ast_transformers_run_on_the_cell_as_on_a_plain_cell(ip, monkeypatch):
+    """IPython runs a plain cell's tree through ``InteractiveShell.ast_transformers`` (sympy's
+    integer wrapping, extensions' rewrites) before it compiles it; so does ``%%gpu``."""
+    monkeypatch.setattr(ip, "ast_transformers", [_Negate()])
+    body = "a = 2\nb = a * 3\nb + 1"
+    seen = []
+    for cell in (body, "%%gpu --quiet\n" + body):
+        result = ip.run_cell(cell, store_history=True)
+        assert result.success, result.error_in_exec
+        seen.append((ip.user_ns["a"], ip.user_ns["b"], result.result))
+    assert seen[1] == seen[0] == (-2, 6, 5)
+
+
+def test_a_star_import_of_numpy_binds_what_the_cell_uses_as_in_a_plain_cell(ip, cupy_names):
+    """``from numpy import *`` binds NumPy's names (the array module's in the cell); one the
+    array module lacks (np.ndenumerate) is left unbound rather than stopping the cell."""
+    body = "from numpy import *\ny = sqrt(arange(4.0))\nz = pi\ns = sum(ones(3))\n"
+    seen = []
+    for cell in (body, "%%gpu --quiet --to-host\n" + body):
+        result = ip.run_cell(cell)
+        assert result.success, result.error_in_exec
+        seen.append((ip.user_ns["y"].tolist(), ip.user_ns["z"], float(ip.user_ns["s"]),
+                     ip.user_ns["sqrt"] is np.sqrt))
+    assert seen[1] == seen[0] == ([0.0, 1.0, 2.0 ** 0.5, 3.0 ** 0.5], np.pi, 3.0, True)

@@ -74,3 +74,24 @@ def test_debug_after_a_plain_cell_says_nothing_more(ip, typed, capsys):
     ip.run_line_magic("debug", "")
     seen = capsys.readouterr()
     assert FREED_MESSAGE not in seen.err and "ipdb> 5" in seen.out
+
+
+@pytest.fixture
+def verbose(ip):
+    mode = ip.InteractiveTB.mode
+    ip.run_line_magic("xmode", "Verbose")
+    yield ip
+    ip.run_line_magic("xmode", mode)
+
+
+def test_a_verbose_traceback_shows_the_failed_cells_values_as_a_plain_cells(verbose, capsys):
+    """``%xmode Verbose`` shows each frame's arguments and the values its line reads: the
+    failed cell keeps its frames for it, as it does under ``%pdb on``."""
+    body = "def bad(a):\n    b = a * 2\n    return b / zero\nzero = 0\nbad(3)\n"
+    shown = []
+    for cell in (body, "%%gpu --quiet\n" + body):
+        capsys.readouterr()
+        assert verbose.run_cell(cell, store_history=True).error_in_exec is not None
+        text = capsys.readouterr().out
+        shown.append([t for t in ("in bad(a=3)", "b = 6", "zero = 0") if t in text])
+    assert shown[1] == shown[0] == ["in bad(a=3)", "b = 6", "zero = 0"]

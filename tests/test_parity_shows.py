@@ -87,3 +87,25 @@ def test_a_batched_cell_under_all_says_its_values_are_not_shown(ip, capsys, monk
     assert f"Out[{result.execution_count}]" not in capsys.readouterr().out
     assert any("last expression" in n for n in cupy_magic.last_report().notes)
 
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("line", ["--to-host y", "--to-host"])
+def test_under_all_a_value_shown_mid_cell_is_kept_as_the_host_array_its_name_became(
+        gip, capsys, monkeypatch, line):
+    """A plain NumPy cell's ``Out[n]``, ``_`` and ``_n`` are the array ``y`` holds; under
+    ``--to-host`` the ``%%gpu`` cell's are the host array ``y`` became, not the device array
+    shown mid-cell (whose text is the same). Needs the GPU: on the CPU fallback the array
+    the cell shows and the one it commits are one NumPy array. ``y += 1`` after it is shown:
+    the one array holds the cell's last values, as a plain cell's does."""
+    monkeypatch.setattr(gip, "ast_node_interactivity", "all")
+    gip.user_ns["x"] = np.arange(3.0)
+    result = gip.run_cell(f"%%gpu --quiet {line}\ny = x + 1\ny\ny += 1\nx * 0\nz = 2",
+                          store_history=True)
+    assert result.success, result.error_in_exec
+    n, ns = result.execution_count, gip.user_ns
+    assert "array([1., 2., 3.])" in capsys.readouterr().out
+    y = ns["y"]
+    assert type(y) is np.ndarray and ns["__"] is y and y.tolist() == [2.0, 3.0, 4.0]
+    unnamed = ns["_"]  # x * 0, bound to no name: on the host under --to-host alone
+    assert (type(unnamed) is np.ndarray) == (line == "--to-host")
+    assert ns["Out"][n] is unnamed and ns[f"_{n}"] is unnamed

@@ -220,6 +220,8 @@ class ArrayModule(ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         calls, target, path, fallen = self.__dict__["__compat__"]
+        if name == "__all__":  # `from numpy import *` in the cell
+            return _star_names(calls, path.rstrip("."), fallen)
         if name.startswith("__") and name.endswith("__"):
             return getattr(target, name)
         value, keep = _resolve(calls, target, path.rstrip("."), name, fallen)
@@ -234,6 +236,22 @@ class ArrayModule(ModuleType):
         _calls, target, _, fallen = self.__dict__["__compat__"]
         what = "NumPy's, run under --fallback" if fallen else "calls checked by cupy_magic"
         return f"<module {target.__name__!r} ({what})>"
+
+
+def _star_names(calls: Calls, path: str, fallen: bool) -> list[str]:
+    """What ``from numpy import *`` binds in a cell: NumPy's public names at ``path`` that
+    the array module gives (all of them under ``--fallback``), as a plain cell binds NumPy's;
+    CuPy's module has no ``__all__`` of its own. A name it lacks is left unbound, not
+    refused, unless the cell uses it."""
+    host_mod = numpy_module(path)
+    if host_mod is MISSING:
+        return []
+    names = getattr(host_mod, "__all__", None) or [n for n in dir(host_mod)
+                                                   if not n.startswith("_")]
+    if fallen or not calls.checked or calls.record.fallback:
+        return list(names)
+    return [n for n in names if _ref(path, n) is not MISSING or (not path and n in FP_ERRORS)
+            or (f"{path}.{n}" if path else n) in SUPPLIED.keys() | COMPLETIONS.keys()]
 
 
 def _resolve(calls: Calls, target: ModuleType, path: str, name: str,

@@ -11,6 +11,7 @@ proxy or a wrapper, the array module's Generator for a checked one.
 from __future__ import annotations
 
 import builtins
+import types
 from typing import Any
 
 from .generator import plain
@@ -22,9 +23,13 @@ __all__ = ["cell_builtins", "host_value"]
 _FRONTED = "numpy"
 
 
-def cell_builtins(module: ArrayModule) -> dict[str, Any]:
+def cell_builtins(module: ArrayModule) -> types.ModuleType:
     """The builtins a cell runs with: Python's, with an ``__import__`` that gives ``module``
-    (or its submodule) for ``numpy`` and ``numpy.*`` and imports anything else as usual."""
+    (or its submodule) for ``numpy`` and ``numpy.*`` and imports anything else as usual.
+
+    A module, as ``__builtins__`` is in a plain cell (IPython's user namespace holds the
+    ``builtins`` module): ``__builtins__.sum`` reaches Python's ``sum`` where the cell
+    shadowed the name."""
     real = builtins.__import__
 
     def cell_import(name: str, globals: Any = None, locals: Any = None,
@@ -42,8 +47,8 @@ def cell_builtins(module: ArrayModule) -> dict[str, Any]:
                 getattr(found, wanted)
         return found
 
-    scope = dict(builtins.__dict__)
-    scope["__import__"] = cell_import
+    scope = types.ModuleType(builtins.__name__, builtins.__doc__)
+    vars(scope).update(builtins.__dict__, __import__=cell_import)
     return scope
 
 

@@ -152,7 +152,8 @@ class GpuMagics(Magics):
                     filename=filename,
                     label=f"In [{number}]", lines=args.lines, nvtx=args.nvtx,
                     cluster=args.cluster, devices=args.devices, compiler=shell.compile,
-                    shows=shown(shell, running))
+                    shows=shown(shell, running),
+                    ast_transform=shell.transform_ast if shell.ast_transformers else None)
         except SyntaxError as exc:
             if ran_in(exc, filename):  # raised by the cell's own code (eval, compile)
                 raise

@@ -1,4 +1,5 @@
-"""``get_ipython()`` inside a ``%%gpu`` cell: magics the cell runs see the cell's names; and
+"""``get_ipython()`` inside a ``%%gpu`` cell: magics the cell runs see the cell's names (less
+the cell's own stand-ins, which ``%who`` does not list); and
 which of its expression statements the cell shows, as the shell says."""
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+from ..compat.proxy import ArrayModule
 
 __all__ = ["magics_see_the_cell", "shown"]
 
@@ -24,18 +27,28 @@ class _CellShell:
 
     def _in_cell(self, method: str, *args: Any, **kwargs: Any) -> Any:
         cell_ns = sys._getframe(2).f_globals  # the cell's code calls get_ipython().method
-        saved = self._shell.user_ns
+        saved, hidden = self._shell.user_ns, self._shell.user_ns_hidden
         self._shell.user_ns = cell_ns
+        self._shell.user_ns_hidden = {**hidden, **_stand_ins(cell_ns, saved)}
         try:
             return getattr(self._shell, method)(*args, **kwargs)
         finally:
-            self._shell.user_ns = saved
+            self._shell.user_ns, self._shell.user_ns_hidden = saved, hidden
 
     def run_line_magic(self, name: str, line: str, _stack_depth: int = 1) -> Any:
         return self._in_cell("run_line_magic", name, line, _stack_depth + 2)
 
     def run_cell_magic(self, name: str, line: str, cell: str) -> Any:
         return self._in_cell("run_cell_magic", name, line, cell)
+
+
+def _stand_ins(cell_ns: dict[str, Any], user_ns: dict[str, Any]) -> dict[str, Any]:
+    """The names the cell has that a plain cell would not list (``%who``, ``%whos``): its
+    ``get_ipython``, and ``cp`` where only the cell has it (the array module)."""
+    found = {"get_ipython": cell_ns.get("get_ipython")}
+    if "cp" not in user_ns and isinstance(cell_ns.get("cp"), ArrayModule):
+        found["cp"] = cell_ns["cp"]
+    return found
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 
 A failed cell frees its frames and its namespace copy, so that the device memory they hold
 goes back to the pool. Under ``%pdb on`` it keeps them, and IPython's debugger opens in the
-cell's frame with its values, as after a plain cell; ``%debug`` on a cell that freed them
-says so in one line, with the fix, before the debugger opens on the empty frames.
+cell's frame with its values, as after a plain cell; so it does under ``%xmode Verbose``,
+whose traceback shows each frame's values. ``%debug`` on a cell that freed them says so in
+one line, with the fix, before the debugger opens on the empty frames.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ FREED_MESSAGE = ("%%gpu freed the failed cell's values (their memory goes back t
 
 @contextlib.contextmanager
 def kept_for_pdb(shell: Any) -> Iterator[None]:
-    """Keep a failing cell's frames while ``%pdb`` is on (``shell.call_pdb``)."""
-    with keeping_frames(bool(getattr(shell, "call_pdb", False))):
+    """Keep a failing cell's frames while ``%pdb`` is on (``shell.call_pdb``) or the
+    traceback shows their values (``%xmode Verbose``: ``InteractiveTB.include_vars``)."""
+    verbose = getattr(getattr(shell, "InteractiveTB", None), "include_vars", False)
+    with keeping_frames(bool(getattr(shell, "call_pdb", False)) or bool(verbose)):
         yield
 
 

@@ -347,13 +347,10 @@ class BatchRun:
 def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, reason: str,
                 report: RunReport, *, to_host: Any, dtype: str | None, filename: str,
                 be: Backend, make: Callable[..., BatchRun] | None = None) -> None:
-    """Run a planned cell batch by batch; commit its results only if every batch succeeds.
-
-    Called by :func:`cupy_magic.run.cell.run_cell` when :func:`~cupy_magic.run.plan.batch_reason`
-    gives a reason; fills ``report`` and sets ``report.batch`` to the
-    :class:`~cupy_magic.run.batching.BatchPlan` followed. ``make`` builds the run from
-    :class:`BatchRun`'s arguments (a run over several devices); default one device.
-    """
+    """Run a planned cell batch by batch (:func:`~.plan.batch_reason` gave a reason); commit
+    its results only if every batch succeeds. Fills ``report``, its ``batch`` the
+    :class:`~.batching.BatchPlan` followed; ``make`` builds the run from :class:`BatchRun`'s
+    arguments (a run over several devices), by default on one device."""
     __tracebackhide__ = True
     names, total = select_inputs(plan.inputs, opts)
     if total == 0:
@@ -371,7 +368,10 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, r
         final, bp = run.execute(report, reason)
     except BaseException as exc:
         run.abort()
-        raise fail(exc, be, run.peak, filename, run.where(exc), namespace=namespace) from None
+        new = fail(exc, be, run.peak, filename, run.where(exc), namespace=namespace)
+        if new is exc:  # the cell's own error: its cause and context as the cell raised it
+            raise  # with the traceback fail() gave it
+        raise new from None
     finally:
         progress.finish()
         run.eng.close()

@@ -23,6 +23,7 @@ from ..syncs.lint import SyncFinding, lint_cell
 from ..syncs.record import HostSyncError, SyncRecorder, merge
 from .batched import run_batched
 from .batching import BatchOptions, check_rows, select_inputs
+from .compiled import Transform
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .errors import CellError, at_cell_line
 from .lines import LineRecord
@@ -72,6 +73,7 @@ def run_cell(
     devices: Any = None,
     compiler: codeop.Compile | None = None,
     shows: str = "last_expr",
+    transform: Transform | None = None,
 ) -> CellOutcome:
     """Run ``source`` on the live backend against ``namespace``, as a transaction.
 
@@ -85,6 +87,9 @@ def run_cell(
     ``compiler``: what compiles the cell, under its ``from __future__`` flags; it keeps the
     cell's own for later cells (:func:`~cupy_magic.run.plan.plan_cell`). ``None``: a fresh
     one, so the cell inherits no flags.
+
+    ``transform``: what the parsed cell goes through before it is compiled (IPython's
+    ``shell.transform_ast``); a cluster's workers run the cell as written (a note says so).
 
     ``remote``: an executor of a layer above (the cluster's,
     :class:`cupy_magic.cluster.execute.ClusterExecutor`) that runs the planned cell instead
@@ -108,14 +113,18 @@ def run_cell(
     if chosen is not None:
         batch = for_devices(devices, batch, remote, lines)
     plan = plan_cell(source, namespace, filename, to_host, dtype, be, fallback=fallback,
-                     compiler=compiler, shows=shows)
+                     compiler=compiler, shows=shows, transform=transform)
     findings = _lint(source, plan, namespace, syncs, be, filename,
                      getattr(remote, "names", ()))
     if remote is not None:  # a cluster runs the blocks; nothing was sent before the check
-        return _run_remote(remote, plan, namespace, findings, be, to_host=to_host,
-                           dtype=dtype, filename=filename, syncs=syncs,
-                           unsupported={"--warmup": warmup_run, "--lines": lines,
-                                        "--nvtx": nvtx})
+        outcome = _run_remote(remote, plan, namespace, findings, be, to_host=to_host,
+                              dtype=dtype, filename=filename, syncs=syncs,
+                              unsupported={"--warmup": warmup_run, "--lines": lines,
+                                           "--nvtx": nvtx})
+        if transform is not None:
+            outcome.report.notes.append("the workers ran the cell as written: the shell's AST "
+                                        "transformers (ast_transformers) are not applied there")
+        return outcome
     return _run_here(source, plan, namespace, findings, be, to_host=to_host, dtype=dtype,
                      warmup_run=warmup_run, syncs=syncs, filename=filename, batch=batch,
                      lines=lines, nvtx=nvtx, label=label, devices=chosen)

@@ -6,6 +6,8 @@ when asked, re-homing functions and classes the cell defined, and the report's o
 
 from __future__ import annotations
 
+import functools
+import sys
 import types
 from collections.abc import Iterable
 from itertools import compress, repeat
@@ -22,7 +24,7 @@ from .report import OutputInfo, RunReport
 if TYPE_CHECKING:
     from .plan import CellPlan
 
-__all__ = ["commit"]
+__all__ = ["ShownOnHost", "commit", "leave_copy"]
 
 
 def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
@@ -39,10 +41,67 @@ def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
 
 
 
+class ShownOnHost:
+    """Under ``--to-host``, what a cell shows mid-cell (``ast_node_interactivity = "all"``)
+    is the host array, as a plain NumPy cell shows it: a device array bound to a name brought
+    to the host is shown as the host array that name then becomes (``Out[n]``, ``_`` and
+    ``y`` one array, as in a plain cell); under ``--to-host`` alone, one bound to no name as
+    :func:`~.whole.shown_value` brings the last expression's.
+
+    Parameters
+    ----------
+    to_host
+        ``True`` (every name the cell stores) or the names brought to the host.
+    stored
+        The names the cell stores.
+    work
+        The cell's namespace, read as each value is shown.
+    be
+        The live backend.
+    """
+
+    def __init__(self, to_host: bool | Iterable[str], stored: Iterable[str],
+                 work: dict[str, Any], be: Backend) -> None:
+        self.every = to_host is True
+        self.names = set(stored if to_host is True else to_host or ())
+        self.work, self.be = work, be
+        self.kept: dict[int, tuple[Any, np.ndarray]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        """What to show for ``value``."""
+        if not self.be.is_device_array(value):
+            return value
+        if any(self.work.get(n) is value for n in self.names):
+            host = self.be.to_host(value)
+            self.kept[id(value)] = (value, host)
+            return host
+        if self.every:
+            host = self.be.to_host(value)
+            return host[()] if host.ndim == 0 else host
+        return value
+
+    def reuse(self, value: Any) -> np.ndarray | None:
+        """The host array shown for ``value``, holding what ``value`` holds now (the cell
+        may have changed it in place since); ``None`` when none was shown."""
+        kept = self.kept.get(id(value))
+        if kept is None or kept[0] is not value:
+            return None
+        host = kept[1]
+        if host.shape != value.shape or host.dtype != value.dtype:
+            return None
+        if host is not value:
+            self.be.to_host_into(value, host)
+        return host
+
+
 def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
-            to_host: bool | Iterable[str], be: Backend, report: RunReport) -> None:
+           to_host: bool | Iterable[str], be: Backend, report: RunReport,
+           shown: ShownOnHost | None = None) -> None:
+    """Write the names the cell bound into ``namespace``; ``shown``: the host arrays shown
+    mid-cell for names brought to the host, which those names become."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
+    rehomed: dict[int, tuple[Any, Any]] = {}  # one walk: `g = f` stays the same function
     for name in _rebound(work, namespace):
         value = work[name]
         if name == "__builtins__" and name not in namespace:
@@ -58,11 +117,11 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if isinstance(value, np.ndarray) and not wants_host:
             be.keep_on_device(value)
         if wants_host:
-            value = _to_host(value, be)
-        updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace)
+            value = _to_host(value, be, shown)
+        updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace, rehomed)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
     removed = [] if all(map(work.__contains__, namespace)) else \
-        [n for n in namespace if n not in work and n != "__builtins__"]
+        _deleted(work, namespace, plan.last_name)
     namespace.update(updates)
     for name in removed:
         del namespace[name]
@@ -76,9 +135,40 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         be.synchronize()
 
 
+def _deleted(work: dict[str, Any], namespace: dict[str, Any],
+             last_name: str | None) -> list[str]:
+    """The names the cell deleted: in the namespace but not in the cell's copy of it. Names
+    put into the namespace while the cell ran (``get_ipython().push``, ``get_ipython().user_ns
+    [...] = ...``) are not in the copy either; they come after ``last_name``, the last name
+    it had when the cell was planned (a dict keeps its order), and are kept, as after a plain
+    cell."""
+    names = list(namespace)
+    if last_name is not None:
+        names = names[:names.index(last_name) + 1] if last_name in namespace else \
+            [] if last_name == "" else names
+    return [n for n in names if n not in work and n != "__builtins__"]
+
+
+def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """After the commit, make the cell's copy of the namespace (``work``) the user namespace
+    as the cell left it, when something still reads it: a generator the cell made, or a
+    function kept in a list or a dict, which nothing re-homes. They then find ``np`` as NumPy,
+    the committed values and the user's arrays, as a plain cell's would, rather than the
+    array module and the device copies of the inputs (which they would keep alive); a name
+    changed by a later cell they still read as the cell left it. No name the namespace has
+    is missing from ``work`` meanwhile (a thread the cell started may be reading it)."""
+    if sys.getrefcount(work) > _HELD_BY_CALLERS:
+        work.update(namespace)
+        for name in [n for n in list(work) if n not in namespace]:
+            work.pop(name, None)
+
+
+_HELD_BY_CALLERS = 3  # the caller's variable, this function's argument, getrefcount's
 _MISSING = object()
-# names Python itself binds in a module's namespace (``warnings.warn`` records what it showed)
-_BOOKKEEPING = frozenset({"__warningregistry__"})
+_CACHED = type(functools.lru_cache(lambda: None))  # what lru_cache and cache make
+# names Python itself binds in a module's namespace (``warnings.warn`` records what it
+# showed; an annotated name at the top level makes ``__annotations__``)
+_BOOKKEEPING = frozenset({"__warningregistry__", "__annotations__"})
 
 
 def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
@@ -91,46 +181,105 @@ def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
                                    map(namespace.get, keys, repeat(_MISSING)))))
 
 
-def _to_host(value: Any, be: Backend) -> Any:
+def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None) -> Any:
     """``value`` with its device arrays brought to the host, also those in a tuple, a list
     or a named tuple (``np.diag_indices``, ``np.unique_all``, ``np.linalg.svd``); the same
     object when it holds none."""
     if be.is_device_array(value):
-        return be.to_host(value)
+        kept = None if shown is None else shown.reuse(value)
+        return be.to_host(value) if kept is None else kept
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [_to_host(v, be) for v in value]
+        items = [_to_host(v, be, shown) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     return value
 
 
-def _rehome(value: Any, filename: str, namespace: dict[str, Any]) -> Any:
+def _rehome(value: Any, filename: str, namespace: dict[str, Any],
+            seen: dict[int, tuple[Any, Any]] | None = None) -> Any:
     """Give functions and classes the cell defined the user namespace as their globals.
 
     They were created in the cell's private copy of the namespace; without this they would
     keep reading it (old values, ``np`` as CuPy, the device copies of the inputs) and write
-    their ``global`` names into it, after the cell is over.
+    their ``global`` names into it, after the cell is over. So would what wraps or holds
+    them: a decorator's closure (``functools.wraps``), ``functools.partial``,
+    ``functools.lru_cache``/``cache``, a class's ``property``, ``cached_property``,
+    ``staticmethod`` and ``classmethod``; those are re-homed too (closure cells in place; a
+    partial, a cache or a property is made again over the re-homed function, the cache
+    empty). ``seen``: each object met, and what it became (a closure can hold its own
+    function); the originals are kept in it, so that their ids are not reused meanwhile.
     """
+    seen = {} if seen is None else seen
+    met = seen.get(id(value))
+    if met is not None and met[0] is value:
+        return met[1]
+    seen[id(value)] = (value, value)
+
+    def again(inner: Any) -> Any:
+        return _rehome(inner, filename, namespace, seen)
+
+    new = value
     if isinstance(value, types.FunctionType):
         if value.__code__.co_filename != filename or value.__globals__ is namespace:
+            _rewrap(value, filename, again)  # a library's wrapper made in the cell
             return value
         new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
                                  value.__closure__)
+        seen[id(value)] = (value, new)
         new.__kwdefaults__ = value.__kwdefaults__
         new.__qualname__ = value.__qualname__
         new.__doc__ = value.__doc__
-        new.__dict__.update(value.__dict__)
+        new.__dict__.update({k: again(v) for k, v in value.__dict__.items()})  # __wrapped__
         new.__annotations__ = value.__annotations__
-        return new
-    if isinstance(value, type):  # only the methods the cell wrote are replaced
+        for cell in value.__closure__ or ():  # shared with `new`: a decorator's function
+            if _filled(cell) and (moved := again(cell.cell_contents)) is not cell.cell_contents:
+                cell.cell_contents = moved
+    elif isinstance(value, type):  # only what the cell wrote is replaced; classes in it too
+        inner_prefix = value.__qualname__ + "."
         for key, attr in list(vars(value).items()):
-            if isinstance(attr, (staticmethod, classmethod)):
-                inner = _rehome(attr.__func__, filename, namespace)
-                if inner is not attr.__func__:
-                    setattr(value, key, type(attr)(inner))
-            elif isinstance(attr, types.FunctionType):
-                new = _rehome(attr, filename, namespace)
-                if new is not attr:
-                    setattr(value, key, new)
-    return value
+            if isinstance(attr, type) and not attr.__qualname__.startswith(inner_prefix):
+                continue
+            if (moved := again(attr)) is not attr:
+                setattr(value, key, moved)
+    elif isinstance(value, (staticmethod, classmethod)):
+        if (inner := again(value.__func__)) is not value.__func__:
+            new = type(value)(inner)
+    elif type(value) is property:
+        parts = (value.fget, value.fset, value.fdel)
+        moved_parts = [None if f is None else again(f) for f in parts]
+        if any(a is not b for a, b in zip(parts, moved_parts, strict=True)):
+            new = property(*moved_parts, value.__doc__)
+    elif isinstance(value, functools.cached_property):
+        value.func = again(value.func)
+    elif type(value) is functools.partial:
+        if (inner := again(value.func)) is not value.func:
+            new = functools.partial(inner, *value.args, **value.keywords)
+    elif type(value) is _CACHED and (inner := again(value.__wrapped__)) is not value.__wrapped__:
+        new = functools.lru_cache(**value.cache_parameters())(inner)  # lru_cache, cache
+    seen[id(value)] = (value, new)
+    return new
+
+
+def _rewrap(wrapper: types.FunctionType, filename: str, again: Any) -> None:
+    """Re-home, in place, the cell's functions a function from elsewhere holds in its closure
+    or as ``__wrapped__``: a library's decorator applied in the cell made it around one
+    (``contextlib.contextmanager``, ``torch.no_grad()``). Nothing else of it is walked."""
+    def ours(held: Any) -> bool:
+        return isinstance(held, types.FunctionType) and held.__code__.co_filename == filename
+
+    for cell in wrapper.__closure__ or ():
+        if _filled(cell) and ours(cell.cell_contents):
+            cell.cell_contents = again(cell.cell_contents)
+    held = wrapper.__dict__.get("__wrapped__")
+    if ours(held):
+        wrapper.__wrapped__ = again(held)  # type: ignore[attr-defined]
+
+
+def _filled(cell: Any) -> bool:
+    """Whether a closure cell holds a value (one of a name not yet bound raises)."""
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True

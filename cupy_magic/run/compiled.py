@@ -17,15 +17,17 @@ import ast
 import codeop
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import CodeType
 
-__all__ = ["SHOWS", "CompiledCell", "compile_cell"]
+__all__ = ["SHOWS", "CompiledCell", "Transform", "compile_cell"]
 
 # IPython's ast_node_interactivity values: which expression statements a cell shows
 SHOWS = ("last_expr", "last_expr_or_assign", "last", "all", "none")
 _KEEP = 128  # cell texts kept, the least recently run dropped first
 _FEATURES = tuple(getattr(__future__, name) for name in __future__.all_feature_names)
+Transform = Callable[[ast.Module], ast.Module]
 _KEPT: OrderedDict[tuple[str, int, type, str], CompiledCell] = OrderedDict()
 
 
@@ -111,16 +113,19 @@ def _split(tree: ast.Module, filename: str, compiler: codeop.Compile,
     return compiler(head, filename, mode), compiler(expr, filename, "eval"), mode == "single"
 
 
-def _compiled(source: str, filename: str, compiler: codeop.Compile,
-              shows: str) -> CompiledCell:
+def _compiled(source: str, filename: str, compiler: codeop.Compile, shows: str,
+              transform: Transform | None = None) -> CompiledCell:
     tree = ast.parse(source, filename, "exec")
+    if transform is not None:  # IPython's AST transformers, before the split, as it runs them
+        tree = transform(tree)
     code = compiler(tree, filename, "exec")
     body, last, displays = _split(tree, filename, compiler, shows)  # for a run that shows it
     return CompiledCell(code, body, last, displays)
 
 
 def compile_cell(source: str, filename: str, compiler: codeop.Compile,
-                 split: bool, shows: str = "last_expr") -> CompiledCell:
+                 split: bool, shows: str = "last_expr",
+                 transform: Transform | None = None) -> CompiledCell:
     """Compile ``source`` as ``filename`` with ``compiler`` (its flags, and the flags the
     cell's future imports add to it afterwards), from the kept code when the same text ran
     under the same flags before.
@@ -131,11 +136,15 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     statement's value, ``none`` none; :func:`~.options.check_options` refuses any other).
     A syntax error is raised as compiling raises it,
     and nothing is kept; nor is a text whose compiling warns (each run warns again, as a
-    plain cell's does).
+    plain cell's does). ``transform``: what the parsed cell goes through before it is
+    compiled (IPython's ``shell.transform_ast``, its ``ast_transformers``); nothing is kept
+    then either, as a transformer may give another tree each time.
     """
     key = (source, compiler.flags, type(compiler), shows)
     kept = _KEPT.get(key)
-    if kept is not None:
+    if transform is not None:  # once, under the user's warning filters; nothing kept
+        cell = _compiled(source, filename, compiler, shows, transform)
+    elif kept is not None:
         _KEPT.move_to_end(key)
         for feature in _FEATURES:  # what compiling would have left in the compiler
             if kept.code.co_flags & feature.compiler_flag:

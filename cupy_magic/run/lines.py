@@ -21,19 +21,21 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from types import CodeType, TracebackType
 from typing import Any
 
 from ..backend import Backend
 from ..backend.marks import EventMarks, TransferWatch, nvtx_ranges
 
-__all__ = ["MANY_EVENTS", "LineRecord", "LineStat", "LineTracer", "line_rows", "tracer_note"]
+__all__ = ["MANY_EVENTS", "LineRecord", "LineStat", "LineTracer", "line_rows", "off_the_lines",
+           "tracer_note"]
 
 MANY_EVENTS = 10_000  # line events above which the report says what the tracer cost
 _LARGE_SHARE = 0.05  # the tracer's share of the cell above which the report says it anyway
 _HAS_MONITORING = hasattr(sys, "monitoring")
+_ACTIVE = threading.local()  # the tracer following the cell that runs on this thread
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class LineTracer:
         self._thread = threading.get_ident()
         self._tool: int | None = None
         self._previous: Any = None
+        self._aside = False  # the cell's time is charged to none of its lines
+        self._outer: LineTracer | None = None
 
     # --- the one step: a statement boundary ---------------------------------------------
     def _switch(self, line: int | None) -> None:
@@ -143,11 +147,15 @@ class LineTracer:
         self._t = end
 
     def _line_event(self, line: int) -> None:
+        if self._aside:
+            return
         self.count[line] = self.count.get(line, 0) + 1
         self._switch(line)
 
     def _left(self, back: Any) -> None:
         """A frame of the cell returned (or yielded) to ``back``: its line goes on."""
+        if self._aside:
+            return
         inside = back is not None and back.f_code.co_filename == self.code_filename
         self._switch(back.f_lineno if inside else None)
 
@@ -213,6 +221,7 @@ class LineTracer:
     # --- context manager ----------------------------------------------------------------
     def __enter__(self) -> LineTracer:
         self._thread = threading.get_ident()
+        self._outer, _ACTIVE.tracer = getattr(_ACTIVE, "tracer", None), self
         self.traced -= time.perf_counter()
         if not (_HAS_MONITORING and self._start_monitoring()):
             self._previous = sys.gettrace()
@@ -221,6 +230,7 @@ class LineTracer:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        _ACTIVE.tracer = self._outer
         if self._tool is not None:
             self._stop_monitoring()
         else:
@@ -230,6 +240,24 @@ class LineTracer:
         self.traced += time.perf_counter()
         if self.marks is not None:
             self.gpu = self.marks.finish()
+
+
+@contextlib.contextmanager
+def off_the_lines() -> Iterator[None]:
+    """While inside, on this thread, the running cell's time is charged to none of its lines
+    (a value the cell shows through ``sys.displayhook``: IPython formats it for the user)."""
+    tracer: LineTracer | None = getattr(_ACTIVE, "tracer", None)
+    if tracer is None or tracer._aside:
+        yield
+        return
+    line = tracer._line
+    tracer._switch(None)
+    tracer._aside = True
+    try:
+        yield
+    finally:
+        tracer._aside = False
+        tracer._switch(line)
 
 
 def _all_codes(roots: Iterable[CodeType]) -> list[CodeType]:
@@ -279,13 +307,7 @@ def line_rows(tracer: LineTracer, syncs: Iterable[Any], compiles: Any,
             max(0.0, copy_s - (wait or 0.0)), sync.count if sync is not None else None, wait,
             built.get(line, 0.0)))
     total = sum(r.seconds for r in rows)
-    return [_with_share(r, r.seconds / total if total > 0 else 0.0) for r in rows]
-
-
-def _with_share(row: LineStat, share: float) -> LineStat:
-    from dataclasses import replace
-
-    return replace(row, share=share)
+    return [replace(r, share=r.seconds / total if total > 0 else 0.0) for r in rows]
 
 
 def tracer_note(tracer: LineTracer) -> str:
@@ -306,10 +328,8 @@ _SAID: set[str] = set()  # what NVTX lacks is said once a process
 
 
 def _once(text: str) -> list[str]:
-    if text in _SAID:
-        return []
-    _SAID.add(text)
-    return [text]
+    said, _ = text in _SAID, _SAID.add(text)
+    return [] if said else [text]
 
 
 class LineRecord:

@@ -64,7 +64,7 @@ def to_host_names(value: Any) -> bool | list[str]:
 
 def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syncs: Any,
                   filename: Any, label: Any, compiler: Any, shows: Any,
-                  **flags: Any) -> None:
+                  ast_transform: Any = None, **flags: Any) -> None:
     """Refuse a ``run_cell`` argument of the wrong kind, naming it and the fix.
 
     ``flags``: the options that are ``True`` or ``False`` (:data:`_FLAGS`). ``syncs`` is
@@ -106,6 +106,9 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
     if compiler is not None and not isinstance(compiler, codeop.Compile):
         raise CellError(f"compiler={short_repr(compiler)} is not a codeop.Compile; give none, or "
                         "IPython's get_ipython().compile")
+    if ast_transform is not None and not callable(ast_transform):
+        raise TypeError(f"ast_transform={short_repr(ast_transform)} is not a function of the "
+                        "parsed cell; give none, or IPython's get_ipython().transform_ast")
 
 
 def check_sync_mode(mode: Any, *, cell: bool = False) -> str:

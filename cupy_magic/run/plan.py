@@ -16,7 +16,7 @@ import linecache
 import sys
 import time
 import tokenize
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import is_
@@ -34,8 +34,9 @@ from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
 from ..units import dtype_name, format_bytes, short_repr
 from .batching import BatchOptions
-from .compiled import compile_cell
+from .compiled import Transform, compile_cell
 from .errors import CellError
+from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names
 from .report import InputMove
@@ -85,6 +86,9 @@ class CellPlan:
     displays
         Whether ``body`` or ``last`` hands the values of expression statements to
         ``sys.displayhook`` as they run (``shows="all"``).
+    last_name
+        The namespace's last name when the cell was planned (``""``: it had none; ``None``:
+        not known); names put into it after, while the cell ran, are not the cell's deletions.
     """
 
     code: CodeType
@@ -96,21 +100,24 @@ class CellPlan:
     last: CodeType | None = None
     compat: CompatRecord | None = None
     displays: bool = False
+    last_name: str | None = None
 
-    def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None) -> Any:
+    def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
+            show: Callable[[Any], Any] | None = None) -> Any:
         """Run the cell in ``namespace``; return its last expression's value (or ``None``).
 
         ``user``: the user namespace. Expression statements a ``"single"`` mode part shows
         (``ast_node_interactivity = "all"``) go to ``sys.displayhook``, which writes the
         output names (``_``, ``__``, ``___``, ``_12``) there; they are copied into
         ``namespace`` too, so that the commit keeps them instead of undoing them.
+        ``show``: what goes to the hook for each such value (``--to-host``: the host array).
         """
         __tracebackhide__ = True
         with as_main(namespace, user, self.stored):  # pickle finds what the cell defines
             if self.last is None:
                 exec(self.code, namespace)
                 return None
-            with _outputs_kept(namespace, user) if self.displays \
+            with _outputs_kept(namespace, user, show) if self.displays \
                     else contextlib.nullcontext():
                 if self.body is not None:
                     exec(self.body, namespace)
@@ -124,7 +131,8 @@ class CellPlan:
     @property
     def module_names(self) -> tuple[str, ...]:
         """The names that mean the array module in the cell (``np``, ``cp``, ...)."""
-        return tuple(n for n, v in self.overrides.items() if isinstance(v, ModuleType))
+        return tuple(n for n, v in self.overrides.items()
+                     if isinstance(v, ModuleType) and n != "__builtins__")
 
     def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
         """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
@@ -132,13 +140,16 @@ class CellPlan:
 
 
 @contextlib.contextmanager
-def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None) -> Iterator[None]:
+def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None,
+                  show: Callable[[Any], Any] | None) -> Iterator[None]:
     """While the cell shows values through ``sys.displayhook``, copy the output names it
     sets in ``user`` (``_``, ``__``, ``___``, ``_12``) into the cell's ``namespace``."""
     hook = sys.displayhook
 
     def shown(value: Any) -> None:
-        with uncharged():  # read for the user, as a plain cell shows it: no sync of the cell
+        # shown for the user, as a plain cell shows it: no sync of the cell, no time of a line
+        with uncharged(), off_the_lines():
+            value = value if show is None else show(value)
             hook(value)
         if value is None or user is None:
             return
@@ -195,7 +206,7 @@ def _check_to_host(to_host: bool | Iterable[str], names: CellNames) -> None:
 def plan_cell(source: str, namespace: dict[str, Any], filename: str,
               to_host: bool | Iterable[str], dtype: str | None, be: Backend,
               fallback: bool = False, compiler: codeop.Compile | None = None,
-              shows: str = "last_expr") -> CellPlan:
+              shows: str = "last_expr", transform: Transform | None = None) -> CellPlan:
     """Compile the cell and find its NumPy inputs; raise :class:`CellError` for bad options.
 
     ``fallback``: calls CuPy cannot run run with NumPy (``--fallback``) instead of stopping.
@@ -204,12 +215,13 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     cells, as a plain cell does; ``None``: a fresh one, so no flags are inherited
     (``dont_inherit``), not even this module's. ``shows``: which expression statements'
     values the cell shows, IPython's ``ast_node_interactivity`` (:data:`~.compiled.SHOWS`);
-    a trailing ``;`` shows none. A syntax error is raised before any option
-    is checked, as a plain cell reports it first.
+    a trailing ``;`` shows none. ``transform``: what the parsed cell goes through first
+    (IPython's AST transformers, :func:`~.compiled.compile_cell`). A syntax error is raised
+    before any option is checked, as a plain cell reports it first.
     """
     compiler = codeop.Compile() if compiler is None else compiler
     compiled = compile_cell(source, filename, compiler, split=not _ends_quiet(source),
-                            shows=shows)
+                            shows=shows, transform=transform)
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise CellError(f"--dtype {short_repr(dtype)} is not supported; use "
@@ -235,7 +247,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
-                    names.deleted, compiled.body, compiled.last, record, compiled.displays)
+                    names.deleted, compiled.body, compiled.last, record, compiled.displays,
+                    next(reversed(namespace.keys()), ""))
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
-from .commit import commit
+from .commit import ShownOnHost, commit, leave_copy
 from .errors import CellError, fail
 from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
@@ -50,16 +50,22 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             moved, report.inputs = move_inputs(plan, dtype, be)
             work = {**namespace, **plan.overrides, **moved}
             del moved
+            shown = ShownOnHost(to_host, plan.stored, work, be) \
+                if plan.displays and to_host is not False else None
             with be.time_device() as timing, recorder:
-                value = plan.run(work, namespace)
+                value = plan.run(work, namespace, shown)
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        raise fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
+        new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
-                   work=work) from None
+                   work=work)
+        if new is exc:  # the cell's own error: its cause and context as the cell raised it
+            raise  # with the traceback fail() gave it
+        raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
-    commit(plan, work, namespace, to_host, be, report)
+    commit(plan, work, namespace, to_host, be, report, shown)
+    leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
     return shown_value(value, [n for n in bound if n in committed], namespace,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import codeop
 import contextlib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import backend as _backend
@@ -114,6 +115,11 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         name a last ``x = ...`` binds, ``"all"`` every one's (the others through
         ``sys.displayhook`` as they run), ``"none"`` none. A batched or cluster run shows
         none (the report says so).
+    ast_transform
+        What the parsed cell goes through before it is compiled, as IPython runs a plain
+        cell's through its ``InteractiveShell.ast_transformers`` (``%%gpu`` passes
+        ``shell.transform_ast`` while the shell has any). ``None`` (default): none. A
+        cluster's workers run the cell as written (the report says so).
 
     Returns
     -------
@@ -164,6 +170,7 @@ def run_cell_outcome(
     devices: str | int | Iterable[int] | None = None,
     compiler: codeop.Compile | None = None,
     shows: str = "last_expr",
+    ast_transform: Callable[[ast.Module], ast.Module] | None = None,
 ) -> CellOutcome:
     """:func:`run_cell`, also returning the value of the cell's last expression.
 
@@ -180,7 +187,7 @@ def run_cell_outcome(
     __tracebackhide__ = True
     check_options(source, namespace, batch=batch, fallback=fallback, syncs=syncs,
                   filename=filename, label=label, compiler=compiler, shows=shows,
-                  warmup=warmup,
+                  ast_transform=ast_transform, warmup=warmup,
                   panel=panel, lines=lines, nvtx=nvtx, cluster=cluster)
     to_host, dtype = to_host_names(to_host), cast_name(dtype)
     syncs = settings().syncs if syncs is None else syncs
@@ -202,7 +209,8 @@ def run_cell_outcome(
                                 warmup_run=warmup, syncs=syncs,
                                 fallback=fallback, filename=filename, batch=batch, lines=lines,
                                 nvtx=nvtx, label=label or "", remote=remote,
-                                devices=devices, compiler=compiler, shows=shows)
+                                devices=devices, compiler=compiler, shows=shows,
+                                transform=ast_transform)
     finally:
         progress.finish()
     if panel and shown is None:  # not silently ignored: where the panel's figures are

@@ -252,3 +252,17 @@ def test_a_cell_that_mixes_its_blocks_rows_is_refused_before_any_task(ip, joined
     assert "\n" not in msg and "batches would give other results than NumPy" in msg
     assert f"line 1 `z = {name} - {name}.mean()`" in msg and "in blocks" in msg
     assert "z" not in ip.user_ns and len(cell_tasks(joined)) == before
+
+
+def test_a_cluster_run_says_the_shells_ast_transformers_are_not_applied(ip, joined, data,
+                                                                       monkeypatch):
+    """The workers compile the cell's text; a kernel's AST transformers stay in it."""
+    import ast
+
+    monkeypatch.setattr(ip, "ast_transformers", [ast.NodeTransformer()])
+    assert ip.run_cell("%%gpu --quiet\ny = xd * 2\n").success
+    notes = cupy_magic.last_report().notes
+    assert any("AST transformers (ast_transformers) are not applied" in n for n in notes)
+    monkeypatch.setattr(ip, "ast_transformers", [])
+    assert ip.run_cell("%%gpu --quiet\ny = xd * 2\n").success
+    assert not any("ast_transformers" in n for n in cupy_magic.last_report().notes)

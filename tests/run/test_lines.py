@@ -222,3 +222,22 @@ def test_host_budget_is_still_checked_at_every_line(shell, monkeypatch) -> None:
             shell.run_cell_magic("gpu", "--lines --quiet",
                                  "small = np.ones(10)\nbig = np.ones(1_000_000)\nz = 1\n")
         assert "big" not in shell.user_ns
+
+
+def test_a_value_shown_mid_cell_is_not_its_lines_time(ip, monkeypatch) -> None:
+    """Under ``ast_node_interactivity = "all"`` IPython formats the values a line shows for
+    the user, as it does a plain cell's: that is no line's time, nor a run of the lines of
+    a ``__repr__`` the cell defines."""
+    monkeypatch.setattr(ip, "ast_node_interactivity", "all")
+    ip.run_cell("import time\nclass Slow:\n    def __repr__(self):\n"
+                "        time.sleep(0.3)\n        return 'slow'")
+    result = ip.run_cell("%%gpu --lines --quiet\nimport time\nclass Own:\n"
+                         "    def __repr__(self):\n        time.sleep(0.3)\n"
+                         "        return 'own'\na = 1\nSlow()\nOwn()\nb = 2\n")
+    assert result.success, result.error_in_exec
+    rows = _rows(cupy_magic.last_report())
+    assert rows[7].count == 1 and rows[8].count == 1 and rows[9].count == 1
+    assert rows[7].host_s < 0.1 and rows[8].host_s < 0.1, (rows[7], rows[8])
+    # on the GPU the device sits idle while the host formats: no line's device time either
+    assert all(rows[n].gpu_s is None or rows[n].gpu_s < 0.1 for n in (7, 8)), rows
+    assert 4 not in rows and 5 not in rows  # Own.__repr__ ran for the display only

@@ -1,0 +1,130 @@
+"""What a ``%%gpu`` cell defines reads the user namespace after the cell, as a plain cell's
+does: a function under a decorator, a cached or partial function, a class's properties. A
+plain cell's functions look their global names up in the user namespace when they run; a
+``%%gpu`` cell runs in a copy of it, which they must not keep reading (stale values, ``np``
+as CuPy, the device copies of the inputs). Through a real IPython shell, on both backends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+DEFINITIONS = {
+    "a decorator's closure (functools.wraps)": (
+        "import functools\n"
+        "def deco(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(*a):\n"
+        "        return f(*a)\n"
+        "    return wrapper\n"
+        "@deco\n"
+        "def read():\n"
+        "    return kk, np is numpy_module\n", "read(), read.__wrapped__()"),
+    "functools.lru_cache": (
+        "import functools\n"
+        "@functools.lru_cache\n"
+        "def read():\n"
+        "    return kk, np is numpy_module\n", "read()"),
+    "functools.cache, recursive": (
+        "import functools\n"
+        "@functools.cache\n"
+        "def read(n=2):\n"
+        "    return (kk, np is numpy_module) if n == 0 else read(n - 1)\n", "read()"),
+    "contextlib.contextmanager": (
+        "import contextlib\n"
+        "@contextlib.contextmanager\n"
+        "def reading():\n"
+        "    yield kk, np is numpy_module\n"
+        "def read():\n"
+        "    with reading() as got:\n"
+        "        return got\n", "read(), reading.__wrapped__().__next__()"),
+    "functools.partial": (
+        "import functools\n"
+        "def add(a, b):\n"
+        "    return a + b + kk, np is numpy_module\n"
+        "read = functools.partial(add, 1, b=2)\n", "read()"),
+    "a property, a cached_property, a decorated method, a nested class": (
+        "import functools\n"
+        "def deco(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(*a):\n"
+        "        return f(*a)\n"
+        "    return wrapper\n"
+        "class Reader:\n"
+        "    @property\n"
+        "    def now(self):\n"
+        "        return kk, np is numpy_module\n"
+        "    @functools.cached_property\n"
+        "    def once(self):\n"
+        "        return kk\n"
+        "    @deco\n"
+        "    def method(self):\n"
+        "        return kk\n"
+        "    class Inner:\n"
+        "        def read(self):\n"
+        "            return kk\n",
+        "Reader().now, Reader().once, Reader().method(), Reader.Inner().read()"),
+}
+
+
+def _after(ip, define: str, use: str, prefix: str) -> object:
+    """What ``use`` gives in a plain cell once ``define`` ran (under ``prefix``) and a later
+    cell changed ``kk``."""
+    ip.user_ns.update(kk=1, numpy_module=np)
+    result = ip.run_cell(prefix + define, store_history=True)
+    assert result.success, result.error_in_exec
+    ip.user_ns["kk"] = 100
+    return ip.ev(use)
+
+
+@pytest.mark.parametrize("what", DEFINITIONS)
+def test_what_the_cell_defines_reads_later_values_and_numpy_as_a_plain_cells_does(ip, what):
+    define, use = DEFINITIONS[what]
+    plain = _after(ip, define, use, "")
+    assert _after(ip, define, use, "%%gpu --quiet\n") == plain
+
+
+def test_a_function_bound_to_two_names_stays_one_function(ip):
+    ip.run_cell("%%gpu --quiet\ndef f():\n    return 1\ng = f\nitems = (f, f)")
+    assert ip.user_ns["g"] is ip.user_ns["f"]
+
+
+def test_a_generator_the_cell_made_reads_numpy_and_the_users_arrays_after_it(ip):
+    """A generator's frame keeps the namespace it was made in (nothing can re-home it): it
+    then holds the user namespace as the cell left it, not the cell's copy with ``np`` as
+    CuPy and the device copies of the inputs."""
+    x = ip.user_ns["x"] = np.arange(3.0)
+    ip.run_cell("%%gpu --quiet\ngen = ((np, x, y) for _ in range(1))\ny = x + 1\n"
+                "hold = [lambda: (np, x)]")
+    module, seen_x, y = next(ip.user_ns["gen"])
+    assert module is np and seen_x is x and y is ip.user_ns["y"]
+    module, seen_x = ip.user_ns["hold"][0]()
+    assert module is np and seen_x is x
+
+
+@pytest.mark.kernel
+def test_in_a_kernel_what_the_cell_defines_pushes_and_raises_is_as_a_plain_cells(monkeypatch):
+    """Through a real kernel (nbclient): a cached function the cell defined reads a later
+    value, a name the cell pushed is kept, and its chained error shows what it handled."""
+    import re
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "host")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
+        "%load_ext cupy_magic\nimport numpy as np\nkk = 1",
+        "%%gpu --quiet\nimport functools\n@functools.lru_cache\ndef read():\n    return kk\n"
+        "get_ipython().push({'pushed': 7})",
+        "kk = 2\nprint(read(), pushed)",
+        "%%gpu --quiet\ntry:\n    {}['k']\nexcept KeyError as exc:\n"
+        "    raise ValueError('v') from exc",
+    ]]
+    nb.cells[3].metadata["tags"] = ["raises-exception"]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    assert nb.cells[2].outputs[0]["text"].strip() == "2 7"
+    error = next(o for o in nb.cells[3].outputs if o["output_type"] == "error")
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert "The above exception was the direct cause of the following exception" in shown
+    assert "KeyError" in shown and error["ename"] == "ValueError"
