@@ -96,8 +96,7 @@ class GpuMagics(Magics):
                    "Dask array always runs there)")
     @argument_group("display")
     @argument("--quiet", action="store_true", help="show no report")
-    @argument("--panel", action="store_true",
-              help="show a live VRAM panel above the cell's output while it runs")
+    @argument("--panel", action="store_true", help="a live VRAM panel above the output as it runs")
     @cell_magic
     def gpu(self, line: str, cell: str) -> Any:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.
@@ -256,9 +255,7 @@ class GpuMagics(Magics):
                              f"{' '.join('--' + a for a in actions)}; e.g. "
                              f"%vram_panel --{actions[-1]}")
         if actions:
-            if not session.panels_open():  # said, not silently nothing
-                print(f"cupy_magic: no panel is open to {actions[0]}; %vram_panel opens one")
-            getattr(session, f"{actions[0]}_panels")()
+            session.act_on_panels(actions[0])
             return
         try:
             session.show_panel(interval=interval(args.interval), device=args.device,

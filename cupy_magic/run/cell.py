@@ -29,8 +29,9 @@ from .errors import CellError, at_cell_line
 from .lines import LineRecord
 from .names import cell_names
 from .options import SYNC_MODES
-from .plan import CellPlan, batch_reason, check_sizes, plan_cell, register_source
+from .plan import CellPlan, batch_reason, plan_cell, register_source
 from .report import RunReport
+from .sizes import check_sizes
 from .whole import run_whole, warmup
 
 __all__ = ["SYNC_MODES", "CellOutcome", "run_cell"]

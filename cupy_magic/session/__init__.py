@@ -37,6 +37,7 @@ from .memory import (
     vram_holders,
 )
 from .panels import (
+    act_on_panels,
     panel_summary,
     panels_open,
     pause_panels,
@@ -48,6 +49,7 @@ from .panels import (
 __all__ = [
     "BudgetStatus",
     "ClusterStatus",
+    "act_on_panels",
     "apply_settings",
     "budget_status",
     "cluster_status",

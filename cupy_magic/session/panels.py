@@ -8,8 +8,8 @@ from ..config import settings
 from ..monitor.sampler import shared_sampler
 from ..view import panel as _panel
 
-__all__ = ["panel_summary", "panels_open", "pause_panels", "resume_panels", "show_panel",
-           "stop_panels"]
+__all__ = ["act_on_panels", "panel_summary", "panels_open", "pause_panels", "resume_panels",
+           "show_panel", "stop_panels"]
 
 
 def show_panel(interval: float | None = None, device: int = 0,
@@ -32,6 +32,13 @@ def panel_summary(device: int = 0) -> str:
 def panels_open() -> int:
     """How many live panels this kernel shows."""
     return len(_panel.panels())
+
+
+def act_on_panels(action: str) -> None:
+    """``%vram_panel --pause`` (``resume``, ``stop``); with no panel open it says so."""
+    if not panels_open():
+        print(f"cupy_magic: no panel is open to {action}; %vram_panel opens one")
+    {"pause": pause_panels, "resume": resume_panels, "stop": stop_panels}[action]()
 
 
 def pause_panels() -> None:
