@@ -7,7 +7,10 @@ the batched inputs; everything else is shared.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import itertools
+import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -275,7 +278,8 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
     """
     found = row_mixing(source, {n: np.ndim(inputs[n]) for n in batched},
                        (*xp, "np", "numpy", "cp", "cupy"),
-                       lambda name: type(namespace.get(name)).__name__ == "ufunc")
+                       lambda name: type(namespace.get(name)).__name__ == "ufunc",
+                       lambda name: _definition(namespace.get(name)))
     certain = next((m for m in found if m.certain), None)
     if certain is not None:
         fix = ("split the cell: what needs all the rows in a cell of its own (a total "
@@ -289,3 +293,16 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
                         f"{found[0].describe()}; if that holds, run %%gpu --batch "
                         "(batch=BatchOptions(forced=True) from Python), else a larger "
                         "%vram_budget")
+
+
+def _definition(obj: Any) -> ast.FunctionDef | None:
+    """A Python function's definition from its source (an earlier cell's: IPython keeps the
+    cells' text), or None where there is none to read."""
+    if not inspect.isfunction(obj):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    node = tree.body[0] if tree.body else None
+    return node if isinstance(node, ast.FunctionDef) else None

@@ -45,7 +45,9 @@ class RowMix:
 
 def row_mixing(source: str, batched: Mapping[str, int],
                xp: Iterable[str] = ("np", "numpy", "cp", "cupy"),
-               ufunc: Callable[[str], bool] = lambda name: False) -> list[RowMix]:
+               ufunc: Callable[[str], bool] = lambda name: False,
+               definition: Callable[[str], ast.FunctionDef | None] = lambda name: None,
+               ) -> list[RowMix]:
     """Where the cell reads across the rows of its batched inputs, in line order.
 
     Parameters
@@ -59,12 +61,15 @@ def row_mixing(source: str, batched: Mapping[str, int],
     ufunc
         Whether a name the cell calls but does not define is an element-wise function (a
         NumPy or CuPy ufunc bound by an earlier cell).
+    definition
+        A function's definition, for a name the cell calls but does not define (one an
+        earlier cell defined): followed as the cell's own functions are.
     """
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    walker = _Walker(source.splitlines(), set(xp), ufunc)
+    walker = _Walker(source.splitlines(), set(xp), ufunc, definition)
     walker.block(tree.body, {n: (ROWS, d) for n, d in batched.items()})
     seen: dict[int, RowMix] = {}
     for mix in walker.found:  # one per line: the first certain one, else the first
@@ -78,9 +83,10 @@ Kind = tuple[str, int | None]  # (CLEAN|ROWS|SHAPE|MIXED, number of dimensions i
 
 
 class _Walker:
-    def __init__(self, lines: list[str], xp: set[str], ufunc: Callable[[str], bool]) -> None:
+    def __init__(self, lines: list[str], xp: set[str], ufunc: Callable[[str], bool],
+                 definition: Callable[[str], ast.FunctionDef | None]) -> None:
         self.lines, self.xp = lines, xp
-        self.ufunc = ufunc
+        self.ufunc, self.definition = ufunc, definition
         self.aliases: dict[str, str] = {}  # from numpy import sqrt as s: s -> sqrt
         self.found: list[RowMix] = []
         self.functions: dict[str, ast.FunctionDef] = {}
@@ -283,6 +289,8 @@ class _Walker:
                 name, from_xp = self.aliases[func.id], True
             elif rows and self.ufunc(func.id):
                 return (ROWS, None)
+            elif rows and (found := self.definition(func.id)) is not None:
+                self.functions[func.id] = found  # an earlier cell's function, followed
         if isinstance(func, ast.Name) and func.id in self.functions and rows:
             return self.inline(self.functions[func.id], node, args, env)
         if not rows and not any(k[0] in (MIXED, SHAPE) for k in (*args, *kwargs.values())):

@@ -151,3 +151,15 @@ def test_a_half_cast_that_would_make_values_inf_is_refused_before_anything_moves
     ip.user_ns["x"] = np.array([1.5, np.inf, np.nan, -65504.0])  # in range (inf stays inf)
     _gpu(ip, "y = x + 0", line)
     np.testing.assert_array_equal(_host(ip.user_ns["y"]), ip.user_ns["x"].astype(np.float16))
+
+
+def test_a_function_an_earlier_cell_defined_is_followed_through_its_source(ip, small):
+    """IPython keeps each cell's text, so the check reads the function as the cell's own."""
+    assert ip.run_cell("def doubled_root(a):\n    return np.sqrt(a) * 2\n").success
+    assert ip.run_cell("def centred(a):\n    return a - a.mean()\n").success
+    _gpu(ip, "z = doubled_root(x)")  # batched on its own, row-wise: runs
+    assert cupy_magic.last_report().batch is not None
+    np.testing.assert_allclose(_host(ip.user_ns.pop("z")), np.sqrt(small) * 2)
+    with pytest.raises(UsageError, match=r"line 1 `z = centred\(x\)` combines a value over"):
+        _gpu(ip, "z = centred(x)")
+    assert "z" not in ip.user_ns
