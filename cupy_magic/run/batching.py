@@ -28,7 +28,7 @@ from .batchcost import (
 )
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
-from .rowwise import row_mixing
+from .rowwise import XP_NAMES, row_mixing
 
 __all__ = [
     "COST_SHARE",
@@ -277,22 +277,24 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
     any place the check cannot follow stops it too, naming ``--batch`` as the way to promise.
     """
     found = row_mixing(source, {n: np.ndim(inputs[n]) for n in batched},
-                       (*xp, "np", "numpy", "cp", "cupy"),
+                       (*xp, *XP_NAMES),
                        lambda name: type(namespace.get(name)).__name__ == "ufunc",
                        lambda name: _definition(namespace.get(name)))
     certain = next((m for m in found if m.certain), None)
     if certain is not None:
-        fix = ("split the cell: what needs all the rows in a cell of its own (a total "
-               "joined by a rule such as --reduce m=mean), the row-wise part in the next; or "
-               "run this cell whole under a larger %vram_budget")
+        whole = ("run it whole, without --batch, --devices or --cluster" if asked else
+                 "run it whole under a larger %vram_budget (cupy_magic.set_budget from Python)")
         raise CellError(f"batches would give other results than NumPy on the whole array "
-                        f"({reason}): {certain.describe()}; {fix}")
+                        f"({reason}): {certain.describe()}; split the cell: what needs all "
+                        "the rows in a cell of its own (a total kept with a rule, e.g. "
+                        "--reduce NAME=mean; BatchOptions(reduce={'NAME': 'mean'}) from "
+                        f"Python), the row-wise part in the next; or {whole}")
     if found and not asked:
         raise CellError(f"{reason}, and batching it would rely on each row's results "
                         f"depending only on that row, which the check cannot see at "
                         f"{found[0].describe()}; if that holds, run %%gpu --batch "
                         "(batch=BatchOptions(forced=True) from Python), else a larger "
-                        "%vram_budget")
+                        "%vram_budget (cupy_magic.set_budget from Python)")
 
 
 def _definition(obj: Any) -> ast.FunctionDef | None:

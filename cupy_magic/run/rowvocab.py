@@ -1,12 +1,16 @@
-"""The words :mod:`.rowwise` knows: which NumPy/CuPy functions and array methods keep a
-batch's rows apart, and which reduce or reorder along an axis."""
+"""The words and kinds :mod:`.rowwise` works with: which NumPy/CuPy functions and array
+methods keep a batch's rows apart, which reduce or reorder along an axis; what a value is to
+the check (rows, a value over the rows, a row count, a shape), and how two combine."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ARRAY_MODULES", "CLEAN_ATTRS", "ELEMENTWISE", "REDUCTIONS", "ROW_ATTRS",
-           "ROW_METHODS", "SCANS", "axes_of"]
+__all__ = ["ARRAY_MODULES", "CLEAN", "CLEAN_ATTRS", "CONSTRUCTORS", "ELEMENTWISE", "MIXED", "NROWS",
+           "REDUCTIONS", "ROWS", "ROW_ATTRS", "ROW_METHODS", "SCANS", "SHAPE", "XP_NAMES", "Kind",
+           "RowMix", "axes_of"]
 
 
 def _words(text: str) -> list[str]:
@@ -34,12 +38,12 @@ REDUCTIONS = {
                     "median nanmedian ptp count_nonzero average cumsum cumprod nancumsum "
                     "nancumprod"), (1, None)),
     **dict.fromkeys(_words("percentile quantile nanpercentile nanquantile"), (2, None)),
-    **dict.fromkeys(_words("sort argsort diff flip gradient"), (1, -1)),
+    **dict.fromkeys(_words("sort argsort"), (1, -1)), "diff": (2, -1), "flip": (1, None),
     "norm": (2, None), "roll": (2, None), "unique": (9, None), "concatenate": (1, 0),
     "stack": (1, 0), "vstack": (9, 0), "row_stack": (9, 0), "trapezoid": (3, -1),
     "trapz": (3, -1),
 }
-SCANS = frozenset(_words("cumsum cumprod nancumsum nancumprod sort argsort diff flip gradient roll "
+SCANS = frozenset(_words("cumsum cumprod nancumsum nancumprod sort argsort diff flip unique roll "
                   "concatenate stack vstack"))
 ARRAY_MODULES = frozenset({"numpy", "cupy", "scipy", "cupyx"})
 CLEAN_ATTRS = frozenset({"dtype", "ndim", "itemsize", "flags"})
@@ -63,3 +67,61 @@ def axes_of(axis: ast.expr | None, default: int | None) -> tuple[int, ...] | Non
         if all(p is not None and len(p) == 1 for p in parts):
             return tuple(p[0] for p in parts if p)
     return None
+
+
+CLEAN, ROWS, SHAPE, MIXED = "clean", "rows", "shape", "mixed"
+NROWS = "nrows"  # a batch's row count (len(x), x.shape[0]): over the rows, but it sizes arrays
+XP_NAMES = ("np", "numpy", "cp", "cupy")
+CONSTRUCTORS = frozenset({"zeros", "ones", "empty", "full"})
+Kind = tuple[str, int | None]  # (CLEAN|ROWS|SHAPE|MIXED, number of dimensions if known)
+
+
+@dataclass(frozen=True)
+class RowMix:
+    """One place in a cell where a batch would read across rows."""
+
+    line: int  # 1-based line in the cell source
+    code: str  # the stripped source line
+    why: str  # what it does to the rows
+    certain: bool  # known to mix rows (False: the check cannot see into it)
+
+    def describe(self) -> str:
+        """The place as one line for an error or a report."""
+        return f"line {self.line} `{self.code}` {self.why}"
+
+
+def _join(a: Kind, b: Kind, node: ast.AST | None = None, walker: Any = None) -> Kind:
+    kinds = {a[0], b[0]}
+    if kinds == {NROWS} or kinds == {NROWS, CLEAN}:
+        return (NROWS, None)  # len(x) + 1: still a batch's count
+    kinds = {MIXED if k == NROWS else k for k in kinds}
+    if MIXED in kinds and ROWS in kinds and walker is not None and node is not None:
+        return walker.mix(node, "combines a value over the rows (a total, a length, one row) "
+                          "with a batch's rows: each batch would use its own")
+    if MIXED in kinds:
+        return (MIXED, None)
+    if SHAPE in kinds and walker is not None and node is not None:
+        return walker.mix(node, "computes with the shape of a batched input: a batch's "
+                          "shape, not the input's", certain=False)
+    if ROWS in kinds:
+        dims = [k[1] for k in (a, b) if k[0] == ROWS]
+        return (ROWS, None if None in dims else max(d for d in dims if d is not None))
+    return (CLEAN, None)
+
+
+def _fold(kinds: list[Kind], node: ast.AST, walker: Any) -> Kind:
+    out: Kind = (CLEAN, None)
+    for k in kinds:
+        out = _join(out, k, node, walker)
+    return out
+
+
+def _pairs(targets: list[ast.expr], value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """``a, b = e1, e2``: each target with its own value (``[]`` where they do not pair)."""
+    if len(targets) != 1 or not isinstance(value, (ast.Tuple, ast.List)):
+        return []
+    target = targets[0]
+    if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) != len(value.elts) \
+            or any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts)):
+        return []
+    return list(zip(target.elts, value.elts, strict=True))

@@ -18,33 +18,31 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
-from ..syncs.values import attr_path, names, parameters
+from ..syncs.values import attr_path, parameters
 from . import rowvocab as vocab
+from .rowstmts import Statements
+from .rowvocab import (
+    CLEAN,
+    CONSTRUCTORS,
+    MIXED,
+    NROWS,
+    ROWS,
+    SHAPE,
+    XP_NAMES,
+    Kind,
+    RowMix,
+    _fold,
+    _join,
+)
 
 __all__ = ["RowMix", "row_mixing"]
 
-CLEAN, ROWS, SHAPE, MIXED = "clean", "rows", "shape", "mixed"
 MAX_DEPTH = 4
 
 
-@dataclass(frozen=True)
-class RowMix:
-    """One place in a cell where a batch would read across rows."""
-
-    line: int  # 1-based line in the cell source
-    code: str  # the stripped source line
-    why: str  # what it does to the rows
-    certain: bool  # known to mix rows (False: the check cannot see into it)
-
-    def describe(self) -> str:
-        """The place as one line for an error or a report."""
-        return f"line {self.line} `{self.code}` {self.why}"
-
-
 def row_mixing(source: str, batched: Mapping[str, int],
-               xp: Iterable[str] = ("np", "numpy", "cp", "cupy"),
+               xp: Iterable[str] = XP_NAMES,
                ufunc: Callable[[str], bool] = lambda name: False,
                definition: Callable[[str], ast.FunctionDef | None] = lambda name: None,
                ) -> list[RowMix]:
@@ -79,10 +77,9 @@ def row_mixing(source: str, batched: Mapping[str, int],
     return sorted(seen.values(), key=lambda m: m.line)
 
 
-Kind = tuple[str, int | None]  # (CLEAN|ROWS|SHAPE|MIXED, number of dimensions if known)
 
 
-class _Walker:
+class _Walker(Statements):
     def __init__(self, lines: list[str], xp: set[str], ufunc: Callable[[str], bool],
                  definition: Callable[[str], ast.FunctionDef | None]) -> None:
         self.lines, self.xp = lines, xp
@@ -95,86 +92,12 @@ class _Walker:
 
     def mix(self, node: ast.AST, why: str, certain: bool = True) -> Kind:
         """Record a place that mixes rows (inside a function the cell defines: its call's
-        line); the value it gives is over all rows."""
+        line). A certain one gives a value over all rows; one the check cannot see into is
+        taken to keep rows, so that nothing after it turns the doubt into a certain refusal."""
         line = getattr(self.node if self.depth else node, "lineno", 1)
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         self.found.append(RowMix(line, code, why, certain))
-        return (MIXED, None)
-
-    # statements --------------------------------------------------------------------------
-    def block(self, body: list[ast.stmt], env: dict[str, Kind]) -> Kind:
-        back: Kind = (CLEAN, None)
-        for stmt in body:
-            if self.depth == 0:
-                self.node = stmt
-            got = self.stmt(stmt, env)
-            if got is not None:
-                back = _join(back, got)
-        return back
-
-    def stmt(self, s: ast.stmt, env: dict[str, Kind]) -> Kind | None:
-        if isinstance(s, ast.FunctionDef):
-            self.functions[s.name] = s
-        elif isinstance(s, (ast.Import, ast.ImportFrom)):
-            module = s.module or "" if isinstance(s, ast.ImportFrom) else ""
-            for alias in s.names:
-                bound = alias.asname or alias.name.split(".")[0]
-                if module.split(".")[0] in vocab.ARRAY_MODULES:
-                    self.aliases[bound] = alias.name  # from numpy import sqrt
-                elif alias.name.split(".")[0] in vocab.ARRAY_MODULES:
-                    self.xp.add(bound)  # import numpy as np, import scipy.special
-                env.pop(bound, None)
-        elif isinstance(s, ast.Assign):
-            kind = self.expr(s.value, env)
-            for target in s.targets:
-                self.bind(target, kind, env)
-        elif isinstance(s, ast.AnnAssign) and s.value is not None:
-            self.bind(s.target, self.expr(s.value, env), env)
-        elif isinstance(s, ast.AugAssign):
-            kind = _join(self.expr(s.target, env), self.expr(s.value, env), node=s, walker=self)
-            self.bind(s.target, kind, env)
-        elif isinstance(s, ast.Return):
-            return self.expr(s.value, env) if s.value is not None else (CLEAN, None)
-        elif isinstance(s, ast.Expr):
-            self.expr(s.value, env)
-        elif isinstance(s, (ast.For, ast.AsyncFor)):
-            it = self.expr(s.iter, env)
-            if it[0] == ROWS:
-                self.mix(s, "loops over the rows of a batched input: a batch's loop sees only "
-                         "its rows", certain=False)
-            self.bind(s.target, (CLEAN, None), env)
-            for _ in range(2):  # twice: a name the loop carries to its next turn
-                self.block(s.body, env)
-            self.block(s.orelse, env)
-        elif isinstance(s, (ast.If, ast.While)):
-            if self.expr(s.test, env)[0] == MIXED:
-                self.mix(s, "decides by a value over the batch's rows, which the whole input "
-                         "may not share", certain=False)
-            for _ in range(2 if isinstance(s, ast.While) else 1):
-                self.block(s.body, env)
-            self.block(s.orelse, env)
-        elif isinstance(s, (ast.With, ast.AsyncWith)):
-            for item in s.items:
-                self.expr(item.context_expr, env)
-            self.block(s.body, env)
-        elif isinstance(s, ast.Try):
-            for part in (s.body, *(h.body for h in s.handlers), s.orelse, s.finalbody):
-                self.block(part, env)
-        return None
-
-    def bind(self, target: ast.expr, kind: Kind, env: dict[str, Kind]) -> None:
-        if isinstance(target, ast.Subscript):
-            base = self.expr(target.value, env)
-            if base[0] == ROWS:
-                self.subscript(target, base, env)
-                if kind[0] == MIXED:
-                    self.mix(target, "writes a value over all rows into a batch's rows")
-            elif kind[0] == ROWS and isinstance(target.value, ast.Name):
-                env[target.value.id] = (ROWS, None)  # rows written into a host buffer
-            return
-        for name in names(target):
-            env[name] = kind if isinstance(target, ast.Name) else (
-                (kind[0], None) if kind[0] != ROWS else (ROWS, None))
+        return (MIXED, None) if certain else (ROWS, None)
 
     # expressions -------------------------------------------------------------------------
     def expr(self, node: ast.expr | None, env: dict[str, Kind]) -> Kind:
@@ -185,9 +108,7 @@ class _Walker:
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left, env), self.expr(node.right, env)
             if isinstance(node.op, ast.MatMult):
-                if right[0] == ROWS:
-                    return (MIXED, None)  # sums over the rows: no row axis (a --reduce rule)
-                return (ROWS, None) if left[0] == ROWS else _join(left, right)
+                return self.product(node, left, right)
             return _join(left, right, node=node, walker=self)
         if isinstance(node, ast.UnaryOp):
             return self.expr(node.operand, env)
@@ -208,21 +129,38 @@ class _Walker:
             if base[0] == ROWS:
                 return self.subscript(node, base, env)
             if base[0] == SHAPE:
-                return self.shape_index(node)
-            self.expr(node.slice, env)
-            return base
+                return self.shape_index(node, base)
+            index = self.expr(node.slice, env)
+            return (MIXED, None) if index[0] in (MIXED, NROWS) else base
         if isinstance(node, ast.Call):
             return self.call(node, env)
         if isinstance(node, (ast.Tuple, ast.List)):
             kinds = [self.expr(e, env) for e in node.elts]
-            return (ROWS, None) if any(k[0] == ROWS for k in kinds) else _fold(kinds, node, self)
+            if any(k[0] == ROWS for k in kinds):
+                return (ROWS, None)
+            return (NROWS, None) if any(k[0] == NROWS for k in kinds) \
+                else _fold(kinds, node, self)
         if isinstance(node, ast.Starred):
             return self.expr(node.value, env)
-        for child in ast.iter_child_nodes(node):  # comprehensions, f-strings, lambdas...
-            if isinstance(child, ast.expr) and self.expr(child, env)[0] == ROWS:
-                return self.mix(node, "uses a batched input where the check cannot follow "
-                                "its rows", certain=False)
-        return (CLEAN, None)
+        if isinstance(node, ast.NamedExpr):  # (m := x.mean())
+            kind = self.expr(node.value, env)
+            self.bind(node.target, kind, env)
+            return kind
+        kinds = [self.expr(c, env)[0] for c in ast.iter_child_nodes(node)
+                 if isinstance(c, ast.expr)]  # comprehensions, f-strings, lambdas...
+        if ROWS in kinds or (MIXED in kinds and len(kinds) > 1):
+            return self.mix(node, "uses a batched input where the check cannot follow "
+                            "its rows", certain=False)
+        return (MIXED, None) if MIXED in kinds else (CLEAN, None)
+
+    def product(self, node: ast.AST, left: Kind, right: Kind) -> Kind:
+        """``left @ right``: rows of a batched left operand stay rows; a batched right
+        operand is summed over (no row axis: a --reduce rule joins it)."""
+        if right[0] == ROWS:
+            return (MIXED, None)
+        if left[0] == ROWS and right[0] in (MIXED, NROWS):
+            return _join(left, right, node, self)
+        return (ROWS, None) if left[0] == ROWS else _join(left, right)
 
     def attribute(self, node: ast.Attribute, env: dict[str, Kind]) -> Kind:
         base = self.expr(node.value, env)
@@ -241,11 +179,16 @@ class _Walker:
         return self.mix(node, f"reads .{node.attr} of a batched input, which the check does "
                         "not know", certain=False)
 
-    def shape_index(self, node: ast.Subscript) -> Kind:
-        idx = node.slice
-        if isinstance(idx, ast.Constant) and isinstance(idx.value, int) and idx.value != 0:
-            return (CLEAN, None)  # a negative index of a 1-d input is caught by the run
-        return (MIXED, None)  # a batch's rows
+    def shape_index(self, node: ast.Subscript, base: Kind) -> Kind:
+        at = vocab.axes_of(node.slice, None)
+        ndim = base[1]
+        if at and len(at) == 1 and at[0] != 0 and (at[0] > 0 or (ndim is not None
+                                                                 and at[0] + ndim != 0)):
+            return (CLEAN, None)
+        if at and len(at) == 1 and at[0] < 0 and ndim is None:
+            return self.mix(node, f"reads .shape[{at[0]}], the row count when the value has "
+                            "one dimension", certain=False)
+        return (NROWS, None)  # a batch's row count
 
     def subscript(self, node: ast.Subscript, base: Kind, env: dict[str, Kind]) -> Kind:
         idx = node.slice
@@ -281,6 +224,8 @@ class _Walker:
             owner = self.expr(func.value, env)
             if owner[0] == ROWS:  # a method of a batched value
                 return self.method(node, func.attr, owner, args)
+            if owner[0] in (MIXED, NROWS):  # x.mean(axis=0).clip(...): still over the rows
+                return _fold([(MIXED, None), *args, *kwargs.values()], node, self)
         path = attr_path(func)
         name = path[-1] if path else ""
         from_xp = len(path) >= 2 and (path[0] in self.xp or path[0] in vocab.ARRAY_MODULES)
@@ -292,21 +237,28 @@ class _Walker:
             elif rows and (found := self.definition(func.id)) is not None:
                 self.functions[func.id] = found  # an earlier cell's function, followed
         if isinstance(func, ast.Name) and func.id in self.functions and rows:
-            return self.inline(self.functions[func.id], node, args, env)
-        if not rows and not any(k[0] in (MIXED, SHAPE) for k in (*args, *kwargs.values())):
+            return self.inline(self.functions[func.id], node, args, kwargs, env)
+        if not rows and not any(k[0] in (MIXED, SHAPE, NROWS)
+                                for k in (*args, *kwargs.values())):
             return (CLEAN, None)
+        if isinstance(func, ast.Name) and name == "len" and rows:
+            return (NROWS, None)  # a batch's row count
+        if name == "len" and node.args and isinstance(node.args[0], ast.Subscript):
+            return (CLEAN, None)  # len(x[0]): a row's length, the columns
         if isinstance(func, ast.Name) and name in ("len", "int", "float", "complex", "bool"):
-            return (MIXED, None)  # a batch's
+            return (MIXED, None) if rows else _fold([*args], node, self)  # a batch's
+        if from_xp and name in CONSTRUCTORS and args and args[0][0] in (NROWS, SHAPE):
+            return (ROWS, None)  # np.zeros(len(x)), np.empty((x.shape[0], 3)): the batch's rows
         if isinstance(func, ast.Name) and name in ("abs", "round"):
             return _fold([*args], node, self)
         if from_xp and name in vocab.REDUCTIONS and args and args[0][0] == ROWS:
             return self.reduction(node, name, args[0], vocab.REDUCTIONS[name][0])
-        if from_xp and (name in vocab.ELEMENTWISE or name in ("dot", "matmul")):
-            if name in ("dot", "matmul") and len(args) > 1 and args[1][0] == ROWS:
-                return (MIXED, None)  # sums over the rows: no row axis
+        if from_xp and name in ("dot", "matmul") and len(args) > 1:
+            return self.product(node, args[0], args[1])
+        if from_xp and name in vocab.ELEMENTWISE:
             if name == "where" and len(node.args) == 1:
                 return self.mix(node, "np.where(cond) gives positions within a batch")
-            return (ROWS, None) if rows else _fold([*args, *kwargs.values()], node, self)
+            return _fold([*args, *kwargs.values()], node, self)  # a total among them mixes
         if from_xp and any(k[0] == SHAPE for k in args) and not rows:
             return (ROWS, None)  # np.zeros(x.shape): an array with the batch's rows
         return self.mix(node, f"passes a batched value to {'.'.join(path) or 'a call'}, "
@@ -315,10 +267,10 @@ class _Walker:
     def method(self, node: ast.Call, attr: str, owner: Kind, args: list[Kind]) -> Kind:
         if attr in vocab.REDUCTIONS:
             return self.reduction(node, attr, owner, 0)
+        if attr == "dot" and args:
+            return self.product(node, owner, args[0])
         if attr in vocab.ELEMENTWISE or attr in vocab.ROW_METHODS:
-            if attr == "dot" and args and args[0][0] == ROWS:
-                return (MIXED, None)  # sums over the rows: no row axis
-            return (ROWS, owner[1] if attr != "dot" else None)
+            return _fold([owner, *args], node, self)
         if attr in ("item", "tolist"):
             return (MIXED, None)  # a batch's
         return self.mix(node, f"calls .{attr}() of a batched input, which the check does not "
@@ -345,44 +297,27 @@ class _Walker:
         if any(a < 0 for a in axes) and ndim is None:
             return self.mix(node, f"{name} along axis {axes[0]}: the leading axis when the "
                             "value has one dimension", certain=False)
-        keeps = name in vocab.SCANS
+        keeps = name in vocab.SCANS or any(
+            k.arg == "keepdims" and isinstance(k.value, ast.Constant) and k.value.value
+            for k in node.keywords)
         return (ROWS, ndim if keeps or ndim is None else ndim - len(axes))
 
     def inline(self, func: ast.FunctionDef, node: ast.Call, args: list[Kind],
-               env: dict[str, Kind]) -> Kind:
+               kwargs: dict[str | None, Kind], env: dict[str, Kind]) -> Kind:
         """A function the cell defines, followed with its arguments' kinds."""
         if self.depth >= MAX_DEPTH:
             return self.mix(node, f"calls {func.name}, nested too deep to follow",
                             certain=False)
         local = {n: k for n, k in env.items() if n not in parameters(func)}
         local.update(zip(parameters(func), args, strict=False))
+        local.update({k: v for k, v in kwargs.items() if k is not None})
+        if None in kwargs or any(isinstance(a, ast.Starred) for a in node.args):
+            return self.mix(node, f"calls {func.name} with *args or **kwargs the check cannot "
+                            "pair with its parameters", certain=False)
         self.depth += 1
         try:
             back = self.block(func.body, local)
         finally:
             self.depth -= 1
         return back
-
-
-def _join(a: Kind, b: Kind, node: ast.AST | None = None, walker: _Walker | None = None) -> Kind:
-    kinds = {a[0], b[0]}
-    if MIXED in kinds and ROWS in kinds and walker is not None and node is not None:
-        return walker.mix(node, "combines a value over the rows (a total, a length, one row) "
-                          "with a batch's rows: each batch would use its own")
-    if MIXED in kinds:
-        return (MIXED, None)
-    if SHAPE in kinds and walker is not None and node is not None:
-        return walker.mix(node, "computes with the shape of a batched input: a batch's "
-                          "shape, not the input's", certain=False)
-    if ROWS in kinds:
-        dims = [k[1] for k in (a, b) if k[0] == ROWS]
-        return (ROWS, None if None in dims else max(d for d in dims if d is not None))
-    return (CLEAN, None)
-
-
-def _fold(kinds: list[Kind], node: ast.AST, walker: _Walker) -> Kind:
-    out: Kind = (CLEAN, None)
-    for k in kinds:
-        out = _join(out, k, node, walker)
-    return out
 

@@ -25,10 +25,10 @@ def _check_half_range(name: str, arr: np.ndarray) -> None:
     """Refuse ``--dtype float16`` of an input with finite values beyond float16's range: the
     cast would turn them into inf (float32's range, 3.4e38, is not read: two passes over a
     large input for values that rare)."""
-    top = float(np.finfo(np.float16).max)
+    top = float(np.finfo(np.float16).max)  # 65,504; from 65,520 on the cast gives inf
     hi, lo = float(np.fmax.reduce(arr, axis=None)), float(np.fmin.reduce(arr, axis=None))
     worst = max((v for v in (hi, lo) if np.isfinite(v)), key=abs, default=0.0)
-    if abs(worst) > top:
+    if abs(worst) >= 65520.0:  # rounds to inf (below it, to at most 65,504)
         raise CellError(f"--dtype float16: input {name!r} holds {worst:.6g}, beyond float16's "
                         f"largest {top:,.0f}, and the cast would make it inf; use --dtype "
                         f"float32 (dtype='float32' from Python) or scale {name} first")

@@ -163,3 +163,49 @@ def test_a_function_an_earlier_cell_defined_is_followed_through_its_source(ip, s
     with pytest.raises(UsageError, match=r"line 1 `z = centred\(x\)` combines a value over"):
         _gpu(ip, "z = centred(x)")
     assert "z" not in ip.user_ns
+
+
+# a review's cells (helper-39, 2026-12-04): each mixed rows and passed the first version of
+# the check, batched on its own and committed values NumPy would not give
+SLIPPED = [
+    "y = np.subtract(x, x.mean(axis=0))", "y = np.clip(x, 0, x.mean())",
+    "y = np.where(x > 0.5, x, x.mean())", "y = np.maximum(S, S.mean())",
+    "y = (x - 1.0) / x.std(axis=0).clip(1e-8)", "y = x - x.mean(axis=0).reshape(1, -1)",
+    "m = x.mean(axis=0).astype(np.float32)\ny = x - m", "y = x / x.mean(axis=0).sum()",
+    "p = x @ x.mean(axis=0)", "y = x @ (x.T @ x)", "y = np.dot(x, x.mean(0))",
+    "m = x.mean(0)\ny = x.dot(m)",
+    "if alpha > 1:\n    m = x.mean(axis=0)\nelse:\n    m = 0.0\ny = x - m",
+    "y = x.copy()\ny[0] = 0", "y = x.copy()\ny[-1, :] = np.nan",
+    "def f(a):\n    return a - a.mean()\ny = f(a=x)", "y = x - (m := x.mean())",
+    "mu, z = x.mean(axis=0), x * 2\nw = x - mu", "d = {}\nd['m'] = x.mean()\ny = x - d['m']",
+    "y = np.flip(x)", "u = np.unique(S)", "y = np.diff(x, 1, 0)",
+]
+# and row-wise cells the first version refused for certain, even under --batch
+KEPT = [
+    "y = x / x.shape[-1]", "y = x[:, 0] * np.ones(len(x))", "y = x / len(x[0])",
+    "z = np.cumsum(x.sum(1, keepdims=True), axis=-1)",
+    "out = np.zeros((x.shape[0], 3))\nout[:, 0] = x[:, 0]", "e = np.empty(len(x))\ne[:] = x[:, 0]",
+]
+
+
+@pytest.mark.parametrize("cell", SLIPPED)
+def test_a_total_reaching_the_rows_by_any_road_is_certain(cell):
+    assert any(m.certain for m in row_mixing(cell, B))
+
+
+@pytest.mark.parametrize("cell", KEPT)
+def test_row_counts_shapes_and_keepdims_do_not_refuse_a_row_wise_cell(cell):
+    assert row_mixing(cell, B) == []
+
+
+def test_a_doubt_is_not_made_certain_by_what_follows_it():
+    found = row_mixing("y = x / x.sum(axis=1).reshape(-1, 1)", B)  # reshape: unseen, not wrong
+    assert found and not any(m.certain for m in found)
+
+
+@pytest.mark.parametrize("cell", [*SLIPPED[:3], "y = x.copy()\ny[0] = 0"])
+def test_the_reviewed_cells_are_refused_in_a_real_shell(ip, small, cell):
+    ip.user_ns["alpha"] = 2.0
+    with pytest.raises(UsageError, match="batches would give other results than NumPy"):
+        _gpu(ip, cell.replace("S", "x"))
+    assert "y" not in ip.user_ns
