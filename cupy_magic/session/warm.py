@@ -27,6 +27,8 @@ from .cells import last_report
 
 __all__ = ["main", "warm_cache"]
 
+_MODULE_KEYS = ("__spec__", "__file__", "__loader__", "__package__", "__cached__")
+
 
 def warm_cache(notebooks: Iterable[str | Path]) -> WarmReport:
     """Run the ``%%gpu`` cells of ``notebooks`` once on small slices; say what was compiled.
@@ -65,8 +67,12 @@ def _warm_here(shell: Any, paths: list[Path]) -> WarmReport:
     be = _backend.current()
     report = WarmReport(be.name, be.info().name, "", notebooks=[str(p) for p in paths])
     caches: list[str] = []  # where the cells' compile records said the cache is
+    main = sys.modules["__main__"]  # a plain shell's namespace is this module's own dict:
+    kept = {k: v for k, v in vars(main).items() if k in _MODULE_KEYS}  # reset empties it
     for path in paths:
         shell.reset(new_session=False)
+        for key, value in kept.items():  # without __spec__ no process can be spawned (a
+            vars(main).setdefault(key, value)  # local Dask cluster's workers)
         for cell in read_cells(path):
             if cell.gpu:
                 report.cells.append(_gpu_cell(shell, str(path), cell, caches))
@@ -105,6 +111,8 @@ def _gpu_cell(shell: Any, path: str, cell: NotebookCell, caches: list[str]) -> C
         for name, value in full.items():
             if shell.user_ns.get(name) is small[name]:  # the cell did not rebind it
                 shell.user_ns[name] = value
+    if error and small and not cell.fails:  # a cell made for its inputs' shapes (a reshape
+        error, rows = _run(shell, cell.source), 0  # to a fixed shape): as written, whole
     warm = CellWarm(path, cell.number, cell.first_line, rows, time.perf_counter() - t0,
                     error=error, meant_to_fail=cell.fails)
     after = last_report()

@@ -3,6 +3,7 @@ and ``scripts/warm-cache`` run for real (a fresh process with its own IPython sh
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -186,3 +187,26 @@ def test_a_setup_cell_with_matplotlib_inline_runs(tmp_path):
     done = run_script(str(notebook(tmp_path / "a.ipynb", cells)))
     assert done.returncode == 0, done.stderr
     assert "failed" not in done.stdout and "1 of 1 %%gpu cells" in done.stdout
+
+
+def test_a_cell_made_for_its_inputs_shape_runs_as_written_after_failing_on_a_slice(tmp_path):
+    """A reshape to a fixed shape cannot run on the first rows: the cell runs whole then."""
+    cells = [*CELLS[:3], "%%gpu --to-host\ngrid = x.reshape(1000, 1000, 4)[:, :, 0] * 2",
+             "assert grid.shape == (1000, 1000)"]
+    done = run_script(str(notebook(tmp_path / "a.ipynb", cells)))
+    assert done.returncode == 0, done.stderr
+    assert "cell 4 `%%gpu --to-host`: as written (no input cut)" in done.stdout
+    assert "failed" not in done.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="needs distributed")
+def test_a_second_notebook_can_start_a_local_cluster(tmp_path):
+    """Between notebooks the shell's namespace is reset; in a plain shell that namespace is
+    the process's __main__, and without its __spec__ no worker process could be spawned."""
+    first = notebook(tmp_path / "a.ipynb", CELLS[:4])
+    second = notebook(tmp_path / "b.ipynb", [
+        CELLS[0], "%gpu_cluster local --workers 1", CELLS[2],
+        "%%gpu --to-host --cluster\ny = x * 2", "%gpu_cluster off"])
+    done = run_script(str(first), str(second))
+    assert done.returncode == 0, done.stderr
+    assert "failed" not in done.stdout and "2 of 2 %%gpu cells of 2 notebooks" in done.stdout
