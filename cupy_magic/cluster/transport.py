@@ -63,8 +63,9 @@ class Transport:
             return (f"shared memory on this host ({ring}; inputs and row results copied "
                     "through it, no array sent)")
         if self.kind == "shm":
-            return (f"shared memory on this host for the inputs ({ring}); the results stay "
-                    f"on the workers as the blocks' futures ({self.why})")
+            return (f"shared memory on this host for the inputs ({ring}); the blocks' results "
+                    f"are joined on the workers from their futures ({self.why}), then "
+                    "gathered where --to-host asks")
         if self.kind == "dask":
             return "the Dask arrays' blocks, where the workers hold them"
         return "scatter and gather over the network" + (f" ({self.why})" if self.why else "")
