@@ -9,14 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-DEFINITIONS = {
-    "a decorator's closure (functools.wraps)": (
-        "import functools\n"
+DECO = ("import functools\n"
         "def deco(f):\n"
         "    @functools.wraps(f)\n"
         "    def wrapper(*a):\n"
         "        return f(*a)\n"
-        "    return wrapper\n"
+        "    return wrapper\n")  # a decorator of its own, used twice below
+
+DEFINITIONS = {
+    "a decorator's closure (functools.wraps)": (
+        DECO +
         "@deco\n"
         "def read():\n"
         "    return kk, np is numpy_module\n", "read(), read.__wrapped__()"),
@@ -44,12 +46,7 @@ DEFINITIONS = {
         "    return a + b + kk, np is numpy_module\n"
         "read = functools.partial(add, 1, b=2)\n", "read()"),
     "a property, a cached_property, a decorated method, a nested class": (
-        "import functools\n"
-        "def deco(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(*a):\n"
-        "        return f(*a)\n"
-        "    return wrapper\n"
+        DECO +
         "class Reader:\n"
         "    @property\n"
         "    def now(self):\n"

@@ -144,17 +144,17 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     reason = batch_reason(plan.inputs, batch, be, dtype)
     if devices is not None:
         reason = devices_reason(plan.inputs, devices, batch_reason(plan.inputs, None, be, dtype))
+    opts, cut = batch or BatchOptions(), []
     if reason:  # the promise batching relies on, checked before anything moves
-        opts = batch or BatchOptions()
-        check_rows(source, plan.inputs, select_inputs(plan.inputs, opts)[0], namespace,
-                   plan.module_names, reason,
+        cut = select_inputs(plan.inputs, opts)[0]
+        check_rows(source, plan.inputs, cut, namespace, plan.module_names, reason,
                    asked=devices is not None or (batch is not None and batch.requested))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None
     with be.watch_compiles(filename) as report.compiles:  # kernels CuPy builds, per line
         if reason:
-            _run_batched(plan, namespace, report, batch or BatchOptions(), reason, watch,
+            _run_batched(plan, namespace, report, opts, cut, reason, watch,
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
                          be=be, make=None if devices is None else device_run(devices))
         else:
@@ -169,13 +169,13 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
 
 
 def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
-                 opts: BatchOptions, reason: str, watch: Any, *, to_host: Any,
+                 opts: BatchOptions, cut: list[str], reason: str, watch: Any, *,
+                 to_host: Any,
                  dtype: str | None, warm: bool, filename: str, be: Backend,
                  make: Any = None) -> None:
     """The batched branch: the warm-up on a slice (then --reduce once), then the batches."""
     __tracebackhide__ = True
     if warm:  # unbatched on a slice of the batched inputs, then --reduce once
-        cut, _ = select_inputs(plan.inputs, opts)
         report.warmup_seconds, report.warmup_rows = warmup(
             plan, dtype, be, namespace, set(cut), opts.reduce)
     with watch:
