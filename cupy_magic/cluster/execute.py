@@ -18,13 +18,13 @@ import numpy as np
 
 from ..backend import Backend
 from ..run import progress
-from ..run.batching import RULES, BatchOptions, check_rows, select_inputs
+from ..run.batching import RULES, BatchOptions, check_rows
 from ..run.errors import CellError, at_cell_line, fail
 from ..run.plan import CellPlan
-from ..run.reduce import name_a_rule, unknown_names
+from ..run.reduce import check_names, name_a_rule
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
-from .inputs import BlockInputs, prepare, python_values, worker_addresses
+from .inputs import BlockInputs, cut_inputs, prepare, python_values, worker_addresses
 from .pipeline import check_done, run_through_slots
 from .report import ClusterRun
 from .transport import choose
@@ -85,9 +85,7 @@ class ClusterExecutor:
         if dtype is not None:
             raise CellError(f"--dtype {dtype} is not available on a cluster run yet; cast the "
                             f"input first (x = x.astype(np.float32)) or run with %gpu_cluster off")
-        unknown = [n for n in self.opts.reduce if n not in plan.stored]
-        if unknown:
-            raise CellError(unknown_names(unknown, plan.stored))
+        check_names(self.opts.reduce, plan.stored)
         self._check_rows(plan, namespace)
         connect.ensure_budget(be)
         wall0 = time.perf_counter()
@@ -116,9 +114,7 @@ class ClusterExecutor:
     def _check_rows(self, plan: CellPlan, namespace: dict[str, Any]) -> None:
         """Before anything is sent: a cell that certainly mixes the rows of its blocked
         inputs would give other results than NumPy on the whole array (run.rowwise)."""
-        cut = [*self.darrs]
-        if self.scatter_numpy and any(np.ndim(a) >= 1 for a in plan.inputs.values()):
-            cut += select_inputs(plan.inputs, self.opts)[0]
+        cut = [*self.darrs, *cut_inputs(plan, self.opts, self.scatter_numpy)]
         why = (f"the Dask input{'s' * (len(self.darrs) > 1)} {', '.join(self.darrs)} run in "
                "blocks on the cluster" if self.darrs else "--cluster runs the cell in blocks")
         check_rows(self.source, {**plan.inputs, **self.darrs}, cut, namespace,

@@ -149,7 +149,7 @@ class Ring:
         small would send their results back over the socket though the ring has grown.
         Where this host has no room for a bigger slot, a free one of ``least`` bytes (the
         block's inputs) does: the block's results then come back over the socket."""
-        need = max(need, self.size)
+        want = max(need, self.size)  # the ring's size, where the host has room for it
         busy = Counter(s.worker for s in self.slots if s.busy)
         open_ = [w for w in self.workers if busy[w] < SLOTS_PER_WORKER]
         if not open_:
@@ -157,14 +157,19 @@ class Ring:
         worker = min(open_, key=lambda w: busy[w])
         idle = sorted((s for s in self.slots if s.worker == worker and not s.busy),
                       key=lambda s: -s.capacity)  # the largest first: results most likely fit
-        if idle and (idle[0].capacity >= need or (  # /dev/shm's room asked only if too small
-                (free := room()) is not None and free < _size(need)
-                and idle[0].capacity >= least)):
+        if idle and idle[0].capacity >= want:
             slot = idle[0]
-        else:
-            if idle:  # too small for this block: a bigger one instead
-                self._retire(idle[0])
-            slot = self._make(worker, need)
+        else:  # /dev/shm's room asked only when the idle slot is too small
+            free = room()
+            if free is not None and free < _size(want):
+                want = need  # no room to grow the ring: as large as this block needs
+            if idle and (idle[0].capacity >= want or (
+                    free is not None and free < _size(want) and idle[0].capacity >= least)):
+                slot = idle[0]
+            else:
+                if idle:  # too small for this block: a bigger one instead
+                    self._retire(idle[0])
+                slot = self._make(worker, want)
         slot.busy = True
         return slot
 

@@ -34,7 +34,7 @@ from .commit import commit
 from .errors import CellError, fail, frames_freed
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import combine, name_a_rule, unknown_names
+from .reduce import check_names, combine, name_a_rule
 from .report import InputMove, OutputInfo, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -356,9 +356,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, r
     if total == 0:
         raise CellError(f"the batched inputs {', '.join(names)} have 0 rows; nothing to batch, "
                         "remove --batch")
-    unknown = [n for n in opts.reduce if n not in plan.stored]
-    if unknown:
-        raise CellError(unknown_names(unknown, plan.stored))
+    check_names(opts.reduce, plan.stored)
     report.start_pool_bytes = be.pool_used()
     wall0 = time.perf_counter()
     run = (make or BatchRun)(plan, namespace, opts, names, total, dtype, be, filename)

@@ -141,7 +141,7 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     then either, as a transformer may give another tree each time.
     """
     key = (source, compiler.flags, type(compiler), shows)
-    kept = _KEPT.get(key)
+    kept = _KEPT.get(key) if transform is None else None
     if transform is not None:  # once, under the user's warning filters; nothing kept
         cell = _compiled(source, filename, compiler, shows, transform)
     elif kept is not None:

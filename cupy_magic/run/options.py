@@ -30,7 +30,6 @@ __all__ = ["SYNC_MODES", "cast_name", "check_options", "check_sync_mode", "check
 SYNC_MODES = ("warn", "error", "off")  # run_cell(syncs=...), %%gpu --syncs, %gpu_syncs
 
 _EXAMPLE = "cupy_magic.run_cell(source, namespace"
-_FLAGS = ("warmup", "panel", "lines", "nvtx", "cluster")
 
 
 def to_host_names(value: Any) -> bool | list[str]:
@@ -67,7 +66,8 @@ def check_options(source: Any, namespace: Any, *, batch: Any, fallback: Any, syn
                   ast_transform: Any = None, **flags: Any) -> None:
     """Refuse a ``run_cell`` argument of the wrong kind, naming it and the fix.
 
-    ``flags``: the options that are ``True`` or ``False`` (:data:`_FLAGS`). ``syncs`` is
+    ``flags``: the options that are ``True`` or ``False`` (warmup, panel, lines, nvtx,
+    cluster). ``syncs`` is
     ``None`` or a mode of :data:`SYNC_MODES`.
 
     Raises

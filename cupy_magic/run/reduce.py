@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RULES", "combine", "name_a_rule", "unknown_names"]
+from .errors import CellError
+
+__all__ = ["RULES", "check_names", "combine", "name_a_rule"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
 
@@ -18,12 +20,14 @@ def name_a_rule(name: str) -> str:
             f"from Python; rules: {', '.join(RULES)}), or compute it in a cell of its own")
 
 
-def unknown_names(unknown: list[str], stored: Any) -> str:
-    """The message refusing ``--reduce`` rules for ``unknown``, names the cell never
-    assigns (it assigns ``stored``)."""
-    return (f"--reduce names {', '.join(unknown)}, which the cell never assigns (it assigns: "
-            f"{', '.join(sorted(stored)) or 'nothing'}); give only names it assigns: drop "
-            "them from --reduce (from BatchOptions(reduce=...) in Python)")
+def check_names(rules: Any, stored: Any) -> None:
+    """Refuse ``--reduce`` rules for names the cell never assigns (it assigns ``stored``)."""
+    unknown = [n for n in rules if n not in stored]
+    if unknown:
+        raise CellError(f"--reduce names {', '.join(unknown)}, which the cell never assigns "
+                        f"(it assigns: {', '.join(sorted(stored)) or 'nothing'}); give only "
+                        "names it assigns: drop them from --reduce (from "
+                        "BatchOptions(reduce=...) in Python)")
 
 
 def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:
