@@ -47,6 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cluster_shm import _bounds  # noqa: E402  (the same row ranges)
+
 from cupy_magic.backend.cupy import probe_cupy  # noqa: E402
 from cupy_magic.units import format_bytes, parse_size  # noqa: E402
 
@@ -119,10 +121,6 @@ def close_opened(dask_worker: Any) -> int:
         cp.cuda.runtime.ipcCloseMemHandle(ptr)
     opened.clear()
     return n
-
-
-def _bounds(rows: int, block_rows: int) -> list[tuple[int, int]]:
-    return [(a, min(a + block_rows, rows)) for a in range(0, rows, block_rows)]
 
 
 class Slots:
@@ -239,8 +237,8 @@ def run(size: int, block: int) -> dict[str, Any]:
             for path in ("kernel", "ipc", "ipc", "kernel"):
                 out = ref if path == "kernel" else y
                 out[...] = 0
-                runs[path].append(kernel_run(x, ref, bounds, slots) if path == "kernel"
-                                  else ipc_run(client, x, y, bounds, slots))
+                runs[path].append(kernel_run(x, out, bounds, slots) if path == "kernel"
+                                  else ipc_run(client, x, out, bounds, slots))
             figures["worker_handles_closed"] = sum(client.run(close_opened).values())
         figures["ipc_equal_kernel"] = bool(np.array_equal(y, ref))
         head = x[:block_rows]

@@ -39,9 +39,10 @@ __all__ = [
     "vram_holders",
 ]
 
-_LAZY = {name: "session" for name in __all__[3:] if "ipython_extension" not in name}
-_LAZY["BatchOptions"] = "run.batching"
-_LAZY["CellError"] = "run.errors"  # what a cell the extension refuses raises
+_LAZY = {"BatchOptions": "run.batching",
+         "CellError": "run.errors"}  # what a cell the extension refuses raises
+_LAZY.update({name: "session" for name in __all__ if name not in _LAZY
+              and name != "__version__" and "ipython_extension" not in name})
 
 
 def __getattr__(name: str) -> Any:

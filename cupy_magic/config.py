@@ -23,12 +23,19 @@ from .monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
 from .run.batching import DEFAULT_STREAMS, MAX_STREAMS
 from .run.cell import SYNC_MODES
 
-__all__ = ["BACKENDS", "CupyMagic", "settings", "use_config", "use_config_leniently"]
+__all__ = ["BACKENDS", "CupyMagic", "budget_or_none", "settings", "use_config",
+           "use_config_leniently"]
 
 BACKENDS = ("cupy", "host")
 ENV_BACKEND = "CUPY_MAGIC_BACKEND"
 FALLBACK_DEFAULT = False  # %%gpu --fallback off unless asked
 _ANY_DEVICE = 1 << 62  # a device size no budget exceeds: checks how a budget reads, not its size
+
+
+def budget_or_none(text: str) -> str | None:
+    """A ``CupyMagic.budget`` setting as a budget: ``None`` for none (empty, ``off``)."""
+    text = text.strip()
+    return None if text.lower() in ("", "off") else text
 
 
 class CupyMagic(Configurable):
@@ -57,7 +64,7 @@ class CupyMagic(Configurable):
     @validate("budget")
     def _check_budget(self, proposal: Any) -> str:
         value = proposal["value"].strip()
-        budget = None if value.lower() in ("", "off") else value
+        budget = budget_or_none(value)
         try:
             if self.budget_hook is not None:
                 self.budget_hook(budget)  # checked against the devices, and in force

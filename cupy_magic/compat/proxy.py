@@ -19,6 +19,7 @@ from typing import Any
 import numpy
 
 from .advice import LIMIT_ERRORS
+from .blame import WRAPPER_FILE
 from .calls import COMPLETIONS, DTYPES_OK, SEQUENCES, Calls
 from .differs import guarded
 from .dress import fronting
@@ -127,7 +128,7 @@ def _factory(positions: tuple[int, ...], keywords: tuple[str, ...], options: tup
     pos += [f"(n > {i} and type(args[{i}]) in SEQ)" for i in positions]
     source = _FAST.format(keyword_checks=checks, positional_checks=" or ".join(pos) or "False")
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<cupy_magic.compat wrapper {len(_FACTORIES)}>", "exec"), namespace)
+    exec(compile(source, f"{WRAPPER_FILE} {len(_FACTORIES)}>", "exec"), namespace)
     factory = namespace["factory"]
     factory.__code__ = factory.__code__.replace(co_consts=tuple(
         _flat_lines(c) if isinstance(c, CodeType) else c for c in factory.__code__.co_consts))
@@ -250,8 +251,9 @@ def _star_names(calls: Calls, path: str, fallen: bool) -> list[str]:
                                                    if not n.startswith("_")]
     if fallen or not calls.checked or calls.record.fallback:
         return list(names)
+    made = SUPPLIED.keys() | COMPLETIONS.keys()  # once, not per name
     return [n for n in names if _ref(path, n) is not MISSING or (not path and n in FP_ERRORS)
-            or (f"{path}.{n}" if path else n) in SUPPLIED.keys() | COMPLETIONS.keys()]
+            or (f"{path}.{n}" if path else n) in made]
 
 
 def _resolve(calls: Calls, target: ModuleType, path: str, name: str,

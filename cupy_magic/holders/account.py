@@ -193,6 +193,6 @@ def top_hint(namespace: dict[str, Any], be: Backend, n: int = 3) -> str:
     "" when none."""
     holders = holders_from(walk(namespace, listed(be)), made_in)[:n]
     named = [f"{h.path} holds {format_bytes(h.nbytes)}" + (
-        f" ({h.command}; vram_free({','.join(h.frees)!r}) from Python)" if h.frees else "")
+        f" ({h.command}; {h.call} from Python)" if h.frees else "")
         for h in holders if h.nbytes]
     return f"Held now: {'; '.join(named)}" if named else ""

@@ -62,6 +62,11 @@ class Holder:
         """The command that frees it, e.g. ``%vram_who --free Out``."""
         return f"%vram_who --free {','.join(self.frees)}" if self.frees else ""
 
+    @property
+    def call(self) -> str:
+        """The same from Python, e.g. ``vram_free('Out')``."""
+        return f"vram_free({','.join(self.frees)!r})" if self.frees else ""
+
     def line(self) -> str:
         """One line of text: path, bytes, array, view, origin, other paths."""
         parts = [f"{self.path}: {format_bytes(self.nbytes)}",

@@ -39,7 +39,6 @@ from .memory import (
 from .panels import (
     act_on_panels,
     panel_summary,
-    panels_open,
     pause_panels,
     resume_panels,
     show_panel,
@@ -61,7 +60,6 @@ __all__ = [
     "last_report",
     "memory_pool",
     "panel_summary",
-    "panels_open",
     "pause_panels",
     "reset",
     "resume_panels",

@@ -201,7 +201,6 @@ def run_cell_outcome(
     # None: in this kernel
     remote = cluster_remote(source, namespace, cluster, batch, fallback, syncs)
     progress.start(label or filename or "%%gpu cell")
-    shown = None
     try:
         with _panel.cell_panel() if panel else contextlib.nullcontext() as shown, \
                 progressbar.for_cell(), cell_warnings():  # warnings at the cell's lines

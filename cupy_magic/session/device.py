@@ -9,7 +9,7 @@ from .. import backend as _backend
 from ..backend import DeviceInfo
 from ..cluster import connect
 from ..compat.spec import reference_module
-from ..config import BACKENDS, ENV_BACKEND, settings
+from ..config import BACKENDS, ENV_BACKEND, budget_or_none, settings
 from ..run.options import check_sync_mode
 from ..units import format_bytes
 from .cells import forget_last
@@ -133,7 +133,7 @@ def apply_settings() -> list[str]:
         use_backend("host")
         problems.append(f"cupy_magic: backend {prefer} asked for ({_where_asked()}), but {exc}; "
                         "loaded on the host backend (NumPy on the CPU)")
-    if conf.budget.strip().lower() not in ("", "off"):
+    if budget_or_none(conf.budget) is not None:
         try:
             set_budget(conf.budget)
         except ValueError as exc:  # SizeError: larger than this device, ...

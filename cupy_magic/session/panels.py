@@ -8,7 +8,7 @@ from ..config import settings
 from ..monitor.sampler import shared_sampler
 from ..view import panel as _panel
 
-__all__ = ["act_on_panels", "panel_summary", "panels_open", "pause_panels", "resume_panels",
+__all__ = ["act_on_panels", "panel_summary", "pause_panels", "resume_panels",
            "show_panel", "stop_panels"]
 
 
@@ -29,14 +29,9 @@ def panel_summary(device: int = 0) -> str:
     return _panel.panel_summary(device)
 
 
-def panels_open() -> int:
-    """How many live panels this kernel shows."""
-    return len(_panel.panels())
-
-
 def act_on_panels(action: str) -> None:
     """``%vram_panel --pause`` (``resume``, ``stop``); with no panel open it says so."""
-    if not panels_open():
+    if not _panel.panels():
         print(f"cupy_magic: no panel is open to {action}; %vram_panel opens one")
     {"pause": pause_panels, "resume": resume_panels, "stop": stop_panels}[action]()
 
