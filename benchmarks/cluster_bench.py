@@ -77,7 +77,8 @@ def _timed(cell: str, x: Any, path: str, opts: BatchOptions,
                    scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
         if info.transport is not None:  # how the blocks' data moved, and why a fallback
             row.update(transport=info.transport.kind, transport_why=info.transport.why,
-                       slots=info.slots, copy_s=info.copy_seconds)
+                       slots=info.slots, copy_s=info.copy_seconds,
+                       copy_in_s=info.copy_in_seconds, copy_out_s=info.copy_out_seconds)
     return ns, row
 
 
@@ -180,14 +181,19 @@ def main(argv: list[str] | None = None) -> int:
               "python": platform.python_version(), "host": platform.node()}
     lines = [f"# cluster_bench on {label}", "",
              f"input {format_bytes(nbytes)} float32 (4x the budget {format_bytes(nbytes // 4)})",
-             "", "| path | transport | wall s | input GB/s |", "| --- | --- | --- | --- |"]
+             "", "| path | transport | wall s | input GB/s | kernel's slot copies in / out s |",
+             "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['path']} | {r.get('transport', 'in the kernel')} | {r['wall_s']:.2f} | "
-              f"{r['input_gbps']:.2f} |" for r in rows]
+              f"{r['input_gbps']:.2f} | "
+              + (f"{r['copy_in_s']:.2f} / {r['copy_out_s']:.2f} |"
+                 if r.get("transport") == "shm" else " |")
+              for r in rows]
     lines += ["", f"cluster / kernel: {ratio:.2f}, best of each / best of the other: {best:.2f} "
               f"(target on one GPU: >= 0.5); the cluster row's transport: "
               f"{rows[1].get('transport')}"
               + (f" ({rows[1]['transport_why']})" if rows[1].get("transport_why") else "")
-              + (f", {rows[1]['slots']}, the kernel's copies {rows[1]['copy_s']:.2f} s"
+              + (f", {rows[1]['slots']}, the kernel's copies {rows[1]['copy_s']:.2f} s (in "
+                 f"{rows[1]['copy_in_s']:.2f}, out {rows[1]['copy_out_s']:.2f})"
                  if rows[1].get("transport") == "shm" else ""),
               f"row sums, input on the workers / in the kernel: {ratio_rows:.2f} (again: "
               f"{ratio_again:.2f})"]

@@ -191,7 +191,9 @@ class ClusterExecutor:
                           sum(s.rows for s in stats), inputs.input_bytes, run_seconds,
                           inputs.scatter_seconds, ClusterRun.shares(stats), transport=transport)
         if slotted is not None:
-            info.slots, info.copy_seconds = ring.describe(), slotted.copy_seconds
+            info.slots = ring.describe()
+            info.copy_in_seconds = slotted.copy_in_seconds
+            info.copy_out_seconds = slotted.copy_out_seconds
             info.sent_back = slotted.sent_back
         results = self._results(futures, infos, info, to_host, be, filled)
         return results, info

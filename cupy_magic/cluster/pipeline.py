@@ -42,8 +42,9 @@ class SlotRun:
         Row results joined in this kernel, by name (only those every block gave rows of one
         shape and dtype for; :meth:`~.execute.ClusterExecutor._results` refuses the rest as
         the scatter path does).
-    copy_seconds
-        This kernel's copies into and out of the slots.
+    copy_in_seconds, copy_out_seconds
+        This kernel's copies of the blocks' inputs into the slots, and of their row results
+        out of them (with the first touch of the result arrays' pages).
     futures
         Each block's future, in block order (without ``place``, its results on the worker).
     sent_back
@@ -53,9 +54,15 @@ class SlotRun:
 
     infos: list[dict[str, Any]]
     filled: dict[str, np.ndarray] = field(default_factory=dict)
-    copy_seconds: float = 0.0
+    copy_in_seconds: float = 0.0
+    copy_out_seconds: float = 0.0
     futures: list[Any] = field(default_factory=list)
     sent_back: int = 0
+
+    @property
+    def copy_seconds(self) -> float:
+        """This kernel's copies into and out of the slots."""
+        return self.copy_in_seconds + self.copy_out_seconds
 
 
 def _layout(local: dict[str, np.ndarray], rows: int) -> tuple[dict[str, Any], int]:
@@ -119,7 +126,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
         slot.view(0, (1,), HEADER)[0] = slot.use
         for name, (off, shape, dtype) in places.items():
             copy_rows(slot.view(off, shape, dtype), local[name][start:start + rows], ring.pool)
-        run.copy_seconds += time.perf_counter() - t0
+        run.copy_in_seconds += time.perf_counter() - t0
         future = client.submit(run_slot_block, spec_f, i, start,
                                SlotTask(slot.name, places, results_at, ring.tracker, place,
                                         slot.use),
@@ -148,7 +155,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             src = (slot.view(result["placed"][name], kind[1], kind[2])
                    if name in result["placed"] else result["values"][name])
             copy_rows(dst[start:start + rows], src, ring.pool)
-        run.copy_seconds += time.perf_counter() - t0
+        run.copy_out_seconds += time.perf_counter() - t0
 
     try:
         while todo and send(todo[0]):

@@ -56,7 +56,7 @@ class ClusterRun:
     transport
         How the blocks' data moved (:class:`~.transport.Transport`): shared memory on this host,
         scatter and gather (and why), or the Dask arrays' blocks where they are.
-    slots, copy_seconds, sent_back
+    slots, copy_in_seconds, copy_out_seconds, sent_back
         With shared memory: the ring's slots, this kernel's copies into and out of them, and
         how many blocks sent their row results back over the socket (larger than their slot).
     """
@@ -76,8 +76,14 @@ class ClusterRun:
     kept: tuple[str, ...] = ()
     transport: Transport | None = None
     slots: str = ""
-    copy_seconds: float = 0.0
+    copy_in_seconds: float = 0.0
+    copy_out_seconds: float = 0.0
     sent_back: int = 0
+
+    @property
+    def copy_seconds(self) -> float:
+        """This kernel's copies into and out of the slots."""
+        return self.copy_in_seconds + self.copy_out_seconds
 
     @property
     def input_gbps(self) -> float:
@@ -114,7 +120,8 @@ class ClusterRun:
                "the busiest worker's blocks (scheduler, transfers, serialisation)"]
         if self.transport is not None:
             out.append(f"  cluster transport: {self.transport.describe()}" + (
-                f"; {self.slots}, this kernel's copies {self.copy_seconds * 1e3:.1f} ms"
+                f"; {self.slots}, this kernel's copies {self.copy_seconds * 1e3:.1f} ms (in "
+                f"{self.copy_in_seconds * 1e3:.1f}, out {self.copy_out_seconds * 1e3:.1f})"
                 if self.transport.kind == "shm" else "") + (
                 f"; {self.sent_back} of {self.blocks} blocks sent their row results back over "
                 "the socket (larger than their slot; the slots have grown since)"

@@ -71,6 +71,10 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
     lines = cupy_magic.last_report().text_lines()
     assert any("cluster transport: shared memory on this host (a ring of 3 slots per worker;"
                in line for line in lines)
+    # the kernel's copies, split: inputs into the slots, row results out of them
+    assert info.copy_in_seconds > 0 and info.copy_out_seconds > 0
+    assert any(f"(in {info.copy_in_seconds * 1e3:.1f}, out {info.copy_out_seconds * 1e3:.1f})"
+               in line for line in lines)
     # the same cell rebinding its input takes the scatter path, and says why
     scattered = _run(ip, "x = x + 0\n" + BODY, f"--to-host --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
@@ -84,6 +88,7 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
     assert info.transport.kind == "shm" and not info.transport.place
     assert "y stays on the workers" in info.transport.why and info.kept == ("y",)
     assert info.blocks == 11 and hasattr(kept["y"], "dask")
+    assert info.copy_in_seconds > 0 and info.copy_out_seconds == 0  # no rows through slots
     for name in "ymn":
         got = shared[name]
         assert isinstance(got, np.ndarray) and got.dtype == kernel[name].dtype
