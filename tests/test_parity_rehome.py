@@ -138,6 +138,24 @@ def test_a_generator_the_cell_made_reads_numpy_and_the_users_arrays_after_it(ip)
     assert module is np and seen_x is x
 
 
+def test_the_report_names_a_generator_the_cell_made_which_misses_later_changes(ip):
+    """A generator's frame keeps the globals it was made with, so one the cell made still
+    reads the names as the cell left them (a plain cell's would read the later ``x``): the
+    report says so, naming it and the fix; the re-homed function makes one that reads on."""
+    import cupy_magic
+
+    ip.user_ns["x"] = np.arange(4.0)
+    ip.run_cell("%%gpu --quiet\ndef gen():\n    yield x.sum()\ng = gen()\n"
+                "gs = [(x.sum() for _ in range(1))]\nfinished = gen()\nnext(finished)\n"
+                "rest = list(finished)")
+    notes = cupy_magic.last_report().notes
+    assert [n.split(" made in")[0] for n in notes] == ["g is a generator", "gs holds a generator"]
+    assert "call gen(...) again in a later cell" in notes[0] and "plain cell" in notes[1]
+    ip.run_cell("x = np.arange(10.0)")
+    assert next(ip.user_ns["g"]) == next(ip.user_ns["gs"][0]) == 6.0
+    assert next(ip.user_ns["gen"]()) == 45.0
+
+
 @pytest.mark.kernel
 def test_in_a_kernel_what_the_cell_defines_pushes_and_raises_is_as_a_plain_cells(monkeypatch):
     """Through a real kernel (nbclient): a cached function the cell defined reads a later

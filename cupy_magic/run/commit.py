@@ -118,9 +118,11 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             be.keep_on_device(value)
         if wants_host:
             value = _to_host(value, be, shown)
+        stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
+        report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
     if rehome.deep:  # the user's lists and dicts the cell may have put a function in
-        _rehome_held(plan, work, namespace, updates, rehome)
+        _rehome_held(plan, work, namespace, updates, rehome, report)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
     removed = [] if all(map(work.__contains__, namespace)) else \
         _deleted(work, namespace, plan.last_name)
@@ -138,7 +140,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
 
 
 def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
-                 updates: dict[str, Any], rehome: Rehomer) -> None:
+                 updates: dict[str, Any], rehome: Rehomer, report: RunReport) -> None:
     """Re-home, in place, what the user's lists, sets and dicts hold: those bound to a name
     the cell's code names and does not rebind (``log.append(lambda: x)``); a tuple of them
     is walked into but not made again (the name keeps its object)."""
@@ -146,7 +148,22 @@ def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any]
     for name in names - updates.keys():
         value = namespace.get(name, _MISSING)
         if value is not _MISSING and work.get(name, _MISSING) is value:
+            stuck = len(rehome.stuck)
             rehome(value)
+            report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
+
+
+def _stuck_note(name: str, made: Any, value: Any) -> str:
+    """The report's note on a generator (a coroutine) the cell made, bound to ``name``
+    (``value``) or held in it, which reads the cell's namespace for as long as it runs."""
+    code = getattr(made, "gi_code", None) or getattr(made, "cr_code", None) or made.ag_code
+    what = type(made).__name__.replace("_", " ")
+    where = f"{name} {'is' if made is value else 'holds'} a {what}"
+    again = "" if code.co_name.startswith("<") else \
+        f", or call {code.co_name}(...) again in a later cell ({code.co_name} is re-homed)"
+    return (f"{where} made in this %%gpu cell: it reads the names as the cell left them, not "
+            "what later cells change (its frame keeps the cell's namespace); make it in a "
+            f"plain cell{again}")
 
 
 def _deleted(work: dict[str, Any], namespace: dict[str, Any],

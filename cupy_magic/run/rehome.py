@@ -20,8 +20,11 @@ __all__ = ["Rehomer", "cell_codes", "makes_functions"]
 _CACHED = type(functools.lru_cache(lambda: None))  # what lru_cache and cache make
 _DICTS = (dict, collections.OrderedDict, collections.defaultdict)  # changed in place
 _IN_PLACE = (list, set, *_DICTS)
+# what keeps a running frame, by the attribute that holds it
+_FRAMED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame",
+           types.AsyncGeneratorType: "ag_frame"}
 # what the cell's own functions can be reached through (a tuple subclass: a named tuple)
-_REACHES = frozenset({types.FunctionType, types.MethodType, staticmethod, classmethod,
+_REACHES = frozenset({*_FRAMED, types.FunctionType, types.MethodType, staticmethod, classmethod,
                       property, functools.cached_property, functools.partial, _CACHED,
                       list, tuple, set, frozenset, *_DICTS})
 # code objects a cell compiles that make no object which outlives the cell holding its globals
@@ -64,6 +67,10 @@ class Rehomer:
     keys, nothing nested more than 50 deep), so a function kept only there still reads the
     cell's copy. A tuple met again through a cycle of its own keeps what it held.
 
+    A generator (a coroutine, an async generator) the cell made cannot be re-homed: its
+    frame's globals are fixed when it is made, before any commit. Those met are kept in
+    :attr:`stuck`, for the report to name.
+
     Each object is walked once per commit (cycles end; the same function reached twice, or
     bound to two names, becomes the same re-homed function); the originals are kept while the
     rehomer lives, so that their ids are not reused meanwhile.
@@ -82,6 +89,7 @@ class Rehomer:
         self.filename, self.namespace, self.deep = filename, namespace, deep
         self.seen: dict[int, tuple[Any, Any]] = {}
         self.depth = 0
+        self.stuck: list[Any] = []  # the cell's generators, which still read its namespace
 
     def __call__(self, value: Any) -> Any:
         """``value`` re-homed: the same object, changed in place, or one made again."""
@@ -105,6 +113,12 @@ class Rehomer:
             return self._function(value)
         if isinstance(value, type):
             return self._class(value)
+        if kind in _FRAMED:
+            frame = getattr(value, _FRAMED[kind])
+            if frame is not None and frame.f_globals is not self.namespace \
+                    and frame.f_code.co_filename == self.filename:
+                self.stuck.append(value)
+            return value
         if not self.deep:
             return self._wrapper(value)
         if kind in _IN_PLACE:
