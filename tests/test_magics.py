@@ -190,6 +190,19 @@ def test_warmup_runs_first_on_a_slice_and_times_the_real_run(ip):
     assert float(ip.user_ns["y"][-1]) == 19_998.0
 
 
+def test_warmup_prints_nothing_of_its_own_and_its_help_says_what_happens_twice(ip, capsys):
+    ip.user_ns.update(x=np.arange(10.0), log=[])
+    cell = "import sys\nprint('hi')\nprint('err', file=sys.stderr)\nlog.append(len(x))\ny = x * 2"
+    assert ip.run_cell(f"%%gpu --quiet --warmup\n{cell}").success
+    out, err = capsys.readouterr()
+    assert out == "hi\n" and err.count("err\n") == 1
+    assert ip.user_ns["log"] == [10, 10]  # what it does outside the cell, it does twice
+    assert not ip.run_cell("%%gpu --quiet --warmup\nprint('before')\nassert len(x) > 99").success
+    assert capsys.readouterr().out == "before\n"  # a failed warm-up's print shows
+    doc = " ".join(ip.find_cell_magic("gpu").__doc__.split())
+    assert "warm-up's prints are not shown" in doc and "appends to" in doc and "twice" in doc
+
+
 def test_warmup_slice_has_enough_elements_and_at_least_two_rows(ip):
     ip.user_ns["m"] = np.ones((1000, 1500))
     ip.user_ns["calls"] = []

@@ -63,11 +63,32 @@ DEFINITIONS = {
         "Reader().now, Reader().once, Reader().method(), Reader.Inner().read()"),
 }
 
+# functions the cell keeps in plain containers, or in a list the user had before it
+HELD = {
+    "a dict's value": ("d = {'f': lambda: (kk, np is numpy_module)}", "d['f']()"),
+    "a list's item": ("fs = [lambda: kk]", "fs[0]()"),
+    "a tuple's and a named tuple's item": (
+        "import collections\nP = collections.namedtuple('P', 'f')\nt = (lambda: kk,)\n"
+        "p = P(lambda: kk)", "t[0](), p.f()"),
+    "a set's and a frozenset's item": (
+        "def f():\n    return kk\ns = {f}\nfz = frozenset([f])",
+        "next(iter(s))(), next(iter(fz))()"),
+    "a partial of the cell's function, and a partial's argument": (
+        "import functools\ndef add(a):\n    return a + kk\n"
+        "ps = [functools.partial(add, 1), functools.partial(lambda g: g(), lambda: kk)]",
+        "ps[0](), ps[1]()"),
+    "a bound method of an instance of the cell's class": (
+        "class C:\n    def m(self):\n        return kk\nms = [C().m]", "ms[0]()"),
+    "a list the user had, appended to": ("log.append(lambda: kk)", "log[0]()"),
+    "nested containers in a cycle": (
+        "a = [{'f': [lambda: kk]}]\na.append(a)", "a[0]['f'][0](), a[1] is a"),
+}
+
 
 def _after(ip, define: str, use: str, prefix: str) -> object:
     """What ``use`` gives in a plain cell once ``define`` ran (under ``prefix``) and a later
     cell changed ``kk``."""
-    ip.user_ns.update(kk=1, numpy_module=np)
+    ip.user_ns.update(kk=1, numpy_module=np, log=[])
     result = ip.run_cell(prefix + define, store_history=True)
     assert result.success, result.error_in_exec
     ip.user_ns["kk"] = 100
@@ -79,6 +100,24 @@ def test_what_the_cell_defines_reads_later_values_and_numpy_as_a_plain_cells_doe
     define, use = DEFINITIONS[what]
     plain = _after(ip, define, use, "")
     assert _after(ip, define, use, "%%gpu --quiet\n") == plain
+
+
+@pytest.mark.parametrize("what", HELD)
+def test_functions_the_cell_keeps_in_containers_read_later_values_as_a_plain_cells_do(ip, what):
+    define, use = HELD[what]
+    plain = _after(ip, define, use, "")
+    assert _after(ip, define, use, "%%gpu --quiet\n") == plain
+
+
+def test_containers_keep_their_identity_and_a_function_reached_twice_stays_one(ip):
+    log = ip.user_ns["log"] = []
+    ip.run_cell("%%gpu --quiet\ndef f():\n    return 1\ng = f\nitems = (f, [f], {'f': f})\n"
+                "log.append(f)\nsame = items[1]\nd = {}\nd['self'] = d")
+    ns = ip.user_ns
+    f = ns["f"]
+    assert f.__globals__ is ns and ns["g"] is f and ns["log"] is log and log == [f]
+    assert ns["items"][0] is f and ns["items"][1] == [f] and ns["items"][2] == {"f": f}
+    assert ns["same"] is ns["items"][1] and ns["d"]["self"] is ns["d"]
 
 
 def test_a_function_bound_to_two_names_stays_one_function(ip):
@@ -97,6 +136,24 @@ def test_a_generator_the_cell_made_reads_numpy_and_the_users_arrays_after_it(ip)
     assert module is np and seen_x is x and y is ip.user_ns["y"]
     module, seen_x = ip.user_ns["hold"][0]()
     assert module is np and seen_x is x
+
+
+def test_the_report_names_a_generator_the_cell_made_which_misses_later_changes(ip):
+    """A generator's frame keeps the globals it was made with, so one the cell made still
+    reads the names as the cell left them (a plain cell's would read the later ``x``): the
+    report says so, naming it and the fix; the re-homed function makes one that reads on."""
+    import cupy_magic
+
+    ip.user_ns["x"] = np.arange(4.0)
+    ip.run_cell("%%gpu --quiet\ndef gen():\n    yield x.sum()\ng = gen()\n"
+                "gs = [(x.sum() for _ in range(1))]\nfinished = gen()\nnext(finished)\n"
+                "rest = list(finished)")
+    notes = cupy_magic.last_report().notes
+    assert [n.split(" made in")[0] for n in notes] == ["g is a generator", "gs holds a generator"]
+    assert "call gen(...) again in a later cell" in notes[0] and "plain cell" in notes[1]
+    ip.run_cell("x = np.arange(10.0)")
+    assert next(ip.user_ns["g"]) == next(ip.user_ns["gs"][0]) == 6.0
+    assert next(ip.user_ns["gen"]()) == 45.0
 
 
 @pytest.mark.kernel

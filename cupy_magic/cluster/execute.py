@@ -91,16 +91,22 @@ class ClusterExecutor:
         wall0 = time.perf_counter()
         held: list[Any] = []
         cell_id = uuid.uuid4().hex[:8]
+        failure, own = None, False
         try:
             results, info = self._run(client, plan, namespace, filename, be, held, cell_id,
                                       to_host)
         except BaseException as exc:
             client.cancel(held)  # queued, running and finished blocks, scattered inputs
             held.clear()
-            raise self._failure(exc, be, filename, namespace) from None
+            failure = self._failure(exc, be, filename, namespace)
+            own = isinstance(exc, BlockFailed)
         finally:
             progress.finish()
             self._drop_shared(client)
+        if own:  # a block's error, raised out of the handler: chained as the cell raised it
+            raise failure  # type: ignore[misc]
+        if failure is not None:
+            raise failure from None
         held.clear()  # released: the results hold keys of their own now
         self._commit(plan, results, namespace, report, be)
         report.batch = info
@@ -223,6 +229,9 @@ class ClusterExecutor:
                 new.args = (f"{new.args[0]} ({note})",)
             elif hasattr(new, "add_note"):
                 new.add_note(note)
+            for link, _, _, _, line in exc.links[1:]:  # what it was raised from: at its line
+                if link.__traceback__ is None and line is not None:
+                    at_cell_line(link, filename, line)
             return at_cell_line(new, filename, exc.line)
         where = ("interrupted; the cell's futures on the cluster cancelled, nothing committed"
                  if isinstance(exc, KeyboardInterrupt) else f"the cluster run failed; {tail}")

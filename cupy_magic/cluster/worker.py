@@ -3,11 +3,13 @@
 A block runs the cell's code as the kernel would (``np`` means the worker's array module,
 CuPy on a GPU worker), over its rows of the batched inputs and the whole of the shared ones.
 An error becomes :class:`BlockFailed`, which names the block, its rows, the worker and the
-cell's line, and carries the original exception back to the kernel.
+cell's line, and carries the original exception back to the kernel, with the exceptions it
+was raised from or while handling.
 """
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 import types
@@ -88,14 +90,68 @@ class BlockStats:
 
 
 class BlockFailed(Exception):
-    """A block of a cell failed on a worker: which block, rows, worker and cell line."""
+    """A block of a cell failed on a worker: which block, rows, worker and cell line.
 
-    def __init__(self, where: str, line: int | None, original: BaseException) -> None:
-        super().__init__(where, line, original)
-        self.where, self.line, self.original = where, line, original
+    Pickling an exception keeps its type, arguments and notes but not its ``__cause__``,
+    ``__context__`` and ``__suppress_context__``: ``links`` carries them over, so that the
+    kernel raises the cell's error chained as the cell raised it (as a run in the kernel
+    does). Each link: an exception of the chain (the first is ``original``), the positions
+    of its cause and context in ``links`` (``None``: none), whether its context is
+    suppressed, and the cell line it was raised at (``None``: not in the cell).
+    """
+
+    def __init__(self, where: str, line: int | None, original: BaseException,
+                 links: list[tuple[BaseException, int | None, int | None, bool, int | None]]
+                 | None = None) -> None:
+        links = [(original, None, None, original.__suppress_context__, line)] \
+            if links is None else links
+        super().__init__(where, line, original, links)
+        self.where, self.line, self.original, self.links = where, line, original, links
+        for exc, cause, context, suppress, _ in links:  # unpickled: the chain again
+            if cause is not None:
+                exc.__cause__ = links[cause][0]
+            if context is not None:
+                exc.__context__ = links[context][0]
+            exc.__suppress_context__ = suppress
 
     def __str__(self) -> str:
         return f"{self.where}: {type(self.original).__name__}: {self.original}"
+
+
+def _chain_links(exc: BaseException, filename: str
+                ) -> list[tuple[BaseException, int | None, int | None, bool, int | None]]:
+    """:attr:`BlockFailed.links` of ``exc``: it and the exceptions it was raised from or
+    while handling, each once (a chain can loop); one that cannot be pickled ends its branch
+    (the error itself then still reaches the kernel)."""
+    order: list[BaseException] = []
+    places: dict[int, int] = {}
+
+    def place(link: BaseException | None) -> int | None:
+        if link is None:
+            return None
+        if id(link) in places:
+            return places[id(link)]
+        if order and not _picklable(link):
+            return None
+        places[id(link)] = len(order)
+        order.append(link)
+        return places[id(link)]
+
+    place(exc)
+    links = []
+    for link in order:  # grows while it is walked
+        cause, context = place(link.__cause__), place(link.__context__)
+        links.append((link, cause, context, link.__suppress_context__,
+                      _cell_lineno(link, filename)))
+    return links
+
+
+def _picklable(exc: BaseException) -> bool:
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return False
+    return True
 
 
 def _worker_address() -> str:
@@ -195,7 +251,9 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
         new = fail(exc, be, peak, spec.filename)
         where = (f"block {index + 1} of {spec.nblocks} (rows {start:,}:{start + rows:,}) "
                  f"failed on worker {worker}")
-        raise BlockFailed(where, _cell_lineno(new, spec.filename), new) from None
+        # the cell's own error goes with its chain; one of ours (out of memory) without
+        raise BlockFailed(where, _cell_lineno(new, spec.filename), new,
+                          _chain_links(new, spec.filename) if new is exc else None) from None
     syncs = sum(c.count for c in recorder.counts) if recorder is not None \
         and recorder.available else 0
     stats = BlockStats(index, worker, rows, sum(int(a.nbytes) for a in batched.values()),

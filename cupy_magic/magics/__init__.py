@@ -53,7 +53,9 @@ class GpuMagics(Magics):
     @argument("--warmup", action="store_true",
               help=f"run once first on the first rows of the longest inputs (2 rows, or "
                    f"enough for {WARMUP_ELEMENTS:,} elements of each, or all rows if fewer), "
-                   "then time the real run")
+                   "then time the real run; the warm-up's prints are not shown, but what the "
+                   "cell does to objects outside it (a list it appends to, a file it "
+                   "writes) happens twice")
     @argument("--timeline", action="store_true",
               help="record each batch's start and end on the device (report.batch.timeline) "
                    "and the run's phases; slows the overlap of streams a little")

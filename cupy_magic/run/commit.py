@@ -6,9 +6,7 @@ when asked, re-homing functions and classes the cell defined, and the report's o
 
 from __future__ import annotations
 
-import functools
 import sys
-import types
 from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import is_not
@@ -19,6 +17,7 @@ import numpy as np
 from ..backend import Backend
 from ..compat.scope import host_value
 from ..units import dtype_text
+from .rehome import Rehomer, cell_codes, makes_functions
 from .report import OutputInfo, RunReport
 
 if TYPE_CHECKING:
@@ -101,7 +100,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     mid-cell for names brought to the host, which those names become."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
-    rehomed: dict[int, tuple[Any, Any]] = {}  # one walk: `g = f` stays the same function
+    # one walk: `g = f` stays the same function; containers only if the cell makes functions
+    rehome = Rehomer(plan.code.co_filename, namespace, deep=makes_functions(plan.code))
     for name in _rebound(work, namespace):
         value = work[name]
         if name == "__builtins__" and name not in namespace:
@@ -118,7 +118,11 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             be.keep_on_device(value)
         if wants_host:
             value = _to_host(value, be, shown)
-        updates[name] = _rehome(host_value(value), plan.code.co_filename, namespace, rehomed)
+        stuck = len(rehome.stuck)
+        updates[name] = rehome(host_value(value))
+        report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
+    if rehome.deep:  # the user's lists and dicts the cell may have put a function in
+        _rehome_held(plan, work, namespace, updates, rehome, report)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
     removed = [] if all(map(work.__contains__, namespace)) else \
         _deleted(work, namespace, plan.last_name)
@@ -133,6 +137,33 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         report.outputs.append(OutputInfo(name, kind, where, nbytes))
     if to_host is True or host_names:
         be.synchronize()
+
+
+def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
+                 updates: dict[str, Any], rehome: Rehomer, report: RunReport) -> None:
+    """Re-home, in place, what the user's lists, sets and dicts hold: those bound to a name
+    the cell's code names and does not rebind (``log.append(lambda: x)``); a tuple of them
+    is walked into but not made again (the name keeps its object)."""
+    names = set().union(*(c.co_names for c in cell_codes(plan.code)))
+    for name in names - updates.keys():
+        value = namespace.get(name, _MISSING)
+        if value is not _MISSING and work.get(name, _MISSING) is value:
+            stuck = len(rehome.stuck)
+            rehome(value)
+            report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
+
+
+def _stuck_note(name: str, made: Any, value: Any) -> str:
+    """The report's note on a generator (a coroutine) the cell made, bound to ``name``
+    (``value``) or held in it, which reads the cell's namespace for as long as it runs."""
+    code = getattr(made, "gi_code", None) or getattr(made, "cr_code", None) or made.ag_code
+    what = type(made).__name__.replace("_", " ")
+    where = f"{name} {'is' if made is value else 'holds'} a {what}"
+    again = "" if code.co_name.startswith("<") else \
+        f", or call {code.co_name}(...) again in a later cell ({code.co_name} is re-homed)"
+    return (f"{where} made in this %%gpu cell: it reads the names as the cell left them, not "
+            "what later cells change (its frame keeps the cell's namespace); make it in a "
+            f"plain cell{again}")
 
 
 def _deleted(work: dict[str, Any], namespace: dict[str, Any],
@@ -152,7 +183,8 @@ def _deleted(work: dict[str, Any], namespace: dict[str, Any],
 def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:
     """After the commit, make the cell's copy of the namespace (``work``) the user namespace
     as the cell left it, when something still reads it: a generator the cell made, or a
-    function kept in a list or a dict, which nothing re-homes. They then find ``np`` as NumPy,
+    function kept where the re-homing does not reach (an object's attribute, a dict's key;
+    :class:`~.rehome.Rehomer`). They then find ``np`` as NumPy,
     the committed values and the user's arrays, as a plain cell's would, rather than the
     array module and the device copies of the inputs (which they would keep alive); a name
     changed by a later cell they still read as the cell left it. No name the namespace has
@@ -165,7 +197,6 @@ def leave_copy(work: dict[str, Any], namespace: dict[str, Any]) -> None:
 
 _HELD_BY_CALLERS = 3  # the caller's variable, this function's argument, getrefcount's
 _MISSING = object()
-_CACHED = type(functools.lru_cache(lambda: None))  # what lru_cache and cache make
 # names Python itself binds in a module's namespace (``warnings.warn`` records what it
 # showed; an annotated name at the top level makes ``__annotations__``)
 _BOOKKEEPING = frozenset({"__warningregistry__", "__annotations__"})
@@ -194,92 +225,3 @@ def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None) -> Any:
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     return value
-
-
-def _rehome(value: Any, filename: str, namespace: dict[str, Any],
-            seen: dict[int, tuple[Any, Any]] | None = None) -> Any:
-    """Give functions and classes the cell defined the user namespace as their globals.
-
-    They were created in the cell's private copy of the namespace; without this they would
-    keep reading it (old values, ``np`` as CuPy, the device copies of the inputs) and write
-    their ``global`` names into it, after the cell is over. So would what wraps or holds
-    them: a decorator's closure (``functools.wraps``), ``functools.partial``,
-    ``functools.lru_cache``/``cache``, a class's ``property``, ``cached_property``,
-    ``staticmethod`` and ``classmethod``; those are re-homed too (closure cells in place; a
-    partial, a cache or a property is made again over the re-homed function, the cache
-    empty). ``seen``: each object met, and what it became (a closure can hold its own
-    function); the originals are kept in it, so that their ids are not reused meanwhile.
-    """
-    seen = {} if seen is None else seen
-    met = seen.get(id(value))
-    if met is not None and met[0] is value:
-        return met[1]
-    seen[id(value)] = (value, value)
-
-    def again(inner: Any) -> Any:
-        return _rehome(inner, filename, namespace, seen)
-
-    new = value
-    if isinstance(value, types.FunctionType):
-        if value.__code__.co_filename != filename or value.__globals__ is namespace:
-            _rewrap(value, filename, again)  # a library's wrapper made in the cell
-            return value
-        new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
-                                 value.__closure__)
-        seen[id(value)] = (value, new)
-        new.__kwdefaults__ = value.__kwdefaults__
-        new.__qualname__ = value.__qualname__
-        new.__doc__ = value.__doc__
-        new.__dict__.update({k: again(v) for k, v in value.__dict__.items()})  # __wrapped__
-        new.__annotations__ = value.__annotations__
-        for cell in value.__closure__ or ():  # shared with `new`: a decorator's function
-            if _filled(cell) and (moved := again(cell.cell_contents)) is not cell.cell_contents:
-                cell.cell_contents = moved
-    elif isinstance(value, type):  # only what the cell wrote is replaced; classes in it too
-        inner_prefix = value.__qualname__ + "."
-        for key, attr in list(vars(value).items()):
-            if isinstance(attr, type) and not attr.__qualname__.startswith(inner_prefix):
-                continue
-            if (moved := again(attr)) is not attr:
-                setattr(value, key, moved)
-    elif isinstance(value, (staticmethod, classmethod)):
-        if (inner := again(value.__func__)) is not value.__func__:
-            new = type(value)(inner)
-    elif type(value) is property:
-        parts = (value.fget, value.fset, value.fdel)
-        moved_parts = [None if f is None else again(f) for f in parts]
-        if any(a is not b for a, b in zip(parts, moved_parts, strict=True)):
-            new = property(*moved_parts, value.__doc__)
-    elif isinstance(value, functools.cached_property):
-        value.func = again(value.func)
-    elif type(value) is functools.partial:
-        if (inner := again(value.func)) is not value.func:
-            new = functools.partial(inner, *value.args, **value.keywords)
-    elif type(value) is _CACHED and (inner := again(value.__wrapped__)) is not value.__wrapped__:
-        new = functools.lru_cache(**value.cache_parameters())(inner)  # lru_cache, cache
-    seen[id(value)] = (value, new)
-    return new
-
-
-def _rewrap(wrapper: types.FunctionType, filename: str, again: Any) -> None:
-    """Re-home, in place, the cell's functions a function from elsewhere holds in its closure
-    or as ``__wrapped__``: a library's decorator applied in the cell made it around one
-    (``contextlib.contextmanager``, ``torch.no_grad()``). Nothing else of it is walked."""
-    def ours(held: Any) -> bool:
-        return isinstance(held, types.FunctionType) and held.__code__.co_filename == filename
-
-    for cell in wrapper.__closure__ or ():
-        if _filled(cell) and ours(cell.cell_contents):
-            cell.cell_contents = again(cell.cell_contents)
-    held = wrapper.__dict__.get("__wrapped__")
-    if ours(held):
-        wrapper.__wrapped__ = again(held)  # type: ignore[attr-defined]
-
-
-def _filled(cell: Any) -> bool:
-    """Whether a closure cell holds a value (one of a name not yet bound raises)."""
-    try:
-        cell.cell_contents  # noqa: B018
-    except ValueError:
-        return False
-    return True

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -112,6 +116,11 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     """Run the cell once on the first rows of the inputs it would cut, commit nothing, and
     apply the ``reduce`` rules to its results once (their kernels compile too).
 
+    What it prints (``sys.stdout``, ``sys.stderr``, warnings) is dropped, so that the cell's
+    output shows once, from the real run; when it fails, it is shown before the error. What
+    it does to objects outside the cell (a list it appends to, a file it writes) stays done:
+    it happens twice.
+
     Returns
     -------
     tuple
@@ -123,16 +132,19 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     slim = plan.with_inputs({n: (a[:rows] if n in cut else a) for n, a in plan.inputs.items()})
     t0 = time.perf_counter()
     scratch: dict[str, Any] = {}
+    held: tuple[io.StringIO, io.StringIO] | None = None
     try:
         moved, _ = move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
-        with as_main(scratch, namespace):  # pickle finds what the cell defines, as in the run
+        # pickle finds what the cell defines, as in the run; what it prints is held
+        with as_main(scratch, namespace), _held_output() as held:
             exec(plan.code, scratch)
         for name, rule in (reduce or {}).items():
             if name in scratch:
                 combine(rule, [(scratch[name], rows), (scratch[name], rows)], be.xp)
         be.synchronize()
     except Exception as exc:
+        _show(held)
         what = f"the first {rows:,} rows of {', '.join(sorted(cut))}" if rows else "the cell"
         raise CellError(
             f"the --warmup run on {what} failed with "
@@ -144,3 +156,16 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     return time.perf_counter() - t0, rows
 
 
+@contextlib.contextmanager
+def _held_output() -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """``sys.stdout`` and ``sys.stderr`` written into two buffers while the block runs."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        yield out, err
+
+
+def _show(held: tuple[io.StringIO, io.StringIO] | None) -> None:
+    """Write what :func:`_held_output` held to the streams it was meant for."""
+    if held is not None:
+        sys.stdout.write(held[0].getvalue())
+        sys.stderr.write(held[1].getvalue())

@@ -58,8 +58,10 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
         (``np.float32``, ``np.dtype("float16")``) means the same.
     warmup
         Run the cell once on the first rows of its longest inputs first (kernel compilation,
-        pool growth), and time only the real run. The cell runs twice, so its side effects
-        (prints, appends to outside lists) happen twice; the warm-up commits nothing.
+        pool growth), and time only the real run. The warm-up commits nothing and its
+        prints (stdout, stderr, warnings) are not shown (unless it fails), but the cell runs
+        twice: what it does to objects outside it (a list it appends to, a file it writes)
+        happens twice.
     syncs
         ``"warn"`` reports the host syncs found before the run (static check) and, on the
         GPU, those counted while it ran; ``"error"`` stops at the first one, naming its

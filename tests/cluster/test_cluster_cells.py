@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import failed_block
 from IPython.core.error import UsageError
+from test_parity import CHAINS
 
 import cupy_magic
 
@@ -266,3 +267,21 @@ def test_a_cluster_run_says_the_shells_ast_transformers_are_not_applied(ip, join
     monkeypatch.setattr(ip, "ast_transformers", [])
     assert ip.run_cell("%%gpu --quiet\ny = xd * 2\n").success
     assert not any("ast_transformers" in n for n in cupy_magic.last_report().notes)
+
+
+@pytest.mark.parametrize("chain", CHAINS)
+def test_a_chained_error_on_a_worker_keeps_its_cause_and_context_as_in_a_plain_cell(
+        ip, joined, data, capsys, chain):
+    """Pickled back from the worker, the cell's error is still chained as the cell raised
+    it: the traceback shows the error it was handling, at its line, as a plain cell's does."""
+    body, sentence = CHAINS[chain]
+    seen = []
+    for cell in ("y = x + 1\n" + body, "%%gpu --quiet\ny = xd + 1\n" + body):
+        capsys.readouterr()
+        err = ip.run_cell(cell, store_history=True).error_in_exec
+        shown = capsys.readouterr().out
+        seen.append((type(err), type(err.__cause__), type(err.__context__),
+                     err.__suppress_context__, sentence is not None and sentence in shown,
+                     "KeyError" in shown, "----> 3" in shown.split("ValueError")[0]))
+    assert seen[1] == seen[0]
+    assert seen[0][4] == (sentence is not None)
