@@ -51,11 +51,10 @@ class GpuMagics(Magics):
               help=f"downcast inputs on the way in: {modes(tuple(CAST_TARGETS))}")
     @argument_group("timing")
     @argument("--warmup", action="store_true",
-              help=f"run once first on the first rows of the longest inputs (2 rows, or "
-                   f"enough for {WARMUP_ELEMENTS:,} elements of each, or all rows if fewer), "
-                   "then time the real run; the warm-up's prints are not shown, but what the "
-                   "cell does to objects outside it (a list it appends to, a file it "
-                   "writes) happens twice")
+              help=f"run once first on the first rows of the longest inputs (2 rows, or enough "
+                   f"for {WARMUP_ELEMENTS:,} elements of each, or all rows if fewer), then time "
+                   "the real run; the warm-up's prints are not shown, but what the cell does "
+                   "to objects outside it (a list it appends to, a file it writes) happens twice")
     @argument("--timeline", action="store_true",
               help="record each batch's start and end on the device (report.batch.timeline) "
                    "and the run's phases; slows the overlap of streams a little")
@@ -396,7 +395,6 @@ class GpuMagics(Magics):
         args = parse_argstring(self.gpu_cluster, line)
         target = args.target.strip()
         try:
-            return session.use_cluster(target, n_workers=args.workers,
-                                       timeout=args.timeout)
+            return session.use_cluster(target, n_workers=args.workers, timeout=args.timeout)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
