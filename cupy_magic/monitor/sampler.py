@@ -374,21 +374,8 @@ _shared_lock = threading.Lock()
 
 
 def get_sampler(interval: float | None = None, sources: Sources | None = None) -> Sampler:
-    """The one sampler shared by every panel; ``interval`` changes its period.
-
-    Parameters
-    ----------
-    interval : float, optional
-        Seconds between samples; None keeps the period (0.5 s for a new sampler).
-    sources : Sources, optional
-        What a new sampler reads (default: new :class:`LiveSources`), e.g. those the first
-        panel already asked for its devices; a running sampler keeps its own.
-
-    Returns
-    -------
-    Sampler
-        The shared sampler.
-    """
+    """The one sampler shared by every panel; ``interval`` changes its period. A new one
+    reads ``sources`` (default: new :class:`LiveSources`); a running one keeps its own."""
     global _shared
     with _shared_lock:
         if _shared is None:
