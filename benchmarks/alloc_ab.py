@@ -15,8 +15,6 @@ writes ``alloc-ab-<UTC time>.json``).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,6 +30,7 @@ from cupy_magic.backend.cupy import probe_cupy  # noqa: E402
 from cupy_magic.units import parse_size  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _results import add_out, stamp, write  # noqa: E402
 from stream_bench import TRANSFER_CELL as CELL  # noqa: E402  (the cell it streams)
 
 
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="8GiB")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    add_out(ap)
     args = ap.parse_args(argv)
     cp, why = probe_cupy()
     if cp is None:
@@ -75,15 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, times in runs.items():
         print(f"  {name:<7} " + "  ".join(f"{gb / t:5.1f}" for t in times)
               + f"  GB/s; best {gb / min(times):.1f}")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"alloc-ab-{stamp}.json"
-    path.write_text(json.dumps({"device": be.info().name, "input_bytes": int(x.nbytes),
-                                "order": order, "seconds": runs,
-                                "best_gbps": {k: gb / min(v) for k, v in runs.items()}},
-                               indent=1))
-    print(f"wrote {path}")
+    write(args.out, f"alloc-ab-{stamp()}", {
+        "device": be.info().name, "input_bytes": int(x.nbytes), "order": order,
+        "seconds": runs, "best_gbps": {k: gb / min(v) for k, v in runs.items()}})
     return 0
 
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime as dt
 import io
-import json
 import pstats
 import statistics
 import sys
@@ -41,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import add_out, stamp, write
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,7 +73,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--profile-reps", type=int, default=300)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    add_out(ap)
     args = ap.parse_args()
 
     import cupy_magic
@@ -143,15 +142,10 @@ def main() -> int:
         stats = pstats.Stats(prof)
         profiles[name] = {"tottime": _top(stats, "tottime_s"), "cumtime": _top(stats, "cumtime_s")}
 
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cell-overhead-{stamp}-{label}.json"
-    path.write_text(json.dumps({
+    write(args.out, f"cell-overhead-{stamp()}-{label}", {
         "benchmark": "cell_overhead", "backend": label, "device": be.info().name,
         "reps": args.reps, "profile_reps": args.profile_reps, "cells": fig,
-        "profiles": profiles}, indent=1))
-    print(f"wrote {path}")
+        "profiles": profiles})
     return 0
 
 

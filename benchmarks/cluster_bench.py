@@ -26,15 +26,12 @@ Usage: ``python3 benchmarks/cluster_bench.py [--budget 4GiB] [--host [--size 256
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
-import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import add_out, host, python, stamp, write
 
 from cupy_magic import (
     BatchOptions,
@@ -117,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default="4GiB", help="VRAM budget; the input is 4x it")
     ap.add_argument("--host", action="store_true", help="run on the CPU fallback instead")
     ap.add_argument("--size", default="256MiB", help="input size with --host")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    add_out(ap)
     args = ap.parse_args(argv)
     gpu = _gpu()
     if not gpu and not args.host:
@@ -178,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
               "cluster_transport": rows[1].get("transport"),
               "ratio_row_sums_workers_over_kernel": ratio_rows,
               "ratio_row_sums_workers_again_over_kernel": ratio_again,
-              "python": platform.python_version(), "host": platform.node()}
+              "python": python(), "host": host()}
     lines = [f"# cluster_bench on {label}", "",
              f"input {format_bytes(nbytes)} float32 (4x the budget {format_bytes(nbytes // 4)})",
              "", "| path | transport | wall s | input GB/s | kernel's slot copies in / out s |",
@@ -198,12 +195,7 @@ def main(argv: list[str] | None = None) -> int:
               f"row sums, input on the workers / in the kernel: {ratio_rows:.2f} (again: "
               f"{ratio_again:.2f})"]
     print("\n".join(lines))
-    stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H%M")
-    suffix = "-host" if args.host else ""
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"cluster-{stamp}{suffix}.json").write_text(json.dumps(result, indent=1))
-    (out / f"cluster-{stamp}{suffix}.md").write_text("\n".join(lines) + "\n")
+    write(args.out, f"cluster-{stamp()}{'-host' if args.host else ''}", result, "\n".join(lines))
     return 0
 
 

@@ -32,10 +32,7 @@ elsewhere a ``LocalCluster`` of ``--workers`` processes on the CPU, labelled so.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
 import sys
 import time
 from multiprocessing import shared_memory
@@ -43,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import add_out, python, stamp, write
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -203,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                     "32MiB on the CPU)")
     ap.add_argument("--threads", type=int, default=0, help="threads of the shm_threads "
                     "copy (default: one per CPU this process may run on)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    add_out(ap)
     args = ap.parse_args(argv)
     gpu = _gpu()
     size = parse_size(args.size or ("8GiB" if gpu else "256MiB"))
@@ -222,13 +220,8 @@ def main(argv: list[str] | None = None) -> int:
           f"scatter {figures['scatter_equal']}, shm {figures['shm_equal']}; shm_threads: "
           f"the copy in and the output's pages on {figures['copy_threads']} threads "
           f"{figures['shm_threads_copy_in_s']:.2f} s, equal {figures['shm_threads_equal']}")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cluster-shm-{stamp}{'' if gpu else '-host'}.json"
-    path.write_text(json.dumps({"label": label, "size": size, "python": platform.python_version(),
-                                **figures}, indent=1))
-    print(f"wrote {path}")
+    write(args.out, f"cluster-shm-{stamp()}{'' if gpu else '-host'}",
+          {"label": label, "size": size, "python": python(), **figures})
     return 0 if all(figures[f"{p}_equal"] for p in ("scatter", "shm", "shm_threads")) else 1
 
 

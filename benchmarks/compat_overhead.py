@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime as dt
 import io
-import json
-import platform
 import pstats
 import sys
 import time
@@ -45,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy  # noqa: E402
+from _results import RESULTS, python, stamp, write  # noqa: E402
 
 import cupy_magic  # noqa: E402
 from cupy_magic import backend as _backend  # noqa: E402
@@ -167,15 +165,11 @@ def main() -> None:
         print("  (CPU fallback: NumPy runs the calls; these are not GPU figures)")
     report = profile(xp, args.calls) if args.profile else ""
     print(report, end="")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = ROOT / "benchmarks" / "results" / f"compat-overhead-{stamp}-{where}.json"
-    out.write_text(json.dumps({
+    write(RESULTS, f"compat-overhead-{stamp()}-{where}", {
         "benchmark": "compat_overhead", "backend": where, "device": be.info().name,
         "label": "GPU" if be.is_gpu else "CPU fallback (NumPy)",
-        "python": platform.python_version(), "numpy": numpy.__version__,
-        "repeats": args.repeats, "calls": calls, "cells": rows, "profile": report},
-        indent=2))
-    print(f"  written {out.relative_to(ROOT)}")
+        "python": python(), "numpy": numpy.__version__,
+        "repeats": args.repeats, "calls": calls, "cells": rows, "profile": report})
 
 
 if __name__ == "__main__":

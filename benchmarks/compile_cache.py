@@ -22,8 +22,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
+
+from _results import add_out, gpu_name, stamp, write
 
 CELL = """\
 for _ in range(2):
@@ -54,7 +54,7 @@ print(json.dumps({"wall_s": wall, "gpu_s": r.gpu_seconds, "gpu_s_again": again.g
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="benchmarks/results")
+    add_out(ap)
     args = ap.parse_args()
     import cupy
 
@@ -78,13 +78,8 @@ def main() -> int:
               f"{row['loaded']} loaded from the cache; run again in that process: GPU time "
               f"{row['gpu_s_again'] * 1e3:.1f} ms, wall {row['wall_s_again']:.3f} s")
     print("\nthe cold run's report:\n" + runs[0]["report"])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%dT%H%M")
-    path = out / f"compile-cache-{stamp}.json"
-    path.write_text(json.dumps({"gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-                                "cupy": cupy.__version__, "cell": CELL, "runs": runs}, indent=2))
-    print(f"wrote {path}")
+    write(args.out, f"compile-cache-{stamp()}",
+          {"gpu": gpu_name(), "cupy": cupy.__version__, "cell": CELL, "runs": runs})
     return 0
 
 

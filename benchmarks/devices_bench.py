@@ -20,17 +20,14 @@ Usage: ``python3 benchmarks/devices_bench.py [--size 8GiB] [--reps 3] [--no-dask
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import platform
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import add_out, host, python, stamp, when, write
 
 from cupy_magic import BatchOptions, backend, run_cell, use_cluster
 from cupy_magic.units import format_bytes, parse_size
@@ -189,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="8GiB", help="input size (default 8GiB)")
     parser.add_argument("--reps", type=int, default=3, help="second cells per count, best kept")
     parser.add_argument("--no-dask", action="store_true", help="leave out the Dask path")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    add_out(parser)
     args = parser.parse_args(argv)
     cupy, why = backend.probe_cupy()
     if cupy is None:
@@ -204,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     x[:, 0] = np.arange(n, dtype=np.float32)
     fig: dict[str, Any] = {"gpu": be.info().name, "gpus": count, "input_bytes": int(x.nbytes),
                            "reps": args.reps, "cupy": cupy.__version__,
-                           "python": platform.python_version(), "host": platform.node(),
-                           "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                           "python": python(), "host": host(), "date": when(),
                            "ceiling": ceilings(cupy, counts)}
     fig["runs"] = []
     for k in counts:
@@ -221,11 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             fig["dask"]["ratio_to_devices_all"] = fig["dask"]["gbps"] / fig["runs"][-1]["gbps"]
     lines = _markdown(fig)
     print("\n".join(lines))
-    stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"devices-{stamp}.json").write_text(json.dumps(fig, indent=1, default=str))
-    (out / f"devices-{stamp}.md").write_text("\n".join(lines) + "\n")
+    write(args.out, f"devices-{stamp()}", fig, "\n".join(lines))
     return 0
 
 

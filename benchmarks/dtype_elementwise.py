@@ -15,13 +15,11 @@ Writes DIR/dtype-elementwise-DATE.json (default DIR: $OUT, else benchmarks/resul
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import DAY, RESULTS, add_out, stamp, write
 
 import cupy_magic
 
@@ -38,7 +36,7 @@ def measure(n: int = 2**28) -> dict[str, Any]:
 
     axpb = cp.ElementwiseKernel("T x", "T y", "y = x * (T)2 + (T)1", "axpb")
     out: dict[str, Any] = {"gpu": cupy_magic.device_info().name, "elements": n,
-                           "date": time.strftime("%Y-%m-%d"), "cupy": cp.__version__}
+                           "date": stamp(DAY), "cupy": cp.__version__}
     for dt in ("float16", "float32", "float64"):
         v = cp.random.random(n, dtype=cp.float32).astype(dt)
         w = cp.empty_like(v)
@@ -75,8 +73,7 @@ def measure(n: int = 2**28) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path,
-                        default=Path(os.environ.get("OUT") or Path(__file__).parent / "results"))
+    add_out(parser, os.environ.get("OUT") or RESULTS)
     args = parser.parse_args(argv)
     if cupy_magic.device_info().backend != "cupy":
         print("dtype_elementwise: needs a GPU (CuPy with a CUDA device); nothing measured")
@@ -87,10 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             rates = (f"{r['GBps']:8.0f} GB/s {r['Gelem_per_s']:6.0f} G elements/s"
                      if "GBps" in r else "")
             print(f"{dt:8} {name:26} {r['ms']:7.3f} ms {rates}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"dtype-elementwise-{fig['date']}.json"
-    path.write_text(json.dumps(fig, indent=1))
-    print("wrote", path)
+    write(args.out, f"dtype-elementwise-{fig['date']}", fig)
     return 0
 
 

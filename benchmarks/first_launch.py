@@ -32,7 +32,6 @@ Prints the figures and writes ``first-launch-<UTC time>.json`` under ``--out``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -41,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _results import add_out, gpu_name, stamp, write
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "y = v\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n"
@@ -119,7 +120,7 @@ def child(mode: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    add_out(ap)
     args = ap.parse_args()
     try:
         import cupy
@@ -141,15 +142,9 @@ def main() -> int:
         print(f"{label:<24} " + "  ".join(
             f"{k} {v * 1e3:8.1f} ms" if isinstance(v, float) else f"{k} {v}"
             for k, v in runs[label].items()), flush=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"first-launch-{stamp}.json"
-    path.write_text(json.dumps({"benchmark": "first_launch", "cell": CELL,
-                                "matmul_cell": MATMUL_CELL,
-                                "device": cupy.cuda.runtime.getDeviceProperties(0)["name"]
-                                .decode(), "runs": runs}, indent=2) + "\n")
-    print(f"wrote {path}")
+    write(args.out, f"first-launch-{stamp()}", {
+        "benchmark": "first_launch", "cell": CELL, "matmul_cell": MATMUL_CELL,
+        "device": gpu_name(), "runs": runs})
     return 0
 
 

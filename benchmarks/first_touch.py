@@ -28,18 +28,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import datetime as _dt
 import itertools
-import json
-import platform
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import first_touch_variants as variants
 import numpy as np
+from _results import DAY, add_out, gpu_name, python, stamp, when, write
 
 from cupy_magic import backend
 from cupy_magic.units import parse_size
@@ -163,7 +160,7 @@ def profile_cell(x: np.ndarray) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="8GiB")
-    parser.add_argument("--out", default=None)
+    add_out(parser)
     args = parser.parse_args(argv)
     cp, why = backend.probe_cupy()
     if cp is None:
@@ -173,10 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     n = parse_size(args.size) // 4
     gb = 4 * n / 1e9
     pool = cf.ThreadPoolExecutor(16)
-    fig: dict[str, Any] = {"gpu": rt.getDeviceProperties(0)["name"].decode(),
-                           "cupy": cp.__version__, "numpy": np.__version__,
-                           "python": platform.python_version(),
-                           "date": _dt.datetime.now().isoformat(timespec="seconds"),
+    fig: dict[str, Any] = {"gpu": gpu_name(), "cupy": cp.__version__,
+                           "numpy": np.__version__, "python": python(), "date": when(),
                            "input_bytes": 4 * n, "batch_bytes": BATCH_BYTES, "streams": STREAMS}
     rate: dict[str, float] = {}
 
@@ -370,11 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     fig["cell_profile"] = profile_cell(x)
     print(fig["cell_profile"])
-    out_dir = Path(args.out) if args.out else Path(__file__).parent / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"first-touch-{_dt.date.today().isoformat()}"
-    stem.with_suffix(".json").write_text(json.dumps(fig, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(md + "\n")
+    write(args.out, f"first-touch-{stamp(DAY)}", fig, md)
     return 0
 
 

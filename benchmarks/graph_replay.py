@@ -23,13 +23,12 @@ Without a GPU it says so and exits 0.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import add_out, gpu_name, stamp, write
 
 ROWS = (37_183, 131_072, 1_048_576)
 
@@ -90,7 +89,7 @@ def measure(cp: Any, rows: int, batches: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=200)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    add_out(ap)
     args = ap.parse_args(argv)
     from cupy_magic.backend.cupy import probe_cupy
 
@@ -105,12 +104,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{f['graph']['wall_us_per_batch']:8.1f} us (host "
               f"{f['graph']['host_us_per_batch']:.1f}), ratio {f['graph/launched wall']:.2f}, "
               f"correct {f['launched']['correct'] and f['graph']['correct']}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"graph-replay-{time.strftime('%Y-%m-%dT%H%M')}.json"
-    path.write_text(json.dumps({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-                                "cupy": cp.__version__, "runs": runs}, indent=2) + "\n")
-    print(f"wrote {path}")
+    write(args.out, f"graph-replay-{stamp()}",
+          {"gpu": gpu_name(), "cupy": cp.__version__, "runs": runs})
     return 0
 
 

@@ -21,9 +21,6 @@ NVTX): those figures are labelled ``host`` and say nothing about the GPU's.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,6 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _results import RESULTS, python, stamp, write  # noqa: E402
 
 import cupy_magic  # noqa: E402
 from cupy_magic import backend as _backend  # noqa: E402
@@ -90,14 +89,11 @@ def main() -> None:
     if not be.is_gpu:
         print("  (CPU fallback: host time per line only, no CUDA events, no NVTX; these are "
               "not GPU figures)")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = ROOT / "benchmarks" / "results" / f"lines-overhead-{stamp}-{where}.json"
-    out.write_text(json.dumps({
+    write(RESULTS, f"lines-overhead-{stamp()}-{where}", {
         "benchmark": "lines_overhead", "backend": where, "device": be.info().name,
-        "python": platform.python_version(), "repeats": args.repeats, "ops": args.ops,
+        "python": python(), "repeats": args.repeats, "ops": args.ops,
         "mib": args.mib, "target": "bandwidth overhead <= 5% on the H200",
-        "results": results}, indent=2))
-    print(f"  written {out.relative_to(ROOT)}")
+        "results": results})
 
 
 if __name__ == "__main__":

@@ -41,13 +41,10 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
-import datetime as dt
 import doctest
 import inspect
-import json
 import multiprocessing as mp
 import os
-import platform
 import queue
 import re
 import sys
@@ -56,6 +53,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from _results import RESULTS, python, stamp, write
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -464,11 +463,11 @@ def main() -> None:
     results = run_all(examples, args.workers, args.timeout, args.budget)
     seconds = time.perf_counter() - t0
     summary = summarise(results)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
+    when = stamp()
     meta = {"benchmark": "numpy_examples", "backend": where, "device": be.info().name,
             "label": "GPU" if be.is_gpu else "CPU fallback (NumPy runs the cells)",
             "numpy": numpy.__version__, "cupy": cupy.__version__,
-            "python": platform.python_version(), "when": stamp, "seconds": seconds,
+            "python": python(), "when": when, "seconds": seconds,
             "workers": args.workers, "timeout_s": args.timeout, "budget_s": args.budget,
             "only": args.only, "targets": TARGETS, "cells": "IPython InteractiveShell.run_cell "
             "with the extension loaded: %%gpu --to-host, and --to-host --fallback"}
@@ -479,12 +478,9 @@ def main() -> None:
         print(f"  {mode:<8} pass rate {summary[f'pass_rate_{mode}']:.2%} (target "
               f"{TARGETS[f'pass_rate_{mode}']:.0%}); {len(failed)} failures, "
               f"{summary[f'named_{mode}']} named in one line: {summary[f'causes_{mode}']}")
-    base = ROOT / "benchmarks" / "results" / f"numpy-examples-{stamp}-{where}"
-    base.with_suffix(".json").write_text(json.dumps(
-        {**meta, **{k: v for k, v in summary.items()}, "results": results}, indent=1,
-        default=str))
-    base.with_suffix(".md").write_text(markdown(meta, summary))
-    print(f"  written {base.relative_to(ROOT)}.{{json,md}}")
+    write(RESULTS, f"numpy-examples-{when}-{where}",
+          {**meta, **{k: v for k, v in summary.items()}, "results": results},
+          markdown(meta, summary))
 
 
 if __name__ == "__main__":

@@ -37,9 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +45,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _results import RESULTS, python, stamp, write  # noqa: E402
 
 import cupy_magic  # noqa: E402
 from cupy_magic import backend as _backend  # noqa: E402
@@ -159,13 +158,10 @@ def main() -> None:
             print(f"  {r['variant']:<20} {r['seconds'] * 1e3:9.2f} ms  {r['us_per_op']:7.2f} "
                   f"us/op  {r['extra_us_per_op']:+7.2f} us/op against {rows[first]['variant']}")
         del kept
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = ROOT / "benchmarks" / "results" / f"op-overhead-{stamp}-{where}.json"
-    out.write_text(json.dumps({
+    write(RESULTS, f"op-overhead-{stamp()}-{where}", {
         "benchmark": "op_overhead", "backend": where, "device": be.info().name,
-        "python": platform.python_version(), "ops": args.ops, "repeats": args.repeats,
-        "cell": code, "rows": rows}, indent=2))
-    print(f"  written {out.relative_to(ROOT)}")
+        "python": python(), "ops": args.ops, "repeats": args.repeats,
+        "cell": code, "rows": rows})
 
 
 if __name__ == "__main__":

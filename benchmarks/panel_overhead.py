@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
-import datetime as dt
 import gc
 import json
 import math
@@ -51,9 +50,10 @@ from pathlib import Path
 from typing import Any
 
 # monitor does not import NumPy (pin_blas says so if that ever changes); panel and backend do.
+from _results import RESULTS, host, python, stamp, when, write
+
 from cupy_magic.monitor import sampler as monitor
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_PCT = 1.0
 BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
@@ -395,7 +395,7 @@ def ab_pairs(run: Callable[[int], None], steps: int, pairs: int, sampler: Any,
 def _versions(np: Any, be: Any) -> dict[str, str]:
     import cupy_magic
 
-    out = {"python": platform.python_version(), "numpy": np.__version__,
+    out = {"python": python(), "numpy": np.__version__,
            "cupy_magic": cupy_magic.__version__}
     for dist in ("ipywidgets", "nvidia-ml-py", "threadpoolctl"):
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -521,8 +521,7 @@ def main(argv: list[str] | None = None) -> None:
     be = backend.current()
     threads, blas_lib = blas_threads_in_use()
     res: dict[str, Any] = {
-        "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(), "device": be.info().name, "backend": be.name,
+        "when": when(), "host": host(), "device": be.info().name, "backend": be.name,
         "cpu": _cpu_model(), "cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
@@ -558,11 +557,7 @@ def main(argv: list[str] | None = None) -> None:
     res["elapsed_s"] = time.perf_counter() - started
     print(f"took {res['elapsed_s']:.0f} s")
     if be.is_gpu:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stem = RESULTS / f"panel_overhead-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        stem.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-        stem.with_suffix(".md").write_text(markdown(res) + "\n", encoding="utf-8")
-        print(f"wrote {stem}.json and .md")
+        write(RESULTS, f"panel_overhead-{stamp('%Y%m%d-%H%M%S')}", res, markdown(res))
     else:
         print("no GPU: results not written (they are recorded from the H200)")
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import json
 import os
 import platform
@@ -64,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import add_out, gpu_name, python, stamp, when, write
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", action="store_true", help="run on the CPU fallback, labelled")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="scale the row-wise inputs")
-    ap.add_argument("--out", default=str(HERE / "results"))
+    add_out(ap)
     args = ap.parse_args(argv)
     backend_name = "host" if args.host else "cupy"
     os.environ["CUPY_MAGIC_BACKEND"] = backend_name
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"peer_bench: no GPU visible ({why}); nothing measured. "
                   "Run with --host for the CPU fallback's figures")
             return 0
-        device = xp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        device = gpu_name()
     cold, after, eager, warm_text = first_runs(args.scale, backend_name)
     print(warm_text, flush=True)
     cells: dict[str, Any] = {}
@@ -369,20 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     import cupy_magic
 
     rec = {"device": device, "backend": backend_name, "scale": args.scale,
-           "repeats": args.repeats, "date": _dt.datetime.now().isoformat(timespec="seconds"),
-           "numpy": np.__version__, "python": platform.python_version(),
+           "repeats": args.repeats, "date": when(),
+           "numpy": np.__version__, "python": python(),
            "cupy": getattr(xp, "__version__", None) if not args.host else None,
            "cupy_magic": cupy_magic.__version__, "warm_cache_output": warm_text,
            "targets": {"gpu_warm/hand": 1.05, "first_after_warm_cache/gpu_warm": 1.2},
            "cells": cells}
     md = table(rec)
     print(md)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / (f"peer-{time.strftime('%Y-%m-%dT%H%M')}" + ("-host" if args.host else ""))
-    stem.with_suffix(".json").write_text(json.dumps(rec, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(md + "\n")
-    print(f"wrote {stem}.json and .md")
+    write(args.out, f"peer-{stamp()}" + ("-host" if args.host else ""), rec, md)
     return 0
 
 

@@ -30,8 +30,6 @@ Prints a table and writes ``small-budget-<UTC time>-<gpu|host>.{json,md}`` under
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+from _results import add_out, stamp, write  # noqa: E402
 from peer_bench import CELLS, _best  # noqa: E402  (the same pricing cell)
 
 from cupy_magic.run.batchcost import COST_SHARE  # noqa: E402
@@ -72,7 +71,7 @@ def main() -> int:
                     help="rows of S, K and T (default 40M on a GPU, 2M on the CPU fallback)")
     ap.add_argument("--budget", default="16MB")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    add_out(ap)
     args = ap.parse_args()
 
     import cupy_magic
@@ -132,14 +131,12 @@ def main() -> int:
         for line in r.get("cost_lines", []):
             print(f"    {line}")
 
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    when = stamp()
     doc = {"benchmark": "small_budget", "backend": label, "device": be.info().name,
            "rows": n, "input_bytes": input_bytes, "budget": args.budget,
            "repeats": args.repeats, "cell": code, "runs": rows}
     md = [f"Pricing cell over {n:,} float64 rows ({input_bytes / 1e9:.2f} GB of input) on "
-          f"{be.info().name} [{label}], {stamp}, best of {args.repeats}", "",
+          f"{be.info().name} [{label}], {when}, best of {args.repeats}", "",
           "| run | s | input GB/s | batches | rows per batch | cost per batch ms | cost share "
           "| correct |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
@@ -163,9 +160,7 @@ def main() -> int:
         print(verdict)
         md += ["", verdict]
         doc["verdict"] = verdict
-    (out / f"small-budget-{stamp}-{label}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / f"small-budget-{stamp}-{label}.md").write_text("\n".join(md) + "\n")
-    print(f"wrote {out}/small-budget-{stamp}-{label}.{{json,md}}")
+    write(args.out, f"small-budget-{when}-{label}", doc, "\n".join(md))
     return 0
 
 

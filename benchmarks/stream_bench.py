@@ -16,16 +16,13 @@ Usage: ``python3 benchmarks/stream_bench.py [--size 8GiB] [--out DIR]``
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import DAY, add_out, python, stamp, when, write
 
 from cupy_magic import BatchOptions, backend, run_cell
 from cupy_magic.units import parse_size
@@ -113,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="8GiB", help="input size (default 8GiB)")
     parser.add_argument("--cpu-slice", default="512MiB", help="NumPy CPU run on a slice")
-    parser.add_argument("--out", default=None, help="folder for the JSON and Markdown")
+    add_out(parser)
     args = parser.parse_args(argv)
     cupy, why = backend.probe_cupy()
     if cupy is None:
@@ -125,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     n = parse_size(args.size) // 4
     fig: dict[str, Any] = {"gpu": info.name, "driver": info.driver, "cuda_runtime": info.runtime,
                            "cupy": cp.__version__, "numpy": np.__version__,
-                           "python": platform.python_version(),
-                           "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                           "python": python(), "date": when(),
                            "input_bytes": 4 * n, "cells": {"transfer": TRANSFER_CELL,
                                                             "compute": COMPUTE_CELL}}
     gb = 4 * n / 1e9
@@ -254,12 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     md = table(fig)
     print(md)
-    out = Path(args.out) if args.out else Path(__file__).parent / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"stream-{_dt.date.today().isoformat()}"
-    stem.with_suffix(".json").write_text(json.dumps(fig, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(md + "\n")
-    print(f"wrote {stem}.json and .md")
+    write(args.out, f"stream-{stamp(DAY)}", fig, md)
     return 0
 
 

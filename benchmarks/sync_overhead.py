@@ -17,9 +17,6 @@ hook install), says that no GPU is present, and writes no result file.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import platform
 import statistics
 import sys
 import time
@@ -28,6 +25,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _results import DAY, RESULTS, gpu_name, python, stamp, when, write  # noqa: E402
 
 from cupy_magic.syncs.record import SyncRecorder  # noqa: E402
 
@@ -93,10 +92,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base, hooked = statistics.median(plain), statistics.median(recorded)
     result: dict[str, Any] = {
         "benchmark": "sync_overhead",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": when(),
         "array_module": f"{xp.__name__} {xp.__version__}",
         "gpu": on_gpu,
-        "python": platform.python_version(),
+        "python": python(),
         "ops": args.ops,
         "repeats": args.repeats,
         "syncs_recorded_per_run": sum(c.count for c in probe.counts),
@@ -106,20 +105,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "target": "< 5%",
     }
     if on_gpu:
-        import cupy
-
-        props = cupy.cuda.runtime.getDeviceProperties(0)
-        result["device"] = props["name"].decode()
+        result["device"] = gpu_name()
     print(
         f"{args.ops:,} ops, {args.repeats} runs each: plain {base * 1e3:.2f} ms, with the sync"
         f" record {hooked * 1e3:.2f} ms, overhead {result['overhead']:+.2%}"
         f" ({result['syncs_recorded_per_run']} syncs recorded per run)"
     )
     if on_gpu:
-        out = ROOT / "benchmarks" / "results" / f"sync_overhead-{dt.date.today().isoformat()}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {out.relative_to(ROOT)}")
+        write(RESULTS, f"sync_overhead-{stamp(DAY)}", result)
     return result
 
 

@@ -28,6 +28,7 @@ __all__ = ["BACKENDS", "CupyMagic", "budget_or_none", "settings", "use_config",
 
 BACKENDS = ("cupy", "host")
 ENV_BACKEND = "CUPY_MAGIC_BACKEND"
+CONFIGURED_BACKEND = "c.CupyMagic.backend"  # where the backend is asked for without it
 FALLBACK_DEFAULT = False  # %%gpu --fallback off unless asked
 _ANY_DEVICE = 1 << 62  # a device size no budget exceeds: checks how a budget reads, not its size
 
@@ -91,15 +92,29 @@ class CupyMagic(Configurable):
                              f"{value}; e.g. c.CupyMagic.panel_interval = {DEFAULT_INTERVAL}")
         return value
 
-    def preferred_backend(self) -> str | None:
-        """The backend to load: the environment variable's, else the configured one."""
-        env = os.environ.get(ENV_BACKEND, "").strip().lower()
-        if env:
+    def preferred_backend(self) -> tuple[str | None, str]:
+        """The backend to load: the environment variable's, else the configured one.
+
+        Returns
+        -------
+        backend : str or None
+            ``"cupy"`` or ``"host"``; None for ``auto`` (CuPy when a GPU works).
+        where : str
+            Where it was asked for: ``CUPY_MAGIC_BACKEND=cupy`` or ``c.CupyMagic.backend``.
+
+        Raises
+        ------
+        ValueError
+            The environment variable names no backend.
+        """
+        raw = os.environ.get(ENV_BACKEND, "").strip()
+        if raw:
+            env = raw.lower()
             if env not in BACKENDS:
                 raise ValueError(f"{ENV_BACKEND}={env!r} is not a backend; use "
                                  f"{ENV_BACKEND}=cupy or {ENV_BACKEND}=host, or unset it")
-            return env
-        return None if self.backend == "auto" else self.backend
+            return env, f"{ENV_BACKEND}={raw}"
+        return None if self.backend == "auto" else self.backend, CONFIGURED_BACKEND
 
 
 _settings: CupyMagic | None = None

@@ -183,6 +183,21 @@ def test_a_bad_environment_variable_names_itself(configure: Any, shell: Any,
     assert "gpu" in shell.magics_manager.magics["cell"]
 
 
+@pytest.mark.skipif(HAS_GPU, reason="the configured CuPy backend must fail to start")
+def test_a_bad_environment_variable_is_not_blamed_for_the_configured_backend(
+        configure: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The variable is refused, so the backend tried is the configured one: the line that says
+    it cannot run names c.CupyMagic.backend, not the variable (it named the variable before,
+    which was read a second time to say where the backend was asked for)."""
+    monkeypatch.setenv(config.ENV_BACKEND, "gpu")
+    configure(backend="cupy")
+    refused, failed, _ = capsys.readouterr().out.splitlines()
+    assert "CUPY_MAGIC_BACKEND='gpu' is not a backend" in refused
+    assert "backend cupy asked for (c.CupyMagic.backend)" in failed
+    assert cupy_magic.device_info().backend == "host"
+
+
 def test_config_magic_puts_a_budget_in_force_at_once(configure: Any) -> None:
     ip = configure(backend="host")
     assert cupy_magic.budget_status().budget is None

@@ -373,12 +373,13 @@ _shared: Sampler | None = None
 _shared_lock = threading.Lock()
 
 
-def get_sampler(interval: float | None = None) -> Sampler:
-    """The one sampler shared by every panel; ``interval`` changes its period."""
+def get_sampler(interval: float | None = None, sources: Sources | None = None) -> Sampler:
+    """The one sampler shared by every panel; ``interval`` changes its period. A new one
+    reads ``sources`` (default: new :class:`LiveSources`); a running one keeps its own."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = Sampler(interval=DEFAULT_INTERVAL if interval is None else interval)
+            _shared = Sampler(sources, DEFAULT_INTERVAL if interval is None else interval)
             on_unload(shutdown)
         elif interval is not None:
             _shared.interval = interval

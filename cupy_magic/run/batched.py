@@ -27,7 +27,6 @@ from .batching import (
     budget_to_pay,
     probe_held_small,
     probe_rows,
-    select_inputs,
     size_rows,
 )
 from .commit import commit
@@ -344,15 +343,18 @@ class BatchRun:
             table.clear()
 
 
-def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions, reason: str,
-                report: RunReport, *, to_host: Any, dtype: str | None, filename: str,
-                be: Backend, make: Callable[..., BatchRun] | None = None) -> None:
+def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
+                cut: tuple[list[str], int], reason: str, report: RunReport, *, to_host: Any,
+                dtype: str | None, filename: str, be: Backend,
+                make: Callable[..., BatchRun] | None = None) -> None:
     """Run a planned cell batch by batch (:func:`~.plan.batch_reason` gave a reason); commit
-    its results only if every batch succeeds. Fills ``report``, its ``batch`` the
-    :class:`~.batching.BatchPlan` followed; ``make`` builds the run from :class:`BatchRun`'s
-    arguments (a run over several devices), by default on one device."""
+    its results only if every batch succeeds. ``cut`` is the inputs to cut and their common
+    length, as :func:`~.batching.select_inputs` chose them for the row check. Fills
+    ``report``, its ``batch`` the :class:`~.batching.BatchPlan` followed; ``make`` builds the
+    run from :class:`BatchRun`'s arguments (a run over several devices), by default on one
+    device."""
     __tracebackhide__ = True
-    names, total = select_inputs(plan.inputs, opts)
+    names, total = cut
     if total == 0:
         raise CellError(f"the batched inputs {', '.join(names)} have 0 rows; nothing to batch, "
                         "remove --batch")

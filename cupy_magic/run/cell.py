@@ -144,9 +144,9 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     reason = batch_reason(plan.inputs, batch, be, dtype)
     if devices is not None:
         reason = devices_reason(plan.inputs, devices, batch_reason(plan.inputs, None, be, dtype))
-    opts, cut = batch or BatchOptions(), []
+    opts, cut, total = batch or BatchOptions(), [], 0
     if reason:  # the promise batching relies on, checked before anything moves
-        cut = select_inputs(plan.inputs, opts)[0]
+        cut, total = select_inputs(plan.inputs, opts)
         check_rows(source, plan.inputs, cut, namespace, plan.module_names, reason,
                    asked=devices is not None or (batch is not None and batch.requested))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
@@ -154,7 +154,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     value = None
     with be.watch_compiles(filename) as report.compiles:  # kernels CuPy builds, per line
         if reason:
-            _run_batched(plan, namespace, report, opts, cut, reason, watch,
+            _run_batched(plan, namespace, report, opts, (cut, total), reason, watch,
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
                          be=be, make=None if devices is None else device_run(devices))
         else:
@@ -169,17 +169,18 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
 
 
 def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
-                 opts: BatchOptions, cut: list[str], reason: str, watch: Any, *,
+                 opts: BatchOptions, cut: tuple[list[str], int], reason: str, watch: Any, *,
                  to_host: Any,
                  dtype: str | None, warm: bool, filename: str, be: Backend,
                  make: Any = None) -> None:
-    """The batched branch: the warm-up on a slice (then --reduce once), then the batches."""
+    """The batched branch: the warm-up on a slice (then --reduce once), then the batches.
+    ``cut`` is :func:`~.batching.select_inputs`'s choice: the inputs cut and their rows."""
     __tracebackhide__ = True
     if warm:  # unbatched on a slice of the batched inputs, then --reduce once
         report.warmup_seconds, report.warmup_rows = warmup(
-            plan, dtype, be, namespace, set(cut), opts.reduce)
+            plan, dtype, be, namespace, set(cut[0]), opts.reduce)
     with watch:
-        run_batched(plan, namespace, opts, reason, report, to_host=to_host, dtype=dtype,
+        run_batched(plan, namespace, opts, cut, reason, report, to_host=to_host, dtype=dtype,
                     filename=filename, be=be, make=make)
     if plan.last is not None:
         report.notes.append("the cell's last expression is not shown in a batched run "

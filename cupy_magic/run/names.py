@@ -7,6 +7,8 @@ import functools
 import symtable
 from dataclasses import dataclass, field
 
+from ..syncs.values import imported
+
 __all__ = ["CellNames", "analyse"]
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -82,9 +84,9 @@ class _Visitor(ast.NodeVisitor):
         self.names.assigned.update(node.names)
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
-        for alias in node.names:
-            if alias.name != "*":
-                self._store(alias.asname or alias.name.split(".")[0])
+        for bound, _, name in imported(node):
+            if name != "*":
+                self._store(bound)
 
     visit_Import = _import
     visit_ImportFrom = _import

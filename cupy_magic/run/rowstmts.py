@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from ..syncs.values import names
+from ..syncs.values import imported, names
 from . import rowvocab as vocab
 from .rowvocab import CLEAN, MIXED, NROWS, ROWS, SHAPE, Kind, _join, _pairs
 
@@ -46,12 +46,10 @@ class Statements:
         if isinstance(s, ast.FunctionDef):
             self.functions[s.name] = s
         elif isinstance(s, (ast.Import, ast.ImportFrom)):
-            module = s.module or "" if isinstance(s, ast.ImportFrom) else ""
-            for alias in s.names:
-                bound = alias.asname or alias.name.split(".")[0]
-                if module.split(".")[0] in vocab.ARRAY_MODULES:
-                    self.aliases[bound] = alias.name  # from numpy import sqrt
-                elif alias.name.split(".")[0] in vocab.ARRAY_MODULES:
+            for bound, module, name in imported(s):
+                if name is not None and module.split(".")[0] in vocab.ARRAY_MODULES:
+                    self.aliases[bound] = name  # from numpy import sqrt
+                elif (name or module).split(".")[0] in vocab.ARRAY_MODULES:
                     self.xp.add(bound)  # import numpy as np, import scipy.special
                 env.pop(bound, None)
         elif isinstance(s, ast.Assign):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ARRAY_MODULES", "CLEAN", "CLEAN_ATTRS", "CONSTRUCTORS", "ELEMENTWISE", "MIXED", "NROWS",
-           "REDUCTIONS", "ROWS", "ROW_ATTRS", "ROW_METHODS", "SCANS", "SHAPE", "XP_NAMES", "Kind",
-           "RowMix", "axes_of"]
+           "NUMBERINGS", "REDUCTIONS", "ROWS", "ROW_ATTRS", "ROW_METHODS", "SCANS", "SHAPE",
+           "XP_NAMES", "Kind", "RowMix", "axes_of"]
 
 
 def _words(text: str) -> list[str]:
@@ -73,6 +73,9 @@ CLEAN, ROWS, SHAPE, MIXED = "clean", "rows", "shape", "mixed"
 NROWS = "nrows"  # a batch's row count (len(x), x.shape[0]): over the rows, but it sizes arrays
 XP_NAMES = ("np", "numpy", "cp", "cupy")
 CONSTRUCTORS = frozenset({"zeros", "ones", "empty", "full"})
+# np.arange(len(x)), np.linspace(0, 1, len(x)): values that number a batch's rows, from the
+# start again in every batch; not the input's row numbers
+NUMBERINGS = frozenset({"arange", "linspace", "logspace", "geomspace"})
 Kind = tuple[str, int | None]  # (CLEAN|ROWS|SHAPE|MIXED, number of dimensions if known)
 
 

@@ -249,6 +249,11 @@ class _Walker(Statements):
             return (MIXED, None) if rows else _fold([*args], node, self)  # a batch's
         if from_xp and name in CONSTRUCTORS and args and args[0][0] in (NROWS, SHAPE):
             return (ROWS, None)  # np.zeros(len(x)), np.empty((x.shape[0], 3)): the batch's rows
+        if from_xp and name in vocab.NUMBERINGS and any(k[0] == NROWS for k in args) \
+                and not rows:  # np.arange(len(x)): 0, 1, ... again in every batch
+            return self.mix(node, f"numbers rows with {'.'.join(path) or name} over a batch's "
+                            "row count: each batch counts its own rows from the start again, "
+                            "not the input's row numbers")
         if isinstance(func, ast.Name) and name in ("abs", "round"):
             return _fold([*args], node, self)
         if from_xp and name in vocab.REDUCTIONS and args and args[0][0] == ROWS:

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import os
-
 from .. import backend as _backend
 from ..backend import DeviceInfo
 from ..cluster import connect
 from ..compat.spec import reference_module
-from ..config import BACKENDS, ENV_BACKEND, budget_or_none, settings
+from ..config import BACKENDS, CONFIGURED_BACKEND, budget_or_none, settings
 from ..run.options import check_sync_mode
 from ..units import format_bytes
 from .cells import forget_last
@@ -123,15 +121,15 @@ def apply_settings() -> list[str]:
     conf = settings()
     problems = []
     try:
-        prefer = conf.preferred_backend()
+        prefer, where = conf.preferred_backend()
     except ValueError as exc:
-        prefer = None if conf.backend == "auto" else conf.backend
+        prefer, where = None if conf.backend == "auto" else conf.backend, CONFIGURED_BACKEND
         problems.append(f"cupy_magic: {exc}; loading with backend {conf.backend}")
     try:
         use_backend(prefer)
     except RuntimeError as exc:
         use_backend("host")
-        problems.append(f"cupy_magic: backend {prefer} asked for ({_where_asked()}), but {exc}; "
+        problems.append(f"cupy_magic: backend {prefer} asked for ({where}), but {exc}; "
                         "loaded on the host backend (NumPy on the CPU)")
     if budget_or_none(conf.budget) is not None:
         try:
@@ -141,11 +139,6 @@ def apply_settings() -> list[str]:
                             f"the budget stays off: {exc}")
     conf.budget_hook = set_budget
     return problems
-
-
-def _where_asked() -> str:
-    env = os.environ.get(ENV_BACKEND, "").strip()
-    return f"{ENV_BACKEND}={env}" if env else "c.CupyMagic.backend"
 
 
 def reset() -> None:

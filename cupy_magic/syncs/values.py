@@ -30,6 +30,31 @@ def names(target: ast.AST) -> Iterator[str]:
         yield from names(target.value)
 
 
+def imported(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str, str | None]]:
+    """Yield ``(bound, module, name)`` for each name an import statement binds.
+
+    Parameters
+    ----------
+    node : ast.Import or ast.ImportFrom
+        The statement.
+
+    Yields
+    ------
+    tuple of (str, str, str or None)
+        The name the cell can use now, the module named, and the name imported from it
+        (None for ``import``): ``import numpy as np`` gives ``("np", "numpy", None)``,
+        ``import numpy.linalg`` ``("numpy", "numpy.linalg", None)`` (it binds ``numpy``),
+        ``from numpy import sqrt as s`` ``("s", "numpy", "sqrt")`` (``"*"`` for a star
+        import, which binds no one name).
+    """
+    for alias in node.names:
+        bound = alias.asname or alias.name.split(".")[0]
+        if isinstance(node, ast.Import):
+            yield bound, alias.name, None
+        else:
+            yield bound, node.module or "", alias.name
+
+
 def _root(node: ast.AST) -> ast.AST:
     """Return the innermost object of an attribute/subscript/call chain (`a` in `a.b[0].c()`)."""
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
@@ -205,15 +230,14 @@ class DeviceNames:
                 self.plots.add(name)
 
     def imports(self, node: ast.Import | ast.ImportFrom) -> None:
-        for alias in node.names:
-            bound = alias.asname or alias.name.split(".")[0]
+        for bound, module, name in imported(node):
             self.device.discard(bound)
-            if isinstance(node, ast.Import) and alias.name in {"numpy", "cupy"}:
+            if name is None and module in {"numpy", "cupy"}:
                 self.xp.add(bound)
-            elif isinstance(node, ast.Import) and alias.name == "matplotlib.pyplot":
+            elif name is None and module == "matplotlib.pyplot":
                 self.plots.add(bound)
-            elif isinstance(node, ast.ImportFrom) and node.module in {"numpy", "cupy"}:
-                self.xp_funcs[bound] = alias.name
+            elif name is not None and module in {"numpy", "cupy"}:
+                self.xp_funcs[bound] = name
 
     def bind_loop_target(self, target: ast.AST, it: ast.AST) -> None:
         func = it.func.id if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) else ""

@@ -247,8 +247,9 @@ def show_panel(interval: float | None = None, device: int = 0,
     if interval is not None:  # refused before the shared sampler is made or changed
         Sampler.check_interval(interval)
     shared = monitor.shared_sampler()  # the device is checked before one is made
-    device = _check_device(device, shared.sources if shared else LiveSources())
-    sampler = monitor.get_sampler(interval)
+    sources = shared.sources if shared else LiveSources()  # the devices, asked once
+    device = _check_device(device, sources)
+    sampler = monitor.get_sampler(interval, sources)
     if text or not _widget_frontend():
         print(_summary(device, sampler))
         return None

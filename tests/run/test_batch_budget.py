@@ -32,3 +32,26 @@ def test_the_last_values_of_a_batched_cell_are_kept_without_its_input_rows(ip):
     gpu(ip, "y = x + 1\nn_rows = 7\n", "--batch-rows 300")
     assert ip.user_ns["x"] is x and ip.user_ns["n_rows"] == 7
     np.testing.assert_array_equal(ip.user_ns["y"], x + 1)
+
+
+def test_the_inputs_to_cut_are_chosen_once(ip, poisoned, monkeypatch):
+    """The row check, the warm-up and the batches cut the inputs _run_here chose: one
+    select_inputs a batched cell (run_batched chose them a second time before)."""
+    import cupy_magic.run.batched as batched_mod
+    import cupy_magic.run.cell as cell_mod
+    from cupy_magic.run.batching import select_inputs
+
+    calls: list[list[str]] = []
+
+    def counted(inputs, opts):
+        calls.append(sorted(inputs))
+        return select_inputs(inputs, opts)
+
+    for mod in (cell_mod, batched_mod):
+        if hasattr(mod, "select_inputs"):
+            monkeypatch.setattr(mod, "select_inputs", counted)
+    ip.user_ns["x"] = fresh((1001, 3), "float32")
+    report = gpu(ip, "y = x * 2\n", "--batch --batch-rows 100")
+    np.testing.assert_array_equal(ip.user_ns["y"], ip.user_ns["x"] * 2)
+    assert report.batch.batches == 11
+    assert calls == [["x"]]

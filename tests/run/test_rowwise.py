@@ -185,7 +185,43 @@ KEPT = [
     "y = x / x.shape[-1]", "y = x[:, 0] * np.ones(len(x))", "y = x / len(x[0])",
     "z = np.cumsum(x.sum(1, keepdims=True), axis=-1)",
     "out = np.zeros((x.shape[0], 3))\nout[:, 0] = x[:, 0]", "e = np.empty(len(x))\ne[:] = x[:, 0]",
+    "y = x * np.arange(x.shape[1])", "y = np.arange(3) * x[:, :3]",  # columns, not rows
 ]
+
+
+# row numbers made from a batch's row count: each batch numbers its rows from 0 again
+NUMBERED = [
+    ("y = x * np.arange(len(x))[:, None]", 1), ("y = np.arange(len(x))", 1),
+    ("i = np.arange(x.shape[0])\ny = x + i[:, None]", 1),
+    ("n = len(S)\ny = S * np.linspace(0, 1, n)", 2), ("y = x[np.arange(len(x)) % 2 == 0]", 1),
+    ("from numpy import arange\ny = S - arange(len(S))", 2),
+    # a batch's rows picked by its own positions are its rows, but the check does not
+    # follow where the numbers go; the numbering itself is refused
+    ("i = np.arange(len(x))\ny = x[i]", 1),
+]
+
+
+@pytest.mark.parametrize(("cell", "line"), NUMBERED)
+def test_row_numbers_from_a_batch_s_row_count_are_certain(cell, line):
+    """np.arange(len(x)) was a call the check could not see into (not certain): a cell
+    batched with --batch ran and committed each batch's own 0, 1, 2, ..."""
+    found = row_mixing(cell, B)
+    assert found and found[0].certain and found[0].line == line
+    assert "each batch counts its own rows from the start again" in found[0].why
+
+
+@pytest.mark.parametrize("cell", [NUMBERED[0][0], NUMBERED[-1][0].replace("\n", "; ")])
+def test_row_numbers_are_refused_under_batch_too(ip, cell):
+    """100 MB under a 10 MB budget, batching asked for: refused before anything moves."""
+    x = np.ones((12_500_000, 1))
+    ip.user_ns["x"] = x
+    ip.run_line_magic("vram_budget", "10MB")
+    try:
+        with pytest.raises(UsageError, match=r"asked for with --batch.*np\.arange over a batch"):
+            _gpu(ip, cell, "--quiet --to-host --batch")
+    finally:
+        ip.run_line_magic("vram_budget", "off")
+    assert "y" not in ip.user_ns
 
 
 @pytest.mark.parametrize("cell", SLIPPED)

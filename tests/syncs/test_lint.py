@@ -331,3 +331,21 @@ def test_findings_sorted_and_deduplicated() -> None:
         (2, "print"),
         (3, "scalar-conversion"),
     ]
+
+
+@pytest.mark.parametrize(("source", "want"), [
+    ("import numpy as np", [("np", "numpy", None)]),
+    ("import numpy.linalg", [("numpy", "numpy.linalg", None)]),
+    ("import scipy.special as sp, cupy", [("sp", "scipy.special", None), ("cupy", "cupy", None)]),
+    ("from numpy import sqrt as s, exp", [("s", "numpy", "sqrt"), ("exp", "numpy", "exp")]),
+    ("from . import x", [("x", "", "x")]),
+    ("from numpy import *", [("*", "numpy", "*")]),
+])
+def test_imported_names_what_an_import_binds(source: str, want: list[tuple]) -> None:
+    """One owner of what an import binds: the sync lint, the row check and the name
+    analysis all read it."""
+    from cupy_magic.syncs.values import imported
+
+    node = ast.parse(source).body[0]
+    assert isinstance(node, (ast.Import, ast.ImportFrom))
+    assert list(imported(node)) == want

@@ -283,6 +283,31 @@ def test_real_summary_without_a_gpu() -> None:
     assert "no GPU:" in text and "Host memory" in text and "budget: off" in text
 
 
+
+def test_the_first_panel_asks_the_live_devices_once(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The first panel checks its device and samples with one LiveSources: the devices are
+    probed once (the check made a LiveSources of its own before, and the new shared sampler
+    another, each probing them)."""
+    from cupy_magic.monitor.sources import LiveSources
+
+    asked: list[LiveSources] = []  # kept alive: two objects never share an id here
+    devices = LiveSources.devices
+
+    def counted(self: LiveSources) -> list[str]:
+        asked.append(self)
+        return devices(self)
+
+    monkeypatch.setattr(LiveSources, "devices", counted)
+    monitor.shutdown()
+    try:
+        assert panel.show_panel(text=True) is None  # the live sources: this machine's
+        assert "device:" in capsys.readouterr().out
+        assert asked and len({id(s) for s in asked}) == 1
+        assert monitor.shared_sampler().sources.devices() == devices(LiveSources())
+    finally:
+        monitor.shutdown()
+
 @pytest.fixture
 def magic_shell(shell: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """The real extension's %vram_panel, with the shared sampler fed by fake sources."""
