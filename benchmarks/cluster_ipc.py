@@ -47,9 +47,6 @@ it says so and measures nothing. Writes ``cluster-ipc-<UTC time>.json`` under ``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import platform
 import sys
 import time
 from collections import deque
@@ -61,6 +58,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _results import add_out, gpu_name, python, stamp, write  # noqa: E402
 from cluster_shm import _bounds  # noqa: E402  (the same row ranges)
 
 from cupy_magic.backend.cupy import probe_cupy  # noqa: E402
@@ -614,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=_slot_counts, default=[3, 4],
                     help="the blocks ipc_events keeps in flight, one run per count, "
                          "comma-separated (default 3,4)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    add_out(ap)
     args = ap.parse_args(argv)
     size, block = parse_size(args.size), parse_size(args.block)
     why = _gpu_reason()
@@ -623,9 +621,7 @@ def main(argv: list[str] | None = None) -> int:
               "nothing measured")
         return 0
     figures = run(size, block, args.paths, args.slots)
-    import cupy as cp
-
-    gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    gpu = gpu_name()
     print(f"cluster_ipc on {gpu}: {format_bytes(size)} float32, {figures['blocks']} blocks "
           f"of {format_bytes(figures['block_bytes'])}, one LocalCUDACluster worker")
     for path in ("kernel", "ipc"):
@@ -657,13 +653,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{figures['worker_handles_closed']} handles"
           + (f", destroyed {figures['worker_events_destroyed']} events"
              if "worker_events_destroyed" in figures else ""))
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cluster-ipc-{stamp}.json"
-    path.write_text(json.dumps({"gpu": gpu, "size": size,
-                                "python": platform.python_version(), **figures}, indent=1))
-    print(f"wrote {path}")
+    write(args.out, f"cluster-ipc-{stamp()}",
+          {"gpu": gpu, "size": size, "python": python(), **figures})
     return 0 if all(equal.values()) and figures["kernel_close_numpy"] else 1
 
 
