@@ -49,6 +49,10 @@ BOTH_FORMS = [
     (run(devices="0,5"), CellError, "(devices='0' or 'all' from Python)"),
     (run(devices="0", lines=True), CellError, "(lines=True without devices= from Python)"),
     (run(warmup=True, cluster=True), CellError, "(warmup=False from Python)"),
+    (run(batch=cm.BatchOptions(timeline=True), cluster=True), CellError,
+     "--timeline is not available on a cluster run; drop it (BatchOptions(timeline=False) "),
+    (run(batch=cm.BatchOptions(streams=4), cluster=True), CellError,
+     "--streams is not available on a cluster run; drop it (BatchOptions() without streams="),
     (run("y = x * 2\nprint(y)\n", syncs="error"), RuntimeError,
      "use --syncs warn (syncs='warn' from Python)"),
     (lambda ns: cm.set_budget("1GB", device=3), ValueError,
@@ -183,3 +187,12 @@ def test_readme_from_python_example_runs_as_written(ip):
     scope: dict = {}
     exec(compile(head, "README.md", "exec"), scope)
     np.testing.assert_allclose(scope["namespace"]["y"], np.sqrt(scope["x"]))
+
+
+@pytest.mark.parametrize("flags", ["--timeline", "--streams 4"])
+def test_a_cluster_cell_refuses_batch_options_it_cannot_honour(ip, capsys, flags):
+    ip.user_ns["x"] = x = np.arange(10.0)
+    result = ip.run_cell(f"%%gpu --cluster {flags}\ny = x * 2\n")
+    assert type(result.error_in_exec).__name__ == "UsageError"  # the magic's one-line error
+    assert f"{flags.split()[0]} is not available on a cluster run" in str(result.error_in_exec)
+    assert "y" not in ip.user_ns and ip.user_ns["x"] is x

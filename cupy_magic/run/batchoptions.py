@@ -145,11 +145,15 @@ class BatchOptions:
         return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline,
                    streams_given=streams is not None)
 
+    @property
+    def streams_typed(self) -> bool:
+        """Whether ``--streams`` was given (from Python: a count other than the default)."""
+        return self.streams != DEFAULT_STREAMS if self.streams_given is None \
+            else self.streams_given
+
     def batch_only(self) -> list[str]:
         """The options given that only a batched run uses (for the note when a cell ran whole)."""
-        typed = (self.streams != DEFAULT_STREAMS if self.streams_given is None
-                 else self.streams_given)
-        given = [f"--streams {self.streams}"] if typed else []
+        given = [f"--streams {self.streams}"] if self.streams_typed else []
         given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
         if self.names and not self.forced:  # names without forced=True: from Python only
             given.append(f"BatchOptions(names={self.names!r}) without forced=True")

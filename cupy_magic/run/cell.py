@@ -120,8 +120,7 @@ def run_cell(
     if remote is not None:  # a cluster runs the blocks; nothing was sent before the check
         outcome = _run_remote(remote, plan, namespace, findings, be, to_host=to_host,
                               dtype=dtype, filename=filename, syncs=syncs,
-                              unsupported={"--warmup": warmup_run, "--lines": lines,
-                                           "--nvtx": nvtx})
+                              unsupported=_not_on_clusters(warmup_run, lines, nvtx, batch))
         if transform is not None:
             outcome.report.notes.append("the workers ran the cell as written: the shell's AST "
                                         "transformers (ast_transformers) are not applied there")
@@ -220,12 +219,14 @@ def _both(recorder: Any, liner: LineRecord | None) -> Any:
 def _run_remote(remote: Any, plan: CellPlan, namespace: dict[str, Any],
                 findings: list[SyncFinding], be: Backend, *, to_host: bool | Iterable[str],
                 dtype: str | None, filename: str, syncs: str,
-                unsupported: dict[str, bool]) -> CellOutcome:
-    """Hand the planned cell to ``remote`` (a cluster); the report keeps the static findings."""
+                unsupported: dict[str, str]) -> CellOutcome:
+    """Hand the planned cell to ``remote`` (a cluster); the report keeps the static findings.
+    ``unsupported``: the options asked for that a cluster run has no use for, each with its
+    Python form of the fix; refused before anything is sent."""
     __tracebackhide__ = True
-    asked = [flag for flag, on in unsupported.items() if on]
+    asked = list(unsupported)
     if asked:
-        keywords = ", ".join(f"{flag[2:]}=False" for flag in asked)
+        keywords = ", ".join(unsupported.values())
         raise CellError(f"{' '.join(asked)} is not available on a cluster run; drop it "
                         f"({keywords} from Python), or run the cell in this kernel with "
                         "%gpu_cluster off (cupy_magic.use_cluster('off'))")
@@ -238,6 +239,19 @@ def _run_remote(remote: Any, plan: CellPlan, namespace: dict[str, Any],
         report.notes.append("the cell's last expression is not shown in a cluster run (each "
                             "block has its own); assign it and join it with --reduce")
     return CellOutcome(report)
+
+
+def _not_on_clusters(warmup_run: bool, lines: bool, nvtx: bool,
+                     batch: BatchOptions | None) -> dict[str, str]:
+    """The options asked for that a cluster run cannot honour (the workers run the blocks:
+    no warm-up, line record or stream count in this kernel; batches' timeline is this
+    kernel's), each with the Python form of dropping it."""
+    batch = batch or BatchOptions()
+    asked = {"--warmup": (warmup_run, "warmup=False"), "--lines": (lines, "lines=False"),
+             "--nvtx": (nvtx, "nvtx=False"),
+             "--timeline": (batch.timeline, "BatchOptions(timeline=False)"),
+             "--streams": (batch.streams_typed, "BatchOptions() without streams=")}
+    return {flag: fix for flag, (on, fix) in asked.items() if on}
 
 
 def _lint(source: str, plan: CellPlan, namespace: dict[str, Any], syncs: str,
