@@ -2576,15 +2576,28 @@ NOTEBOOKS = {
 
 
 def _keep_outputs(nb, old) -> None:
-    """Give ``nb``'s code cells the outputs of ``old``'s cells with the same source, in order."""
+    """Give ``nb``'s code cells the outputs of ``old``'s cells with the same source.
+
+    A cell first takes the outputs of the old cell with its id and source; the cells left take
+    the others of the same source in order. So of two cells with one source (notebook 03 runs
+    the same cell twice), neither takes the other's outputs while its own are there.
+    """
     runs = {}
     for cell in old.cells:
         if cell.cell_type == "code":
             runs.setdefault(cell.source, []).append(cell)
-    for cell in nb.cells:
-        done = runs.get(cell.source) if cell.cell_type == "code" else None
-        if done:
-            ran = done.pop(0)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    taken = {}
+    for cell in code_cells:
+        same = [c for c in runs.get(cell.source, []) if c.get("id") == cell.get("id")]
+        if same:
+            taken[id(cell)] = same[0]
+            runs[cell.source].remove(same[0])
+    for cell in code_cells:
+        ran = taken.get(id(cell))
+        if ran is None and runs.get(cell.source):
+            ran = runs[cell.source].pop(0)
+        if ran is not None:
             cell.outputs, cell.execution_count = ran.outputs, ran.execution_count
             if "execution" in ran.metadata:  # when it ran
                 cell.metadata["execution"] = ran.metadata["execution"]
