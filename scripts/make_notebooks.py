@@ -126,7 +126,8 @@ def nb00():
         much memory it took.
 
         This notebook runs on a GPU and, without one, on the CPU fallback (NumPy), with smaller
-        sizes. Notebooks 01 to 05 teach each part in depth.
+        sizes. Notebooks 01 to 05 teach each part in depth; 06 runs the same cells on a Dask
+        cluster.
         '''),
         code(LOAD),
         code('''
@@ -156,11 +157,13 @@ def nb00():
         Inside `%%gpu`, `np` means CuPy and the NumPy arrays the cell reads are copied to the
         device. The names the cell assigns come back when it succeeds, and stay **on the
         device** (guide 1: keep the data loop closed on the GPU). The report under the cell
-        says what moved, how fast, the GPU time and the memory the cell took. The first cells
-        of a session also compile CuPy's kernels: the report's `compile` lines say how many,
-        how long, on which lines and where they are kept for next time, and the GPU time
-        leaves that out. (On the CPU fallback the same report speaks of host copies, CPU time
-        and host memory instead.)
+        says what moved, how fast, the GPU time and the memory the cell took.
+
+        The first cells of a session also compile CuPy's *kernels*, the small GPU programs
+        behind each operation. The report's `compile` lines say how many, how long, on which
+        lines and where they are kept for next time. The GPU time leaves the compiling out,
+        but still counts loading new kernels onto the GPU at their first launch. (On the CPU
+        fallback the same report speaks of host copies, CPU time and host memory instead.)
         '''),
         code('''
         %%gpu
@@ -191,7 +194,8 @@ def nb00():
         ## 3. float64 or float32? (guide 2A)
 
         `--dtype float32` converts float64 inputs on the way in: half the bytes over PCIe and in
-        VRAM. The report's `in` line says how much it saved:
+        VRAM. The report's `in` line says how much it saved. Its time also counts the conversion
+        on the host, so it can be longer than a plain upload (notebook 02 says more):
         '''),
         code('''
         %%gpu --dtype float32
@@ -204,9 +208,10 @@ def nb00():
         md('''
         ## 4. A VRAM budget
 
-        `%vram_budget` sets a limit that the memory pool enforces. A cell that needs more stops
-        with a message that says what it asked for and what to try; your variables stay as they
-        were. This cell is meant to fail:
+        `%vram_budget` sets a limit that CuPy's *memory pool* enforces (the pool keeps the GPU
+        memory of freed arrays for reuse: notebook 05). A cell that needs more stops with a
+        message that says what it asked for and what to try; your variables stay as they
+        were. The second cell below is meant to fail:
         '''),
         code('''
         BUDGET = "2GB" if ON_GPU else "256MB"   # the GPU already holds the arrays made above
@@ -225,8 +230,8 @@ def nb00():
 
         The first call of a kernel compiles and initialises it. The report counts the compiles
         apart from the GPU time, but the wall time still pays for them. `--warmup` runs the cell
-        once on a small slice first (its line says what it compiled) and times only the real
-        run.
+        once on a small slice first (its line says what it compiled), so the GPU time covers
+        only the real run. The wall time still includes the warm-up.
         '''),
         code('''
         %%gpu --warmup
