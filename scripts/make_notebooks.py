@@ -454,14 +454,17 @@ def nb01():
         md('''
         How to read the plot on a GPU: for tiny arrays the device lines are flat, because fixed
         costs (launching work on the device, a transfer's latency) dominate, and the host is
-        fastest, even against the device's compute alone. As arrays grow, the device's
-        compute-only line falls far below the host's, but the line with transfers stays far
-        above the compute-only one, within a small factor of the host's (the table's last
-        column): for work this light, moving the data, not the arithmetic, sets the price. Of
-        that price the way back is the larger part here: the result lands in new host memory,
-        which the operating system must map page by page as it is written (exercise 2 measures
-        the download). On the CPU fallback all three lines are NumPy, and the "with transfers"
-        line pays for an extra copy.
+        fastest, even against the device's compute alone.
+
+        As arrays grow, the device's compute-only line falls far below the host's. The line
+        with transfers stays far above the compute-only one, within a small factor of the
+        host's (the table's last column): for work this light, moving the data, not the
+        arithmetic, sets the price. Of that price the way back is the larger part here: the
+        result lands in new host memory, which the operating system must map page by page as
+        it is written (exercise 2 measures the download).
+
+        On the CPU fallback all three lines are NumPy, and the "with transfers" line pays for
+        an extra copy.
 
         ## 3. When the GPU wins: compute density
 
@@ -509,7 +512,8 @@ def nb01():
         On a GPU the speed-up climbs with the operations per element: the transfer is paid once,
         and every extra operation is nearly free on the device but costs the CPU in full. This is
         the guide's rule: *a GPU pays off when the computation is much larger than the data
-        moved*. On the CPU fallback both sides are NumPy and the curve stays near 1.
+        moved*. On the CPU fallback both sides are NumPy: the curve wanders around 1, with no
+        trend (single timings on a CPU are noisy).
 
         ## 4. Close the data loop
 
@@ -543,8 +547,8 @@ def nb01():
         '''),
         md('''
         On a GPU the closed loop is several times faster: the arithmetic is the same, only the
-        crossings differ. On the CPU fallback the difference is the cost of the extra copies in
-        host RAM.
+        crossings differ. On the CPU fallback there is no bridge to cross: both loops copy
+        within host RAM and take about the same time.
 
         ## Exercises
 
@@ -558,11 +562,12 @@ def nb01():
         # to_host=True, key="wall_seconds") with {"np": np, "a": a, "b": b}
         '''),
         solution('''
-        NS = [256, 1024, 4096] if ON_GPU else [64, 256, 512]
+        NS = [64, 256, 1024, 4096] if ON_GPU else [64, 256, 512]
         for n in NS:
             rng = np.random.default_rng(n)
             a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-            host = best_run("c = a @ b", {"np": np, "a": a, "b": b}, repeat=1, warm=False, backend="host")
+            # warm on both sides: a first product pays one-off costs on the CPU too
+            host = best_run("c = a @ b", {"np": np, "a": a, "b": b}, backend="host")
             dev = best_run("c = a @ b", {"np": np, "a": a, "b": b}, repeat=3, backend=DEVICE,
                            to_host=True, key="wall_seconds")
             print(f"n = {n:5d}: host {host.gpu_seconds * 1e3:9.2f} ms, device with transfers "
