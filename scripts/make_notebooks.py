@@ -665,9 +665,10 @@ def nb02():
         ### Temporaries count too
 
         An expression such as `np.sqrt(x * x + 1)` makes a new array for every intermediate
-        result. The report's *peak pool* is the most memory the GPU's memory pool held while the
-        cell ran, arrays that earlier cells left on the device included. The cell's own share is
-        the peak minus what the pool held when the cell started (`report.start_pool_bytes`):
+        result. The report's *peak pool* is the most memory in use in the GPU's memory pool while
+        the cell ran, arrays that earlier cells left on the device included. The cell's own
+        share is the peak minus what was in use when the cell started
+        (`report.start_pool_bytes`):
         '''),
         code('''
         %%gpu
@@ -680,9 +681,9 @@ def nb02():
         '''),
         md('''
         So estimate the input, then multiply by the number of arrays alive at the worst moment
-        of the cell. Here that is three: while `x * x + 1` is computed, `x` and `x * x` are
-        alive; `x * x` is freed once the sum exists, and the square root is written while `x`
-        and `x * x + 1` are alive. Three arrays the size of the input: the ratio printed above.
+        of the cell. Here that is three. While `x * x + 1` is computed, `x`, `x * x` and the new
+        sum are alive. Then `x * x` is freed, and the square root is written while `x` and the
+        sum are alive: three again. Three arrays the size of the input: the ratio printed above.
 
         ## 2. float64 or float32?
 
@@ -717,9 +718,10 @@ def nb02():
         - **Compute-bound** work, such as a matrix product, follows the arithmetic units. Here
           the kind of GPU matters. Data-centre GPUs such as the H100 and H200 are built with
           strong FP64: by NVIDIA's specifications their FP64 rate is half their FP32 rate, and
-          their FP64 tensor cores match it for matrix products. Consumer GeForce GPUs have few
-          FP64 units: their FP64 rate is 1/64 of their FP32 rate. On those, float32 is the
-          difference between a fast and a crawling matrix product.
+          for matrix products their FP64 tensor cores (units built for matrix products) reach
+          the FP32 rate. Consumer GeForce GPUs have few FP64 units: on recent ones the FP64 rate
+          is 1/64 of the FP32 rate. On those, float32 is the difference between a fast and a
+          crawling matrix product.
 
         Measure what *this* machine does. The arrays are made on the device, so no transfer is
         timed:
@@ -788,11 +790,12 @@ def nb02():
         md('''
         Read the lines against the hardware:
 
-        - **The memory-bound line.** Compare its rates. If float32 reached about twice the GB/s
-          of float64, bandwidth set the time and float32 halved it. If instead both precisions
-          processed about the same number of elements per second, the kernel's work per element
-          (its index arithmetic, one element per GPU thread) set the time, not the bytes: float32
-          then saves memory and transfers but no kernel time. The plain copy tells the two apart:
+        - **The memory-bound line.** Compare its rates. If float32 reached about the same GB/s
+          as float64, and so twice the elements per second, bandwidth set the time and float32
+          halved it. If instead both precisions processed about the same number of elements per
+          second (float32 at half the GB/s), the kernel's work per element (its index
+          arithmetic, one element per GPU thread) set the time, not the bytes: float32 then
+          saves memory and transfers but no kernel time. The plain copy tells the two apart:
           it moves bytes with no per-element work, so when it reaches far more GB/s than the
           element-wise kernel, the memory was not the limit. On the H200 this notebook was run
           on, CuPy's element-wise kernels processed about the same number of elements per second
@@ -842,16 +845,16 @@ def nb02():
         How to read it: the last line of the traceback is a `BudgetExceeded` (a `MemoryError`).
         It names the line that took the cell over the budget and what it asked for (on a GPU,
         the allocation and what the memory pool already held; on the CPU fallback, the memory
-        the cell reached), the budget, and what to try. The cell is a transaction: nothing it assigned reached your
-        variables.
+        the cell reached), the budget, and what to try. The cell is a transaction: nothing it
+        assigned reached your variables.
         '''),
         code('''
         print("huge" in globals())
         '''),
         md('''
         The inputs can fit while the temporaries do not. `xb` takes 40% of the budget; the cell
-        holds the input, `xb * xb` and `xb * xb + 1` at the same time: 120%. This cell is meant
-        to fail too, and the error names the line:
+        holds the input, `xb * xb` and `xb * xb + 1` at the same time: 120%. The second cell
+        below is meant to fail too, and the error names the line:
         '''),
         code('''
         xb = np.random.default_rng(1).random(int(0.4 * BUDGET_BYTES) // 8)
@@ -873,7 +876,8 @@ def nb02():
         '''),
         md('''
         Arrays that earlier cells left on the device count against the budget too, as they do
-        in the GPU's memory pool. `%vram_budget` shows them; `del` gives the memory back:
+        in the GPU's memory pool. `%vram_budget` (or `cupy_magic.budget_status()`, as below)
+        shows them; `del` gives the memory back:
         '''),
         code('''
         print(cupy_magic.budget_status())
@@ -929,9 +933,10 @@ def nb02():
         del work
         '''),
         md('''
-        A traceback holds memory too. `standardise` has a typo (`sdt` for `std`), so this cell
-        fails (meant to), and the traceback keeps the frame of `standardise` with its local
-        variable `table`, the whole array:
+        A traceback holds memory too. The first cell below makes an array on the device. In the
+        second, `standardise` has a typo (`sdt` for `std`), so it fails (meant to), and the
+        traceback keeps the frame of `standardise` with its local variable `table`, the whole
+        array:
         '''),
         code('''
         %%gpu --quiet
@@ -960,8 +965,10 @@ def nb02():
         **Exercise 1: how large can it be?** With the budget above, the cell
         `d = np.abs(p[:, None] - p[None, :])` builds an n x n float64 matrix of pairwise
         distances between n points, and one n x n temporary on the way. What is the largest n
-        that fits? Check your answer with `%vram_budget --estimate`, then run the cell just
-        below it.
+        that fits? Count what earlier cells still hold, and note that the pool's cached blocks
+        count against the budget too (`cupy_magic.free_cached()` releases them). Check your
+        answer with `%vram_budget --estimate`, then run the line in a `%%gpu` cell, with
+        `p = np.random.default_rng(2).random(n)`.
         '''),
         exercise('''
         # your code here
