@@ -1069,7 +1069,9 @@ def nb03():
         first axis, send one batch, compute, bring the result back, and move on to the next.
         This notebook puts the guide's hand-written loop next to `%%gpu` auto-batching, which
         does the same thing for you through **CUDA streams**, so that the upload of one batch
-        overlaps the computation of another. You will measure the throughput of each approach,
+        overlaps the computation of another. (A stream is a queue of GPU work that runs in
+        order; work in different streams may run at the same time.) You will measure the
+        throughput of each approach,
         the difference between pinned and pageable host memory, and how much of the work the
         streams overlap; and you will see what happens when one batch fails.
 
@@ -1289,12 +1291,14 @@ def nb03():
         How to read the chart on a GPU: the guide loop pays for every transfer from pageable
         memory and waits between steps. The whole-array cell needs VRAM for the whole input and
         its temporaries, which is exactly what you do not have when the data is larger than the
-        card; and nothing in it overlaps: the upload, then the kernels, then one download of the
+        card. And nothing in it overlaps: the upload, then the kernels, then one download of the
         whole result into new host memory, whose pages the operating system maps as the copy
-        writes them (notebook 01, exercise 2, measures how much that costs). The batched cells
-        stream the data within the budget; the second one starts with `x` already pinned and
-        its result lands in the pinned block the first one left. On the CPU fallback every bar is NumPy in host RAM, and the
-        differences are the extra copies each approach makes.
+        writes them (notebook 01, exercise 2, measures how much that costs).
+
+        The batched cells stream the data within the budget; the second one starts with `x`
+        already pinned and its result lands in the pinned block the first one left. On the CPU
+        fallback every bar is NumPy in host RAM, and the differences are the extra copies each
+        approach makes.
 
         ## 4. Pinned and pageable memory
 
@@ -1378,8 +1382,12 @@ def nb03():
         batch ran while another batch computed. The printed line says how much of the shorter
         part was hidden (at most all of it). With one stream each batch waits for the one
         before, as in the guide's loop, so copies and compute do not overlap, and the bar can
-        stand at or above the dashed line: each batch also pays its own launch and wait. On the CPU fallback the batches run one after
-        the other, so the streamed bars stay near the sum or above it.
+        stand at or above the dashed line: each batch also pays its own launch and wait.
+
+        On the CPU fallback the batches run one after the other and nothing overlaps. The
+        "compute only" bar there is one batch's time times the number of batches, which a CPU
+        does not reproduce exactly, so the streamed bars can land on either side of the sum:
+        read nothing into the printed share there.
 
         ### The timeline
 
@@ -1431,7 +1439,13 @@ def nb03():
         A batched cell is still a transaction: if any batch raises, the streams are drained,
         the buffers released, and **no** name the cell assigns is written back. The message
         names the batch and its rows. Here the data has a bad value three quarters of the way
-        in, and the cell checks for it. This cell is meant to fail:
+        in, and the cell checks for it.
+
+        The check decides on a value over all the rows it sees, so the planner cannot tell
+        whether batches give the same answer as the whole array, and it would refuse to batch
+        the cell on its own. Here they do: the whole input has a NaN exactly when one of its
+        batches does. `--batch` runs the cell in batches on that promise. The second cell
+        below is meant to fail:
         '''),
         code('''
         x_bad = x.copy()
@@ -1439,7 +1453,7 @@ def nb03():
         y_clean = None
         '''),
         fails('''
-        %%gpu --syncs off
+        %%gpu --batch --syncs off
         if np.isnan(x_bad).any():
             raise ValueError("NaN in the input")
         y_clean = np.sqrt(x_bad)
