@@ -1581,7 +1581,7 @@ def nb04():
         The loop asks the device "is the maximum above 0.5?" at every step. The report names
         the line, says why it syncs and what to write instead; on a GPU it also says how many
         times it happened. (`--warmup` runs the cell once on a small slice first, so that the
-        report's GPU time leaves out compiling the kernels: section 6 says more.)
+        timed run neither compiles nor loads new kernels: section 6 says more.)
         '''),
         code('''
         %%gpu --warmup
@@ -1677,11 +1677,11 @@ def nb04():
         '''),
         md('''
         Compare the two `run` lines with care. The loop with `if` stops adding once no value is
-        negative: `y` starts at -0.5 and gains 0.01 a step, so after 50 steps the condition is
-        false and the other 150 steps add nothing. The `where` version adds at every step
-        (0.01, then 0). The two cells do different work on the device, so their times do not
-        measure the syncs alone (section 1 compares equal work); what the second one removes
-        is the 200 waits that the first report counted.
+        negative: `y` starts at -0.5 and gains 0.01 a step, so after about 50 steps the
+        condition is false and the other 150 steps add nothing. The `where` version adds at
+        every step (0.01, then 0). The two cells do different work on the device, so their
+        times do not measure the syncs alone (section 1 compares equal work); what the second
+        one removes is the 200 waits that the first report counted.
         '''),
         md('''
         ## 4. Element by element: vectorise
@@ -1764,8 +1764,11 @@ def nb04():
               f"first / second = {first.gpu_seconds / second.gpu_seconds:.1f} ({info.name})")
         '''),
         md('''
-        On a GPU the first run carries the compilation. On the CPU fallback nothing is compiled
-        and the two runs take about the same time.
+        On a GPU the first run's wall time carries the compilation (its report's `compile`
+        line says how long). The GPU time printed above leaves the compiling out, and the first
+        run's can still be the longer: it also loads each new kernel onto the GPU at its first
+        launch. On the CPU fallback nothing is compiled and the two runs take about the same
+        time.
 
         Before timing or a long production run, run once on small data. `--warmup` does that for
         you: it runs the cell on the first rows of its inputs, then times the real run. It takes
@@ -1860,9 +1863,11 @@ def nb04():
         The ratio printed is what the rewrite bought here. On a GPU it removes two costs that
         the first table showed on the loop's lines: 500 launches of small kernels become one,
         and the host no longer waits for the device at every chunk. On the CPU fallback there is
-        no device to wait for, and the ratio is the Python loop's overhead alone. With
-        `--nvtx` (or `--lines`) each line is also an NVTX range named after the cell and line,
-        so an `nsys` timeline of a GPU run lines up with the cell.
+        no device to wait for, and the ratio is the Python loop's overhead alone.
+
+        With `--nvtx` (or `--lines`) each line is also an NVTX range named after the cell and
+        line. NVTX ranges are named marks that NVIDIA's profilers show; in a timeline from
+        `nsys` (Nsight Systems) of a GPU run, they line the GPU's work up with the cell's lines.
         '''),
         md('''
         ## Exercises
@@ -1890,7 +1895,8 @@ def nb04():
         %%gpu --warmup
         r = np.ones_like(a)
         for it in range(6):               # no decision on the host: Newton doubles the correct
-                                          # digits each step, 6 steps from 1 reach float32's
+                                          # digits each step; 6 steps from 1 reach float32's
+                                          # precision for a in [1, 2)
             r = 0.5 * (r + a / r)
         err = np.abs(r * r - a).max()     # one check, kept on the device as a 0-d array
         '''),
@@ -1918,9 +1924,10 @@ def nb04():
         '''),
         md('''
         About the timings in exercise 2: both cells use kernels for the first time in this
-        notebook (the mask, `where`, the sums) and neither has `--warmup`, so both GPU times
-        include compiling them (section 6 shows what that costs); they do not compare the two
-        versions. Add `--warmup` to both to compare them warm.
+        notebook (the mask, `where`, the sums) and neither has `--warmup`. So both compile
+        them (the `compile` lines), and both GPU times count loading them onto the GPU at
+        their first launch (section 6); they do not compare the two versions. Add `--warmup`
+        to both to compare them warm.
         '''),
         md('''
         ## What you learned
