@@ -1965,8 +1965,9 @@ def nb05():
 
         Each section measures one row on the machine running this notebook; section 5 adds a
         check the table does not list: NumPy code CuPy cannot run, and what running it on the
-        host costs. On a machine without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
-        effects then show up weakly or not at all, and the text says what to expect.
+        host costs. On a machine without a GPU the cells run on NumPy (the CPU fallback) with
+        smaller sizes; the GPU effects then show up differently or not at all, and the text
+        says what to expect.
         '''),
         code(LOAD),
         code(SETUP),
@@ -2054,8 +2055,8 @@ def nb05():
         '''),
         md('''
         On a GPU the structure of arrays is clearly faster: the same arithmetic, fewer memory
-        transactions. The CPU fallback shows a smaller effect of the same kind (its cache lines
-        also load neighbours that the AoS update does not use).
+        transactions. The CPU fallback shows an effect of the same kind, of a size that depends
+        on the CPU (its cache lines also load neighbours that the AoS update does not use).
 
         ## 3. The memory pool
 
@@ -2093,8 +2094,9 @@ def nb05():
         '''),
         md('''
         On a GPU, "held" stays high after `del`: the blocks went to the pool, not back to the
-        device, until `free_cached()`. On the CPU fallback there is no pool: NumPy returns
-        memory to the system at once, so every figure outside a cell is 0.
+        device, until `free_cached()`. On the CPU fallback there is no pool: NumPy gives freed
+        memory back at once, so nothing is cached and "held" is the same as "used" (the arrays
+        that cells made).
 
         `%vram_budget` (no argument) shows the same figures with the device's total:
         '''),
@@ -2104,10 +2106,10 @@ def nb05():
 
         `%vram_panel` shows the same figures live while cells run, with the device's memory,
         utilisation, PCIe traffic and a fragmentation figure (the largest free block against
-        the free bytes), and a button that releases cached blocks. Start it, then run the
-        allocation cell above again and watch the pool grow; `free_cached()` (or the button)
-        shrinks it. Without a widget frontend (for example when this notebook is run as a
-        script), `%vram_panel --text` prints one summary.
+        the free bytes), and a button that releases cached blocks. The next cell starts it;
+        watch the pool grow while the cells below run the allocations of section 3 again.
+        `free_cached()` (or the button) shrinks it. Without a widget frontend (for example
+        when this notebook is run as a script), `%vram_panel --text` prints one summary.
         '''),
         code("%vram_panel"),
         md('''
