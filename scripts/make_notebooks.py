@@ -2360,9 +2360,13 @@ def nb06():
 
         Data many times the VRAM, or a node of several GPUs, or a cluster behind JupyterHub:
         `%%gpu` does not grow a scheduler of its own for these. It hands the cell to Dask
-        (`distributed`, with `dask-cuda` for GPU workers), which runs it block by block along
-        the leading axis on its workers, under the same promise batching rests on: **each row's
-        results depend only on that row**.
+        (`distributed`, with `dask-cuda` for GPU workers). Dask cuts an array into blocks and
+        a *scheduler* hands them out as tasks to *workers*, processes that may each drive a
+        GPU. Each worker runs the cell on its blocks of rows, under the same promise batching
+        rests on (notebook 03): **each row's results depend only on that row**.
+
+        In this notebook *the kernel* is the Jupyter kernel: the Python process that runs your
+        cells, as opposed to the workers (not a GPU kernel).
 
         This notebook runs one cell three ways: in the kernel, batched in the kernel, and on a
         local cluster (`%gpu_cluster local`: one worker per GPU with `dask-cuda` on a GPU
@@ -2516,7 +2520,7 @@ def nb06():
         - **On one GPU the kernel wins**: batching in the kernel streams rows over PCIe with
           no scheduler, no serialisation and no second copy of the data; a local cluster on
           the same GPU adds all three. `benchmarks/cluster_bench.py` measures the ratio on a
-          GPU (the target there: the cluster path at least half the in-kernel rate).
+          GPU with larger data.
         - **A cluster pays off** with more devices than one kernel can drive (a node of 8
           GPUs, several nodes), data larger than this machine's memory, or data that already
           lives near the workers (each worker reads its blocks from storage): then nothing
@@ -2532,7 +2536,10 @@ def nb06():
 
         **1.** Run the cell of section 1 over `xd`, the array made on the workers, with
         `--to-host`, and compare its wall time with the `--cluster` run that fed it `x` from
-        the kernel. Which part of the difference is moving `x`?
+        the kernel. How much of the `--cluster` run was moving `x` (its report's cluster rows
+        say)? Mind that the `xd` run also makes its random numbers, on the workers' CPUs
+        (`xd`'s blocks are NumPy arrays), so its total can be the longer although nothing
+        crosses from the kernel.
         '''),
         exercise('''
         # your code here
