@@ -2365,8 +2365,8 @@ def nb06():
         GPU. Each worker runs the cell on its blocks of rows, under the same promise batching
         rests on (notebook 03): **each row's results depend only on that row**.
 
-        In this notebook *the kernel* is the Jupyter kernel: the Python process that runs your
-        cells, as opposed to the workers (not a GPU kernel).
+        In this notebook *the kernel* means the Jupyter kernel, the Python process that runs
+        your cells (not a GPU kernel), as opposed to the workers.
 
         This notebook runs one cell three ways: in the kernel, batched in the kernel, and on a
         local cluster (`%gpu_cluster local`: one worker per GPU with `dask-cuda` on a GPU
