@@ -1071,9 +1071,9 @@ def nb03():
         does the same thing for you through **CUDA streams**, so that the upload of one batch
         overlaps the computation of another. (A stream is a queue of GPU work that runs in
         order; work in different streams may run at the same time.) You will measure the
-        throughput of each approach,
-        the difference between pinned and pageable host memory, and how much of the work the
-        streams overlap; and you will see what happens when one batch fails.
+        throughput of each approach, the difference between pinned and pageable host memory,
+        and how much of the work the streams overlap; and you will see what happens when one
+        batch fails.
 
         On a machine without a GPU, `%%gpu` cells run on NumPy (the *CPU fallback*): the same
         planner cuts the same batches, but they run one after the other, so nothing overlaps and
