@@ -126,7 +126,8 @@ def nb00():
         much memory it took.
 
         This notebook runs on a GPU and, without one, on the CPU fallback (NumPy), with smaller
-        sizes. Notebooks 01 to 05 teach each part in depth.
+        sizes. Notebooks 01 to 05 teach each part in depth; 06 runs the same cells on a Dask
+        cluster.
         '''),
         code(LOAD),
         code('''
@@ -156,11 +157,13 @@ def nb00():
         Inside `%%gpu`, `np` means CuPy and the NumPy arrays the cell reads are copied to the
         device. The names the cell assigns come back when it succeeds, and stay **on the
         device** (guide 1: keep the data loop closed on the GPU). The report under the cell
-        says what moved, how fast, the GPU time and the memory the cell took. The first cells
-        of a session also compile CuPy's kernels: the report's `compile` lines say how many,
-        how long, on which lines and where they are kept for next time, and the GPU time
-        leaves that out. (On the CPU fallback the same report speaks of host copies, CPU time
-        and host memory instead.)
+        says what moved, how fast, the GPU time and the memory the cell took.
+
+        The first cells of a session also compile CuPy's *kernels*, the small GPU programs
+        behind each operation. The report's `compile` lines say how many, how long, on which
+        lines and where they are kept for next time. The GPU time leaves the compiling out,
+        but still counts loading new kernels onto the GPU at their first launch. (On the CPU
+        fallback the same report speaks of host copies, CPU time and host memory instead.)
         '''),
         code('''
         %%gpu
@@ -191,7 +194,8 @@ def nb00():
         ## 3. float64 or float32? (guide 2A)
 
         `--dtype float32` converts float64 inputs on the way in: half the bytes over PCIe and in
-        VRAM. The report's `in` line says how much it saved:
+        VRAM. The report's `in` line says how much it saved. Its time also counts the conversion
+        on the host, so it can be longer than a plain upload (notebook 02 says more):
         '''),
         code('''
         %%gpu --dtype float32
@@ -204,9 +208,10 @@ def nb00():
         md('''
         ## 4. A VRAM budget
 
-        `%vram_budget` sets a limit that the memory pool enforces. A cell that needs more stops
-        with a message that says what it asked for and what to try; your variables stay as they
-        were. This cell is meant to fail:
+        `%vram_budget` sets a limit that CuPy's *memory pool* enforces (the pool keeps the GPU
+        memory of freed arrays for reuse: notebook 05). A cell that needs more stops with a
+        message that says what it asked for and what to try; your variables stay as they
+        were. The second cell below is meant to fail:
         '''),
         code('''
         BUDGET = "2GB" if ON_GPU else "256MB"   # the GPU already holds the arrays made above
@@ -225,8 +230,8 @@ def nb00():
 
         The first call of a kernel compiles and initialises it. The report counts the compiles
         apart from the GPU time, but the wall time still pays for them. `--warmup` runs the cell
-        once on a small slice first (its line says what it compiled) and times only the real
-        run.
+        once on a small slice first (its line says what it compiled), so the GPU time covers
+        only the real run. The wall time still includes the warm-up.
         '''),
         code('''
         %%gpu --warmup
@@ -449,14 +454,17 @@ def nb01():
         md('''
         How to read the plot on a GPU: for tiny arrays the device lines are flat, because fixed
         costs (launching work on the device, a transfer's latency) dominate, and the host is
-        fastest, even against the device's compute alone. As arrays grow, the device's
-        compute-only line falls far below the host's, but the line with transfers stays far
-        above the compute-only one, within a small factor of the host's (the table's last
-        column): for work this light, moving the data, not the arithmetic, sets the price. Of
-        that price the way back is the larger part here: the result lands in new host memory,
-        which the operating system must map page by page as it is written (exercise 2 measures
-        the download). On the CPU fallback all three lines are NumPy, and the "with transfers"
-        line pays for an extra copy.
+        fastest, even against the device's compute alone.
+
+        As arrays grow, the device's compute-only line falls far below the host's. The line
+        with transfers stays far above the compute-only one, within a small factor of the
+        host's (the table's last column): for work this light, moving the data, not the
+        arithmetic, sets the price. Of that price the way back is the larger part here: the
+        result lands in new host memory, which the operating system must map page by page as
+        it is written (exercise 2 measures the download).
+
+        On the CPU fallback all three lines are NumPy, and the "with transfers" line pays for
+        an extra copy.
 
         ## 3. When the GPU wins: compute density
 
@@ -504,7 +512,8 @@ def nb01():
         On a GPU the speed-up climbs with the operations per element: the transfer is paid once,
         and every extra operation is nearly free on the device but costs the CPU in full. This is
         the guide's rule: *a GPU pays off when the computation is much larger than the data
-        moved*. On the CPU fallback both sides are NumPy and the curve stays near 1.
+        moved*. On the CPU fallback both sides are NumPy: the curve wanders around 1, with no
+        trend (single timings on a CPU are noisy).
 
         ## 4. Close the data loop
 
@@ -538,8 +547,8 @@ def nb01():
         '''),
         md('''
         On a GPU the closed loop is several times faster: the arithmetic is the same, only the
-        crossings differ. On the CPU fallback the difference is the cost of the extra copies in
-        host RAM.
+        crossings differ. On the CPU fallback there is no bridge to cross: both loops copy
+        within host RAM and take about the same time.
 
         ## Exercises
 
@@ -553,11 +562,12 @@ def nb01():
         # to_host=True, key="wall_seconds") with {"np": np, "a": a, "b": b}
         '''),
         solution('''
-        NS = [256, 1024, 4096] if ON_GPU else [64, 256, 512]
+        NS = [64, 256, 1024, 4096] if ON_GPU else [64, 256, 512]
         for n in NS:
             rng = np.random.default_rng(n)
             a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-            host = best_run("c = a @ b", {"np": np, "a": a, "b": b}, repeat=1, warm=False, backend="host")
+            # warm on both sides: a first product pays one-off costs on the CPU too
+            host = best_run("c = a @ b", {"np": np, "a": a, "b": b}, backend="host")
             dev = best_run("c = a @ b", {"np": np, "a": a, "b": b}, repeat=3, backend=DEVICE,
                            to_host=True, key="wall_seconds")
             print(f"n = {n:5d}: host {host.gpu_seconds * 1e3:9.2f} ms, device with transfers "
@@ -655,9 +665,10 @@ def nb02():
         ### Temporaries count too
 
         An expression such as `np.sqrt(x * x + 1)` makes a new array for every intermediate
-        result. The report's *peak pool* is the most memory the GPU's memory pool held while the
-        cell ran, arrays that earlier cells left on the device included. The cell's own share is
-        the peak minus what the pool held when the cell started (`report.start_pool_bytes`):
+        result. The report's *peak pool* is the most memory in use in the GPU's memory pool while
+        the cell ran, arrays that earlier cells left on the device included. The cell's own
+        share is the peak minus what was in use when the cell started
+        (`report.start_pool_bytes`):
         '''),
         code('''
         %%gpu
@@ -670,9 +681,9 @@ def nb02():
         '''),
         md('''
         So estimate the input, then multiply by the number of arrays alive at the worst moment
-        of the cell. Here that is three: while `x * x + 1` is computed, `x` and `x * x` are
-        alive; `x * x` is freed once the sum exists, and the square root is written while `x`
-        and `x * x + 1` are alive. Three arrays the size of the input: the ratio printed above.
+        of the cell. Here that is three. While `x * x + 1` is computed, `x`, `x * x` and the new
+        sum are alive. Then `x * x` is freed, and the square root is written while `x` and the
+        sum are alive: three again. Three arrays the size of the input: the ratio printed above.
 
         ## 2. float64 or float32?
 
@@ -707,9 +718,10 @@ def nb02():
         - **Compute-bound** work, such as a matrix product, follows the arithmetic units. Here
           the kind of GPU matters. Data-centre GPUs such as the H100 and H200 are built with
           strong FP64: by NVIDIA's specifications their FP64 rate is half their FP32 rate, and
-          their FP64 tensor cores match it for matrix products. Consumer GeForce GPUs have few
-          FP64 units: their FP64 rate is 1/64 of their FP32 rate. On those, float32 is the
-          difference between a fast and a crawling matrix product.
+          for matrix products their FP64 tensor cores (units built for matrix products) reach
+          the FP32 rate. Consumer GeForce GPUs have few FP64 units: on recent ones the FP64 rate
+          is 1/64 of the FP32 rate. On those, float32 is the difference between a fast and a
+          crawling matrix product.
 
         Measure what *this* machine does. The arrays are made on the device, so no transfer is
         timed:
@@ -778,11 +790,12 @@ def nb02():
         md('''
         Read the lines against the hardware:
 
-        - **The memory-bound line.** Compare its rates. If float32 reached about twice the GB/s
-          of float64, bandwidth set the time and float32 halved it. If instead both precisions
-          processed about the same number of elements per second, the kernel's work per element
-          (its index arithmetic, one element per GPU thread) set the time, not the bytes: float32
-          then saves memory and transfers but no kernel time. The plain copy tells the two apart:
+        - **The memory-bound line.** Compare its rates. If float32 reached about the same GB/s
+          as float64, and so twice the elements per second, bandwidth set the time and float32
+          halved it. If instead both precisions processed about the same number of elements per
+          second (float32 at half the GB/s), the kernel's work per element (its index
+          arithmetic, one element per GPU thread) set the time, not the bytes: float32 then
+          saves memory and transfers but no kernel time. The plain copy tells the two apart:
           it moves bytes with no per-element work, so when it reaches far more GB/s than the
           element-wise kernel, the memory was not the limit. On the H200 this notebook was run
           on, CuPy's element-wise kernels processed about the same number of elements per second
@@ -832,16 +845,16 @@ def nb02():
         How to read it: the last line of the traceback is a `BudgetExceeded` (a `MemoryError`).
         It names the line that took the cell over the budget and what it asked for (on a GPU,
         the allocation and what the memory pool already held; on the CPU fallback, the memory
-        the cell reached), the budget, and what to try. The cell is a transaction: nothing it assigned reached your
-        variables.
+        the cell reached), the budget, and what to try. The cell is a transaction: nothing it
+        assigned reached your variables.
         '''),
         code('''
         print("huge" in globals())
         '''),
         md('''
         The inputs can fit while the temporaries do not. `xb` takes 40% of the budget; the cell
-        holds the input, `xb * xb` and `xb * xb + 1` at the same time: 120%. This cell is meant
-        to fail too, and the error names the line:
+        holds the input, `xb * xb` and `xb * xb + 1` at the same time: 120%. The second cell
+        below is meant to fail too, and the error names the line:
         '''),
         code('''
         xb = np.random.default_rng(1).random(int(0.4 * BUDGET_BYTES) // 8)
@@ -863,7 +876,8 @@ def nb02():
         '''),
         md('''
         Arrays that earlier cells left on the device count against the budget too, as they do
-        in the GPU's memory pool. `%vram_budget` shows them; `del` gives the memory back:
+        in the GPU's memory pool. `%vram_budget` (or `cupy_magic.budget_status()`, as below)
+        shows them; `del` gives the memory back:
         '''),
         code('''
         print(cupy_magic.budget_status())
@@ -919,9 +933,10 @@ def nb02():
         del work
         '''),
         md('''
-        A traceback holds memory too. `standardise` has a typo (`sdt` for `std`), so this cell
-        fails (meant to), and the traceback keeps the frame of `standardise` with its local
-        variable `table`, the whole array:
+        A traceback holds memory too. The first cell below makes an array on the device. In the
+        second, `standardise` has a typo (`sdt` for `std`), so it fails (meant to), and the
+        traceback keeps the frame of `standardise` with its local variable `table`, the whole
+        array:
         '''),
         code('''
         %%gpu --quiet
@@ -950,8 +965,10 @@ def nb02():
         **Exercise 1: how large can it be?** With the budget above, the cell
         `d = np.abs(p[:, None] - p[None, :])` builds an n x n float64 matrix of pairwise
         distances between n points, and one n x n temporary on the way. What is the largest n
-        that fits? Check your answer with `%vram_budget --estimate`, then run the cell just
-        below it.
+        that fits? Count what earlier cells still hold, and note that the pool's cached blocks
+        count against the budget too (`cupy_magic.free_cached()` releases them). Check your
+        answer with `%vram_budget --estimate`, then run the line in a `%%gpu` cell, with
+        `p = np.random.default_rng(2).random(n)`.
         '''),
         exercise('''
         # your code here
@@ -1052,9 +1069,11 @@ def nb03():
         first axis, send one batch, compute, bring the result back, and move on to the next.
         This notebook puts the guide's hand-written loop next to `%%gpu` auto-batching, which
         does the same thing for you through **CUDA streams**, so that the upload of one batch
-        overlaps the computation of another. You will measure the throughput of each approach,
-        the difference between pinned and pageable host memory, and how much of the work the
-        streams overlap; and you will see what happens when one batch fails.
+        overlaps the computation of another. (A stream is a queue of GPU work that runs in
+        order; work in different streams may run at the same time.) You will measure the
+        throughput of each approach, the difference between pinned and pageable host memory,
+        and how much of the work the streams overlap; and you will see what happens when one
+        batch fails.
 
         On a machine without a GPU, `%%gpu` cells run on NumPy (the *CPU fallback*): the same
         planner cuts the same batches, but they run one after the other, so nothing overlaps and
@@ -1272,12 +1291,14 @@ def nb03():
         How to read the chart on a GPU: the guide loop pays for every transfer from pageable
         memory and waits between steps. The whole-array cell needs VRAM for the whole input and
         its temporaries, which is exactly what you do not have when the data is larger than the
-        card; and nothing in it overlaps: the upload, then the kernels, then one download of the
+        card. And nothing in it overlaps: the upload, then the kernels, then one download of the
         whole result into new host memory, whose pages the operating system maps as the copy
-        writes them (notebook 01, exercise 2, measures how much that costs). The batched cells
-        stream the data within the budget; the second one starts with `x` already pinned and
-        its result lands in the pinned block the first one left. On the CPU fallback every bar is NumPy in host RAM, and the
-        differences are the extra copies each approach makes.
+        writes them (notebook 01, exercise 2, measures how much that costs).
+
+        The batched cells stream the data within the budget; the second one starts with `x`
+        already pinned and its result lands in the pinned block the first one left. On the CPU
+        fallback every bar is NumPy in host RAM, and the differences are the extra copies each
+        approach makes.
 
         ## 4. Pinned and pageable memory
 
@@ -1361,8 +1382,12 @@ def nb03():
         batch ran while another batch computed. The printed line says how much of the shorter
         part was hidden (at most all of it). With one stream each batch waits for the one
         before, as in the guide's loop, so copies and compute do not overlap, and the bar can
-        stand at or above the dashed line: each batch also pays its own launch and wait. On the CPU fallback the batches run one after
-        the other, so the streamed bars stay near the sum or above it.
+        stand at or above the dashed line: each batch also pays its own launch and wait.
+
+        On the CPU fallback the batches run one after the other and nothing overlaps. The
+        "compute only" bar there is one batch's time times the number of batches, which a CPU
+        does not reproduce exactly, so the streamed bars can land on either side of the sum:
+        read nothing into the printed share there.
 
         ### The timeline
 
@@ -1414,7 +1439,13 @@ def nb03():
         A batched cell is still a transaction: if any batch raises, the streams are drained,
         the buffers released, and **no** name the cell assigns is written back. The message
         names the batch and its rows. Here the data has a bad value three quarters of the way
-        in, and the cell checks for it. This cell is meant to fail:
+        in, and the cell checks for it.
+
+        The check decides on a value over all the rows it sees, so the planner cannot tell
+        whether batches give the same answer as the whole array, and it would refuse to batch
+        the cell on its own. Here they do: the whole input has a NaN exactly when one of its
+        batches does. `--batch` runs the cell in batches on that promise. The second cell
+        below is meant to fail:
         '''),
         code('''
         x_bad = x.copy()
@@ -1422,7 +1453,7 @@ def nb03():
         y_clean = None
         '''),
         fails('''
-        %%gpu --syncs off
+        %%gpu --batch --syncs off
         if np.isnan(x_bad).any():
             raise ValueError("NaN in the input")
         y_clean = np.sqrt(x_bad)
@@ -1550,7 +1581,7 @@ def nb04():
         The loop asks the device "is the maximum above 0.5?" at every step. The report names
         the line, says why it syncs and what to write instead; on a GPU it also says how many
         times it happened. (`--warmup` runs the cell once on a small slice first, so that the
-        report's GPU time leaves out compiling the kernels: section 6 says more.)
+        timed run neither compiles nor loads new kernels: section 6 says more.)
         '''),
         code('''
         %%gpu --warmup
@@ -1646,11 +1677,11 @@ def nb04():
         '''),
         md('''
         Compare the two `run` lines with care. The loop with `if` stops adding once no value is
-        negative: `y` starts at -0.5 and gains 0.01 a step, so after 50 steps the condition is
-        false and the other 150 steps add nothing. The `where` version adds at every step
-        (0.01, then 0). The two cells do different work on the device, so their times do not
-        measure the syncs alone (section 1 compares equal work); what the second one removes
-        is the 200 waits that the first report counted.
+        negative: `y` starts at -0.5 and gains 0.01 a step, so after about 50 steps the
+        condition is false and the other 150 steps add nothing. The `where` version adds at
+        every step (0.01, then 0). The two cells do different work on the device, so their
+        times do not measure the syncs alone (section 1 compares equal work); what the second
+        one removes is the 200 waits that the first report counted.
         '''),
         md('''
         ## 4. Element by element: vectorise
@@ -1733,8 +1764,11 @@ def nb04():
               f"first / second = {first.gpu_seconds / second.gpu_seconds:.1f} ({info.name})")
         '''),
         md('''
-        On a GPU the first run carries the compilation. On the CPU fallback nothing is compiled
-        and the two runs take about the same time.
+        On a GPU the first run's wall time carries the compilation (its report's `compile`
+        line says how long). The GPU time printed above leaves the compiling out, and the first
+        run's can still be the longer: it also loads each new kernel onto the GPU at its first
+        launch. On the CPU fallback nothing is compiled and the two runs take about the same
+        time.
 
         Before timing or a long production run, run once on small data. `--warmup` does that for
         you: it runs the cell on the first rows of its inputs, then times the real run. It takes
@@ -1829,9 +1863,11 @@ def nb04():
         The ratio printed is what the rewrite bought here. On a GPU it removes two costs that
         the first table showed on the loop's lines: 500 launches of small kernels become one,
         and the host no longer waits for the device at every chunk. On the CPU fallback there is
-        no device to wait for, and the ratio is the Python loop's overhead alone. With
-        `--nvtx` (or `--lines`) each line is also an NVTX range named after the cell and line,
-        so an `nsys` timeline of a GPU run lines up with the cell.
+        no device to wait for, and the ratio is the Python loop's overhead alone.
+
+        With `--nvtx` (or `--lines`) each line is also an NVTX range named after the cell and
+        line. NVTX ranges are named marks that NVIDIA's profilers show; in a timeline from
+        `nsys` (Nsight Systems) of a GPU run, they line the GPU's work up with the cell's lines.
         '''),
         md('''
         ## Exercises
@@ -1859,7 +1895,8 @@ def nb04():
         %%gpu --warmup
         r = np.ones_like(a)
         for it in range(6):               # no decision on the host: Newton doubles the correct
-                                          # digits each step, 6 steps from 1 reach float32's
+                                          # digits each step; 6 steps from 1 reach float32's
+                                          # precision for a in [1, 2)
             r = 0.5 * (r + a / r)
         err = np.abs(r * r - a).max()     # one check, kept on the device as a 0-d array
         '''),
@@ -1887,9 +1924,10 @@ def nb04():
         '''),
         md('''
         About the timings in exercise 2: both cells use kernels for the first time in this
-        notebook (the mask, `where`, the sums) and neither has `--warmup`, so both GPU times
-        include compiling them (section 6 shows what that costs); they do not compare the two
-        versions. Add `--warmup` to both to compare them warm.
+        notebook (the mask, `where`, the sums) and neither has `--warmup`. So both compile
+        them (the `compile` lines), and both GPU times count loading them onto the GPU at
+        their first launch (section 6); they do not compare the two versions. Add `--warmup`
+        to both to compare them warm.
         '''),
         md('''
         ## What you learned
@@ -1927,8 +1965,9 @@ def nb05():
 
         Each section measures one row on the machine running this notebook; section 5 adds a
         check the table does not list: NumPy code CuPy cannot run, and what running it on the
-        host costs. On a machine without a GPU the cells run on NumPy (the CPU fallback) with smaller sizes; the GPU
-        effects then show up weakly or not at all, and the text says what to expect.
+        host costs. On a machine without a GPU the cells run on NumPy (the CPU fallback) with
+        smaller sizes; the GPU effects then show up differently or not at all, and the text
+        says what to expect.
         '''),
         code(LOAD),
         code(SETUP),
@@ -2016,8 +2055,8 @@ def nb05():
         '''),
         md('''
         On a GPU the structure of arrays is clearly faster: the same arithmetic, fewer memory
-        transactions. The CPU fallback shows a smaller effect of the same kind (its cache lines
-        also load neighbours that the AoS update does not use).
+        transactions. The CPU fallback shows an effect of the same kind, of a size that depends
+        on the CPU (its cache lines also load neighbours that the AoS update does not use).
 
         ## 3. The memory pool
 
@@ -2055,8 +2094,9 @@ def nb05():
         '''),
         md('''
         On a GPU, "held" stays high after `del`: the blocks went to the pool, not back to the
-        device, until `free_cached()`. On the CPU fallback there is no pool: NumPy returns
-        memory to the system at once, so every figure outside a cell is 0.
+        device, until `free_cached()`. On the CPU fallback there is no pool: NumPy gives freed
+        memory back at once, so nothing is cached and "held" is the same as "used" (the arrays
+        that cells made).
 
         `%vram_budget` (no argument) shows the same figures with the device's total:
         '''),
@@ -2066,10 +2106,10 @@ def nb05():
 
         `%vram_panel` shows the same figures live while cells run, with the device's memory,
         utilisation, PCIe traffic and a fragmentation figure (the largest free block against
-        the free bytes), and a button that releases cached blocks. Start it, then run the
-        allocation cell above again and watch the pool grow; `free_cached()` (or the button)
-        shrinks it. Without a widget frontend (for example when this notebook is run as a
-        script), `%vram_panel --text` prints one summary.
+        the free bytes), and a button that releases cached blocks. The next cell starts it;
+        watch the pool grow while the cells below run the allocations of section 3 again.
+        `free_cached()` (or the button) shrinks it. Without a widget frontend (for example
+        when this notebook is run as a script), `%vram_panel --text` prints one summary.
         '''),
         code("%vram_panel"),
         md('''
@@ -2320,9 +2360,13 @@ def nb06():
 
         Data many times the VRAM, or a node of several GPUs, or a cluster behind JupyterHub:
         `%%gpu` does not grow a scheduler of its own for these. It hands the cell to Dask
-        (`distributed`, with `dask-cuda` for GPU workers), which runs it block by block along
-        the leading axis on its workers, under the same promise batching rests on: **each row's
-        results depend only on that row**.
+        (`distributed`, with `dask-cuda` for GPU workers). Dask cuts an array into blocks and
+        a *scheduler* hands them out as tasks to *workers*, processes that may each drive a
+        GPU. Each worker runs the cell on its blocks of rows, under the same promise batching
+        rests on (notebook 03): **each row's results depend only on that row**.
+
+        In this notebook *the kernel* means the Jupyter kernel, the Python process that runs
+        your cells (not a GPU kernel), as opposed to the workers.
 
         This notebook runs one cell three ways: in the kernel, batched in the kernel, and on a
         local cluster (`%gpu_cluster local`: one worker per GPU with `dask-cuda` on a GPU
@@ -2476,7 +2520,7 @@ def nb06():
         - **On one GPU the kernel wins**: batching in the kernel streams rows over PCIe with
           no scheduler, no serialisation and no second copy of the data; a local cluster on
           the same GPU adds all three. `benchmarks/cluster_bench.py` measures the ratio on a
-          GPU (the target there: the cluster path at least half the in-kernel rate).
+          GPU with larger data.
         - **A cluster pays off** with more devices than one kernel can drive (a node of 8
           GPUs, several nodes), data larger than this machine's memory, or data that already
           lives near the workers (each worker reads its blocks from storage): then nothing
@@ -2492,7 +2536,10 @@ def nb06():
 
         **1.** Run the cell of section 1 over `xd`, the array made on the workers, with
         `--to-host`, and compare its wall time with the `--cluster` run that fed it `x` from
-        the kernel. Which part of the difference is moving `x`?
+        the kernel. How much of the `--cluster` run was moving `x` (its report's cluster rows
+        say)? Mind that the `xd` run also makes its random numbers, on the workers' CPUs
+        (`xd`'s blocks are NumPy arrays), so its total can be the longer although nothing
+        crosses from the kernel.
         '''),
         exercise('''
         # your code here
@@ -2576,15 +2623,28 @@ NOTEBOOKS = {
 
 
 def _keep_outputs(nb, old) -> None:
-    """Give ``nb``'s code cells the outputs of ``old``'s cells with the same source, in order."""
+    """Give ``nb``'s code cells the outputs of ``old``'s cells with the same source.
+
+    A cell first takes the outputs of the old cell with its id and source; the cells left take
+    the others of the same source in order. So of two cells with one source (notebook 03 runs
+    the same cell twice), neither takes the other's outputs while its own are there.
+    """
     runs = {}
     for cell in old.cells:
         if cell.cell_type == "code":
             runs.setdefault(cell.source, []).append(cell)
-    for cell in nb.cells:
-        done = runs.get(cell.source) if cell.cell_type == "code" else None
-        if done:
-            ran = done.pop(0)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    taken = {}
+    for cell in code_cells:
+        same = [c for c in runs.get(cell.source, []) if c.get("id") == cell.get("id")]
+        if same:
+            taken[id(cell)] = same[0]
+            runs[cell.source].remove(same[0])
+    for cell in code_cells:
+        ran = taken.get(id(cell))
+        if ran is None and runs.get(cell.source):
+            ran = runs[cell.source].pop(0)
+        if ran is not None:
             cell.outputs, cell.execution_count = ran.outputs, ran.execution_count
             if "execution" in ran.metadata:  # when it ran
                 cell.metadata["execution"] = ran.metadata["execution"]
