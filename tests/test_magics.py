@@ -557,6 +557,19 @@ def test_batched_warmup_runs_a_slice_whole_then_the_batches(ip):
     np.testing.assert_array_equal(ip.user_ns["y"], 2 * x)
 
 
+@pytest.mark.parametrize("options", ["--quiet --warmup", "--quiet --warmup --batch-rows 5000"])
+def test_the_wall_time_counts_the_warmup_in_whole_and_batched_runs_as_the_report_says(
+        ip, options):
+    ip.user_ns.update(x=np.arange(10_000.0), time=__import__("time"))
+    gpu(ip, "time.sleep(0.05)\ny = x * 2\n", options)
+    report = cupy_magic.last_report()
+    assert report.warmup_seconds >= 0.05
+    runs = 2 if report.batch is not None else 1  # 2 batches of 5,000 rows, or one whole run
+    assert report.wall_seconds >= report.warmup_seconds + runs * 0.05
+    unit = "CPU" if report.backend == "host" else "GPU"
+    assert f"(not in the {unit} time below; the wall time includes it)" in str(report)
+
+
 def test_batched_warmup_cuts_the_inputs_named_by_batch(ip):
     ip.user_ns.update(a=np.ones((3000, 2)), b=np.ones((8000,)), calls=[])
     gpu(ip, "calls.append((len(a), len(b)))\nc = a * 2\n", "--quiet --batch a --batch-rows 1000 "

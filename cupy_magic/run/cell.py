@@ -13,6 +13,7 @@ from __future__ import annotations
 import codeop
 import contextlib
 import itertools
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -175,12 +176,15 @@ def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
     """The batched branch: the warm-up on a slice (then --reduce once), then the batches.
     ``cut`` is :func:`~.batching.select_inputs`'s choice: the inputs cut and their rows."""
     __tracebackhide__ = True
+    wall0 = time.perf_counter()
     if warm:  # unbatched on a slice of the batched inputs, then --reduce once
         report.warmup_seconds, report.warmup_rows = warmup(
             plan, dtype, be, namespace, set(cut[0]), opts.reduce)
+    warm_wall = time.perf_counter() - wall0
     with watch:
         run_batched(plan, namespace, opts, cut, reason, report, to_host=to_host, dtype=dtype,
                     filename=filename, be=be, make=make)
+    report.wall_seconds += warm_wall  # what the user waited for, as in an unbatched run
     if plan.last is not None:
         report.notes.append("the cell's last expression is not shown in a batched run "
                             "(each batch has its own); assign it and join it with --reduce")

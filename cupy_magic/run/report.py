@@ -207,10 +207,13 @@ class RunReport:
             out.append(f"{len(rec.loaded)} kernel{'s' * (len(rec.loaded) != 1)} loaded from "
                        f"the kernel cache {rec.cache} in "
                        f"{sum(b.seconds for b in rec.loaded) * 1e3:,.1f} ms (compiled before)")
-        if rec.compiled or rec.loaded:
+        if any(b.timed for b in rec.builds) or (rec.builds and self.warmup_seconds is None):
             out.append("first use of these kernels in this process: the GPU time also counts "
                        "loading them onto the GPU at their first launch; run the cell again "
                        "for the steady figure")
+        elif rec.builds:  # every one built in the warm-up, which launched it first
+            out.append("first use of these kernels in this process: the warm-up run launched "
+                       "them first, so the GPU time below does not count loading them")
         return out
 
     def device_lines(self) -> list[str]:
@@ -246,7 +249,8 @@ class RunReport:
             out.append("  in   no NumPy inputs moved")
         if self.warmup_seconds is not None:
             out.append(f"  warm-up run on {self._warmup_slice()}: {self._warmup_text()} "
-                       "(not counted below)")
+                       f"(not in the {'CPU' if self.on_host else 'GPU'} time below; the wall "
+                       "time includes it)")
         out.extend(f"  compile {line}" for line in self.compile_lines())
         out.append(f"  run  {self._timing_label()}: {self.gpu_seconds * 1e3:.2f} ms; "
                    f"wall {self.wall_seconds * 1e3:.1f} ms")

@@ -194,6 +194,10 @@ def test_a_warmup_that_compiled_says_so_in_its_line(fake):
                            "compiled in ")
     assert "(in the warm-up run)" in str(report)
     assert "less" not in str(report)  # nothing compiled inside the timed run
+    # the warm-up launched the kernel first: the timed run's GPU time pays no first load
+    assert "  compile first use of these kernels in this process: the warm-up run launched " \
+           "them first, so the GPU time below does not count loading them" in str(report)
+    assert "the GPU time also counts loading them" not in str(report)
 
 
 def test_the_cache_place_is_said_in_words(monkeypatch):
