@@ -169,7 +169,7 @@ class ClusterExecutor:
         held.append(spec_f)
         running = progress.current()
         progress.start(running.cell_label if running else filename, len(inputs.blocks),
-                       inputs.input_bytes)
+                       inputs.input_bytes, unit="block")
         t0 = time.perf_counter()
         futures, slotted, filled, infos = None, None, None, None
         if transport.kind == "shm":

@@ -27,7 +27,8 @@ __all__ = [
 @dataclass(frozen=True)
 class CellProgress:
     """The running cell: its label, batches done of total (0 when not batched), start time,
-    and the input bytes of the batches done (for a rate)."""
+    the input bytes of the batches done (for a rate), and what a step is called (``"batch"``;
+    ``"block"`` on a cluster, whose report speaks of blocks)."""
 
     cell_label: str
     batches_done: int
@@ -35,6 +36,12 @@ class CellProgress:
     started: float
     bytes_done: int = 0
     bytes_total: int = 0
+    unit: str = "batch"
+
+    @property
+    def units(self) -> str:
+        """The plural of :attr:`unit`: ``"batches"``, ``"blocks"``."""
+        return self.unit + ("es" if self.unit.endswith("ch") else "s")
 
     @property
     def elapsed(self) -> float:
@@ -55,13 +62,13 @@ def _tell(snapshot: CellProgress | None) -> None:
         listener(snapshot)
 
 
-def start(label: str, total: int = 0, nbytes: int = 0) -> CellProgress:
+def start(label: str, total: int = 0, nbytes: int = 0, unit: str = "batch") -> CellProgress:
     """Record that the cell ``label`` started, to run ``total`` batches (0: not batched)
-    over ``nbytes`` of input."""
+    over ``nbytes`` of input; ``unit``: what a step is called (``"block"`` on a cluster)."""
     global _current
     with _lock:
         _current = CellProgress(label, 0, max(0, int(total)), time.monotonic(),
-                                bytes_total=max(0, int(nbytes)))
+                                bytes_total=max(0, int(nbytes)), unit=unit)
         snapshot = _current
     _tell(snapshot)
     return snapshot

@@ -89,7 +89,7 @@ def _budget_and_cell(s: Sample, lines: dict[str, str]) -> dict[str, str]:
     used_of_budget = f" ({_pct(p.used, p.limit)} used)" if p.limit else ""
     lines["budget"] = f"{p.budget_text or s.budget}{used_of_budget}"
     if s.cell is not None:
-        done = (f", batch {s.cell.batches_done}/{s.cell.batches_total}"
+        done = (f", {s.cell.unit} {s.cell.batches_done}/{s.cell.batches_total}"
                 if s.cell.batches_total else "")
         lines["running"] = f"{s.cell.cell_label}{done}, {s.cell.elapsed:.1f} s so far"
     if s.errors:

@@ -78,7 +78,8 @@ class BatchProgressBar:
         return (f"<div class='cupy-magic-progress' style='font-family:monospace;font-size:90%'>"
                 f"<progress value='{snap.batches_done}' max='{snap.batches_total}' "
                 f"style='width:240px;vertical-align:middle'></progress> "
-                f"{html.escape(snap.cell_label)}: batch {snap.batches_done}/{snap.batches_total}"
+                f"{html.escape(snap.cell_label)}: {snap.unit} "
+                f"{snap.batches_done}/{snap.batches_total}"
                 f", {_rate(snap.bytes_done, seconds)} of input, {seconds:.1f} s</div>")
 
     def close(self, ok: bool) -> None:
@@ -88,10 +89,10 @@ class BatchProgressBar:
             return
         seconds = self._clock() - snap.started
         if ok:
-            text = (f"{snap.batches_total} batches, {_rate(snap.bytes_total, seconds)} of "
+            text = (f"{snap.batches_total} {snap.units}, {_rate(snap.bytes_total, seconds)} of "
                     f"input, in {seconds:.1f} s")
         else:
-            text = (f"stopped after batch {snap.batches_done} of {snap.batches_total} "
+            text = (f"stopped after {snap.unit} {snap.batches_done} of {snap.batches_total} "
                     f"({seconds:.1f} s)")
         self._draw(f"<div class='cupy-magic-progress' style='font-family:monospace;"
                    f"font-size:90%;color:#57606a'>{html.escape(text)}</div>")

@@ -285,3 +285,18 @@ def test_a_chained_error_on_a_worker_keeps_its_cause_and_context_as_in_a_plain_c
                      "KeyError" in shown, "----> 3" in shown.split("ValueError")[0]))
     assert seen[1] == seen[0]
     assert seen[0][4] == (sentence is not None)
+
+
+def test_the_progress_of_a_cluster_cell_counts_blocks_as_its_report_does(ip, joined, data):
+    from cupy_magic.run import progress
+
+    seen: list = []
+    progress.add_listener(seen.append)
+    try:
+        ip.run_cell_magic("gpu", "--quiet --to-host", "y = np.sqrt(xd) * 2\n")
+    finally:
+        progress.remove_listener(seen.append)
+    counted = [s for s in seen if s.batches_total]
+    assert counted and {s.unit for s in counted} == {"block"}
+    assert counted[-1].batches_done == counted[-1].batches_total == 4  # xd's 4 chunks
+    assert counted[-1].units == "blocks"

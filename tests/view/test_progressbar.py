@@ -99,3 +99,17 @@ def test_a_small_input_reads_in_mb_per_second_not_zero_gb() -> None:
     assert _rate(320_000, 0.5) == "0.6 MB/s"
     assert _rate(4 * 10**9, 2.5) == "1.6 GB/s"
     assert _rate(0, 1.0) == "-"
+
+
+def test_a_cluster_run_counts_blocks_in_the_bar_and_its_summary():
+    from dataclasses import replace
+
+    clock, screen = Clock(), Screen()
+    bar = BatchProgressBar(screen.show, clock)
+    clock.t = 103.0
+    bar(replace(snap(4), unit="block"))
+    assert "block 4/10" in screen.shown[0] and "batch" not in screen.shown[0]
+    bar(replace(snap(10), unit="block"))
+    clock.t = 104.0
+    bar.close(ok=True)
+    assert "10 blocks, " in screen.updates[-1]
