@@ -21,10 +21,6 @@ from diffkernel import Row, as_plain, diff_kernel, notebook_view
 pytestmark = pytest.mark.kernel
 __all__ = ["diff_kernel"]  # the module's kernel fixture
 
-# a %%gpu cell that compiles a new text changes the warning filters, so every module forgets
-# the warnings it showed once (IPython's "To exit" too); the next commit fixes it
-REGISTRY = (pytest.mark.xfail(strict=True, reason=(
-    "compile_cell's catch_warnings/simplefilter reset every module's once-registry")),)
 OUTS = ("_", "__", "Out.get({n})", "[k - {n} for k in sorted(Out)]")
 MPL = "import matplotlib.pyplot as plt\nplt.close('all')"
 
@@ -43,7 +39,7 @@ ROWS = [
     Row("library_warns_once", "shown_once = 1", probes=("lib.w()",), setup=(
         "import sys, types\nlib = sys.modules['lib'] = types.ModuleType('lib')\n"
         "exec('import warnings\\ndef w():\\n    warnings.warn(\\'lib: once\\')', "
-        "lib.__dict__)\nlib.w()"), marks=REGISTRY),
+        "lib.__dict__)\nlib.w()")),
     Row("fstring_debug", "v = 3\nprint(f'{v=}', f'{x.sum()=}', f'{x[1:3]=}')"),
     Row("help_len", "help(len)"),
     Row("shell_echo", "!echo hi"),
@@ -92,7 +88,7 @@ ROWS = [
             "a %%gpu cell runs synchronously: top-level await is refused in one line "
             "(README); a plain cell runs it as a coroutine")),)),
     # --- how the cell fails -----------------------------------------------------------------
-    Row("system_exit", "raise SystemExit", marks=REGISTRY),
+    Row("system_exit", "raise SystemExit"),
     Row("assert_false", "assert False, 'msg'"),
     Row("traceback_frames", "d = {}\nd['missing']", frames=True, marks=(pytest.mark.xfail(
         strict=True, reason=(
@@ -150,7 +146,7 @@ ROWS = [
         "by design: magics in the cell see its names (README), so %whos lists np as the "
         "ArrayModule in front of CuPy, and x as the device copy")),)),
     Row("execution_count_inside", "get_ipython().execution_count - len(In)"),
-    Row("sys_exit_zero", "sys.exit(0)", setup="import sys", marks=REGISTRY),
+    Row("sys_exit_zero", "sys.exit(0)", setup="import sys"),
     Row("clear_output", "from IPython.display import clear_output\nprint('gone')\n"
         "clear_output()\nprint('kept')"),
     Row("doc_string_first", "'the doc'\nv = 1\nprint(__doc__)", probes=("__doc__",)),
