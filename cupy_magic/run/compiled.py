@@ -15,11 +15,13 @@ import __future__
 
 import ast
 import codeop
+import contextlib
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import CodeType
+from typing import Any
 
 __all__ = ["SHOWS", "CompiledCell", "Transform", "compile_cell"]
 
@@ -134,8 +136,8 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
     expression's value), as ``shows`` says: one of :data:`SHOWS`, IPython's
     ``ast_node_interactivity`` (``last_expr`` by default, ``all`` shows every expression
     statement's value, ``none`` none; :func:`~.options.check_options` refuses any other).
-    A syntax error is raised as compiling raises it,
-    and nothing is kept; nor is a text whose compiling warns (each run warns again, as a
+    A syntax error is raised as compiling raises it, and nothing is kept; nor is a text
+    whose compiling shows a warning under the user's filters (each run warns again, as a
     plain cell's does). ``transform``: what the parsed cell goes through before it is
     compiled (IPython's ``shell.transform_ast``, its ``ast_transformers``); nothing is kept
     then either, as a transformer may give another tree each time.
@@ -151,14 +153,34 @@ def compile_cell(source: str, filename: str, compiler: codeop.Compile,
                 compiler.flags |= feature.compiler_flag
         cell = kept.renamed(filename)
     else:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with _noticed() as warned:  # under the user's filters, which it leaves untouched
             cell = _compiled(source, filename, compiler, shows)
-        if caught:  # compiled again under the user's filters, and not kept, so that every
-            # run warns (SyntaxWarning, DeprecationWarning) as a plain cell's does
-            cell = _compiled(source, filename, compiler, shows)
-        else:
+        if not warned:  # a text that warned is not kept: every run warns (SyntaxWarning,
+            # DeprecationWarning) as a plain cell's does
             _KEPT[key] = cell
             if len(_KEPT) > _KEEP:
                 _KEPT.popitem(last=False)
     return cell if split else replace(cell, body=None, last=None, displays=False)
+
+
+@contextlib.contextmanager
+def _noticed() -> Iterator[list[bool]]:
+    """Whether a warning was shown inside: ``warnings.showwarning`` passes it on and says so.
+
+    The filters are not touched: changing them (``catch_warnings``, ``simplefilter``) makes
+    Python forget which warnings every module has shown once, so that a library's warning a
+    plain cell showed once would show again after each new ``%%gpu`` cell.
+    """
+    shown: list[bool] = []
+    previous = warnings.showwarning
+
+    def show(*args: Any, **kwargs: Any) -> Any:
+        shown.append(True)
+        return previous(*args, **kwargs)
+
+    warnings.showwarning = show
+    try:
+        yield shown
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = previous
