@@ -114,8 +114,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if name in plan.overrides and value is plan.overrides[name]:
             continue
         wants_host = to_host is True or (host_names is not None and name in host_names)
-        if isinstance(value, np.ndarray) and not wants_host:
-            be.keep_on_device(value)
+        if not wants_host:
+            _keep_on_device(value, be)
         if wants_host:
             value = _to_host(value, be, shown)
         stuck = len(rehome.stuck)
@@ -151,6 +151,29 @@ def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any]
             stuck = len(rehome.stuck)
             rehome(value)
             report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
+
+
+_HOLDERS = (list, tuple, dict, set, frozenset)  # what a result's arrays are kept in
+_HELD_DEPTH = 4  # containers nested deeper are not looked into
+
+
+def _keep_on_device(value: Any, be: Backend, depth: int = 0) -> None:
+    """Note the arrays of a result, also those it holds in lists, tuples, dicts and sets
+    (``results = [y, z]``; a few levels deep), as living on the device: on the CPU fallback
+    they then count as the device's (``%vram_who``, the budget), as CuPy arrays would on a
+    GPU. A container whose items hold neither an array nor a container is not walked item
+    by item (its item types are collected in C)."""
+    if isinstance(value, np.ndarray):
+        be.keep_on_device(value)
+        return
+    if depth >= _HELD_DEPTH or not isinstance(value, _HOLDERS):
+        return
+    items = list(value.values()) if isinstance(value, dict) else list(value)
+    kinds = set(map(type, items))
+    if not any(issubclass(k, (np.ndarray, *_HOLDERS)) for k in kinds):
+        return
+    for item in items:
+        _keep_on_device(item, be, depth + 1)
 
 
 def _stuck_note(name: str, made: Any, value: Any) -> str:

@@ -198,3 +198,16 @@ def test_from_plain_python_with_a_namespace(ip):
     assert [h.path for h in report.holders] == ["z"] and report.holders[0].nbytes == MiB
     assert listed(backend.current())(ns["z"])
     assert cupy_magic.vram_free("z", ns).returned >= MiB and "z" not in ns
+
+
+def test_arrays_a_cell_keeps_in_containers_are_listed_and_counted(fresh):
+    ip = fresh
+    gpu(ip, "held = [np.ones(2 * 2**20 // 8), {'k': np.ones(3 * 2**20 // 8)}, (np.ones(8),)]\n"
+            "flat = [0.5] * 1000")
+    paths = by_path(cupy_magic.vram_holders(ip.user_ns))
+    assert paths["held[0]"].nbytes == 2 * MiB
+    assert paths["held[1]['k']"].nbytes == 3 * MiB
+    assert paths["held[2][0]"].nbytes == 64
+    # on the CPU fallback the budget counts them as the device's, as a GPU's pool would
+    if backend.current().name == "host":
+        assert backend.current().resident_bytes() >= 5 * MiB
