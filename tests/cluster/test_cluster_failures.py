@@ -1,0 +1,78 @@
+"""What a user on a shared server meets when the cluster misbehaves, on a real LocalCluster
+of 2 worker processes (their nannies restart a worker that dies): a worker process killed in
+the middle of a cell. Each is one line naming what happened and the fix; nothing is
+committed, no shared-memory segment is left beyond the ring, and the next cell runs."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+from cupy_magic.cluster import connect, shm
+
+da = pytest.importorskip("dask.array")
+
+SHM = "/dev/shm"
+
+
+def segments() -> set[str]:
+    """The shared-memory segments on this host that Python's SharedMemory made."""
+    return {n for n in os.listdir(SHM) if n.startswith("psm_")} if os.path.isdir(SHM) \
+        else set()
+
+
+def cell_tasks(client) -> list[str]:
+    """The scheduler's tasks made for %%gpu cells (their keys start with cupy-magic-)."""
+    return client.run_on_scheduler(
+        lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if "cupy-magic" in str(k)])
+
+
+def _settled(client, timeout: float = 20.0) -> list[str]:
+    end = time.monotonic() + timeout
+    while cell_tasks(client) and time.monotonic() < end:
+        time.sleep(0.1)
+    return cell_tasks(client)
+
+
+@pytest.fixture
+def x(ip, local_client):
+    local_client.wait_for_workers(2, timeout=60)  # restarted after an earlier test's kill
+    x = np.random.default_rng(3).random((1000, 4))
+    ip.user_ns.update(x=x, xd=da.from_array(x, chunks=(100, 4)))
+    return x
+
+
+# the block holding row 500 ends the process of whichever worker runs it
+KILLER = ("import os\nif XX[0, 0] == MARK:\n    os.kill(os.getpid(), 9)\ny = XX + 1\n")
+
+
+@pytest.mark.parametrize("how", ["--to-host --cluster --batch-rows 100", "--to-host"],
+                         ids=["shared-memory", "dask-input"])
+def test_a_worker_killed_mid_cell_is_one_line_naming_it_and_the_next_cell_runs(
+        ip, joined, x, how):
+    before = segments()
+    name = "xd" if "--cluster" not in how else "x"
+    ip.user_ns["MARK"] = x[500, 0]
+    started = set(connect.client().scheduler_info(n_workers=-1)["workers"])
+    ip.user_ns.pop("y", None)
+    with pytest.raises(UsageError) as err:
+        ip.run_cell_magic("gpu", f"--quiet {how}", KILLER.replace("XX", name))
+    msg = str(err.value)
+    assert "\n" not in msg and "nothing committed" in msg, msg
+    named = [w for w in started if w in msg]
+    assert named and ("died during the cell" in msg or "ended the process" in msg), msg
+    assert "block 6 of 10" in msg or "blocks" in msg, msg
+    assert "%gpu_cluster" in msg, msg
+    assert "y" not in ip.user_ns
+    assert _settled(joined) == []
+    joined.wait_for_workers(2, timeout=60)  # the nannies restarted what died
+    ip.run_cell_magic("gpu", f"--quiet {how}", f"y = {name} * 3\n")
+    np.testing.assert_array_equal(ip.user_ns.pop("y"), x * 3)
+    # the dead workers' slots are gone with the ring they belonged to; no segment is left
+    # beyond the ring of the workers there are now
+    assert segments() - before <= set(shm.slot_names())
+
