@@ -80,7 +80,7 @@ class ClusterExecutor:
     def __call__(self, plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                  to_host: Any, dtype: str | None, filename: str, be: Backend) -> None:
         __tracebackhide__ = True
-        client = connect.client()
+        client = connect.live()
         if client is None:
             raise CellError(self._no_cluster())
         if dtype is not None:

@@ -1,7 +1,7 @@
 """A cluster run that failed, as the kernel reports it: a block's own error (at the cell's
-line), a worker process that died while the cell ran (which worker, which block, the fix), or
-Ctrl-C; and letting go of what the workers hold for the cell, also when the client can no
-longer reach them.
+line), a worker process that died while the cell ran (which worker, which block, the fix), a
+cluster closed meanwhile, or Ctrl-C; and letting go of what the workers hold for the cell,
+also when the client can no longer reach them.
 
 A worker that dies mid-cell is something Dask survives: its tasks run again on the other
 workers (and the cell then simply finishes). When Dask gives up instead (the block's input
@@ -22,6 +22,7 @@ from typing import Any
 
 from ..backend import Backend
 from ..run.errors import CellError, at_cell_line, fail
+from . import connect
 from .worker import BlockFailed
 
 __all__ = ["BlockCancelled", "CellBlocks", "cancel", "explain"]
@@ -142,8 +143,8 @@ def _lost(exc: BaseException, client: Any, cell: CellBlocks) -> str:
 def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str, Any],
             client: Any, cell: CellBlocks) -> BaseException:
     """The error the cell raises for ``exc`` (the caller raises it): a block's own error at
-    its cell line with the block and worker as a note; one line for a worker that died;
-    Ctrl-C and the rest as a run in the kernel reports them."""
+    its cell line with the block and worker as a note; one line for a worker that died, or
+    a cluster closed meanwhile; Ctrl-C and the rest as a run in the kernel reports them."""
     if isinstance(exc, BlockFailed):
         new = exc.original
         note = f"{exc.where}; {TAIL}"
@@ -158,6 +159,9 @@ def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str,
     if isinstance(exc, KeyboardInterrupt):
         return fail(exc, be, 0, filename, "interrupted; the cell's futures on the cluster "
                     "cancelled, nothing committed", namespace=namespace)
+    if client.status != "running" and not isinstance(exc, CellError):
+        return at_cell_line(CellError(f"{connect.gone()}; the cell committed nothing"),
+                            filename, 1)
     if _is_lost(exc):
         return at_cell_line(CellError(_lost(exc, client, cell)), filename, 1)
     return fail(exc, be, 0, filename, f"the cluster run failed; {TAIL}", namespace=namespace)

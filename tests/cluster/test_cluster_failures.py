@@ -1,17 +1,20 @@
 """What a user on a shared server meets when the cluster misbehaves, on a real LocalCluster
 of 2 worker processes (their nannies restart a worker that dies): a worker process killed in
-the middle of a cell. Each is one line naming what happened and the fix; nothing is
-committed, no shared-memory segment is left beyond the ring, and the next cell runs."""
+the middle of a cell, a client or a cluster closed behind the extension's back. Each is one
+line naming what happened and the fix; nothing is committed, no shared-memory segment is
+left beyond the ring, and the next cell runs."""
 
 from __future__ import annotations
 
 import os
 import time
 
+import distributed
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
 
+import cupy_magic
 from cupy_magic.cluster import connect, shm
 
 da = pytest.importorskip("dask.array")
@@ -76,3 +79,49 @@ def test_a_worker_killed_mid_cell_is_one_line_naming_it_and_the_next_cell_runs(
     # beyond the ring of the workers there are now
     assert segments() - before <= set(shm.slot_names())
 
+
+def _clients(dask_scheduler) -> int:
+    return len(dask_scheduler.clients)
+
+
+def test_a_client_closed_behind_the_extensions_back_is_one_line_and_left(ip, local_client, x):
+    clients = local_client.run_on_scheduler(_clients)
+    cupy_magic.use_cluster(local_client.scheduler.address)  # the kernel's own client
+    address = local_client.scheduler.address
+    ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 100", "y = x + 1\n")
+    assert shm.slot_names()
+    before = segments() - set(shm.slot_names())
+    connect.client().close()
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 100", "z = x + 2\n")
+    msg = str(err.value)
+    assert "\n" not in msg and f"joined cluster at {address}) was closed outside" in msg, msg
+    assert "%gpu_cluster local" in msg and "z" not in ip.user_ns
+    assert time.monotonic() - t0 < 5
+    # left: its slots unlinked, show says none, the next cell runs in this kernel
+    assert shm.slot_names() == [] and segments() <= before
+    assert ip.run_line_magic("gpu_cluster", "show").kind == ""
+    ip.run_cell_magic("gpu", "--quiet --to-host", "z = x + 2\n")
+    np.testing.assert_array_equal(ip.user_ns.pop("z"), x + 2)
+    assert local_client.run_on_scheduler(_clients) == clients  # the kernel's client left
+
+
+def test_a_cluster_closed_behind_the_extensions_back_is_one_line_not_a_hang(ip, x):
+    cluster = distributed.LocalCluster(n_workers=0, host="127.0.0.1",
+                                       dashboard_address=None)
+    try:
+        ip.run_line_magic("gpu_cluster", cluster.scheduler_address)
+        address = cluster.scheduler_address
+    finally:
+        cluster.close()
+    t0 = time.monotonic()
+    for cell in (lambda: ip.run_line_magic("gpu_cluster", "show"),
+                 lambda: ip.run_cell_magic("gpu", "--quiet --cluster", "z = x + 2\n")):
+        with pytest.raises(UsageError) as err:
+            cell()
+        msg = str(err.value)
+        assert "\n" not in msg and address in msg and "does not answer" in msg, msg
+        assert "%gpu_cluster off" in msg
+    assert time.monotonic() - t0 < 5 and "z" not in ip.user_ns
+    assert ip.run_line_magic("gpu_cluster", "off").kind == ""
