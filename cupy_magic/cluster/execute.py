@@ -24,7 +24,7 @@ from ..run.plan import CellPlan
 from ..run.reduce import check_names, name_a_rule
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
-from .failure import CellBlocks, cancel, explain
+from .failure import CellBlocks, cancel, explain, unstick
 from .inputs import BlockInputs, cut_inputs, prepare, python_values, worker_addresses
 from .pipeline import check_done, run_through_slots
 from .report import ClusterRun
@@ -88,6 +88,7 @@ class ClusterExecutor:
                             f"input first (x = x.astype(np.float32)) or run with %gpu_cluster off")
         check_names(self.opts.reduce, plan.stored)
         self._check_rows(plan, namespace)
+        unstick(client)  # what a Ctrl-C in an earlier cell left in the client
         connect.ensure_budget(be)
         wall0 = time.perf_counter()
         held: list[Any] = []

@@ -25,7 +25,7 @@ from ..run.errors import CellError, at_cell_line, fail
 from . import connect
 from .worker import BlockFailed
 
-__all__ = ["BlockCancelled", "CellBlocks", "cancel", "explain"]
+__all__ = ["BlockCancelled", "CellBlocks", "cancel", "explain", "unstick"]
 
 _log = logging.getLogger(__name__)
 _BLOCK_KEY = re.compile(r"^cupy-magic-(?P<cell>[0-9a-f]+)-block-(?P<index>\d+)$")
@@ -83,6 +83,24 @@ def cancel(client: Any, held: list[Any]) -> None:
             client.cancel(futures)
         except Exception as exc:  # closed meanwhile: the scheduler forgets them itself
             _log.debug("cupy_magic: cancelling the cell's futures failed: %s", exc)
+
+
+def unstick(client: Any) -> None:
+    """Undo what a Ctrl-C can leave in ``distributed``'s client: a gather cancelled before
+    it started stays the client's pending gather (``Client._gather_future``), and every
+    later gather waits on it and fails (``UnboundLocalError`` from ``distributed.utils.sync``)
+    until the kernel restarts. A pending gather is never done, so a done one is dropped; in
+    the client's own event loop."""
+    if getattr(client, "status", "") != "running" or not hasattr(client, "_gather_future"):
+        return
+
+    async def drop() -> None:
+        pending = client._gather_future
+        if pending is not None and pending.done():
+            client._gather_future = client._gather_keys = None
+
+    with contextlib.suppress(Exception):  # the client's internals changed: nothing to undo
+        client.sync(drop)
 
 
 def _is_lost(exc: BaseException) -> bool:

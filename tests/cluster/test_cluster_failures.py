@@ -1,11 +1,13 @@
 """What a user on a shared server meets when the cluster misbehaves, on a real LocalCluster
 of 2 worker processes (their nannies restart a worker that dies): a worker process killed in
-the middle of a cell, a client or a cluster closed behind the extension's back. Each is one
-line naming what happened and the fix; nothing is committed, no shared-memory segment is
-left beyond the ring, and the next cell runs."""
+the middle of a cell, a client or a cluster closed behind the extension's back, a Ctrl-C
+that cancelled a gather. Each is one line naming what happened and the fix; nothing is
+committed, no shared-memory segment is left beyond the ring, and the next cell runs."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 
@@ -125,3 +127,28 @@ def test_a_cluster_closed_behind_the_extensions_back_is_one_line_not_a_hang(ip, 
         assert "%gpu_cluster off" in msg
     assert time.monotonic() - t0 < 5 and "z" not in ip.user_ns
     assert ip.run_line_magic("gpu_cluster", "off").kind == ""
+
+
+def test_a_gather_a_ctrl_c_cancelled_before_it_started_leaves_the_next_cell_working(
+        ip, joined, x):
+    """A Ctrl-C during ``Future.result()`` cancels distributed's gather as ``sync`` does;
+    cancelled before its first step, it stayed the client's pending gather and every later
+    gather of the kernel failed with ``UnboundLocalError`` until a restart."""
+    client = connect.client()
+    [f] = client.scatter([1], hash=False)
+
+    async def interrupted() -> bool:
+        task = asyncio.ensure_future(client._gather([f]))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if client._gather_future is not None:  # the gather is made, not started yet
+                task.cancel()  # as sync() does on KeyboardInterrupt
+                break
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return client._gather_future is not None and client._gather_future.cancelled()
+
+    assert client.sync(interrupted)  # the client is left as a Ctrl-C can leave it
+    ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 100", "y = x * 3\n")
+    np.testing.assert_array_equal(ip.user_ns.pop("y"), x * 3)
+    assert client.gather(f) == 1
