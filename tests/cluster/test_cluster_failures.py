@@ -152,3 +152,23 @@ def test_a_gather_a_ctrl_c_cancelled_before_it_started_leaves_the_next_cell_work
     ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 100", "y = x * 3\n")
     np.testing.assert_array_equal(ip.user_ns.pop("y"), x * 3)
     assert client.gather(f) == 1
+
+
+@pytest.mark.parametrize(("how", "fix"), [
+    ("--to-host --cluster --batch-rows 1", "give --batch-rows 2,000"),
+    ("--to-host", "give xt = xt.rechunk({0: 2000})")], ids=["numpy", "dask"])
+def test_thousands_of_tiny_blocks_are_refused_before_any_task_with_the_fix(
+        ip, joined, x, how, fix):
+    """5,000 blocks of one row took 18 to 50 s on these 2 workers (a task costs milliseconds)
+    for what NumPy does in one: refused at once, with block sizes that are not."""
+    t = np.random.default_rng(4).random((2000, 4))
+    ip.user_ns.update(t=t, xt=da.from_array(t, chunks=(1, 4)))
+    name = "xt" if "--cluster" not in how else "t"
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        ip.run_cell_magic("gpu", f"--quiet {how}", f"y = {name} + 1\n")
+    msg = str(err.value)
+    assert "\n" not in msg and f"{name} would run as 2,000 blocks of 32 B" in msg, msg
+    assert fix.replace(",", "") in msg.replace(",", ""), msg
+    assert time.monotonic() - t0 < 5 and cell_tasks(joined) == [] and "y" not in ip.user_ns
+
