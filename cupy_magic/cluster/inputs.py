@@ -178,9 +178,14 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                             f"{','.join(darrs)}")
     elif cut:
         chunks = block_sizes(numpy_in, cut, opts, max(1, len(workers)))
-    if not chunks or sum(chunks) == 0:
-        raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")
     names = [*darrs, *cut]
+    if not chunks or sum(chunks) == 0:
+        fix = f"compute it first ({names[0]} = {names[0]}.compute())" if darrs else \
+            "run the cell in this kernel (without --cluster)"
+        what = (f"the cell's batched input{'s' * (len(names) > 1)} {', '.join(names)} "
+                f"ha{'ve' if len(names) > 1 else 's'} 0 rows" if names
+                else "the cell reads no array to cut into blocks")
+        raise CellError(f"{what}: no block to run on the cluster; {fix}")
     check_blocks(chunks, sum(int(a.dtype.itemsize) * math.prod(a.shape[1:])
                              for a in darrs.values()) + row_bytes(numpy_in, cut), names,
                  bool(darrs))

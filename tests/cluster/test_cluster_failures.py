@@ -172,3 +172,13 @@ def test_thousands_of_tiny_blocks_are_refused_before_any_task_with_the_fix(
     assert fix.replace(",", "") in msg.replace(",", ""), msg
     assert time.monotonic() - t0 < 5 and cell_tasks(joined) == [] and "y" not in ip.user_ns
 
+
+@pytest.mark.parametrize("how", ["--to-host --cluster", "--to-host"], ids=["numpy", "dask"])
+def test_an_input_of_0_rows_is_one_line_naming_it_and_the_fix(ip, joined, x, how):
+    ip.user_ns.update(t=x[:0], xt=da.from_array(x[:0], chunks=(100, 4)))
+    name = "xt" if "--cluster" not in how else "t"
+    with pytest.raises(UsageError) as err:
+        ip.run_cell_magic("gpu", f"--quiet {how}", f"y = {name} + 1\n")
+    msg = str(err.value)
+    assert "\n" not in msg and f"batched input {name} has 0 rows" in msg, msg
+    assert ("xt = xt.compute()" if name == "xt" else "without --cluster") in msg, msg
