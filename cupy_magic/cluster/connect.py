@@ -25,7 +25,8 @@ from . import shm, transport
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
-           "WorkerFacts", "client", "close", "ensure_budget", "in_use", "status", "use"]
+           "WorkerFacts", "client", "close", "ensure_budget", "gone", "in_use", "live",
+           "status", "use"]
 
 CONNECT_TIMEOUT = 10  # seconds to reach a scheduler before giving up
 LOCAL_CPU_WORKERS = 2  # worker processes of ``local`` on the CPU fallback (at most the cores)
@@ -80,7 +81,7 @@ class ClusterStatus:
 # owned: this kernel opened the client (local, or an address), so leaving closes it; a
 # Client handed to use() is the caller's and stays open
 _state: dict[str, Any] = {"client": None, "cluster": None, "kind": "", "budget": None,
-                          "owned": False}
+                          "owned": False, "address": ""}
 
 
 def _distributed() -> Any:
@@ -114,8 +115,38 @@ def _sigint_ignored() -> Iterator[None]:
 
 def in_use() -> str:
     """Which cluster is in use, in words without asking its workers (``""`` for none)."""
+    return "" if _state["client"] is None else f"{_state['kind']} at {_state['address']}"
+
+
+def live() -> Any:
+    """The ``distributed.Client`` in use, checked to be connected; ``None`` for none.
+
+    Raises
+    ------
+    ClusterError
+        When its client is closed or reconnecting (:func:`gone` says why and the fix).
+    """
     c = _state["client"]
-    return "" if c is None else f"{_state['kind']} at {c.scheduler.address}"
+    if c is None or c.status == "running":
+        return c
+    raise ClusterError(gone())
+
+
+def gone() -> str:
+    """Why the cluster in use cannot be reached, with the fix. One whose client was closed
+    (``client.close()``, ``cluster.close()``) is left here, as ``%gpu_cluster off`` does;
+    one whose client is reconnecting is kept (its scheduler may come back)."""
+    c, where = _state["client"], in_use()
+    if c is not None and c.status in ("connecting", "newly-created"):
+        return (f"the scheduler of the cluster in use ({where}) does not answer (its client "
+                "is reconnecting: the scheduler was closed or the network is down); run the "
+                "cell again once it is back, or leave it with %gpu_cluster off and start one "
+                "with %gpu_cluster local")
+    close()
+    return (f"the cluster in use ({where}) was closed outside cupy_magic (its client is "
+            f"{getattr(c, 'status', 'gone')}: client.close() or cluster.close()); cupy_magic "
+            "has left it: start another with %gpu_cluster local, or join one with "
+            "%gpu_cluster tcp://HOST:8786")
 
 
 def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
@@ -196,12 +227,14 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
         cluster, kind = _start_local(be, n_workers)
         _state.update(cluster=cluster, client=_distributed().Client(cluster), kind=kind,
                       owned=True)
+        _state["address"] = str(_state["client"].scheduler.address)
         from .plugin import QuietPlugin  # its workers share this terminal: no block's log
 
         _state["client"].register_plugin(QuietPlugin(), name=QuietPlugin.name)
     else:
         joined, kind = _join(target, timeout)
-        _state.update(client=joined, kind=kind, owned=joined is not target)
+        _state.update(client=joined, kind=kind, owned=joined is not target,
+                      address=str(joined.scheduler.address))
     lifecycle.on_unload(close)
     ensure_budget(be, force=True)
     return status()
@@ -240,14 +273,15 @@ def ensure_budget(be: Backend, force: bool = False) -> None:
 
 
 def status() -> ClusterStatus:
-    """The cluster in use and its workers (asks each worker), or an empty status."""
-    c = _state["client"]
+    """The cluster in use and its workers (asks each worker), or an empty status; a
+    :class:`ClusterError` when it cannot be reached (:func:`live`)."""
+    c = live()
     if c is None:
         return ClusterStatus()
     facts = c.run(worker_facts)
     workers = [WorkerFacts(addr, f["backend"], f["device"], f["total_bytes"], f["budget"],
                            f["nthreads"]) for addr, f in sorted(facts.items())]
-    return ClusterStatus(_state["kind"], str(c.scheduler.address), workers)
+    return ClusterStatus(_state["kind"], _state["address"], workers)
 
 
 def close() -> None:
@@ -255,7 +289,7 @@ def close() -> None:
     close the client this kernel opened (``local`` or an address; a ``Client`` passed in
     stays open) and the cluster it started."""
     c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
-    _state.update(client=None, cluster=None, kind="", budget=None, owned=False)
+    _state.update(client=None, cluster=None, kind="", budget=None, owned=False, address="")
     transport.forget()
     shm.release()  # the workers close their slots while the client still reaches them
     if c is not None and owned:

@@ -19,11 +19,12 @@ import numpy as np
 from ..backend import Backend
 from ..run import progress
 from ..run.batching import RULES, BatchOptions, check_rows
-from ..run.errors import CellError, at_cell_line, fail
+from ..run.errors import CellError
 from ..run.plan import CellPlan
 from ..run.reduce import check_names, name_a_rule
 from ..run.report import InputMove, OutputInfo, RunReport
 from . import connect, shm
+from .failure import CellBlocks, cancel, explain, unstick
 from .inputs import BlockInputs, cut_inputs, prepare, python_values, worker_addresses
 from .pipeline import check_done, run_through_slots
 from .report import ClusterRun
@@ -79,7 +80,7 @@ class ClusterExecutor:
     def __call__(self, plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                  to_host: Any, dtype: str | None, filename: str, be: Backend) -> None:
         __tracebackhide__ = True
-        client = connect.client()
+        client = connect.live()
         if client is None:
             raise CellError(self._no_cluster())
         if dtype is not None:
@@ -87,18 +88,20 @@ class ClusterExecutor:
                             f"input first (x = x.astype(np.float32)) or run with %gpu_cluster off")
         check_names(self.opts.reduce, plan.stored)
         self._check_rows(plan, namespace)
+        unstick(client)  # what a Ctrl-C in an earlier cell left in the client
         connect.ensure_budget(be)
         wall0 = time.perf_counter()
         held: list[Any] = []
-        cell_id = uuid.uuid4().hex[:8]
+        # the workers now, one scheduler query: blocks are dealt over them, and a failure
+        # names those that left meanwhile
+        cell = CellBlocks(uuid.uuid4().hex[:8], worker_addresses(client))
         failure, own = None, False
         try:
-            results, info = self._run(client, plan, namespace, filename, be, held, cell_id,
+            results, info = self._run(client, plan, namespace, filename, be, held, cell,
                                       to_host)
         except BaseException as exc:
-            client.cancel(held)  # queued, running and finished blocks, scattered inputs
-            held.clear()
-            failure = self._failure(exc, be, filename, namespace)
+            cancel(client, held)  # queued, running and finished blocks, scattered inputs
+            failure = explain(exc, be, filename, namespace, client, cell)
             own = isinstance(exc, BlockFailed)
         finally:
             progress.finish()
@@ -145,16 +148,17 @@ class ClusterExecutor:
         return str(arr.dtype) if arr is not None else ""
 
     def _run(self, client: Any, plan: CellPlan, namespace: dict[str, Any], filename: str,
-             be: Backend, held: list[Any], cell_id: str,
+             be: Backend, held: list[Any], cell: CellBlocks,
              to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
         import dask
 
-        workers = () if self.darrs else worker_addresses(client)  # one scheduler query
+        workers, cell_id = () if self.darrs else cell.workers, cell.cell_id
         transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host,
                            workers)
         inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
                          self.scatter_numpy, be, workers, local=transport.kind == "shm")
         held.extend(inputs.futures)
+        cell.starts, cell.sizes = tuple(inputs.starts), tuple(inputs.sizes)
         values = python_values(self.source, namespace, plan, be,
                                {*inputs.batched, *inputs.shared})
         # an input the cell changes in place gets a copy per block, like a batched input
@@ -206,8 +210,8 @@ class ClusterExecutor:
 
     def _drop_shared(self, client: Any) -> None:
         """Drop the workers' device copies of the cell's shared inputs (the cell ended)."""
-        if self.shared_keys:
-            keys, self.shared_keys = self.shared_keys, []
+        keys, self.shared_keys = self.shared_keys, []
+        if keys and client.status == "running":  # a closed cluster's workers hold nothing
             client.run(drop_shared, keys, on_error="ignore")  # a worker gone holds none
 
     def _wait(self, futures: list[Any], inputs: BlockInputs) -> None:
@@ -218,24 +222,6 @@ class ClusterExecutor:
         for f in as_completed(futures):
             check_done(f)
             progress.step(1, per_block)
-
-    def _failure(self, exc: BaseException, be: Backend, filename: str,
-                 namespace: dict[str, Any]) -> BaseException:
-        tail = "its futures cancelled, nothing committed"
-        if isinstance(exc, BlockFailed):
-            new = exc.original
-            note = f"{exc.where}; {tail}"
-            if isinstance(new, CellError):
-                new.args = (f"{new.args[0]} ({note})",)
-            elif hasattr(new, "add_note"):
-                new.add_note(note)
-            for link, _, _, _, line in exc.links[1:]:  # what it was raised from: at its line
-                if link.__traceback__ is None and line is not None:
-                    at_cell_line(link, filename, line)
-            return at_cell_line(new, filename, exc.line)
-        where = ("interrupted; the cell's futures on the cluster cancelled, nothing committed"
-                 if isinstance(exc, KeyboardInterrupt) else f"the cluster run failed; {tail}")
-        return fail(exc, be, 0, filename, where, namespace=namespace)
 
     # --- results ------------------------------------------------------------------------
     def _results(self, futures: list[Any] | None, infos: list[dict[str, Any]],

@@ -20,11 +20,19 @@ from ..run.batching import BatchOptions, select_inputs
 from ..run.errors import CellError
 from ..run.names import cell_names
 from ..run.plan import CellPlan
+from ..units import format_bytes
 
-__all__ = ["BLOCK_BYTES", "BlockInputs", "block_sizes", "cut_inputs", "dask_inputs",
-           "is_dask_array", "prepare", "read_values", "row_bytes", "worker_addresses"]
+__all__ = ["BLOCK_BYTES", "MANY_BLOCKS", "SMALL_BLOCK", "BlockInputs", "block_sizes",
+           "check_blocks", "cut_inputs", "dask_inputs", "is_dask_array", "prepare",
+           "read_values", "row_bytes", "worker_addresses"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
+# Each block is a task: the scheduler, the worker and this kernel spend milliseconds on it
+# (5,000 blocks of one row took 18 s through shared memory, 46 s scattered, 50 s as a Dask
+# array's chunks on 2 local workers, for work NumPy does in a millisecond). More blocks than
+# MANY_BLOCKS, of less than SMALL_BLOCK input each on average, are refused with the fix.
+MANY_BLOCKS = 1000
+SMALL_BLOCK = 1 << 20
 
 
 def is_dask_array(value: Any) -> bool:
@@ -96,6 +104,24 @@ def _align(darrs: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, Any]]:
                     for n, a in darrs.items()}
 
 
+def check_blocks(chunks: tuple[int, ...], row_nbytes: int, names: Iterable[str],
+                 dask: bool) -> None:
+    """Refuse a cell cut into more than :data:`MANY_BLOCKS` blocks of less than
+    :data:`SMALL_BLOCK` each (rows ``chunks`` of ``row_nbytes`` bytes of the inputs
+    ``names``; ``dask``: the first is a Dask input, rechunked as the fix)."""
+    n, total = len(chunks), sum(chunks)
+    per = total * row_nbytes // max(n, 1)
+    if n <= MANY_BLOCKS or per >= SMALL_BLOCK:
+        return
+    names = list(names)
+    rows = min(total, max(-(-total // MANY_BLOCKS), -(-SMALL_BLOCK // max(row_nbytes, 1))))
+    fix = f"{names[0]} = {names[0]}.rechunk({{0: {rows}}})" if dask else f"--batch-rows {rows}"
+    raise CellError(f"{', '.join(names)} would run as {n:,} blocks of {format_bytes(per)} on "
+                    "average; each block is a task costing the scheduler milliseconds, more "
+                    f"than its work: give {fix} (at most {MANY_BLOCKS:,} blocks, or blocks of "
+                    f"at least {format_bytes(SMALL_BLOCK)}), or run the cell in this kernel")
+
+
 def worker_addresses(client: Any) -> tuple[str, ...]:
     """The addresses of the cluster's workers, sorted (the blocks are dealt over them)."""
     return tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
@@ -152,8 +178,17 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
                             f"{','.join(darrs)}")
     elif cut:
         chunks = block_sizes(numpy_in, cut, opts, max(1, len(workers)))
+    names = [*darrs, *cut]
     if not chunks or sum(chunks) == 0:
-        raise CellError("the cell's batched inputs have 0 rows; nothing to run on the cluster")
+        fix = f"compute it first ({names[0]} = {names[0]}.compute())" if darrs else \
+            "run the cell in this kernel (without --cluster)"
+        what = (f"the cell's batched input{'s' * (len(names) > 1)} {', '.join(names)} "
+                f"ha{'ve' if len(names) > 1 else 's'} 0 rows" if names
+                else "the cell reads no array to cut into blocks")
+        raise CellError(f"{what}: no block to run on the cluster; {fix}")
+    check_blocks(chunks, sum(int(a.dtype.itemsize) * math.prod(a.shape[1:])
+                             for a in darrs.values()) + row_bytes(numpy_in, cut), names,
+                 bool(darrs))
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
     blocks: list[dict[str, Any]] = [{} for _ in chunks]
     for name, arr in darrs.items():

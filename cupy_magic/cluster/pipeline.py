@@ -22,7 +22,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..run import progress
-from ..run.errors import CellError
+from .failure import BlockCancelled
 from .inputs import BlockInputs, row_bytes
 from .shm import Ring, Slot, copy_rows
 from .slots import ALIGN, HEADER, SlotTask, align, run_slot_block
@@ -88,9 +88,8 @@ def check_done(future: Any) -> None:
     """Raise the error of a block's finished ``future``, or say that it was cancelled."""
     if future.status == "error":
         raise future.exception()
-    if future.status == "cancelled":
-        raise CellError("a block of the cell was cancelled on the cluster (a worker left?); "
-                        "run the cell again")
+    if future.status == "cancelled":  # named with the workers that left: failure.explain
+        raise BlockCancelled(str(future.key))
 
 
 def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,

@@ -1,0 +1,185 @@
+"""A cluster run that failed, as the kernel reports it: a block's own error (at the cell's
+line), a worker process that died while the cell ran (which worker, which block, the fix), a
+cluster closed meanwhile, or Ctrl-C; and letting go of what the workers hold for the cell,
+also when the client can no longer reach them.
+
+A worker that dies mid-cell is something Dask survives: its tasks run again on the other
+workers (and the cell then simply finishes). When Dask gives up instead (the block's input
+was only on the dead worker, or every worker that ran a block died), its error names a key
+and a state, not the cell: :func:`explain` turns it into one line that says which worker
+left, while running which block, and what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import contextlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..backend import Backend
+from ..run.errors import CellError, at_cell_line, fail
+from . import connect
+from .worker import BlockFailed
+
+__all__ = ["BlockCancelled", "CellBlocks", "cancel", "explain", "unstick"]
+
+_log = logging.getLogger(__name__)
+_BLOCK_KEY = re.compile(r"^cupy-magic-(?P<cell>[0-9a-f]+)-block-(?P<index>\d+)$")
+TAIL = "its futures cancelled, nothing committed"
+AGAIN = ("run the cell again (a local cluster's nanny restarts a dead worker; %gpu_cluster "
+         "show lists the workers)")
+
+
+class BlockCancelled(CellError):
+    """A block's future was cancelled on the cluster (a worker left, or another client
+    cancelled it); :func:`explain` says which."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key} was cancelled on the cluster")
+        self.key = key
+
+
+@dataclass
+class CellBlocks:
+    """What a failure message names: the cell's blocks and the workers it started with."""
+
+    cell_id: str
+    workers: tuple[str, ...] = ()
+    starts: tuple[int, ...] = ()
+    sizes: tuple[int, ...] = ()
+
+    def index(self, key: Any) -> int | None:
+        """The block a task key runs (from 0), or ``None`` for another key."""
+        m = _BLOCK_KEY.match(str(key))
+        return int(m["index"]) if m is not None and m["cell"] == self.cell_id else None
+
+    def blocks(self, keys: Any) -> str:
+        """``block 6 of 10 (rows 500:600)``, or ``blocks 2, 4, 6 of 10``, for the task keys
+        ``keys`` (those of other tasks left out); ``""`` for none of the cell's blocks."""
+        return self.named({i for i in map(self.index, keys) if i is not None})
+
+    def named(self, indices: set[int]) -> str:
+        """:meth:`blocks` for the blocks ``indices`` (from 0)."""
+        found = sorted(indices)
+        of = f" of {len(self.starts)}" if self.starts else ""
+        if len(found) != 1:
+            return f"blocks {', '.join(str(i + 1) for i in found)}{of}" if found else ""
+        i = found[0]
+        rows = (f" (rows {self.starts[i]:,}:{self.starts[i] + self.sizes[i]:,})"
+                if i < len(self.starts) else "")
+        return f"block {i + 1}{of}{rows}"
+
+
+def cancel(client: Any, held: list[Any]) -> None:
+    """Cancel the cell's futures (blocks, scattered inputs), so the workers keep nothing of
+    it; nothing to cancel where the client is closed (the scheduler dropped them)."""
+    futures, held[:] = list(held), []
+    if futures and client.status == "running":
+        try:
+            client.cancel(futures)
+        except Exception as exc:  # closed meanwhile: the scheduler forgets them itself
+            _log.debug("cupy_magic: cancelling the cell's futures failed: %s", exc)
+
+
+def unstick(client: Any) -> None:
+    """Undo what a Ctrl-C can leave in ``distributed``'s client: a gather cancelled before
+    it started stays the client's pending gather (``Client._gather_future``), and every
+    later gather waits on it and fails (``UnboundLocalError`` from ``distributed.utils.sync``)
+    until the kernel restarts. A pending gather is never done, so a done one is dropped; in
+    the client's own event loop."""
+    if getattr(client, "status", "") != "running" or not hasattr(client, "_gather_future"):
+        return
+
+    async def drop() -> None:
+        pending = client._gather_future
+        if pending is not None and pending.done():
+            client._gather_future = client._gather_keys = None
+
+    with contextlib.suppress(Exception):  # the client's internals changed: nothing to undo
+        client.sync(drop)
+
+
+def _is_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says a block or the cell's data went with a worker."""
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, (BlockCancelled, KilledWorker, cf.CancelledError,
+                            asyncio.CancelledError))
+
+
+def _left(client: Any, cell: CellBlocks) -> dict[str, set[int]]:
+    """The workers the cell started with that are gone now, with the blocks each had when
+    the scheduler removed it (its events: running or queued there)."""
+    try:
+        now = set(client.scheduler_info(n_workers=-1)["workers"])
+    except Exception:  # the scheduler does not answer either: say nothing of workers
+        return {}
+    left: dict[str, set[int]] = {}
+    for address in (w for w in cell.workers if w not in now):
+        left[address] = set()
+        with contextlib.suppress(Exception):  # no events kept: the worker alone is named
+            for _, msg in client.get_events(address):
+                if isinstance(msg, dict) and msg.get("action") == "remove-worker":
+                    left[address] = {i for i in map(cell.index, msg.get("processing-tasks",
+                                                                         ())) if i is not None}
+    return left
+
+
+def _lost(exc: BaseException, client: Any, cell: CellBlocks) -> str:
+    """The one line for a block or input lost with its worker."""
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(exc, KilledWorker):
+        last = getattr(exc.last_worker, "address", exc.last_worker)
+        what = cell.blocks([exc.task]) or f"the task {exc.task}"
+        return (f"{what} ended the process of every worker that ran it ({exc.allowed_failures + 1}"
+                f", the last {last}): out of memory, or a crash in native code?; {TAIL}; run it "
+                "in this kernel to see the error (%gpu_cluster off), or give smaller blocks "
+                "(--batch-rows)")
+    left = _left(client, cell)
+    key = getattr(exc, "key", None)
+    if not left:
+        what = cell.blocks([key]) if key is not None else ""
+        return (f"{what or 'a block of the cell'} was cancelled on the cluster (a worker left, "
+                f"or another client cancelled it); {TAIL}; {AGAIN}")
+    parts = [address + (f" (with {cell.named(ix)})" if ix else "") for address, ix in left.items()]
+    many = len(parts) > 1
+    died = f"worker{'s' * many} {' and '.join(parts)} died during the cell"
+    common = set.intersection(*left.values()) if many else set()
+    if common:  # the same block on every worker that died: the block may end them itself
+        return (f"{died}: {cell.named(common)} was on each, and may end its worker's process "
+                f"itself (out of memory? a crash in native code?); {TAIL}; run it in this "
+                "kernel to see (%gpu_cluster off), or give smaller blocks (--batch-rows)")
+    return (f"{died} (killed, out of memory, or {'their' if many else 'its'} host went "
+            f"away?); {TAIL}; {AGAIN}")
+
+
+def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str, Any],
+            client: Any, cell: CellBlocks) -> BaseException:
+    """The error the cell raises for ``exc`` (the caller raises it): a block's own error at
+    its cell line with the block and worker as a note; one line for a worker that died, or
+    a cluster closed meanwhile; Ctrl-C and the rest as a run in the kernel reports them."""
+    if isinstance(exc, BlockFailed):
+        new = exc.original
+        note = f"{exc.where}; {TAIL}"
+        if isinstance(new, CellError):
+            new.args = (f"{new.args[0]} ({note})",)
+        elif hasattr(new, "add_note"):
+            new.add_note(note)
+        for link, _, _, _, line in exc.links[1:]:  # what it was raised from: at its line
+            if link.__traceback__ is None and line is not None:
+                at_cell_line(link, filename, line)
+        return at_cell_line(new, filename, exc.line)
+    if isinstance(exc, KeyboardInterrupt):
+        return fail(exc, be, 0, filename, "interrupted; the cell's futures on the cluster "
+                    "cancelled, nothing committed", namespace=namespace)
+    if client.status != "running" and not isinstance(exc, CellError):
+        return at_cell_line(CellError(f"{connect.gone()}; the cell committed nothing"),
+                            filename, 1)
+    if _is_lost(exc):
+        return at_cell_line(CellError(_lost(exc, client, cell)), filename, 1)
+    return fail(exc, be, 0, filename, f"the cluster run failed; {TAIL}", namespace=namespace)
