@@ -127,7 +127,7 @@ class ClusterExecutor:
         why = (f"the Dask input{'s' * (len(self.darrs) > 1)} {', '.join(self.darrs)} run in "
                "blocks on the cluster" if self.darrs else "--cluster runs the cell in blocks")
         check_rows(self.source, {**plan.inputs, **self.darrs}, cut, namespace,
-                   plan.module_names, why, asked=True)
+                   plan.module_names, why, asked=True, rules=self.opts.reduce)
 
     def _no_cluster(self) -> str:
         """Why the cell cannot run: it needs a cluster and none is in use; how to get one."""

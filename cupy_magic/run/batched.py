@@ -18,6 +18,7 @@ import numpy as np
 from ..backend import Backend
 from ..backend.compiles import timed
 from ..backend.streams import make_engine
+from ..units import short_repr
 from . import progress
 from .batching import (
     RULES,
@@ -133,6 +134,8 @@ class BatchRun:
             if not is_array:
                 if isinstance(value, np.generic):  # data: a per-batch reduction needs a rule
                     raise CellError(self._no_rule(name, value, rows))
+                if name in self.plan.over_rows:  # n = len(x): a batch's, even if all agree
+                    raise CellError(self._no_rule(name, value, rows, over=True))
                 if not (callable(value) or isinstance(value, types.ModuleType)):
                     # numbers, strings, lists...: kept only if every batch agrees on them
                     self._same_in_every_batch(name, value, i)
@@ -185,14 +188,19 @@ class BatchRun:
             same = False
         if not same:
             raise CellError(
-                f"the cell's result {name!r} is {first!r} in batch {j + 1} but {value!r} in "
-                f"batch {i + 1}: it depends on the batch, so the batches' values cannot be "
-                f"joined; {name_a_rule(name)}")
+                f"the cell's result {name!r} is {short_repr(first)} in batch {j + 1} but "
+                f"{short_repr(value)} in batch {i + 1}: it depends on the batch, so the "
+                f"batches' values cannot be joined; {name_a_rule(name)}")
 
-    def _no_rule(self, name: str, value: Any, rows: int) -> str:
+    def _no_rule(self, name: str, value: Any, rows: int, over: bool = False) -> str:
         shape = getattr(value, "shape", None)
         what = (f"{type(value).__module__.split('.')[0]} array {value.dtype} {tuple(shape)}"
                 if shape is not None else type(value).__name__)
+        if over:  # a number the row check saw made over the batch's rows (len(x), a total)
+            return (f"the cell's result {name!r} ({what} {short_repr(value)}) is a value over "
+                    f"the batch's {rows} rows (a count, a total, a test of one), not over "
+                    f"all rows, so it cannot be kept; {name_a_rule(name)}, or del {name} at "
+                    "the end of the cell")
         return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
                 f"rows, so the batches' values cannot be joined; {name_a_rule(name)}")
 

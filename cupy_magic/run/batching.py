@@ -28,7 +28,7 @@ from .batchcost import (
 )
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
-from .rowwise import XP_NAMES, row_mixing
+from .rowwise import XP_NAMES, check_cell
 
 __all__ = [
     "COST_SHARE",
@@ -269,17 +269,22 @@ class BatchPlan:
 
 def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
                namespace: Mapping[str, Any], xp: Iterable[str], reason: str,
-               asked: bool) -> None:
+               asked: bool, rules: Mapping[str, str] | None = None) -> frozenset[str]:
     """Refuse a batched run that would give other results than the whole cell.
 
     ``asked``: batched on request (``--batch``, ``--devices``, a cluster), where only a
     certain mix stops the cell; otherwise (batched because the inputs exceed the budget)
     any place the check cannot follow stops it too, naming ``--batch`` as the way to promise.
+    ``rules``: the ``--reduce`` rules, each checked against what its result holds. Returns
+    the names the cell leaves holding a value over a batch's rows without a rule
+    (:attr:`.rowwise.RowCheck.over_rows`): the batched run keeps none of them.
     """
-    found = row_mixing(source, {n: np.ndim(inputs[n]) for n in batched},
+    check = check_cell(source, {n: np.ndim(inputs[n]) for n in batched}, rules or {},
                        (*xp, *XP_NAMES),
                        lambda name: type(namespace.get(name)).__name__ == "ufunc",
-                       lambda name: _definition(namespace.get(name)))
+                       lambda name: _definition(namespace.get(name)),
+                       lambda name: _generator(namespace.get(name)))
+    found = check.found
     certain = next((m for m in found if m.certain), None)
     if certain is not None:
         whole = ("run it whole, without --batch, --devices or --cluster" if asked else
@@ -295,6 +300,14 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
                         f"{found[0].describe()}; if that holds, run %%gpu --batch "
                         "(batch=BatchOptions(forced=True) from Python), else a larger "
                         "%vram_budget (cupy_magic.set_budget from Python)")
+    return check.over_rows
+
+
+def _generator(obj: Any) -> bool:
+    """Whether ``obj`` is a random generator (NumPy's or CuPy's): each batch would draw
+    its own numbers from it."""
+    module = type(obj).__module__ or ""
+    return module.split(".")[0] in ("numpy", "cupy") and ".random" in module
 
 
 def _definition(obj: Any) -> ast.FunctionDef | None:

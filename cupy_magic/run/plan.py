@@ -88,6 +88,10 @@ class CellPlan:
     last_name
         The namespace's last name when the cell was planned (``""``: it had none; ``None``:
         not known); names put into it after, while the cell ran, are not the cell's deletions.
+    over_rows
+        In a batched run, the names the row check found holding a value over a batch's rows
+        without a ``--reduce`` rule (:func:`~.batching.check_rows`): none of them is kept,
+        even where every batch gives the same number.
     """
 
     code: CodeType
@@ -100,6 +104,7 @@ class CellPlan:
     compat: CompatRecord | None = None
     displays: bool = False
     last_name: str | None = None
+    over_rows: frozenset[str] = frozenset()
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import ast
 
-from ..syncs.values import imported, names
+from ..syncs.values import attr_path, imported, names
 from . import rowvocab as vocab
-from .rowvocab import CLEAN, MIXED, NROWS, ROWS, SHAPE, Kind, _join, _pairs
+from .rowrules import Tag, tag_of
+from .rowvocab import CLEAN, MIXED, NROWS, ROWS, SHAPE, Kind, RowMix, _join, _pairs
 
+ROWS_TAG = frozenset({"=rows"})  # a value with a row axis: gathered, joined by no rule
 __all__ = ["Statements"]
 
 
@@ -21,6 +23,10 @@ class Statements:
     functions: dict[str, ast.FunctionDef]
     aliases: dict[str, str]
     xp: set[str]
+    random_modules: set[str]
+    found: list[RowMix]
+    tags: dict[str, Tag]
+    assigned: dict[str, int]
 
     def expr(self, node: ast.expr | None, env: dict[str, Kind]) -> Kind:
         raise NotImplementedError
@@ -47,7 +53,13 @@ class Statements:
             self.functions[s.name] = s
         elif isinstance(s, (ast.Import, ast.ImportFrom)):
             for bound, module, name in imported(s):
-                if name is not None and module.split(".")[0] in vocab.ARRAY_MODULES:
+                if "random" in (*module.split("."), name) and \
+                        module.split(".")[0] in vocab.ARRAY_MODULES:
+                    if name is None or name == "random":
+                        self.random_modules.add(bound)  # import numpy.random as npr
+                    else:
+                        self.aliases[bound] = f"random.{name}"  # from numpy.random import rand
+                elif name is not None and module.split(".")[0] in vocab.ARRAY_MODULES:
                     self.aliases[bound] = name  # from numpy import sqrt
                 elif (name or module).split(".")[0] in vocab.ARRAY_MODULES:
                     self.xp.add(bound)  # import numpy as np, import scipy.special
@@ -56,15 +68,20 @@ class Statements:
             pairs = _pairs(s.targets, s.value)
             if pairs:  # a, b = x.mean(axis=0), x * 2: each its own
                 for target, value in pairs:
-                    self.bind(target, self.expr(value, env), env)
+                    self.assign(target, value, value, env)
                 return None
-            kind = self.expr(s.value, env)
-            for target in s.targets:
+            kind = self.assign(s.targets[0], s.value, s.value, env)
+            for target in s.targets[1:]:
                 self.bind(target, kind, env)
         elif isinstance(s, ast.AnnAssign) and s.value is not None:
-            self.bind(s.target, self.expr(s.value, env), env)
+            self.assign(s.target, s.value, s.value, env)
         elif isinstance(s, ast.AugAssign):
+            load = ast.Name(s.target.id, ast.Load()) if isinstance(s.target, ast.Name) else None
+            both = s.value if load is None else ast.copy_location(
+                ast.BinOp(load, s.op, s.value), s)
+            before = len(self.found)
             kind = _join(self.expr(s.target, env), self.expr(s.value, env), node=s, walker=self)
+            self.remember(s.target, both, kind, before, env)
             self.bind(s.target, kind, env)
         elif isinstance(s, ast.Return):
             return self.expr(s.value, env) if s.value is not None else (CLEAN, None)
@@ -75,7 +92,10 @@ class Statements:
             if it[0] == ROWS:
                 self.mix(s, "loops over the rows of a batched input: a batch's loop sees only "
                          "its rows", certain=False)
-            self.bind(s.target, (CLEAN, None), env)
+            counted = isinstance(s.iter, ast.Call) and attr_path(s.iter.func) == ["range"] and \
+                any(self.quiet(a, env)[0] == NROWS for a in s.iter.args)
+            self.bind(s.target, (NROWS if counted else CLEAN, None), env)  # range(len(x))
+            self.remember(s.target, s.iter, (CLEAN, None), None, env)  # no tag
             for _ in range(2):  # twice: a name the loop carries to its next turn
                 self.block(s.body, env)
             self.block(s.orelse, env)
@@ -114,7 +134,46 @@ class Statements:
             env[name] = next((k for rank in (MIXED, NROWS, ROWS, SHAPE) for k in kinds
                               if k[0] == rank), (CLEAN, None))
 
+    def assign(self, target: ast.expr, node: ast.expr, value: ast.expr,
+               env: dict[str, Kind]) -> Kind:
+        """``target = value``: its kind bound, and at the cell's top level the rules that
+        join it (:mod:`.rowrules`) and its line remembered."""
+        before = len(self.found)
+        kind = self.expr(value, env)
+        self.remember(target, node, kind, before, env)
+        self.bind(target, kind, env)
+        return kind
+
+    def remember(self, target: ast.expr, node: ast.expr, kind: Kind, before: int | None,
+                 env: dict[str, Kind]) -> None:
+        """A top-level name's line and tag; ``before``: the places found before its value
+        was read (a doubt in it leaves its tag unknown; ``None``: unknown anyway)."""
+        if self.depth:
+            return
+        doubt = before is None or any(not m.certain for m in self.found[before:])
+        for name in names(target):
+            self.assigned[name] = getattr(target, "lineno", 1)
+            if doubt or not isinstance(target, ast.Name):
+                self.tags[name] = None
+            elif kind[0] == ROWS:
+                self.tags[name] = ROWS_TAG
+            else:
+                self.tags[name] = tag_of(node, env, self.tags, lambda n: self.quiet(n, env))
+
+    def quiet(self, node: ast.expr, env: dict[str, Kind]) -> Kind:
+        """``node``'s kind, recording no place and binding no name."""
+        before = len(self.found)
+        try:
+            return self.expr(node, dict(env))
+        finally:
+            del self.found[before:]
+
     def bind(self, target: ast.expr, kind: Kind, env: dict[str, Kind]) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)) and kind[0] == SHAPE and \
+                not any(isinstance(e, ast.Starred) for e in target.elts):
+            for i, elt in enumerate(target.elts):  # rows, cols = x.shape
+                self.bind(elt, (NROWS if i == 0 else CLEAN, None), env)
+            return
         if isinstance(target, (ast.Subscript, ast.Attribute)):
             base = self.expr(target.value, env)
             if base[0] == ROWS and isinstance(target, ast.Subscript):

@@ -8,9 +8,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ARRAY_MODULES", "CLEAN", "CLEAN_ATTRS", "CONSTRUCTORS", "ELEMENTWISE", "MIXED", "NROWS",
-           "NUMBERINGS", "REDUCTIONS", "ROWS", "ROW_ATTRS", "ROW_METHODS", "SCANS", "SHAPE",
-           "XP_NAMES", "Kind", "RowMix", "axes_of"]
+__all__ = ["ARRAY_MODULES", "CLEAN", "CLEAN_ATTRS", "CONSTRUCTORS", "ELEMENTWISE", "MIXED",
+           "MIXERS", "NROWS", "NUMBERINGS", "REDUCTIONS", "RNG", "RNG_MAKERS", "ROWS", "ROW_ATTRS",
+           "ROW_METHODS", "SCANS", "SHAPE", "XP_NAMES", "Kind", "RowMix", "axes_of"]
 
 
 def _words(text: str) -> list[str]:
@@ -49,6 +49,27 @@ ARRAY_MODULES = frozenset({"numpy", "cupy", "scipy", "cupyx"})
 CLEAN_ATTRS = frozenset({"dtype", "ndim", "itemsize", "flags"})
 ROW_ATTRS = frozenset({"real", "imag"})
 ROW_METHODS = frozenset({"get", "dot"})  # x.dot(w): rows of x, as x @ w
+# functions that read across the rows of what they are given, with no --reduce rule that
+# joins the batches' results into the whole's (np.histogram: only where a batch's values
+# choose the bins; .rowwise reads range= and bins=)
+MIXERS = {
+    "convolve": "convolves along the rows: each batch's first and last rows miss their "
+                "neighbours in the next batch",
+    "correlate": "correlates along the rows: each batch's first and last rows miss their "
+                 "neighbours in the next batch",
+    "lexsort": "sorts the rows: a batch's order, not the input's",
+    "cov": "computes a covariance over the rows: no --reduce rule joins the batches' "
+           "covariances into the whole's",
+    "corrcoef": "computes correlations over the rows: no --reduce rule joins the batches' "
+                "correlations into the whole's",
+    "histogram": "bins a batched input by its own minimum and maximum: each batch would "
+                 "choose other bins (give range= or the bin edges, then --reduce COUNTS=sum)",
+    "histogram_bin_edges": "chooses bins from a batch's own values: each batch would choose "
+                           "other bins",
+}
+# np.random names that make a generator or set a seed; every other np.random call draws
+RNG_MAKERS = frozenset({"default_rng", "RandomState", "Generator", "PCG64", "PCG64DXSM",
+                        "MT19937", "Philox", "SFC64", "SeedSequence", "BitGenerator"})
 
 
 def axes_of(axis: ast.expr | None, default: int | None) -> tuple[int, ...] | None:
@@ -70,6 +91,7 @@ def axes_of(axis: ast.expr | None, default: int | None) -> tuple[int, ...] | Non
 
 
 CLEAN, ROWS, SHAPE, MIXED = "clean", "rows", "shape", "mixed"
+RNG = "rng"  # a random generator: each batch would draw its own numbers from it
 NROWS = "nrows"  # a batch's row count (len(x), x.shape[0]): over the rows, but it sizes arrays
 XP_NAMES = ("np", "numpy", "cp", "cupy")
 CONSTRUCTORS = frozenset({"zeros", "ones", "empty", "full"})

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from ..syncs.values import attr_path, parameters
 from . import rowvocab as vocab
+from .rowcalls import Calls
+from .rowrules import Tag, rule_problem
 from .rowstmts import Statements
 from .rowvocab import (
     CLEAN,
     CONSTRUCTORS,
     MIXED,
     NROWS,
+    RNG,
     ROWS,
     SHAPE,
     XP_NAMES,
@@ -36,7 +40,7 @@ from .rowvocab import (
     _join,
 )
 
-__all__ = ["RowMix", "row_mixing"]
+__all__ = ["RowCheck", "RowMix", "check_cell", "row_mixing"]
 
 MAX_DEPTH = 4
 
@@ -46,7 +50,28 @@ def row_mixing(source: str, batched: Mapping[str, int],
                ufunc: Callable[[str], bool] = lambda name: False,
                definition: Callable[[str], ast.FunctionDef | None] = lambda name: None,
                ) -> list[RowMix]:
-    """Where the cell reads across the rows of its batched inputs, in line order.
+    """Where the cell reads across the rows of its batched inputs, in line order
+    (:func:`check_cell`'s places, for a cell without ``--reduce`` rules)."""
+    return check_cell(source, batched, {}, xp, ufunc, definition).found
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    """What the row check found in a cell: the places that mix rows (``found``, in line
+    order), and the names left holding a value over a batch's rows without a ``--reduce``
+    rule (``over_rows``: a batched run may keep none of them, not even a number every batch
+    agrees on, as ``n = len(x)`` is in equal batches)."""
+
+    found: list[RowMix]
+    over_rows: frozenset[str]
+
+
+def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str],
+               xp: Iterable[str] = XP_NAMES,
+               ufunc: Callable[[str], bool] = lambda name: False,
+               definition: Callable[[str], ast.FunctionDef | None] = lambda name: None,
+               generator: Callable[[str], bool] = lambda name: False) -> RowCheck:
+    """Where the cell reads across the rows of its batched inputs, and what it keeps.
 
     Parameters
     ----------
@@ -54,6 +79,9 @@ def row_mixing(source: str, batched: Mapping[str, int],
         The cell's code.
     batched
         The batched inputs' names and their numbers of dimensions.
+    rules
+        The ``--reduce`` rules, ``{result name: rule}``: a rule that does not join its
+        result as NumPy computes it over all rows is a place found (:mod:`.rowrules`).
     xp
         Names of the array modules in the cell.
     ufunc
@@ -62,31 +90,46 @@ def row_mixing(source: str, batched: Mapping[str, int],
     definition
         A function's definition, for a name the cell calls but does not define (one an
         earlier cell defined): followed as the cell's own functions are.
+    generator
+        Whether a name the cell reads but does not assign is a random generator (each
+        batch would draw its own numbers from it).
     """
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []
-    walker = _Walker(source.splitlines(), set(xp), ufunc, definition)
-    walker.block(tree.body, {n: (ROWS, d) for n, d in batched.items()})
+        return RowCheck([], frozenset())
+    walker = _Walker(source.splitlines(), set(xp), ufunc, definition, generator)
+    env: dict[str, Kind] = {n: (ROWS, d) for n, d in batched.items()}
+    walker.block(tree.body, env)
+    for name, rule in rules.items():
+        if name in walker.assigned:
+            problem = rule_problem(name, rule, env.get(name, (CLEAN, None)),
+                                   walker.tags.get(name))
+            if problem is not None:
+                line = walker.assigned[name]
+                walker.found.append(RowMix(line, walker.code(line), *problem))
     seen: dict[int, RowMix] = {}
     for mix in walker.found:  # one per line: the first certain one, else the first
         kept = seen.get(mix.line)
         if kept is None or (mix.certain and not kept.certain):
             seen[mix.line] = mix
-    return sorted(seen.values(), key=lambda m: m.line)
+    over = frozenset(n for n, k in env.items() if k[0] in (MIXED, NROWS)
+                     and n in walker.assigned and n not in rules)
+    return RowCheck(sorted(seen.values(), key=lambda m: m.line), over)
 
 
-
-
-class _Walker(Statements):
+class _Walker(Statements, Calls):
     def __init__(self, lines: list[str], xp: set[str], ufunc: Callable[[str], bool],
-                 definition: Callable[[str], ast.FunctionDef | None]) -> None:
+                 definition: Callable[[str], ast.FunctionDef | None],
+                 generator: Callable[[str], bool]) -> None:
         self.lines, self.xp = lines, xp
-        self.ufunc, self.definition = ufunc, definition
+        self.ufunc, self.definition, self.generator = ufunc, definition, generator
+        self.random_modules: set[str] = set()  # import numpy.random as npr
         self.aliases: dict[str, str] = {}  # from numpy import sqrt as s: s -> sqrt
         self.found: list[RowMix] = []
         self.functions: dict[str, ast.FunctionDef] = {}
+        self.tags: dict[str, Tag] = {}  # the --reduce rules that join a name's value
+        self.assigned: dict[str, int] = {}  # a name's last assignment in the cell: its line
         self.depth = 0
         self.node: ast.AST | None = None
 
@@ -95,16 +138,19 @@ class _Walker(Statements):
         line). A certain one gives a value over all rows; one the check cannot see into is
         taken to keep rows, so that nothing after it turns the doubt into a certain refusal."""
         line = getattr(self.node if self.depth else node, "lineno", 1)
-        code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        self.found.append(RowMix(line, code, why, certain))
+        self.found.append(RowMix(line, self.code(line), why, certain))
         return (MIXED, None) if certain else (ROWS, None)
+
+    def code(self, line: int) -> str:
+        """The cell's stripped line ``line`` (1-based)."""
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
 
     # expressions -------------------------------------------------------------------------
     def expr(self, node: ast.expr | None, env: dict[str, Kind]) -> Kind:
         if node is None or isinstance(node, ast.Constant):
             return (CLEAN, None)
         if isinstance(node, ast.Name):
-            return env.get(node.id, (CLEAN, None))
+            return env.get(node.id, (RNG if self.generator(node.id) else CLEAN, None))
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left, env), self.expr(node.right, env)
             if isinstance(node.op, ast.MatMult):
@@ -236,6 +282,9 @@ class _Walker(Statements):
                 return (ROWS, None)
             elif rows and (found := self.definition(func.id)) is not None:
                 self.functions[func.id] = found  # an earlier cell's function, followed
+        special = self.special(node, path, from_xp, args, kwargs, env)
+        if special is not None:
+            return special
         if isinstance(func, ast.Name) and func.id in self.functions and rows:
             return self.inline(self.functions[func.id], node, args, kwargs, env)
         if not rows and not any(k[0] in (MIXED, SHAPE, NROWS)

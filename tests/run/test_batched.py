@@ -335,8 +335,13 @@ def test_python_values_the_same_in_every_batch_are_kept(ip):
 
 def test_python_values_that_differ_between_batches_are_refused(ip):
     ip.user_ns["x"] = np.ones((500, 2))
+    ip.user_ns["count"] = len  # a function the row check cannot see into
     with pytest.raises(UsageError, match=r"'n' is \d+ in batch 1 but \d+ in batch \d+: it depends "
                                          r"on the batch"):
+        gpu(ip, "y = x * 2\nn = count(x)\n", "--batch-rows 64")
+    assert "y" not in ip.user_ns and "n" not in ip.user_ns
+    # len(x) the check reads as a batch's row count: refused in the first batch already
+    with pytest.raises(UsageError, match=r"'n' \(int 64\) is a value over the batch's 64 rows"):
         gpu(ip, "y = x * 2\nn = len(x)\n", "--batch-rows 64")
     assert "y" not in ip.user_ns and "n" not in ip.user_ns
 
