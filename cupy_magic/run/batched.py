@@ -168,8 +168,7 @@ class BatchRun:
         self.last_work = work
 
     def tail(self) -> dict[str, Any]:
-        """What the last batch left besides gathered and reduced results; batched inputs the
-        cell did not rebind are the user's host arrays, not the last batch's rows."""
+        """The last batch's other results; unrebound batched inputs: the user's arrays."""
         kept = dict(self.last_work)
         for name in self.inputs:
             if name not in self.specs and name not in self.plan.stored:
@@ -198,9 +197,8 @@ class BatchRun:
                 if shape is not None else type(value).__name__)
         if over:  # a number the row check saw made over the batch's rows (len(x), a total)
             return (f"the cell's result {name!r} ({what} {short_repr(value)}) is a value over "
-                    f"the batch's {rows} rows (a count, a total, a test of one), not over "
-                    f"all rows, so it cannot be kept; {name_a_rule(name)}, or del {name} at "
-                    "the end of the cell")
+                    f"the batch's {rows} rows (a count, a total, a test of one), not all rows,"
+                    f" so it cannot be kept; {name_a_rule(name)}, or del {name} at the end")
         return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
                 f"rows, so the batches' values cannot be joined; {name_a_rule(name)}")
 
@@ -356,11 +354,9 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
                 dtype: str | None, filename: str, be: Backend,
                 make: Callable[..., BatchRun] | None = None) -> None:
     """Run a planned cell batch by batch (:func:`~.plan.batch_reason` gave a reason); commit
-    its results only if every batch succeeds. ``cut`` is the inputs to cut and their common
-    length, as :func:`~.batching.select_inputs` chose them for the row check. Fills
-    ``report``, its ``batch`` the :class:`~.batching.BatchPlan` followed; ``make`` builds the
-    run from :class:`BatchRun`'s arguments (a run over several devices), by default on one
-    device."""
+    its results only if every batch succeeds. ``cut``: the inputs to cut and their length,
+    as :func:`~.batching.select_inputs` chose them. Fills ``report`` (its ``batch``: the
+    :class:`~.batching.BatchPlan` followed); ``make`` builds the run (over several devices)."""
     __tracebackhide__ = True
     names, total = cut
     if total == 0:
