@@ -168,9 +168,13 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
         return cluster, "LocalCUDACluster (one worker per GPU)"
     workers = n_workers or max(1, min(LOCAL_CPU_WORKERS, os.cpu_count() or 1))
     with _sigint_ignored():
+        # No dashboard; the scheduler's HTTP server (health and metrics) still starts, on
+        # port 8787 unless told otherwise, and warns in the cell when another cluster or
+        # notebook holds that port: a free port instead, which nobody needs to know.
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
                                            processes=True, host="127.0.0.1",
-                                           dashboard_address=None)
+                                           dashboard_address=None,
+                                           scheduler_kwargs={"dashboard_address": ":0"})
     return cluster, "local CPU cluster (LocalCluster of processes, CPU fallback)"
 
 

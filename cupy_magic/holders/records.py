@@ -12,6 +12,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..theme import DIM
 from ..units import format_bytes
 from .walk import Walk
 
@@ -134,17 +135,19 @@ class HolderReport:
     def held_by_html(self, n: int = TOP) -> str:
         """The panel's "held by" section: the ``n`` largest holders, one row each."""
         if not self.holders:
-            return ("<div style='font-size:12px'><b>held by</b>: no array reachable from your "
-                    f"names, Out or the last traceback ({html.escape(self.memory)})</div>")
+            return ("<div style='font-size:12px;line-height:1.35'><b>held by</b>: no array "
+                    "reachable from your names, Out or the last traceback "
+                    f"({html.escape(self.memory)})</div>")
         rows = "".join(
             f"<tr><td style='padding:0 8px 0 0'><code>{html.escape(h.path)}</code></td>"
             f"<td style='text-align:right;padding:0 8px'>{format_bytes(h.nbytes)}</td>"
-            f"<td style='color:#57606a'>{html.escape(h.dtype)} {h.shape}"
+            f"<td style='color:{DIM}'>{html.escape(h.dtype)} {h.shape}"
             f"{' · ' + html.escape(h.made_in) if h.made_in else ''}</td></tr>"
             for h in self.top(n))
         more = len(self.holders) - n
-        tail = f"<div style='color:#57606a'>and {more} more: %vram_who</div>" if more > 0 else ""
-        return (f"<div style='font-size:12px'><b>held by</b> <span style='color:#57606a'>"
+        tail = f"<div style='color:{DIM}'>and {more} more: %vram_who</div>" if more > 0 else ""
+        return (f"<div style='font-size:12px;line-height:1.35'><b>held by</b> "
+                f"<span style='color:{DIM}'>"
                 f"({html.escape(self.memory)}, after the last cell)</span>"
                 f"<table style='border-collapse:collapse'>{rows}</table>{tail}</div>")
 

@@ -6,10 +6,23 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..theme import TRACK, WARN
 from ..units import format_bytes
 from .linetable import table_lines
 
 __all__ = ["DeviceStat", "InputMove", "OutputInfo", "RunReport"]
+
+
+def _scrolled_pre(text: str) -> str:
+    """``text`` (escaped) as a column table in a report's row: never wrapped, scrolled sideways.
+
+    JupyterLab and Notebook 7 wrap a ``<pre>`` in an output (``white-space: pre-wrap``),
+    which breaks each row of a table wider than the cell over several lines. The box takes
+    no width of its own (``width:0``) and fills its cell, so a wide table scrolls inside it
+    instead of widening the report past the output area.
+    """
+    return ("<div style='width:0;min-width:100%;overflow-x:auto'>"
+            f"<pre style='margin:0;white-space:pre'>{text}</pre></div>")
 
 
 def _builds(builds: list[Any]) -> str:
@@ -143,6 +156,11 @@ class RunReport:
         seconds = self.warmup_seconds or 0.0
         return f"{seconds:.3f} s, of it {built}" if built else f"{seconds * 1e3:.1f} ms"
 
+    def _warmup_note(self) -> str:
+        """Which of the report's times count the warm-up (the text and HTML forms say so)."""
+        return (f"(not in the {'CPU' if self.on_host else 'GPU'} time below; the wall time "
+                "includes it)")
+
     def _timing_label(self) -> str:
         if self.on_host:
             return "CPU time (NumPy on the CPU fallback)"
@@ -249,8 +267,7 @@ class RunReport:
             out.append("  in   no NumPy inputs moved")
         if self.warmup_seconds is not None:
             out.append(f"  warm-up run on {self._warmup_slice()}: {self._warmup_text()} "
-                       f"(not in the {'CPU' if self.on_host else 'GPU'} time below; the wall "
-                       "time includes it)")
+                       f"{self._warmup_note()}")
         out.extend(f"  compile {line}" for line in self.compile_lines())
         out.append(f"  run  {self._timing_label()}: {self.gpu_seconds * 1e3:.2f} ms; "
                    f"wall {self.wall_seconds * 1e3:.1f} ms")
@@ -290,7 +307,8 @@ class RunReport:
         if not self.inputs:
             row("in", "no NumPy inputs moved")
         if self.warmup_seconds is not None:
-            row("warm-up", esc(f"{self._warmup_text()} on {self._warmup_slice()}"))
+            row("warm-up", esc(f"{self._warmup_text()} on {self._warmup_slice()} "
+                               f"{self._warmup_note()}"))
         for line in self.compile_lines():
             row("compile", esc(line.strip()))
         row(self._timing_label(), f"<b>{self.gpu_seconds * 1e3:.2f} ms</b> "
@@ -300,7 +318,7 @@ class RunReport:
             share = self.peak_pool_bytes / self.budget_bytes
             colour = "#c33" if share > 0.9 else "#4a4"
             bar = (f"<span style='display:inline-block;width:120px;height:8px;"
-                   f"background:#ddd;vertical-align:middle'><span style='display:block;"
+                   f"background:{TRACK};vertical-align:middle'><span style='display:block;"
                    f"height:8px;width:{min(share, 1) * 100:.0f}%;background:{colour}'>"
                    f"</span></span> ")
             row(label, f"{bar}{esc(figures)}")
@@ -309,14 +327,14 @@ class RunReport:
         for line in self.device_lines():
             row("device", esc(line))
         for s in self.syncs:
-            row("host sync", f"<span style='color:#b35900'>{esc(s.describe())}</span>")
+            row("host sync", f"<span style='color:{WARN}'>{esc(s.describe())}</span>")
         for line in self.compat.lines() if self.compat else ():
             label, _, text = line.partition(" ")
-            row(label, f"<span style='color:#b35900'>{esc(text)}</span>"
+            row(label, f"<span style='color:{WARN}'>{esc(text)}</span>"
                 if label == "fallback" else esc(text))
         if self.lines:
             table = "\n".join(table_lines(self.lines, self.syncs, self.on_host))
-            row("lines", f"<pre style='margin:0'>{esc(table)}</pre>")
+            row("lines", _scrolled_pre(esc(table)))
         for o in self.outputs:
             row(f"out {o.name}", esc(self._output_text(o)))
         for n in self.notes:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..monitor.nvml import NA
 from ..monitor.sampler import Sample
+from ..theme import DIM, TRACK
 from ..units import format_bytes
 from .fmt import known as _known
 from .fmt import nbytes as _b
@@ -148,8 +149,8 @@ def history_svgs(history: Sequence[Sample], window: float) -> str:
                                      title="PCIe throughput against the link's ceiling")))
     cells = "".join(
         f'<div class="cm-spark-cell"><div style="font-size:12px"><b>{name}</b> '
-        f'<span style="color:#57606a">({scale}, last {window:.0f} s)</span></div>{svg}'
-        f'<div style="font-size:11px;color:#57606a">{_legend(lines)}</div></div>'
+        f'<span style="color:{DIM}">({scale}, last {window:.0f} s)</span></div>{svg}'
+        f'<div style="font-size:11px;color:{DIM}">{_legend(lines)}</div></div>'
         for name, scale, lines, svg in charts)
     return f'<div style="display:flex;gap:16px;flex-wrap:wrap">{cells}</div>'
 
@@ -160,7 +161,7 @@ def _lead(text: str) -> str:
     return f"<b>{escape(head)}</b>{sep}{escape(rest)}" if sep else escape(text)
 
 
-_ROW = ('<tr><th style="text-align:right;padding:1px 8px;color:#57606a;font-weight:600;'
+_ROW = (f'<tr><th style="text-align:right;padding:1px 8px;color:{DIM};font-weight:600;'
         'vertical-align:top">{key}</th><td style="padding:1px 4px">{value}</td></tr>')
 
 
@@ -191,7 +192,7 @@ def memory_bar(s: Sample) -> str:
         tick = (f'<div title="budget {_b(p.limit)}" style="position:absolute;top:-2px;'
                 f'bottom:-2px;left:{min(100.0, 100 * p.limit / total):.2f}%;width:2px;'
                 'background:#cf222e"></div>')
-    return ('<div style="position:relative;display:flex;height:10px;background:#eaeef2;'
+    return (f'<div style="position:relative;display:flex;height:10px;background:{TRACK};'
             f'border-radius:3px;margin:4px 0 6px 0;max-width:740px">{bars}{tick}</div>')
 
 

@@ -25,6 +25,7 @@ from ..monitor import sampler as monitor
 from ..monitor.gather import WORKER_WAIT
 from ..monitor.nvml import NA
 from ..monitor.sampler import LiveSources, Sample, Sampler, Sources
+from ..theme import DIM, EDGE
 from ..units import format_bytes, short_repr, whole
 from .figures import figures_html, history_svgs, summary_lines
 from .rows import devices_html, rows_lines, workers_html
@@ -70,13 +71,14 @@ def _check_device(device: object, sources: Sources) -> int:
 def _title_html(sample: Sample) -> str:
     name = sample.reading.name if sample.reading.name is not NA else (
         "CPU (NumPy, no GPU)" if sample.backend == "host" else "device N/A")
-    return (f'<b style="font-size:14px">VRAM panel</b> &nbsp;'
-            f'<span style="color:#57606a">{escape(str(name))} · '
-            f"{escape(str(sample.backend))} backend</span>")
+    # The widget's own line height (28 px, a button's) would space a wrapped title apart.
+    return (f'<div style="line-height:1.35"><b style="font-size:14px">VRAM panel</b> &nbsp;'
+            f'<span style="color:{DIM}">{escape(str(name))} · '
+            f"{escape(str(sample.backend))} backend</span></div>")
 
 
 def _status_html(text: str) -> str:
-    return f'<span style="color:#57606a;font-size:11px">{escape(text)}</span>'
+    return f'<span style="color:{DIM};font-size:11px">{escape(text)}</span>'
 
 
 class VramPanel:
@@ -97,11 +99,12 @@ class VramPanel:
         self.title = w.HTML()
         self.selector = w.Dropdown(options=[(label, i) for i, label in enumerate(devices)],
                                    value=device if device < len(devices) else 0,
-                                   layout=w.Layout(width="260px"))
+                                   layout=w.Layout(width="260px", flex="0 0 auto"))
         if len(devices) < 2:
             self.selector.layout.display = "none"
         self.pause_button = w.ToggleButton(value=sampler.paused, description="Pause",
-                                           icon="pause", layout=w.Layout(width="90px"))
+                                           icon="pause",
+                                           layout=w.Layout(width="90px", flex="0 0 auto"))
         self.release_button = w.Button(description="Release cached blocks", icon="recycle",
                                        layout=w.Layout(width="auto"),
                                        tooltip="free_all_blocks(): give the pool's cached "
@@ -113,11 +116,13 @@ class VramPanel:
         self.worker_rows = w.HTML()
         self.status = w.HTML()
         self.held_by = w.HTML(value=_held_by[0])  # set on the main thread, after each cell
-        head = w.HBox([self.title, self.selector, self.pause_button])
+        # In a narrow notebook the title wraps; the buttons keep their width and words.
+        head = w.HBox([self.title, self.selector, self.pause_button],
+                      layout=w.Layout(align_items="center"))
         buttons = w.HBox([self.release_button, self.released])
         self.widget = w.VBox([head, self.device_rows, self.figures, self.history,
                               self.worker_rows, self.held_by, buttons, self.status],
-                             layout=w.Layout(border="1px solid #d0d7de", padding="6px 10px"))
+                             layout=w.Layout(border=f"1px solid {EDGE}", padding="6px 10px"))
         self.widget.add_class("cupy-magic-panel")
         self.release_button.on_click(self._on_release)
         self.pause_button.observe(self._on_pause, names="value")

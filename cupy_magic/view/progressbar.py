@@ -16,6 +16,7 @@ from typing import Any
 
 from ..run import progress
 from ..run.progress import CellProgress
+from ..theme import DIM
 
 __all__ = ["BatchProgressBar", "for_cell"]
 
@@ -95,7 +96,7 @@ class BatchProgressBar:
             text = (f"stopped after {snap.unit} {snap.batches_done} of {snap.batches_total} "
                     f"({seconds:.1f} s)")
         self._draw(f"<div class='cupy-magic-progress' style='font-family:monospace;"
-                   f"font-size:90%;color:#57606a'>{html.escape(text)}</div>")
+                   f"font-size:90%;color:{DIM}'>{html.escape(text)}</div>")
 
 
 def _notebook_show(body: str) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 from ..monitor.nvml import NA
 from ..monitor.rows import DeviceRow, WorkerRow
 from ..monitor.sampler import Sample
+from ..theme import DIM, SELECTED
 from .fmt import nbytes, num, pct, rate
 
 __all__ = ["device_cells", "devices_html", "rows_lines", "worker_cells", "workers_html"]
@@ -55,15 +56,16 @@ def worker_cells(row: WorkerRow) -> tuple[str, ...]:
 
 
 _CELL = '<td style="padding:1px 8px;white-space:nowrap">{}</td>'
-_HEAD = ('<th style="padding:1px 8px;text-align:left;color:#57606a;font-weight:600;'
+_HEAD = (f'<th style="padding:1px 8px;text-align:left;color:{DIM};font-weight:600;'
          'white-space:nowrap">{}</th>')
+_SELECTED = f' class="cm-selected" style="background:{SELECTED};font-weight:600"'
 
 
 def _table(title: str, heads: Sequence[str], rows: Sequence[tuple[Sequence[str], bool]],
            css: str) -> str:
     head = "".join(_HEAD.format(escape(h)) for h in heads)
     body = "".join(
-        f'<tr{" class=cm-selected style=background:#ddf4ff;font-weight:600" if mark else ""}>'
+        f'<tr{_SELECTED if mark else ""}>'
         + "".join(_CELL.format(escape(c)) for c in cells) + "</tr>"
         for cells, mark in rows)
     return (f'<div class="{css}" style="font-size:12px;margin:2px 0 6px 0">'

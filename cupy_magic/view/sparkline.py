@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from ..theme import EDGE, PLOT
+
 __all__ = ["Line", "sparkline_svg"]
 
 Line = tuple[str, str, Sequence[float | None]]  # (label, colour, values; None is a gap)
@@ -54,8 +56,8 @@ def sparkline_svg(times: Sequence[float], lines: Sequence[Line], *, ymax: float,
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" class="cm-spark" role="img">',
              f"<title>{escape(title)}</title>",
-             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f6f8fa" '
-             'stroke="#d0d7de"/>']
+             f'<rect x="0" y="0" width="{width}" height="{height}" '
+             f'style="fill:{PLOT};stroke:{EDGE}"/>']
     if hline is not None and 0 < hline <= ymax:
         y = height - 1 - hline / ymax * (height - 2)
         parts.append(f'<line x1="0" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" stroke="#cf222e" '

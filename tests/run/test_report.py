@@ -91,3 +91,28 @@ def test_the_gpu_report_keeps_its_words():
     assert "  run  GPU time (CUDA events): 2.00 ms" in text
     assert "  mem  peak pool 1.00 MiB of VRAM budget 1.00 GiB (0%)" in text
     assert "  out  m: float on the host (a Python object, not an array)" in text
+
+
+def test_the_html_report_says_what_the_text_says_of_the_warm_up(hip):
+    """Jupyter shows the HTML form: its warm-up row says which times leave the warm-up out,
+    as the text form does (UI review, helper-s16j: only the text said so)."""
+    hip.user_ns["x"] = np.arange(100_000.0)
+    hip.run_cell_magic("gpu", "--quiet --warmup", "y = np.sqrt(x)\n")
+    report = cupy_magic.last_report()
+    note = "(not in the CPU time below; the wall time includes it)"
+    assert note in str(report)
+    assert re.search(r"warm-up\s+[\d.]+ ms on the first 4,096 rows " + re.escape(note),
+                     _html_text(report))
+
+
+def test_the_html_line_table_scrolls_sideways_instead_of_wrapping(hip):
+    """JupyterLab and Notebook 7 wrap an output's ``<pre>``: the ``--lines`` table keeps one
+    row a line and scrolls in a box that takes no width of its own (the browser tests check
+    the rendered page)."""
+    hip.user_ns["x"] = np.arange(100_000.0)
+    hip.run_cell_magic("gpu", "--quiet --lines", "y = np.sqrt(x)\nz = y * 2\n")
+    page = cupy_magic.last_report()._repr_html_()
+    box = re.search(r"<div style='([^']*)'><pre style='([^']*)'>", page)
+    assert box, page
+    assert "overflow-x:auto" in box[1] and "width:0" in box[1] and "min-width:100%" in box[1]
+    assert "white-space:pre" in box[2] and "white-space:pre-wrap" not in box[2]

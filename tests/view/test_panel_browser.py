@@ -28,10 +28,25 @@ CELLS = [
 ]
 
 
+# A --lines table wider than the cell: each of its rows stays one line (UI review, helper-s16j).
+LINES = "%%gpu --lines\ny2 = np.sqrt(x) * 2\nt2 = float(y2.sum())"
+
+# A narrow window: the panel's title wraps, its Pause button keeps its width (90 px).
+NARROW = """() => { const p = document.querySelector('.cupy-magic-panel');
+  const b = [...p.querySelectorAll('button')].find(e => /Pause|Resume/.test(e.innerText));
+  return [parseFloat(b.style.width) - b.getBoundingClientRect().width, b.innerText.trim()]; }"""
+
+# Per line of the --lines table: its text's lines against the lines the page draws.
+TABLE_LINES = """i => { const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[i];
+  const pre = c.querySelector('.cupy-magic-report pre');
+  const step = parseFloat(getComputedStyle(pre).lineHeight);
+  return [pre.innerText.split('\\n').length, Math.round(pre.clientHeight / step)]; }"""
+
+
 def test_panel_renders_and_moves_while_a_cell_runs(tmp_path: Path) -> None:
     jp.needs_a_browser()
     out = jp.artifacts(tmp_path)
-    with (jp.jupyter_server("lab", tmp_path, CELLS + jp.GPU_CELLS) as url,
+    with (jp.jupyter_server("lab", tmp_path, CELLS + jp.GPU_CELLS + [LINES]) as url,
           jp.notebook_page(url, tmp_path, out / "jupyterlab-final.png") as page):
         assert jp.app_name(page) == "JupyterLab"
         jp.run_next(page)
@@ -56,7 +71,18 @@ def test_panel_renders_and_moves_while_a_cell_runs(tmp_path: Path) -> None:
         assert "*" in jp.prompt(page, 2), "the same-cell panel's cell ended before the check"
         jp.wait_done(page, 2)
         jp.run_gpu_cells(page, len(CELLS), out, "jupyterlab")
+        lines = len(CELLS) + len(jp.GPU_CELLS)
+        jp.run_next(page)
+        jp.wait_ran_clean(page, lines)
+        page.set_viewport_size({"width": 800, "height": 1000})
+        page.wait_for_timeout(500)
+        drawn = page.evaluate(TABLE_LINES, lines)
+        jp.cell(page, lines).screenshot(path=str(out / "jupyterlab-lines-800.png"))
+        jp.cell(page, 0).screenshot(path=str(out / "vram-panel-800.png"))
+        squeezed, word = page.evaluate(NARROW)
     assert "VRAM panel" in first and "Release cached blocks" in first
     assert jp.batch(second) > jp.batch(first) >= 2, (first, second)
     assert jp.batch(fourth) > jp.batch(third) >= 2, (third, fourth)
     assert (out / "vram-panel.png").stat().st_size > 5_000
+    assert drawn[0] > 4 and drawn[0] == drawn[1], drawn  # no row of the table wrapped
+    assert squeezed < 1 and word in ("Pause", "Resume"), (squeezed, word)
