@@ -29,7 +29,7 @@ import numpy as np
 
 from ..run.errors import CellError
 from ..units import format_bytes
-from .slots import align, detach, track_again, tracker_id, view
+from .slots import align, detach, new_segment, track_again, tracker_id, view
 
 __all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "copy_rows", "release", "ring", "room",
            "slot_bytes", "slot_names"]
@@ -205,7 +205,7 @@ class Ring:
                             f"{format_bytes(ring)} (docker run --shm-size="
                             f"{-(-ring * 5 // 4 // 2**30)}g) or make blocks smaller "
                             "(--batch-bytes 32MiB)")
-        seg = shared_memory.SharedMemory(create=True, size=size)
+        seg = new_segment(size)
         self.size = max(self.size, size)
         slot = Slot(worker, seg, np.frombuffer(seg.buf, np.uint8))
         self.slots.append(slot)

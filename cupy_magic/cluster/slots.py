@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import secrets
 import socket
 import threading
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ import numpy as np
 from .. import backend as _backend
 from .worker import BlockSpec, block_info, execute_block, run_block
 
-__all__ = ["ALIGN", "HEADER", "SlotTask", "align", "detach", "host_facts", "locked_slots",
-           "open_slots", "run_slot_block", "track_again", "tracker_id", "view"]
+__all__ = ["ALIGN", "HEADER", "SEGMENT_PREFIX", "SlotTask", "align", "detach", "host_facts",
+           "locked_slots", "new_segment", "open_slots", "run_slot_block", "segment_prefix",
+           "track_again", "tracker_id", "view"]
 
 ALIGN = 4096  # every area of a slot starts on a page: whole pages lock and copy fastest
 
@@ -45,6 +47,25 @@ def align(nbytes: int) -> int:
 
 
 HEADER = np.dtype(np.int64)  # a slot's first bytes: the use the kernel gave it last
+
+SEGMENT_PREFIX = "cupy-magic-"  # what `ls /dev/shm` shows this package's segments by
+
+
+def segment_prefix(pid: int | None = None) -> str:
+    """The start of the names of the segments process ``pid`` (default: this one) makes:
+    ``cupy-magic-<pid>-``, so a user (or a test) can tell whose segments are whose."""
+    return f"{SEGMENT_PREFIX}{os.getpid() if pid is None else pid}-"
+
+
+def new_segment(size: int) -> shared_memory.SharedMemory:
+    """A new shared-memory segment of ``size`` bytes named :func:`segment_prefix` and a
+    random part (another name is drawn if one is taken)."""
+    while True:
+        try:
+            return shared_memory.SharedMemory(name=segment_prefix() + secrets.token_hex(6),
+                                              create=True, size=size)
+        except FileExistsError:
+            continue
 
 
 def view(mem: np.ndarray, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:

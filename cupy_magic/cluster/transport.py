@@ -25,7 +25,7 @@ from ..run.plan import CellPlan
 from ..units import format_bytes
 from . import shm
 from .inputs import block_sizes, cut_inputs, row_bytes
-from .slots import ALIGN, align, host_facts, track_again, tracker_id
+from .slots import ALIGN, align, host_facts, new_segment, track_again, tracker_id
 
 __all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "probe_room",
            "room_reason", "same_host", "scatter_reason"]
@@ -132,7 +132,7 @@ def check_hosts(client: Any, workers: tuple[str, ...]) -> str:
     probes: dict[str, shared_memory.SharedMemory] = {}
     try:
         for w in workers:
-            probes[w] = shared_memory.SharedMemory(create=True, size=ALIGN)
+            probes[w] = new_segment(ALIGN)
             probes[w].buf[:len(token)] = token
         facts = client.run(host_facts, {w: s.name for w, s in probes.items()}, token,
                            tracker_id(), workers=list(workers), on_error="return")

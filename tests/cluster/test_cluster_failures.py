@@ -17,7 +17,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import cupy_magic
-from cupy_magic.cluster import connect, shm
+from cupy_magic.cluster import connect, shm, slots
 
 da = pytest.importorskip("dask.array")
 
@@ -25,9 +25,10 @@ SHM = "/dev/shm"
 
 
 def segments() -> set[str]:
-    """The shared-memory segments on this host that Python's SharedMemory made."""
-    return {n for n in os.listdir(SHM) if n.startswith("psm_")} if os.path.isdir(SHM) \
-        else set()
+    """The shared-memory segments this process (its kernel: the test's shell) made."""
+    if not os.path.isdir(SHM):
+        return set()
+    return {n for n in os.listdir(SHM) if n.startswith(slots.segment_prefix())}
 
 
 def cell_tasks(client) -> list[str]:

@@ -16,6 +16,8 @@ import pytest
 distributed = pytest.importorskip("distributed")
 jupyter_client = pytest.importorskip("jupyter_client")
 
+from cupy_magic.cluster import slots  # noqa: E402  (after the skips)
+
 pytestmark = pytest.mark.kernel
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -134,20 +136,22 @@ for i in range(40):
 """
 
 
-def _segments() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+def _segments(pid: int) -> set[str]:
+    """The shared-memory segments the kernel of process ``pid`` made."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith(slots.segment_prefix(pid))}
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm to list here")
 def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(kernel):
-    before = _segments()
     reply, text = kernel.run(
         "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport cupy_magic\n"
         "from cupy_magic.cluster import shm\n"
         "_ = cupy_magic.use_cluster('local', n_workers=2)\n"
-        "print('ADDR', cupy_magic.cluster_status().address)\n"
+        "print('ADDR', cupy_magic.cluster_status().address, 'PID', os.getpid())\n"
         "x = np.random.default_rng(0).random((800, 4))", timeout=120)
     assert reply["status"] == "ok", text
+    pid = int(re.search(r"PID (\d+)", text).group(1))
+    before = _segments(pid)
     address = re.search(r"ADDR (tcp://\S+)", text).group(1)
     watch = distributed.Client(address, timeout=30)
     shown = "print('VIA', cupy_magic.last_report().batch.transport.kind, *shm.slot_names())"
@@ -167,7 +171,7 @@ def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(k
         # the slots blocks still used were unlinked: no segment beyond the ring's own
         reply, text = kernel.run(shown)
         ring = set(re.search(r"VIA shm(.*)", text).group(1).split())
-        assert _segments() - before == ring
+        assert _segments(pid) - before == ring
         reply, text = kernel.run("%%gpu --quiet --to-host --cluster --batch-rows 100\n"
                                  "z = x + 1")
         assert reply["status"] == "ok", text
@@ -177,4 +181,4 @@ def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(k
         watch.close()
     reply, text = kernel.run("%gpu_cluster off")
     assert reply["status"] == "ok", text
-    assert _segments() - before == set()
+    assert _segments(pid) - before == set()

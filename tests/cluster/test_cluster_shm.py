@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(SHM), reason="no /dev/shm to l
 
 
 def segments() -> set[str]:
-    """The shared-memory segments on this host that Python's SharedMemory made."""
-    return {n for n in os.listdir(SHM) if n.startswith("psm_")}
+    """The shared-memory segments this process (its kernel: the test's shell) made."""
+    return {n for n in os.listdir(SHM) if n.startswith(slots.segment_prefix())}
 
 
 def worker_slots(client) -> dict[str, list[str]]:
