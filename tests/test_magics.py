@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -201,6 +203,28 @@ def test_warmup_prints_nothing_of_its_own_and_its_help_says_what_happens_twice(i
     assert capsys.readouterr().out == "before\n"  # a failed warm-up's print shows
     doc = " ".join(ip.find_cell_magic("gpu").__doc__.split())
     assert "warm-up's prints are not shown" in doc and "appends to" in doc and "twice" in doc
+
+
+def test_a_librarys_warning_the_warmup_meets_shows_once(ip, capsys, tmp_path, monkeypatch):
+    """A library warns once per place (its module's registry): the warm-up met it first, so the
+    real run did not show it, and the warm-up's was dropped with its prints; it showed nowhere.
+    The cell's own warnings show once, from the real run."""
+    (tmp_path / "warns_once_lib.py").write_text(
+        "import warnings\ndef f(x):\n    warnings.warn('from the library')\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ip.user_ns.update(x=np.arange(10.0), warns_once_lib=__import__("warns_once_lib"))
+    cell = "import warnings\nwarnings.warn('from the cell')\ny = warns_once_lib.f(x) * 2"
+
+    def to_stderr(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():  # as in a kernel: shown on stderr, once per place
+        warnings.simplefilter("default")
+        monkeypatch.setattr(warnings, "showwarning", to_stderr)  # not pytest's recorder
+        assert ip.run_cell(f"%%gpu --quiet --warmup\n{cell}").success
+    err = capsys.readouterr().err
+    assert err.count("UserWarning: from the library") == 1, err
+    assert err.count("UserWarning: from the cell") == 1, err
 
 
 def test_warmup_slice_has_enough_elements_and_at_least_two_rows(ip):

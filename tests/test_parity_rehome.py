@@ -182,3 +182,24 @@ def test_in_a_kernel_what_the_cell_defines_pushes_and_raises_is_as_a_plain_cells
     shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
     assert "The above exception was the direct cause of the following exception" in shown
     assert "KeyError" in shown and error["ename"] == "ValueError"
+
+
+def test_a_cell_making_a_function_does_not_walk_a_large_user_list_item_by_item(ip, monkeypatch):
+    """The walk into the user's containers has a bound: a cell that makes a ``lambda`` and
+    names a list of 100,000 tuples took seconds per million items before (each tuple re-homed
+    in Python at every such cell); a container past the bound is left, its functions read the
+    cell's copy as the namespace the cell left (``leave_copy``)."""
+    from cupy_magic.run import rehome
+
+    calls = []
+    real = rehome.Rehomer.__call__
+
+    def counted(self, value):
+        calls.append(1)
+        return real(self, value)
+
+    monkeypatch.setattr(rehome.Rehomer, "__call__", counted)
+    ip.user_ns["rows"] = [(i, float(i)) for i in range(100_000)]
+    result = ip.run_cell("%%gpu --quiet\nfirst = sorted(rows[:3], key=lambda r: -r[1])")
+    assert result.success, result.error_in_exec
+    assert len(calls) < 20_000 and ip.user_ns["first"][0] == (2, 2.0)

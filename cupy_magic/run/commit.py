@@ -155,25 +155,30 @@ def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any]
 
 _HOLDERS = (list, tuple, dict, set, frozenset)  # what a result's arrays are kept in
 _HELD_DEPTH = 4  # containers nested deeper are not looked into
+_HELD_ITEMS = 10_000  # items of one result's containers looked at one by one, at most
 
 
-def _keep_on_device(value: Any, be: Backend, depth: int = 0) -> None:
+def _keep_on_device(value: Any, be: Backend, depth: int = 0, left: int = _HELD_ITEMS) -> int:
     """Note the arrays of a result, also those it holds in lists, tuples, dicts and sets
     (``results = [y, z]``; a few levels deep), as living on the device: on the CPU fallback
     they then count as the device's (``%vram_who``, the budget), as CuPy arrays would on a
     GPU. A container whose items hold neither an array nor a container is not walked item
-    by item (its item types are collected in C)."""
+    by item (its item types are collected in C), nor one whose items would take the walk
+    past 10,000 (``pairs = list(zip(a, b))`` walked tuple by tuple cost a second per
+    million at every commit). Returns how many items the walk may still look at."""
     if isinstance(value, np.ndarray):
         be.keep_on_device(value)
-        return
+        return left
     if depth >= _HELD_DEPTH or not isinstance(value, _HOLDERS):
-        return
+        return left
     items = list(value.values()) if isinstance(value, dict) else list(value)
     kinds = set(map(type, items))
-    if not any(issubclass(k, (np.ndarray, *_HOLDERS)) for k in kinds):
-        return
+    if len(items) > left or not any(issubclass(k, (np.ndarray, *_HOLDERS)) for k in kinds):
+        return left
+    left -= len(items)
     for item in items:
-        _keep_on_device(item, be, depth + 1)
+        left = _keep_on_device(item, be, depth + 1, left)
+    return left
 
 
 def _stuck_note(name: str, made: Any, value: Any) -> str:

@@ -29,6 +29,9 @@ _REACHES = frozenset({*_FRAMED, types.FunctionType, types.MethodType, staticmeth
                       list, tuple, set, frozenset, *_DICTS})
 # code objects a cell compiles that make no object which outlives the cell holding its globals
 _DEEPEST = 50  # objects nested deeper than this are left as they are (no RecursionError)
+# items of containers a commit walks one by one, at most: past it a container is left (a
+# lambda cell naming a list of a million tuples walked them all, seconds at every such cell)
+_ITEMS = 10_000
 _INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
 
 
@@ -64,8 +67,9 @@ class Rehomer:
     again when something in them changed. Cost: one pass in C over the types of each such
     container's items, and a Python pass only over those that hold one of these types;
     nothing else is entered (no array's elements, no other object's ``__dict__``, no dict's
-    keys, nothing nested more than 50 deep), so a function kept only there still reads the
-    cell's copy. A tuple met again through a cycle of its own keeps what it held.
+    keys, nothing nested more than 50 deep, no container whose items would take the walk past
+    10,000 items in all), so a function kept only there still reads the cell's copy. A tuple
+    met again through a cycle of its own keeps what it held.
 
     A generator (a coroutine, an async generator) the cell made cannot be re-homed: its
     frame's globals are fixed when it is made, before any commit. Those met are kept in
@@ -89,6 +93,7 @@ class Rehomer:
         self.filename, self.namespace, self.deep = filename, namespace, deep
         self.seen: dict[int, tuple[Any, Any]] = {}
         self.depth = 0
+        self.left = _ITEMS  # items the walk may still enter one by one
         self.stuck: list[Any] = []  # the cell's generators, which still read its namespace
 
     def __call__(self, value: Any) -> Any:
@@ -178,31 +183,37 @@ class Rehomer:
 
     def _partial(self, value: functools.partial) -> functools.partial:
         inner = self(value.func)
-        args = self._each(value.args) if self.deep else value.args
-        keywords = dict(zip(value.keywords, self._each(value.keywords.values()), strict=True)) \
-            if self.deep else value.keywords
+        args = self._each(list(value.args)) if self.deep else value.args
+        keywords = dict(zip(value.keywords, self._each(list(value.keywords.values())),
+                            strict=True)) if self.deep else value.keywords
         if inner is value.func and _same(args, value.args) \
                 and _same(keywords.values(), value.keywords.values()):
             return value
         return functools.partial(inner, *args, **keywords)
 
-    def _each(self, items: Iterable[Any]) -> list[Any]:
-        """``items`` re-homed, in order; the same objects unless one can hold a function."""
-        items = list(items)
-        if not _may_hold(items):
+    def _each(self, items: list[Any]) -> list[Any]:
+        """``items`` re-homed, in order; ``items`` itself when none was walked into (none can
+        hold a function, or there are too many)."""
+        if len(items) > self.left or not _may_hold(items):
             return items
+        self.left -= len(items)
         return [self(v) for v in items]
 
     def _in_place(self, value: list | set | dict) -> Any:
         """A list, a set or a dict with its items re-homed in place."""
+        if len(value) > self.left:  # not copied only to be left
+            return value
         if isinstance(value, dict):
             keys, olds = list(value), list(value.values())
-            for key, old, new in zip(keys, olds, self._each(olds), strict=True):
+            if (news := self._each(olds)) is olds:
+                return value
+            for key, old, new in zip(keys, olds, news, strict=True):
                 if new is not old:
                     dict.__setitem__(value, key, new)
             return value
         items = list(value)
-        moved = self._each(items)
+        if (moved := self._each(items)) is items:
+            return value
         if isinstance(value, list):
             for index, (old, new) in enumerate(zip(items, moved, strict=True)):
                 if new is not old:
@@ -218,7 +229,7 @@ class Rehomer:
         """A tuple (a named tuple too) or a frozenset made again if an item changed."""
         items = list(value)
         moved = self._each(items)
-        if _same(moved, items):
+        if moved is items or _same(moved, items):
             return value
         if isinstance(value, frozenset):
             return frozenset(moved)

@@ -7,6 +7,7 @@ import io
 import math
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,8 +117,10 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     """Run the cell once on the first rows of the inputs it would cut, commit nothing, and
     apply the ``reduce`` rules to its results once (their kernels compile too).
 
-    What it prints (``sys.stdout``, ``sys.stderr``, warnings) is dropped, so that the cell's
-    output shows once, from the real run; when it fails, it is shown before the error. What
+    What it prints (``sys.stdout``, ``sys.stderr``, the cell's own warnings) is dropped, so
+    that the cell's output shows once, from the real run; when it fails, it is shown before
+    the error. A warning from elsewhere (a library's) is shown: its module noted it as shown
+    once, so the real run would not show it again. What
     it does to objects outside the cell (a list it appends to, a file it writes) stays done:
     it happens twice.
 
@@ -132,7 +135,7 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     slim = plan.with_inputs({n: (a[:rows] if n in cut else a) for n, a in plan.inputs.items()})
     t0 = time.perf_counter()
     scratch: dict[str, Any] = {}
-    held: tuple[io.StringIO, io.StringIO] | None = None
+    held: _Held | None = None
     try:
         moved, _ = move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
@@ -144,7 +147,8 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
                 combine(rule, [(scratch[name], rows), (scratch[name], rows)], be.xp)
         be.synchronize()
     except Exception as exc:
-        _show(held)
+        if held is not None:
+            held.show()
         what = f"the first {rows:,} rows of {', '.join(sorted(cut))}" if rows else "the cell"
         raise CellError(
             f"the --warmup run on {what} failed with "
@@ -153,19 +157,42 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
         ) from exc
     finally:
         scratch.clear()
+    held.show(but=plan.code.co_filename)
     return time.perf_counter() - t0, rows
 
 
+class _Held:
+    """What a block printed (``sys.stdout``, ``sys.stderr``) and the warnings it showed."""
+
+    def __init__(self) -> None:
+        self.out, self.err = io.StringIO(), io.StringIO()
+        self.warned: list[tuple[Any, ...]] = []  # showwarning's arguments, in order
+
+    def show(self, but: str | None = None) -> None:
+        """Write it to the streams it was meant for; with ``but``, only the warnings raised
+        from elsewhere than that file."""
+        if but is None:
+            sys.stdout.write(self.out.getvalue())
+            sys.stderr.write(self.err.getvalue())
+        for message, category, filename, lineno, line in self.warned:
+            if filename != but:
+                warnings.showwarning(message, category, filename, lineno, line=line)
+
+
 @contextlib.contextmanager
-def _held_output() -> Iterator[tuple[io.StringIO, io.StringIO]]:
-    """``sys.stdout`` and ``sys.stderr`` written into two buffers while the block runs."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        yield out, err
+def _held_output() -> Iterator[_Held]:
+    """``sys.stdout``, ``sys.stderr`` and the warnings shown (``warnings.showwarning``) held
+    while the block runs; the warning filters are left as they are."""
+    held, previous = _Held(), warnings.showwarning
 
+    def hold(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        held.warned.append((message, category, filename, lineno, line))
 
-def _show(held: tuple[io.StringIO, io.StringIO] | None) -> None:
-    """Write what :func:`_held_output` held to the streams it was meant for."""
-    if held is not None:
-        sys.stdout.write(held[0].getvalue())
-        sys.stderr.write(held[1].getvalue())
+    warnings.showwarning = hold
+    try:
+        with contextlib.redirect_stdout(held.out), contextlib.redirect_stderr(held.err):
+            yield held
+    finally:
+        if warnings.showwarning is hold:
+            warnings.showwarning = previous

@@ -59,7 +59,8 @@ def run_cell(source: str, namespace: dict[str, Any], **options: Any) -> RunRepor
     warmup
         Run the cell once on the first rows of its longest inputs first (kernel compilation,
         pool growth), and time only the real run. The warm-up commits nothing and its
-        prints (stdout, stderr, warnings) are not shown (unless it fails), but the cell runs
+        prints (stdout, stderr, the cell's own warnings) are not shown (unless it fails; a
+        library's warning is, as the real run would not show it again), but the cell runs
         twice: what it does to objects outside it (a list it appends to, a file it writes)
         happens twice.
     syncs

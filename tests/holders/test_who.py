@@ -211,3 +211,22 @@ def test_arrays_a_cell_keeps_in_containers_are_listed_and_counted(fresh):
     # on the CPU fallback the budget counts them as the device's, as a GPU's pool would
     if backend.current().name == "host":
         assert backend.current().resident_bytes() >= 5 * MiB
+
+
+def test_a_result_of_many_small_containers_is_not_walked_item_by_item(fresh, monkeypatch):
+    """Noting a result's arrays as the device's has a bound: a list of 100,000 tuples (``pairs
+    = list(zip(a, b))``) was walked tuple by tuple at the commit, on a GPU too (where nothing
+    is noted), about a second per million."""
+    from cupy_magic.run import commit
+
+    seen = []
+    real = commit._keep_on_device
+
+    def counted(value, *args, **kwargs):
+        seen.append(1)
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(commit, "_keep_on_device", counted)
+    gpu(fresh, "pairs = [(i, i) for i in range(100_000)]\nheld = [np.ones(8), (np.ones(8),)]")
+    assert len(seen) < 20_000
+    assert {"held[0]", "held[1][0]"} <= set(by_path(cupy_magic.vram_holders(fresh.user_ns)))
