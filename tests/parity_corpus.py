@@ -9,7 +9,7 @@ with ``m=sum``) is there on purpose: it must be refused, never silently accepted
 
 from __future__ import annotations
 
-__all__ = ["CELLS"]
+__all__ = ["CELLS", "ROW_WISE"]
 
 ELEMENTWISE = [
     "y = np.sqrt(np.abs(x)) * 2 + 1",
@@ -247,3 +247,8 @@ CELLS: list[tuple[str, str]] = [
                   ROW_COUNTS, TOTALS, SCANS_AND_SORTS, STATISTICS)
     for c in group
 ]
+
+# cells that must run batched (or in blocks) in every way: their rows never mix
+ROW_WISE = {c for group in (ELEMENTWISE, ROW_REDUCTIONS, WHERE_CLIP_CAST) for c in group}
+ROW_WISE |= {c for c in SMALL_OPERANDS if "einsum" not in c and "tensordot" not in c
+             and "outer" not in c}

@@ -21,8 +21,9 @@ from ..run import progress
 from ..run.batching import RULES, BatchOptions, check_rows
 from ..run.errors import CellError
 from ..run.plan import CellPlan
-from ..run.reduce import check_names, name_a_rule
+from ..run.reduce import check_names, name_a_rule, over_rows
 from ..run.report import InputMove, OutputInfo, RunReport
+from ..units import short_repr
 from . import connect, shm
 from .failure import CellBlocks, cancel, explain, unstick
 from .inputs import BlockInputs, cut_inputs, prepare, python_values, worker_addresses
@@ -76,6 +77,7 @@ class ClusterExecutor:
         self.fallback, self.syncs = fallback, syncs
         self.names = frozenset(darrs)
         self.shared_keys: list[str] = []  # the workers' device copies to drop at the end
+        self.over_rows: frozenset[str] = frozenset()  # n = len(x): a block's, never kept
 
     def __call__(self, plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                  to_host: Any, dtype: str | None, filename: str, be: Backend) -> None:
@@ -126,8 +128,9 @@ class ClusterExecutor:
         cut = [*self.darrs, *cut_inputs(plan, self.opts, self.scatter_numpy)]
         why = (f"the Dask input{'s' * (len(self.darrs) > 1)} {', '.join(self.darrs)} run in "
                "blocks on the cluster" if self.darrs else "--cluster runs the cell in blocks")
-        check_rows(self.source, {**plan.inputs, **self.darrs}, cut, namespace,
-                   plan.module_names, why, asked=True, rules=self.opts.reduce)
+        self.over_rows = check_rows(self.source, {**plan.inputs, **self.darrs}, cut,
+                                    namespace, plan.module_names, why, asked=True,
+                                    rules=self.opts.reduce)
 
     def _no_cluster(self) -> str:
         """Why the cell cannot run: it needs a cluster and none is in use; how to get one."""
@@ -256,6 +259,11 @@ class ClusterExecutor:
                     out[name] = arr.persist()
                     kept.append(name)
             elif all(k[0] == "python" for k in kinds):
+                if name in self.over_rows:  # a block's count or test, even if all agree
+                    first = kinds[0][1]
+                    raise CellError(over_rows(name, f"{type(first).__name__} "
+                                            f"{short_repr(first)}", infos[0]["stats"].rows,
+                                              "block"))
                 out[name] = self._agreed(name, [k[1] for k in kinds])
             elif all(k[0] == "skip" for k in kinds):
                 skipped.append(name)
@@ -321,9 +329,9 @@ class ClusterExecutor:
                 same = False
             if not same:
                 raise CellError(
-                    f"the cell's result {name!r} is {first!r} in block 1 but {v!r} in block "
-                    f"{j}: it depends on the block, so the blocks' values cannot be joined; "
-                    f"{name_a_rule(name)}")
+                    f"the cell's result {name!r} is {short_repr(first)} in block 1 but "
+                    f"{short_repr(v)} in block {j}: it depends on the block, so the blocks' "
+                    f"values cannot be joined; {name_a_rule(name)}")
         return first
 
     @staticmethod

@@ -34,7 +34,7 @@ from .commit import commit
 from .errors import CellError, fail, frames_freed
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import check_names, combine, name_a_rule
+from .reduce import check_names, combine, name_a_rule, over_rows
 from .report import InputMove, OutputInfo, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -196,9 +196,7 @@ class BatchRun:
         what = (f"{type(value).__module__.split('.')[0]} array {value.dtype} {tuple(shape)}"
                 if shape is not None else type(value).__name__)
         if over:  # a number the row check saw made over the batch's rows (len(x), a total)
-            return (f"the cell's result {name!r} ({what} {short_repr(value)}) is a value over "
-                    f"the batch's {rows} rows (a count, a total, a test of one), not all rows,"
-                    f" so it cannot be kept; {name_a_rule(name)}, or del {name} at the end")
+            return over_rows(name, f"{what} {short_repr(value)}", rows, "batch")
         return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
                 f"rows, so the batches' values cannot be joined; {name_a_rule(name)}")
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .errors import CellError
 
-__all__ = ["RULES", "check_names", "combine", "name_a_rule"]
+__all__ = ["RULES", "check_names", "combine", "name_a_rule", "over_rows"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
 
@@ -18,6 +18,15 @@ def name_a_rule(name: str) -> str:
     """The fix for result ``name`` that the batches (or blocks) cannot join, in both forms."""
     return (f"name a rule, e.g. --reduce {name}=sum (BatchOptions(reduce={{{name!r}: 'sum'}}) "
             f"from Python; rules: {', '.join(RULES)}), or compute it in a cell of its own")
+
+
+def over_rows(name: str, what: str, rows: int, unit: str) -> str:
+    """Why result ``name`` (``what``: its type and value), a value the row check saw made
+    over a ``unit``'s ``rows`` rows (``len(x)``, a total, a test of one), cannot be kept:
+    each batch (or block) has its own, even where all of them agree."""
+    return (f"the cell's result {name!r} ({what}) is a value over the {unit}'s {rows} rows "
+            "(a count, a total, a test of one), not all rows, so it cannot be kept; "
+            f"{name_a_rule(name)}, or del {name} at the end")
 
 
 def check_names(rules: Any, stored: Any) -> None:

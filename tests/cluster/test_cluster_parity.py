@@ -1,0 +1,101 @@
+"""Cluster runs against NumPy, cell by cell (:mod:`parity_corpus`), on a real LocalCluster
+of 2 worker processes (CPU fallback). Each cell runs in plain NumPy and three times through
+a real shell as ``%%gpu --quiet --to-host``: with its NumPy inputs cut into blocks
+(``--cluster --batch-rows 3000``: seven equal blocks, sent through shared memory on this
+host, scattered where the cell changes its input), with ``x`` and ``v`` as Dask arrays of
+3,000-row chunks (seven blocks again), and batched in this kernel (``test_batched_parity``'s
+run on request). Each cluster run must give NumPy's results or stop with a one-line error
+that names the place and a fix (:mod:`parity_check`), and its verdict must be the kernel's:
+a cell the kernel refuses and the cluster runs (or the reverse) has found a gap in one of
+them. Seven equal blocks agree on a count of their own rows (``n = len(x)``), so only the
+row check's word tells such a value from a true one.
+
+No corpus cell is left out: every one reads ``x`` or ``v``, so every one runs in blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+from parity_check import ASKED, compare, inputs
+from parity_corpus import CELLS, ROW_WISE
+
+import cupy_magic
+
+da = pytest.importorskip("dask.array")
+
+ON_CLUSTER = "--cluster --batch-rows 3000"
+BLOCKS = 7  # the corpus's 21,000 rows in blocks of 3,000
+
+
+def dask_inputs() -> dict[str, object]:
+    """The corpus's inputs with ``x`` and ``v`` as Dask arrays of 3,000-row chunks."""
+    given: dict[str, object] = dict(inputs())
+    given["x"] = da.from_array(given["x"], chunks=(3000, 4))
+    given["v"] = da.from_array(given["v"], chunks=(3000,))
+    return given
+
+
+def outcome(ip, cell: str, rules: str, how: str) -> str:
+    """'same', 'refused', or what went wrong, for one way of running ``cell``."""
+    line = "--quiet --to-host" + (f" --reduce {rules}" if rules else "")
+    if how == "kernel":
+        return compare(ip, cell, f"{line} {ASKED}")
+    if how == "--cluster":
+        got = compare(ip, cell, f"{line} {ON_CLUSTER}")
+    else:
+        got = compare(ip, cell, line, dask_inputs())
+    if got == "same":  # it ran on the workers, in the blocks asked for
+        info = cupy_magic.last_report().batch
+        if info is None or info.blocks != BLOCKS:
+            return f"ERROR: not run in {BLOCKS} blocks on the cluster ({info})"
+        moved = info.transport
+        # scattered only where the cell changes its input: each block needs a copy of its own
+        if how == "--cluster" and moved.kind != "shm" and "changes its input" not in moved.why:
+            return f"ERROR: the blocks went by {moved.kind} ({moved.why}), not shared memory"
+    return got
+
+
+@pytest.mark.parametrize(("cell", "rules"), CELLS, ids=[f"{i}" for i in range(len(CELLS))])
+def test_a_cluster_cell_gives_numpy_s_results_or_the_kernel_s_refusal(ip, joined, cell,
+                                                                      rules):
+    got = {how: outcome(ip, cell, rules, how) for how in ("--cluster", "dask", "kernel")}
+    assert all(g in ("same", "refused") for g in got.values()), got
+    assert len(set(got.values())) == 1, got  # the cluster's verdict is the kernel's
+    if cell in ROW_WISE and not rules:
+        assert got["dask"] == "same", got
+
+
+def _refusal(ip, how: str, cell: str) -> str:
+    """The one-line error a cluster run of ``cell`` stops with; it commits nothing."""
+    ip.user_ns.update(inputs() if how == "--cluster" else dask_inputs())
+    line = f"--quiet --to-host {ON_CLUSTER}" if how == "--cluster" else "--quiet --to-host"
+    with pytest.raises(UsageError) as err:
+        ip.run_cell_magic("gpu", line, cell)
+    assert "y" not in ip.user_ns
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("how", ["--cluster", "dask"])
+def test_a_count_of_a_block_s_rows_is_refused_though_every_block_agrees_on_it(ip, joined,
+                                                                             how):
+    """Seven blocks of 3,000 rows each say n = 3000; NumPy says 21000."""
+    for cell, name, value in (("y = x * 2\nn = len(x)\n", "n", "int 3000"),
+                              ("y = x * 2\nflag = bool(x.sum() > 40000)\n", "flag",
+                               "bool False")):
+        msg = _refusal(ip, how, cell)
+        assert f"result '{name}' ({value}) is a value over the block's 3000 rows" in msg
+        assert f"--reduce {name}=sum" in msg and name not in ip.user_ns
+
+
+@pytest.mark.parametrize("how", ["--cluster", "dask"])
+def test_a_list_of_a_block_s_arrays_is_refused_in_one_short_line(ip, joined, how):
+    cell = "cols = []\nfor j in range(4):\n    cols.append(x[:, j] * j)\ny = np.stack(cols, 1)\n"
+    msg = _refusal(ip, how, cell)
+    assert "result 'cols' is [array([" in msg and "in block 2" in msg and len(msg) < 700
+
+
+def test_the_inputs_are_the_corpus_s():
+    assert set(dask_inputs()) == set(inputs())
+    assert all(isinstance(a, np.ndarray) for a in inputs().values())
