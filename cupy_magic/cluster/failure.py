@@ -23,6 +23,7 @@ from typing import Any
 from ..backend import Backend
 from ..run.errors import CellError, at_cell_line, fail
 from . import connect
+from .inputs import scheduler_workers
 from .worker import BlockFailed
 
 __all__ = ["BlockCancelled", "CellBlocks", "cancel", "explain", "unstick"]
@@ -115,7 +116,7 @@ def _left(client: Any, cell: CellBlocks) -> dict[str, set[int]]:
     """The workers the cell started with that are gone now, with the blocks each had when
     the scheduler removed it (its events: running or queued there)."""
     try:
-        now = set(client.scheduler_info(n_workers=-1)["workers"])
+        now = set(scheduler_workers(client))
     except Exception:  # the scheduler does not answer either: say nothing of workers
         return {}
     left: dict[str, set[int]] = {}

@@ -24,7 +24,7 @@ from ..units import format_bytes
 
 __all__ = ["BLOCK_BYTES", "MANY_BLOCKS", "SMALL_BLOCK", "BlockInputs", "block_sizes",
            "check_blocks", "cut_inputs", "dask_inputs", "is_dask_array", "prepare",
-           "read_values", "row_bytes", "worker_addresses"]
+           "read_values", "row_bytes", "scheduler_workers", "worker_addresses"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
 # Each block is a task: the scheduler, the worker and this kernel spend milliseconds on it
@@ -122,9 +122,20 @@ def check_blocks(chunks: tuple[int, ...], row_nbytes: int, names: Iterable[str],
                     f"at least {format_bytes(SMALL_BLOCK)}), or run the cell in this kernel")
 
 
+def scheduler_workers(client: Any) -> dict[str, Any]:
+    """The scheduler's record of every worker, by address (``scheduler_info()["workers"]``).
+
+    Recent ``distributed`` lists only the first few unless asked for all (``n_workers=-1``);
+    older releases take no ``n_workers`` and list all."""
+    try:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:  # a distributed without n_workers
+        return client.scheduler_info()["workers"]
+
+
 def worker_addresses(client: Any) -> tuple[str, ...]:
     """The addresses of the cluster's workers, sorted (the blocks are dealt over them)."""
-    return tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    return tuple(sorted(scheduler_workers(client)))
 
 
 def block_sizes(inputs: dict[str, np.ndarray], cut: list[str], opts: BatchOptions,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..cluster import connect
+from ..cluster.inputs import scheduler_workers
 from .rows import WorkerRow
 from .workers import worker_reading, worker_row
 
@@ -71,7 +72,7 @@ def _wait(futures: list[cf.Future], deadline: float, stop: threading.Event | Non
 
 def _listing(client: Any) -> dict[str, str]:
     """Worker address -> name, as the scheduler lists them now."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = scheduler_workers(client)
     return {str(addr): str(info.get("name", "")) for addr, info in workers.items()}
 
 
