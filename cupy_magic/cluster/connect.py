@@ -149,6 +149,12 @@ def gone() -> str:
             "%gpu_cluster tcp://HOST:8786")
 
 
+# No dashboard; the scheduler's HTTP server (health and metrics) still starts, on port 8787
+# unless told otherwise, and warns in the cell when another cluster or notebook holds that
+# port: a free port instead, which nobody needs to know.
+_QUIET_SCHEDULER = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+
+
 def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
     distributed = _distributed()
     if be.is_gpu:
@@ -163,18 +169,14 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
             raise ClusterError(f"--workers {n_workers}: a local GPU cluster has one worker per "
                                f"GPU and this machine shows {gpus}; give --workers 1 to {gpus}, "
                                "or %gpu_backend host first for a cluster of CPU processes")
-        with _sigint_ignored():
-            cluster = LocalCUDACluster(n_workers=n_workers, dashboard_address=None)
+        with _sigint_ignored():  # its keywords reach LocalCluster's
+            cluster = LocalCUDACluster(n_workers=n_workers, **_QUIET_SCHEDULER)
         return cluster, "LocalCUDACluster (one worker per GPU)"
     workers = n_workers or max(1, min(LOCAL_CPU_WORKERS, os.cpu_count() or 1))
     with _sigint_ignored():
-        # No dashboard; the scheduler's HTTP server (health and metrics) still starts, on
-        # port 8787 unless told otherwise, and warns in the cell when another cluster or
-        # notebook holds that port: a free port instead, which nobody needs to know.
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
                                            processes=True, host="127.0.0.1",
-                                           dashboard_address=None,
-                                           scheduler_kwargs={"dashboard_address": ":0"})
+                                           **_QUIET_SCHEDULER)
     return cluster, "local CPU cluster (LocalCluster of processes, CPU fallback)"
 
 

@@ -29,8 +29,8 @@ def port_8787_taken() -> Iterator[None]:
 
 
 def test_a_local_cluster_starts_quietly_when_port_8787_is_taken(ip, port_8787_taken, capfd):
-    if _backend.current().is_gpu:
-        pytest.skip("a GPU kernel starts a LocalCUDACluster (dask-cuda)")
+    if _backend.current().is_gpu:  # a GPU kernel starts a LocalCUDACluster: the same keywords
+        pytest.importorskip("dask_cuda", reason="a GPU kernel's local cluster needs dask-cuda")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
