@@ -25,8 +25,8 @@ from . import shm, transport
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
-           "WorkerFacts", "client", "close", "ensure_budget", "gone", "in_use", "live",
-           "status", "use"]
+           "WorkerFacts", "client", "close", "ensure_budget", "in_use",
+           "leave_unreachable", "live", "status", "use"]
 
 CONNECT_TIMEOUT = 10  # seconds to reach a scheduler before giving up
 LOCAL_CPU_WORKERS = 2  # worker processes of ``local`` on the CPU fallback (at most the cores)
@@ -124,18 +124,18 @@ def live() -> Any:
     Raises
     ------
     ClusterError
-        When its client is closed or reconnecting (:func:`gone` says why and the fix).
+        When its client is closed or reconnecting (:func:`leave_unreachable` says why and the fix).
     """
     c = _state["client"]
     if c is None or c.status == "running":
         return c
-    raise ClusterError(gone())
+    raise ClusterError(leave_unreachable())
 
 
-def gone() -> str:
-    """Why the cluster in use cannot be reached, with the fix. One whose client was closed
-    (``client.close()``, ``cluster.close()``) is left here, as ``%gpu_cluster off`` does;
-    one whose client is reconnecting is kept (its scheduler may come back)."""
+def leave_unreachable() -> str:
+    """Leave the cluster in use if its client was closed (``client.close()``,
+    ``cluster.close()``), as ``%gpu_cluster off`` does, and say why it cannot be reached, with
+    the fix; one whose client is reconnecting is kept (its scheduler may come back)."""
     c, where = _state["client"], in_use()
     if c is not None and c.status in ("connecting", "newly-created"):
         return (f"the scheduler of the cluster in use ({where}) does not answer (its client "

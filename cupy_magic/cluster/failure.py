@@ -179,7 +179,7 @@ def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str,
         return fail(exc, be, 0, filename, "interrupted; the cell's futures on the cluster "
                     "cancelled, nothing committed", namespace=namespace)
     if client.status != "running" and not isinstance(exc, CellError):
-        return at_cell_line(CellError(f"{connect.gone()}; the cell committed nothing"),
+        return at_cell_line(CellError(f"{connect.leave_unreachable()}; the cell committed nothing"),
                             filename, 1)
     if _is_lost(exc):
         return at_cell_line(CellError(_lost(exc, client, cell)), filename, 1)
