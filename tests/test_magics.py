@@ -201,6 +201,9 @@ def test_warmup_prints_nothing_of_its_own_and_its_help_says_what_happens_twice(i
     assert ip.user_ns["log"] == [10, 10]  # what it does outside the cell, it does twice
     assert not ip.run_cell("%%gpu --quiet --warmup\nprint('before')\nassert len(x) > 99").success
     assert capsys.readouterr().out == "before\n"  # a failed warm-up's print shows
+    result = ip.run_cell("%%gpu --quiet --warmup\nprint('so far')\nraise KeyboardInterrupt")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert capsys.readouterr().out.startswith("so far\n")  # and an interrupted one's
     doc = " ".join(ip.find_cell_magic("gpu").__doc__.split())
     assert "warm-up's prints are not shown" in doc and "appends to" in doc and "twice" in doc
 

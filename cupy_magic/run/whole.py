@@ -155,6 +155,10 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
             f"{type(exc).__name__}: {exc}; run without --warmup, or make the cell work on "
             "any number of rows"
         ) from exc
+    except BaseException:  # Ctrl-C in the warm-up: what it printed so far is shown too
+        if held is not None:
+            held.show()
+        raise
     finally:
         scratch.clear()
     held.show(but=plan.code.co_filename)
