@@ -32,13 +32,18 @@ class NoCluster:
         return None
 
 
-@pytest.fixture
-def three() -> Iterator[panel.VramPanel]:
+def three_devices(shown: int) -> Iterator[panel.VramPanel]:
+    """A panel over three fake devices showing device ``shown`` (closed afterwards)."""
     sampler = Sampler(Sources(devices=3), interval=0.5, clock=HeldClock(), workers=NoCluster())
-    vp = panel.VramPanel(sampler, 0)
+    vp = panel.VramPanel(sampler, shown)
     yield vp
     vp.close()
     sampler.stop()
+
+
+@pytest.fixture
+def three() -> Iterator[panel.VramPanel]:
+    yield from three_devices(0)
 
 
 ROWS = (DeviceRow(0, "NVIDIA H200", 10 * GiB, 80 * GiB, 87, 21.5e9, 3.2e9, GiB, 2 * GiB,

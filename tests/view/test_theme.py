@@ -13,13 +13,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from conftest import loaded
-from view.test_panel import HeldClock, Sources, sample
-from view.test_panel_rows import ROWS, NoCluster
+from view.test_panel import sample
+from view.test_panel_rows import ROWS, three_devices
 from view.test_progressbar import Clock, Screen, snap
 
 import cupy_magic
 from cupy_magic.holders.records import Holder, HolderReport
-from cupy_magic.monitor.sampler import Sampler
 from cupy_magic.view import panel
 from cupy_magic.view.progressbar import BatchProgressBar
 
@@ -49,11 +48,7 @@ def _unthemed(page: str) -> list[str]:
 
 @pytest.fixture
 def three() -> Iterator[panel.VramPanel]:
-    sampler = Sampler(Sources(devices=3), interval=0.5, clock=HeldClock(), workers=NoCluster())
-    vp = panel.VramPanel(sampler, 1)
-    yield vp
-    vp.close()
-    sampler.stop()
+    yield from three_devices(1)
 
 
 def test_the_panel_follows_the_theme(three: panel.VramPanel) -> None:
