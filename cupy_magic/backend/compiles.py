@@ -21,7 +21,6 @@ GPU time measured with CUDA events around a cell can leave out the host's compil
 from __future__ import annotations
 
 import importlib
-import linecache
 import os
 import sys
 import threading
@@ -31,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType, TracebackType
 from typing import Any
+
+from ..source import line_code
 
 __all__ = ["Build", "CompileRecord", "NoCompiles", "Window", "timed"]
 
@@ -250,7 +251,7 @@ class CompileRecord:
         while frame is not None and frame.f_code.co_filename != self.code_filename:
             frame = frame.f_back
         line = frame.f_lineno if frame is not None else None
-        code = linecache.getline(self.code_filename, line).strip() if line else ""
+        code = line_code(self.code_filename, line)
         self.builds.append(Build(line, code, seconds, compiled, timed))
 
     # --- figures ------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..source import line_code
 from ..units import format_bytes
 from .base import (
     Backend,
@@ -175,7 +175,7 @@ class HostBackend(Backend):
                 last_line[id(frame)] = frame.f_lineno
                 if limit is not None and peak > limit:
                     tracemalloc.reset_peak()
-                    code = linecache.getline(code_filename, culprit).strip()
+                    code = line_code(code_filename, culprit)
                     earlier = (f", {format_bytes(held)} of it arrays from earlier cells"
                                if held else "")
                     raise BudgetExceeded(

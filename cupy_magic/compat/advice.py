@@ -8,9 +8,10 @@ the failures of NumPy's own docstring examples, ``benchmarks/numpy_examples.py``
 
 from __future__ import annotations
 
-import linecache
 import re
 from types import TracebackType
+
+from ..source import line_code
 
 __all__ = ["FALLBACK_HINT", "KINDS", "LIMIT_ERRORS", "WAYS", "CupyLimit", "MissingInCupy",
            "classify", "explain_failure", "limit_message", "why_text"]
@@ -259,7 +260,7 @@ def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
             module = frame.f_globals.get("__name__", "")
             callee = f"{module}.{frame.f_code.co_name}" if module else frame.f_code.co_name
         tb = tb.tb_next
-    code = linecache.getline(filename, line).strip() if line else ""
+    code = line_code(filename, line)
     where = f"line {line} `{code}`" if line else "the cell"
     who = f" ({callee})" if callee and not callee.startswith("cupy") else ""
     if array_limit is not None:

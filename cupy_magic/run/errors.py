@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import linecache
 import math
 import re
 import sys
@@ -25,6 +24,7 @@ import numpy as np
 from ..backend import Backend, BudgetExceeded
 from ..compat.advice import CupyLimit, explain_failure
 from ..holders.account import top_hint
+from ..source import line_code
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
@@ -79,7 +79,7 @@ def cell_line(tb: TracebackType | None, filename: str | None) -> str:
     last = _last_cell_entry(tb, filename)
     if last is None:
         return ""
-    code = linecache.getline(filename or "", last.tb_lineno).strip()
+    code = line_code(filename, last.tb_lineno)
     return f"line {last.tb_lineno} `{code}` " if code else f"line {last.tb_lineno} "
 
 
