@@ -26,7 +26,7 @@ from . import connect
 from .inputs import scheduler_workers
 from .worker import BlockFailed
 
-__all__ = ["BlockCancelled", "CellBlocks", "cancel", "explain", "unstick"]
+__all__ = ["BlockCancelled", "CellBlocks", "cancel", "died", "explain", "unstick"]
 
 _log = logging.getLogger(__name__)
 _BLOCK_KEY = re.compile(r"^cupy-magic-(?P<cell>[0-9a-f]+)-block-(?P<index>\d+)$")
@@ -147,15 +147,24 @@ def _lost(exc: BaseException, client: Any, cell: CellBlocks) -> str:
         what = cell.blocks([key]) if key is not None else ""
         return (f"{what or 'a block of the cell'} was cancelled on the cluster (a worker left, "
                 f"or another client cancelled it); {TAIL}; {AGAIN}")
+    return died(left, cell)
+
+
+def died(left: dict[str, set[int]], cell: CellBlocks) -> str:
+    """The one line for workers that left during the cell: ``left`` maps each to the blocks
+    (from 0) it had; a block every one of them had may have ended them itself."""
     parts = [address + (f" (with {cell.named(ix)})" if ix else "") for address, ix in left.items()]
     many = len(parts) > 1
-    died = f"worker{'s' * many} {' and '.join(parts)} died during the cell"
+    gone = f"worker{'s' * many} {' and '.join(parts)} died during the cell"
     common = set.intersection(*left.values()) if many else set()
     if common:  # the same block on every worker that died: the block may end them itself
-        return (f"{died}: {cell.named(common)} was on each, and may end its worker's process "
-                f"itself (out of memory? a crash in native code?); {TAIL}; run it in this "
-                "kernel to see (%gpu_cluster off), or give smaller blocks (--batch-rows)")
-    return (f"{died} (killed, out of memory, or {'their' if many else 'its'} host went "
+        one = len(common) == 1
+        ended = "its worker's process" if one else "their workers' processes"
+        return (f"{gone}: {cell.named(common)} {'was' if one else 'were'} on each, and may end "
+                f"{ended} itself (out of memory? a crash in native code?); {TAIL}; run the "
+                "cell in this kernel to see (%gpu_cluster off), or give smaller blocks "
+                "(--batch-rows)")
+    return (f"{gone} (killed, out of memory, or {'their' if many else 'its'} host went "
             f"away?); {TAIL}; {AGAIN}")
 
 

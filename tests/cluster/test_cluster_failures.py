@@ -183,3 +183,21 @@ def test_an_input_of_0_rows_is_one_line_naming_it_and_the_fix(ip, joined, x, how
     msg = str(err.value)
     assert "\n" not in msg and f"batched input {name} has 0 rows" in msg, msg
     assert ("xt = xt.compute()" if name == "xt" else "without --cluster") in msg, msg
+
+
+
+@pytest.mark.parametrize(("left", "words"), [
+    ({"tcp://a": {0, 2}, "tcp://b": {2}}, "block 3 of 4 (rows 20:30) was on each, and may end "
+                                          "its worker's process itself"),
+    ({"tcp://a": {0, 2}, "tcp://b": {0, 2, 3}}, "blocks 1, 3 of 4 were on each, and may end "
+                                                "their workers' processes itself"),
+    ({"tcp://a": {0}, "tcp://b": {1}}, "died during the cell (killed, out of memory, or their "
+                                       "host went away?)"),
+    ({"tcp://a": {1}}, "worker tcp://a (with block 2 of 4 (rows 10:20)) died during the cell "
+                       "(killed, out of memory, or its host went away?)"),
+])
+def test_workers_that_died_are_named_in_one_line_that_agrees_in_number(left, words):
+    from cupy_magic.cluster.failure import CellBlocks, died
+
+    msg = died(left, CellBlocks("c", starts=(0, 10, 20, 30), sizes=(10, 10, 10, 10)))
+    assert words in msg and "\n" not in msg and "nothing committed" in msg, msg
