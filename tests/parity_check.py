@@ -34,9 +34,9 @@ def _results(ns: dict[str, Any]) -> dict[str, Any]:
             if not k.startswith("_") and k != "np" and not callable(v)}
 
 
-def _numpy(cell: str) -> tuple[dict[str, Any], str]:
-    """The cell's results and printed text in plain NumPy."""
-    ns: dict[str, Any] = {"np": np, **inputs()}
+def _numpy(cell: str, earlier: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The cell's results and printed text in plain NumPy (``earlier``: names set before)."""
+    ns: dict[str, Any] = {"np": np, **inputs(), **earlier}
     out = io.StringIO()
     with contextlib.redirect_stdout(out), np.errstate(all="ignore"):
         exec(cell, ns)  # the corpus's own cells
@@ -68,14 +68,16 @@ def _refusal(err: BaseException) -> bool:
             and any(fix in msg for fix in FIXES))
 
 
-def compare(ip: Any, cell: str, line: str, given: dict[str, Any] | None = None) -> str:
+def compare(ip: Any, cell: str, line: str, given: dict[str, Any] | None = None,
+            earlier: dict[str, Any] | None = None) -> str:
     """Run ``%%gpu line`` over ``cell`` in the shell ``ip`` (its inputs: ``given``, else
-    :func:`inputs`) and compare it with NumPy: 'same', 'refused', or what went wrong
-    ('DIFFERS: ...', 'ERROR: ...')."""
-    want, printed = _numpy(cell)
-    for name in set(ip.user_ns) & (set(want) | set(INPUTS)):
+    :func:`inputs`; ``earlier``: names an earlier cell set, constants) and compare it with
+    NumPy: 'same', 'refused', or what went wrong ('DIFFERS: ...', 'ERROR: ...')."""
+    earlier = earlier or {}
+    want, printed = _numpy(cell, earlier)
+    for name in set(ip.user_ns) & (set(want) | set(INPUTS) | set(earlier)):
         del ip.user_ns[name]
-    ip.user_ns.update(inputs() if given is None else given)
+    ip.user_ns.update({**(inputs() if given is None else given), **earlier})
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), np.errstate(all="ignore"):

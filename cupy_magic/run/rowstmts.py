@@ -65,7 +65,15 @@ class Statements:
                     self.xp.add(bound)  # import numpy as np, import scipy.special
                 env.pop(bound, None)
         elif isinstance(s, ast.Assign):
+            self.lambdas(s)
             pairs = _pairs(s.targets, s.value)
+            target = s.targets[0]
+            if len(s.targets) == 1 and isinstance(target, (ast.Tuple, ast.List)) and \
+                    self.columns(s.value, env):  # a, b, c, d = x.T: each a column with rows
+                for elt in target.elts:
+                    self.remember(elt, s.value, (ROWS, 1), None, env)
+                    self.bind(elt, (ROWS, 1), env)
+                return None
             if pairs:  # a, b = x.mean(axis=0), x * 2: each its own
                 for target, value in pairs:
                     self.assign(target, value, value, env)
@@ -94,7 +102,11 @@ class Statements:
                          "its rows", certain=False)
             counted = isinstance(s.iter, ast.Call) and attr_path(s.iter.func) == ["range"] and \
                 any(self.quiet(a, env)[0] == NROWS for a in s.iter.args)
-            self.bind(s.target, (NROWS if counted else CLEAN, None), env)  # range(len(x))
+            if self.columns(s.iter, env):  # for col in x.T: a column with rows
+                self.bind(s.target, (ROWS, 1), env)
+            else:  # range(len(x)): a batch's row numbers; over a total: its entries
+                self.bind(s.target, (NROWS if counted else MIXED if it[0] in (MIXED, NROWS)
+                                     else CLEAN, None), env)
             self.remember(s.target, s.iter, (CLEAN, None), None, env)  # no tag
             for _ in range(2):  # twice: a name the loop carries to its next turn
                 self.block(s.body, env)
@@ -120,6 +132,25 @@ class Statements:
             self.expr(s.subject, env)
             self.branches([c.body for c in s.cases] + [[]], env)
         return None
+
+    def columns(self, node: ast.expr, env: dict[str, Kind]) -> bool:
+        """Whether ``node`` is ``a.T`` of a two-dimensional value with rows: its columns,
+        one by one, keep the rows."""
+        return isinstance(node, ast.Attribute) and node.attr == "T" and \
+            self.quiet(node.value, env) == (ROWS, 2)
+
+    def lambdas(self, s: ast.Assign) -> None:
+        """``f = lambda a: ...`` defines ``f`` as ``def`` would; a name bound to anything else
+        is no longer the function the cell defined."""
+        for target in s.targets:
+            if not isinstance(target, ast.Name):
+                continue
+            if isinstance(s.value, ast.Lambda):
+                body = [ast.copy_location(ast.Return(s.value.body), s.value)]
+                self.functions[target.id] = ast.copy_location(ast.FunctionDef(
+                    name=target.id, args=s.value.args, body=body, decorator_list=[]), s)
+            else:
+                self.functions.pop(target.id, None)
 
     def branches(self, bodies: list[list[ast.stmt]], env: dict[str, Kind]) -> None:
         """One of ``bodies`` runs: each walked on its own copy of the names, then a name

@@ -27,7 +27,8 @@ isclose isfinite isinf isnan isneginf isposinf ldexp left_shift less less_equal 
 log1p log2 logaddexp logaddexp2 logical_and logical_not logical_or logical_xor maximum
 minimum mod multiply nan_to_num negative nextafter not_equal ones_like positive power
 rad2deg radians real real_if_close reciprocal remainder right_shift rint round sign signbit
-sin sinc sinh sqrt square subtract column_stack tan tanh true_divide trunc where zeros_like
+select sin sinc sinh sqrt square subtract column_stack tan tanh true_divide trunc where
+zeros_like
 erf erfc erfinv erfcinv ndtr ndtri log_ndtr expit logit gamma gammaln digamma
 """))
 # reductions and scans: (the axis's place among the positional arguments of the function

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from ..syncs.values import attr_path, parameters
 from . import rowvocab as vocab
 from .rowcalls import Calls
+from .rowindex import Indexing
 from .rowrules import Tag, rule_problem
+from .rowshapes import Shapes
 from .rowstmts import Statements
 from .rowvocab import (
     CLEAN,
@@ -99,6 +101,7 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
     except SyntaxError:
         return RowCheck([], frozenset())
     walker = _Walker(source.splitlines(), set(xp), ufunc, definition, generator)
+    walker.batched = frozenset(batched)
     env: dict[str, Kind] = {n: (ROWS, d) for n, d in batched.items()}
     walker.block(tree.body, env)
     for name, rule in rules.items():
@@ -118,7 +121,7 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
     return RowCheck(sorted(seen.values(), key=lambda m: m.line), over)
 
 
-class _Walker(Statements, Calls):
+class _Walker(Indexing, Shapes, Statements, Calls):
     def __init__(self, lines: list[str], xp: set[str], ufunc: Callable[[str], bool],
                  definition: Callable[[str], ast.FunctionDef | None],
                  generator: Callable[[str], bool]) -> None:
@@ -131,6 +134,7 @@ class _Walker(Statements, Calls):
         self.tags: dict[str, Tag] = {}  # the --reduce rules that join a name's value
         self.assigned: dict[str, int] = {}  # a name's last assignment in the cell: its line
         self.depth = 0
+        self.batched: frozenset[str] = frozenset()  # the batched inputs' names
         self.node: ast.AST | None = None
 
     def mix(self, node: ast.AST, why: str, certain: bool = True) -> Kind:
@@ -176,8 +180,7 @@ class _Walker(Statements, Calls):
                 return self.subscript(node, base, env)
             if base[0] == SHAPE:
                 return self.shape_index(node, base)
-            index = self.expr(node.slice, env)
-            return (MIXED, None) if index[0] in (MIXED, NROWS) else base
+            return self.table(node, base, env)
         if isinstance(node, ast.Call):
             return self.call(node, env)
         if isinstance(node, (ast.Tuple, ast.List)):
@@ -209,6 +212,10 @@ class _Walker(Statements, Calls):
         return (ROWS, None) if left[0] == ROWS else _join(left, right)
 
     def attribute(self, node: ast.Attribute, env: dict[str, Kind]) -> Kind:
+        inner = node.value
+        if node.attr in ("T", "mT") and isinstance(inner, ast.Attribute) and \
+                inner.attr == node.attr and self.quiet(inner.value, env)[0] == ROWS:
+            return self.expr(inner.value, env)  # x.T.T: x
         base = self.expr(node.value, env)
         if base[0] != ROWS:
             return (base[0], None)
@@ -225,42 +232,6 @@ class _Walker(Statements, Calls):
         return self.mix(node, f"reads .{node.attr} of a batched input, which the check does "
                         "not know", certain=False)
 
-    def shape_index(self, node: ast.Subscript, base: Kind) -> Kind:
-        at = vocab.axes_of(node.slice, None)
-        ndim = base[1]
-        if at and len(at) == 1 and at[0] != 0 and (at[0] > 0 or (ndim is not None
-                                                                 and at[0] + ndim != 0)):
-            return (CLEAN, None)
-        if at and len(at) == 1 and at[0] < 0 and ndim is None:
-            return self.mix(node, f"reads .shape[{at[0]}], the row count when the value has "
-                            "one dimension", certain=False)
-        return (NROWS, None)  # a batch's row count
-
-    def subscript(self, node: ast.Subscript, base: Kind, env: dict[str, Kind]) -> Kind:
-        idx = node.slice
-        first = idx.elts[0] if isinstance(idx, ast.Tuple) and idx.elts else idx
-        rest = idx.elts[1:] if isinstance(idx, ast.Tuple) else []
-        if isinstance(first, ast.Slice) and first.lower is None and first.upper is None \
-                and first.step is None:
-            for e in rest:
-                self.expr(e, env)
-            return (ROWS, None)
-        if isinstance(first, ast.Constant) and first.value is Ellipsis:
-            if base[1] is not None and base[1] > len(rest):
-                return (ROWS, None)
-            return self.mix(node, "indexes a batched input after `...`: on one dimension "
-                            "that picks rows", certain=base[1] is not None)
-        picked = self.expr(first, env)
-        if picked[0] == ROWS:  # a mask or index of the batch's own rows
-            return (ROWS, None)
-        if isinstance(first, ast.Slice):
-            return self.mix(node, "slices the rows of a batched input: a batch's slice is not "
-                            "the input's")
-        if isinstance(first, (ast.Constant, ast.UnaryOp)):
-            return (MIXED, None)  # one row of the batch: no row axis
-        return self.mix(node, "picks rows of a batched input by an index the check cannot "
-                        "read: a batch's row i is not the input's", certain=False)
-
     def call(self, node: ast.Call, env: dict[str, Kind]) -> Kind:
         args = [self.expr(a, env) for a in node.args]
         kwargs = {k.arg: self.expr(k.value, env) for k in node.keywords}
@@ -269,7 +240,7 @@ class _Walker(Statements, Calls):
         if isinstance(func, ast.Attribute):
             owner = self.expr(func.value, env)
             if owner[0] == ROWS:  # a method of a batched value
-                return self.method(node, func.attr, owner, args)
+                return self.method(node, func.attr, owner, args, env)
             if owner[0] in (MIXED, NROWS):  # x.mean(axis=0).clip(...): still over the rows
                 return _fold([(MIXED, None), *args, *kwargs.values()], node, self)
         path = attr_path(func)
@@ -287,6 +258,10 @@ class _Walker(Statements, Calls):
             return special
         if isinstance(func, ast.Name) and func.id in self.functions and rows:
             return self.inline(self.functions[func.id], node, args, kwargs, env)
+        if from_xp and rows and node.args:
+            shaped = self.shaped(node, name, node.args[0], node.args[1:], args, env)
+            if shaped is not None:
+                return shaped
         if not rows and not any(k[0] in (MIXED, SHAPE, NROWS)
                                 for k in (*args, *kwargs.values())):
             return (CLEAN, None)
@@ -306,7 +281,9 @@ class _Walker(Statements, Calls):
         if isinstance(func, ast.Name) and name in ("abs", "round"):
             return _fold([*args], node, self)
         if from_xp and name in vocab.REDUCTIONS and args and args[0][0] == ROWS:
-            return self.reduction(node, name, args[0], vocab.REDUCTIONS[name][0])
+            listed = self.listed(node.args[0], env)  # np.stack([x, x ** 2], axis=-1)
+            operand = args[0] if listed is None else (ROWS, listed)
+            return self.reduction(node, name, operand, vocab.REDUCTIONS[name][0])
         if from_xp and name in ("dot", "matmul") and len(args) > 1:
             return self.product(node, args[0], args[1])
         if from_xp and name in vocab.ELEMENTWISE:
@@ -318,11 +295,18 @@ class _Walker(Statements, Calls):
         return self.mix(node, f"passes a batched value to {'.'.join(path) or 'a call'}, "
                         "which the check cannot see into", certain=False)
 
-    def method(self, node: ast.Call, attr: str, owner: Kind, args: list[Kind]) -> Kind:
+    def method(self, node: ast.Call, attr: str, owner: Kind, args: list[Kind],
+               env: dict[str, Kind]) -> Kind:
         if attr in vocab.REDUCTIONS:
             return self.reduction(node, attr, owner, 0)
         if attr == "dot" and args:
             return self.product(node, owner, args[0])
+        if attr in ("reshape", "transpose", "swapaxes", "squeeze"):
+            func = node.func
+            assert isinstance(func, ast.Attribute)
+            shaped = self.shaped(node, attr, func.value, node.args, [owner, *args], env)
+            if shaped is not None:
+                return shaped
         if attr in vocab.ELEMENTWISE or attr in vocab.ROW_METHODS:
             return _fold([owner, *args], node, self)
         if attr in ("item", "tolist"):
@@ -339,6 +323,8 @@ class _Walker(Statements, Calls):
         default = vocab.REDUCTIONS[name][1]
         axes = vocab.axes_of(axis, default)
         ndim = operand[1]
+        if name == "stack":  # a new axis: with rows (one dimension or more), -1 is not axis 0
+            ndim = ndim + 1 if ndim is not None else (2 if axes == (-1,) else None)
         if axes is None:  # not a literal: cannot tell
             return self.mix(node, f"{name} over an axis the check cannot read", certain=False)
         if not axes or any(a == 0 or (a < 0 and ndim is not None and a + ndim == 0)
@@ -354,6 +340,8 @@ class _Walker(Statements, Calls):
         keeps = name in vocab.SCANS or any(
             k.arg == "keepdims" and isinstance(k.value, ast.Constant) and k.value.value
             for k in node.keywords)
+        if name == "stack" and operand[1] is None:
+            return (ROWS, None)
         return (ROWS, ndim if keeps or ndim is None else ndim - len(axes))
 
     def inline(self, func: ast.FunctionDef, node: ast.Call, args: list[Kind],
@@ -374,4 +362,3 @@ class _Walker(Statements, Calls):
         finally:
             self.depth -= 1
         return back
-

@@ -11,18 +11,19 @@ from __future__ import annotations
 import pytest
 from parity_check import ASKED, compare
 from parity_corpus import CELLS, ROW_WISE
+from parity_rowwise import EARLIER, MUST_RUN, NOT_YET
 
 BUDGET = "160KB"  # under v (164 KiB) and x (656 KiB): every cell is batched on its own
 
 
-def outcome(ip, cell: str, rules: str, asked: bool) -> str:
+def outcome(ip, cell: str, rules: str, asked: bool, earlier: dict | None = None) -> str:
     """'same', 'refused', or what went wrong ('DIFFERS: ...', 'ERROR: ...')."""
     line = "--quiet --to-host" + (f" --reduce {rules}" if rules else "")
     if asked:
-        return compare(ip, cell, f"{line} {ASKED}")
+        return compare(ip, cell, f"{line} {ASKED}", earlier=earlier)
     ip.run_line_magic("vram_budget", BUDGET)
     try:
-        return compare(ip, cell, line)
+        return compare(ip, cell, line, earlier=earlier)
     finally:
         ip.run_line_magic("vram_budget", "off")
 
@@ -38,3 +39,20 @@ def test_a_batched_cell_gives_numpy_s_results_or_is_refused(ip, cell, rules):
 
 def test_the_corpus_is_large_and_varied():
     assert len(CELLS) >= 150 and len({c for c, _ in CELLS}) >= 140
+
+
+@pytest.mark.parametrize(("cell", "rules"), MUST_RUN,
+                         ids=[f"{i}" for i in range(len(MUST_RUN))])
+def test_a_row_wise_cell_runs_batched_and_gives_numpy_s_results(ip, cell, rules):
+    """A data scientist's row-wise cells (:mod:`parity_rowwise`): refusing one is a false
+    refusal, which leaves batching unusable for them."""
+    got = {how: outcome(ip, cell, rules, how == "asked", EARLIER)
+           for how in ("asked", "on its own")}
+    assert set(got.values()) == {"same"}, got
+
+
+@pytest.mark.xfail(strict=True, reason="stopped by the batched run: see parity_rowwise.NOT_YET")
+@pytest.mark.parametrize("cell", NOT_YET, ids=[f"{i}" for i in range(len(NOT_YET))])
+def test_a_row_wise_cell_the_batched_run_still_stops(ip, cell):
+    got = {how: outcome(ip, cell, "", how == "asked", EARLIER) for how in ("asked", "on its own")}
+    assert set(got.values()) == {"same"}, got
