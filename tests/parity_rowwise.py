@@ -10,7 +10,7 @@ that joins each column total as NumPy computes it.
 
 from __future__ import annotations
 
-__all__ = ["EARLIER", "MUST_RUN", "NOT_YET"]
+__all__ = ["CONSTANTS", "EARLIER", "MUST_RUN", "NOT_YET", "SCALAR_TOTALS"]
 
 EARLIER = {"ALPHA": 0.25, "EPS": 1e-9, "N_CLASSES": 3, "COLS": ("a", "b", "c", "d")}
 
@@ -107,9 +107,7 @@ MODELS = [
 
 # stopped though row-wise, by the batched run rather than the row check (test_batched_parity
 # expects them to fail until fixed): Black-Scholes batched on its own under the corpus's small
-# budget goes over it (the first batch sizes the rest too large for its many temporaries);
-# a NumPy scalar constant (np.float32(1e-3), np.sqrt(2 / np.pi)) is taken for a per-batch
-# reduction that needs a --reduce rule, though the row check sees it depends on no row.
+# budget goes over it (the first batch sizes the rest too large for its many temporaries).
 NOT_YET = [
     "import math\n"
     "def ncdf(z):\n"
@@ -123,8 +121,27 @@ NOT_YET = [
     "d2 = d1 - sig * math.sqrt(T)\n"
     "call = S * ncdf(d1) - K * math.exp(-r * T) * ncdf(d2)\n"
     "put = call - S + K * math.exp(-r * T)",
+]
+
+# NumPy scalar constants, which depend on no row: kept as Python values are, where every
+# batch (or block) agrees (the batched run once took them for a batch's reduction)
+CONSTANTS = [
     "eps = np.float32(1e-3)\ny = x.astype(np.float32) + eps",
     "c = np.sqrt(2 / np.pi)\ny = 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))",
+    "eps = np.float32(1e-3)\ny = x * eps",
+    "c = np.sqrt(2 / np.pi)\ny = 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x**3)))",
+    "z = np.float64(2.5)\nk = np.int32(3)\ny = x * z + k",
+]
+
+# NumPy scalars over a batch's (or block's) rows: refused without a --reduce rule, even
+# where every equal batch gives the same ((x > -1).sum(), np.float64(len(x)))
+SCALAR_TOTALS = [
+    "y = x * 2\nt = x.sum()",
+    "y = x * 2\nt = (x > -1).sum()",
+    "y = x * 2\nm = x.max()",
+    "y = x * 2\nf = np.float64(len(x))",
+    "y = x * 2\nk = np.int64(x.shape[0])",
+    "y = x * 2\ns = np.float32(v[0])",
 ]
 
 TOTALS = [
@@ -181,6 +198,6 @@ SHAPES = [
 MUST_RUN: list[tuple[str, str]] = [
     c if isinstance(c, tuple) else (c, "")
     for group in (FEATURES, NORMALISE, DISTANCES, ONE_HOT, WHERE_MASKS, MODELS, TOTALS, LOOPS,
-                  IN_PLACE, SHAPES)
+                  IN_PLACE, SHAPES, CONSTANTS)
     for c in group
 ]

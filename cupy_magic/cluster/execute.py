@@ -21,7 +21,7 @@ from ..run import progress
 from ..run.batching import RULES, BatchOptions, check_rows
 from ..run.errors import CellError
 from ..run.plan import CellPlan
-from ..run.reduce import check_names, name_a_rule, over_rows
+from ..run.reduce import agree, check_names, name_a_rule, over_rows
 from ..run.report import InputMove, OutputInfo, RunReport
 from ..units import short_repr
 from . import connect, shm
@@ -78,6 +78,7 @@ class ClusterExecutor:
         self.names = frozenset(darrs)
         self.shared_keys: list[str] = []  # the workers' device copies to drop at the end
         self.over_rows: frozenset[str] = frozenset()  # n = len(x): a block's, never kept
+        self.row_free: frozenset[str] = frozenset()  # eps = np.float32(1e-3): kept if agreed
 
     def __call__(self, plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                  to_host: Any, dtype: str | None, filename: str, be: Backend) -> None:
@@ -128,9 +129,9 @@ class ClusterExecutor:
         cut = [*self.darrs, *cut_inputs(plan, self.opts, self.scatter_numpy)]
         why = (f"the Dask input{'s' * (len(self.darrs) > 1)} {', '.join(self.darrs)} run in "
                "blocks on the cluster" if self.darrs else "--cluster runs the cell in blocks")
-        self.over_rows = check_rows(self.source, {**plan.inputs, **self.darrs}, cut,
-                                    namespace, plan.module_names, why, asked=True,
-                                    rules=self.opts.reduce)
+        check = check_rows(self.source, {**plan.inputs, **self.darrs}, cut, namespace,
+                           plan.module_names, why, asked=True, rules=self.opts.reduce)
+        self.over_rows, self.row_free = check.over_rows, check.row_free
 
     def _no_cluster(self) -> str:
         """Why the cell cannot run: it needs a cluster and none is in use; how to get one."""
@@ -265,6 +266,8 @@ class ClusterExecutor:
                                             f"{short_repr(first)}", infos[0]["stats"].rows,
                                               "block"))
                 out[name] = self._agreed(name, [k[1] for k in kinds])
+            elif name in self.row_free and all(len(k) == 4 for k in kinds):
+                out[name] = self._agreed(name, [k[3] for k in kinds])  # a NumPy scalar
             elif all(k[0] == "skip" for k in kinds):
                 skipped.append(name)
             else:
@@ -323,11 +326,7 @@ class ClusterExecutor:
     def _agreed(self, name: str, values: list[Any]) -> Any:
         first = values[0]
         for j, v in enumerate(values[1:], start=2):
-            try:
-                same = bool(v == first) or (v != v and first != first)
-            except (ValueError, TypeError):
-                same = False
-            if not same:
+            if not agree(v, first):
                 raise CellError(
                     f"the cell's result {name!r} is {short_repr(first)} in block 1 but "
                     f"{short_repr(v)} in block {j}: it depends on the block, so the blocks' "

@@ -264,7 +264,8 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
 
 def block_info(result: dict[str, Any]) -> dict[str, Any]:
     """What the kernel needs to know of a block's result, without its arrays: per name
-    ``("rows"|"array", shape, dtype)``, ``("python", value)`` or ``("skip", kind)``."""
+    ``("rows"|"array", shape, dtype)``, ``("array", (), dtype, value)`` for a NumPy scalar,
+    ``("python", value)`` or ``("skip", kind)``."""
     rows = result["stats"].rows
     info: dict[str, Any] = {}
     for name, value in result["values"].items():
@@ -275,7 +276,7 @@ def block_info(result: dict[str, Any]) -> dict[str, Any]:
             kind = "rows" if len(shape) >= 1 and shape[0] == rows else "array"
             info[name] = (kind, tuple(shape), np.dtype(value.dtype))
         elif isinstance(value, np.generic):
-            info[name] = ("array", (), value.dtype)
+            info[name] = ("array", (), value.dtype, value)  # kept where the check allows
         else:
             info[name] = ("python", value)
     return {"names": info, "stats": result["stats"]}

@@ -34,7 +34,7 @@ from .commit import commit
 from .errors import CellError, fail, frames_freed
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import check_names, combine, name_a_rule, over_rows
+from .reduce import agree, check_names, combine, name_a_rule, over_rows
 from .report import InputMove, OutputInfo, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -132,7 +132,8 @@ class BatchRun:
                 continue
             is_array = isinstance(value, np.ndarray) or self.be.is_device_array(value)
             if not is_array:
-                if isinstance(value, np.generic):  # data: a per-batch reduction needs a rule
+                if isinstance(value, np.generic) and name not in self.plan.row_free:
+                    # data: a per-batch reduction needs a rule (a constant is kept, below)
                     raise CellError(self._no_rule(name, value, rows))
                 if name in self.plan.over_rows:  # n = len(x): a batch's, even if all agree
                     raise CellError(self._no_rule(name, value, rows, over=True))
@@ -181,11 +182,7 @@ class BatchRun:
             self.constants[name] = (value, i)
             return
         first, j = self.constants[name]
-        try:
-            same = bool(value == first) or (value != value and first != first)  # NaN == NaN
-        except (ValueError, TypeError):  # e.g. lists of arrays: no single truth value
-            same = False
-        if not same:
+        if not agree(value, first):
             raise CellError(
                 f"the cell's result {name!r} is {short_repr(first)} in batch {j + 1} but "
                 f"{short_repr(value)} in batch {i + 1}: it depends on the batch, so the "

@@ -28,7 +28,7 @@ from .batchcost import (
 )
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
-from .rowwise import XP_NAMES, check_cell
+from .rowwise import XP_NAMES, RowCheck, check_cell
 
 __all__ = [
     "COST_SHARE",
@@ -53,6 +53,9 @@ __all__ = [
 TARGET_BATCH_BYTES = 128 * 2**20
 PROBE_BYTES = 4 * 2**20  # the first, measuring batch: small, yet large enough to time
 PROBE_SHARE = 16  # the first batch's inputs take at most 1/16 of the free budget
+# values a name from an earlier cell may hold and still depend on no batched row: no call
+# of a method the check cannot see (np.float32(obj) calls obj.__float__)
+_PLAIN = (int, float, complex, str, bytes, np.generic, np.ndarray)
 PROMISE = "each row's results depend only on that row (the promise batching relies on)"
 
 
@@ -269,21 +272,24 @@ class BatchPlan:
 
 def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
                namespace: Mapping[str, Any], xp: Iterable[str], reason: str,
-               asked: bool, rules: Mapping[str, str] | None = None) -> frozenset[str]:
+               asked: bool, rules: Mapping[str, str] | None = None) -> RowCheck:
     """Refuse a batched run that would give other results than the whole cell.
 
     ``asked``: batched on request (``--batch``, ``--devices``, a cluster), where only a
     certain mix stops the cell; otherwise (batched because the inputs exceed the budget)
     any place the check cannot follow stops it too, naming ``--batch`` as the way to promise.
     ``rules``: the ``--reduce`` rules, each checked against what its result holds. Returns
-    the names the cell leaves holding a value over a batch's rows without a rule
-    (:attr:`.rowwise.RowCheck.over_rows`): the batched run keeps none of them.
+    the check (:class:`.rowwise.RowCheck`): the names the cell leaves holding a value over a
+    batch's rows without a rule (``over_rows``: the batched run keeps none of them), and
+    those bound to values that depend on no batched row (``row_free``: a NumPy scalar among
+    them is kept where every batch agrees).
     """
     check = check_cell(source, {n: np.ndim(inputs[n]) for n in batched}, rules or {},
                        (*xp, *XP_NAMES),
                        lambda name: type(namespace.get(name)).__name__ == "ufunc",
                        lambda name: _definition(namespace.get(name)),
-                       lambda name: _generator(namespace.get(name)))
+                       lambda name: _generator(namespace.get(name)),
+                       lambda name: isinstance(namespace.get(name), _PLAIN))
     found = check.found
     certain = next((m for m in found if m.certain), None)
     if certain is not None:
@@ -300,7 +306,7 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
                         f"{found[0].describe()}; if that holds, run %%gpu --batch "
                         "(batch=BatchOptions(forced=True) from Python), else a larger "
                         "%vram_budget (cupy_magic.set_budget from Python)")
-    return check.over_rows
+    return check
 
 
 def _generator(obj: Any) -> bool:

@@ -148,10 +148,10 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     opts, cut, total = batch or BatchOptions(), [], 0
     if reason:  # the promise batching relies on, checked before anything moves
         cut, total = select_inputs(plan.inputs, opts)
-        over = check_rows(source, plan.inputs, cut, namespace, plan.module_names, reason,
-                          asked=devices is not None or (batch is not None and batch.requested),
-                          rules=opts.reduce)
-        plan = dataclasses.replace(plan, over_rows=over)
+        check = check_rows(source, plan.inputs, cut, namespace, plan.module_names, reason,
+                           asked=devices is not None or (batch is not None and batch.requested),
+                           rules=opts.reduce)
+        plan = dataclasses.replace(plan, over_rows=check.over_rows, row_free=check.row_free)
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -92,6 +92,10 @@ class CellPlan:
         In a batched run, the names the row check found holding a value over a batch's rows
         without a ``--reduce`` rule (:func:`~.batching.check_rows`): none of them is kept,
         even where every batch gives the same number.
+    row_free
+        In a batched run, the names the row check found bound to values that depend on no
+        batched row (``eps = np.float32(1e-3)``): a NumPy scalar among them is kept where
+        every batch gives the same, as a Python value is.
     """
 
     code: CodeType
@@ -105,6 +109,7 @@ class CellPlan:
     displays: bool = False
     last_name: str | None = None
     over_rows: frozenset[str] = frozenset()
+    row_free: frozenset[str] = frozenset()
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .errors import CellError
 
-__all__ = ["RULES", "check_names", "combine", "name_a_rule", "over_rows"]
+__all__ = ["RULES", "agree", "check_names", "combine", "name_a_rule", "over_rows"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
 
@@ -18,6 +18,15 @@ def name_a_rule(name: str) -> str:
     """The fix for result ``name`` that the batches (or blocks) cannot join, in both forms."""
     return (f"name a rule, e.g. --reduce {name}=sum (BatchOptions(reduce={{{name!r}: 'sum'}}) "
             f"from Python; rules: {', '.join(RULES)}), or compute it in a cell of its own")
+
+
+def agree(value: Any, first: Any) -> bool:
+    """Whether a batch's (or block's) value of a result is the first one's (NaN agrees with
+    NaN); values with no single truth value (lists of arrays) never agree."""
+    try:
+        return bool(value == first) or (value != value and first != first)
+    except (ValueError, TypeError):
+        return False
 
 
 def over_rows(name: str, what: str, rows: int, unit: str) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..syncs.values import attr_path, parameters
 from . import rowvocab as vocab
 from .rowcalls import Calls
+from .rowfree import row_free
 from .rowindex import Indexing
 from .rowrules import Tag, rule_problem
 from .rowshapes import Shapes
@@ -60,19 +61,23 @@ def row_mixing(source: str, batched: Mapping[str, int],
 @dataclass(frozen=True)
 class RowCheck:
     """What the row check found in a cell: the places that mix rows (``found``, in line
-    order), and the names left holding a value over a batch's rows without a ``--reduce``
+    order), the names left holding a value over a batch's rows without a ``--reduce``
     rule (``over_rows``: a batched run may keep none of them, not even a number every batch
-    agrees on, as ``n = len(x)`` is in equal batches)."""
+    agrees on, as ``n = len(x)`` is in equal batches), and the names bound to values that
+    certainly depend on no batched row (``row_free``, :func:`.rowfree.row_free`: a NumPy
+    scalar among them is kept as a Python value is, where every batch agrees)."""
 
     found: list[RowMix]
     over_rows: frozenset[str]
+    row_free: frozenset[str] = frozenset()
 
 
 def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str],
                xp: Iterable[str] = XP_NAMES,
                ufunc: Callable[[str], bool] = lambda name: False,
                definition: Callable[[str], ast.FunctionDef | None] = lambda name: None,
-               generator: Callable[[str], bool] = lambda name: False) -> RowCheck:
+               generator: Callable[[str], bool] = lambda name: False,
+               plain: Callable[[str], bool] = lambda name: False) -> RowCheck:
     """Where the cell reads across the rows of its batched inputs, and what it keeps.
 
     Parameters
@@ -95,6 +100,9 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
     generator
         Whether a name the cell reads but does not assign is a random generator (each
         batch would draw its own numbers from it).
+    plain
+        Whether a name the cell reads but does not assign holds a plain value (not a
+        function, a module or a generator): one that depends on no batched row.
     """
     try:
         tree = ast.parse(source)
@@ -118,7 +126,9 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
             seen[mix.line] = mix
     over = frozenset(n for n, k in env.items() if k[0] in (MIXED, NROWS)
                      and n in walker.assigned and n not in rules)
-    return RowCheck(sorted(seen.values(), key=lambda m: m.line), over)
+    free = frozenset(n for n in row_free(tree, batched, walker.xp, plain)
+                     if env.get(n, (CLEAN, None))[0] == CLEAN and n not in over)
+    return RowCheck(sorted(seen.values(), key=lambda m: m.line), over, free)
 
 
 class _Walker(Indexing, Shapes, Statements, Calls):

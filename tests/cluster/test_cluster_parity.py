@@ -19,6 +19,7 @@ import pytest
 from IPython.core.error import UsageError
 from parity_check import ASKED, compare, inputs
 from parity_corpus import CELLS, ROW_WISE
+from parity_rowwise import CONSTANTS, SCALAR_TOTALS
 
 import cupy_magic
 
@@ -64,6 +65,18 @@ def test_a_cluster_cell_gives_numpy_s_results_or_the_kernel_s_refusal(ip, joined
     assert len(set(got.values())) == 1, got  # the cluster's verdict is the kernel's
     if cell in ROW_WISE and not rules:
         assert got["dask"] == "same", got
+
+
+@pytest.mark.parametrize("cell", CONSTANTS, ids=[f"{i}" for i in range(len(CONSTANTS))])
+def test_a_numpy_scalar_constant_is_kept_as_the_kernel_keeps_it(ip, joined, cell):
+    got = {how: outcome(ip, cell, "", how) for how in ("--cluster", "dask", "kernel")}
+    assert set(got.values()) == {"same"}, got
+
+
+@pytest.mark.parametrize("cell", SCALAR_TOTALS, ids=[f"{i}" for i in range(len(SCALAR_TOTALS))])
+def test_a_numpy_scalar_over_a_block_s_rows_is_refused_as_in_the_kernel(ip, joined, cell):
+    got = {how: outcome(ip, cell, "", how) for how in ("--cluster", "dask", "kernel")}
+    assert set(got.values()) == {"refused"}, got
 
 
 def _refusal(ip, how: str, cell: str) -> str:

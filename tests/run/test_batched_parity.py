@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from parity_check import ASKED, compare
 from parity_corpus import CELLS, ROW_WISE
-from parity_rowwise import EARLIER, MUST_RUN, NOT_YET
+from parity_rowwise import EARLIER, MUST_RUN, NOT_YET, SCALAR_TOTALS
 
 BUDGET = "160KB"  # under v (164 KiB) and x (656 KiB): every cell is batched on its own
 
@@ -56,3 +56,11 @@ def test_a_row_wise_cell_runs_batched_and_gives_numpy_s_results(ip, cell, rules)
 def test_a_row_wise_cell_the_batched_run_still_stops(ip, cell):
     got = {how: outcome(ip, cell, "", how == "asked", EARLIER) for how in ("asked", "on its own")}
     assert set(got.values()) == {"same"}, got
+
+
+@pytest.mark.parametrize("cell", SCALAR_TOTALS, ids=[f"{i}" for i in range(len(SCALAR_TOTALS))])
+def test_a_numpy_scalar_over_a_batch_s_rows_is_refused_both_ways(ip, cell):
+    """A constant (``eps = np.float32(1e-3)``) is kept where every batch agrees; a batch's
+    total is not, though seven equal batches agree on ``(x > -1).sum()``."""
+    got = {how: outcome(ip, cell, "", how == "asked") for how in ("asked", "on its own")}
+    assert set(got.values()) == {"refused"}, got

@@ -93,6 +93,27 @@ def test_numbers_over_a_batch_s_rows_are_named(cell, over):
     assert check_cell(cell, B, {}).over_rows == over
 
 
+@pytest.mark.parametrize(("cell", "free"), [
+    ("eps = np.float32(1e-3)\ny = x * eps", {"eps"}),
+    ("c = np.sqrt(2 / np.pi)\ny = np.tanh(c * x)", {"c"}),
+    ("z = np.float64(2.5)\nk = np.int32(3)\ny = x * z + k", {"z", "k"}),
+    ("a = np.float32(ALPHA)\nb2 = a * 2", {"a", "b2"}),
+    ("t = x.sum()", set()), ("t = (x > -1).sum()", set()), ("m = x.max()", set()),
+    ("f = np.float64(len(x))", set()), ("k = np.int64(x.shape[0])", set()),
+    ("s = np.float32(v[0])", set()), ("y = x\ns = np.float32(y.sum())", set()),
+    ("n = len(x)\nf = np.float64(n)", set()), ("e = np.float32(1)\ne += x.sum()", set()),
+    ("e = np.float32(1)\nif x.sum() > 4:\n    e = x.sum()", set()),
+    ("c = np.float32(2)\ndef f():\n    global c\n    c = x.sum()\nf()", set()),
+    ("import mylib as np\nc = np.pi", set()), ("c = np.random.rand()", set()),
+    ("c = np.float32(count(x))", set()), ("c = np.float32(count())", set()),
+    ("c = np.float32(OBJ)", set()), ("globals()['c'] = x.sum()\nc = np.float32(1)", set()),
+])
+def test_names_bound_to_values_of_no_batched_row_are_named(cell, free):
+    """Kept where every batch agrees (a NumPy scalar too); a batch's total never is."""
+    plain = {"ALPHA"}.__contains__  # an earlier cell's number; count: a function, OBJ: object
+    assert check_cell(cell, B, {}, plain=plain).row_free == free
+
+
 @pytest.mark.parametrize("cell", ["n = len(x)", "rows, cols = x.shape",
                                   "flag = bool(x.sum() > 40000)"])
 def test_a_number_every_equal_batch_agrees_on_is_not_kept(ip, cell):
