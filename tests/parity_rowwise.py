@@ -131,6 +131,8 @@ CONSTANTS = [
     "eps = np.float32(1e-3)\ny = x * eps",
     "c = np.sqrt(2 / np.pi)\ny = 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x**3)))",
     "z = np.float64(2.5)\nk = np.int32(3)\ny = x * z + k",
+    # a 0-d array constant: what CuPy gives for np.sqrt(2 / np.pi) on a GPU
+    "c = np.array(np.sqrt(2 / np.pi))\ny = x * c",
 ]
 
 # NumPy scalars over a batch's (or block's) rows: refused without a --reduce rule, even

@@ -264,7 +264,8 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
 
 def block_info(result: dict[str, Any]) -> dict[str, Any]:
     """What the kernel needs to know of a block's result, without its arrays: per name
-    ``("rows"|"array", shape, dtype)``, ``("array", (), dtype, value)`` for a NumPy scalar,
+    ``("rows"|"array", shape, dtype)``, ``("array", (), dtype, value)`` for a NumPy scalar or
+    a 0-d array (its value on the host),
     ``("python", value)`` or ``("skip", kind)``."""
     rows = result["stats"].rows
     info: dict[str, Any] = {}
@@ -272,11 +273,12 @@ def block_info(result: dict[str, Any]) -> dict[str, Any]:
         shape = getattr(value, "shape", None)
         if isinstance(value, (types.FunctionType, type, types.ModuleType)) or callable(value):
             info[name] = ("skip", type(value).__name__)
-        elif shape is not None and hasattr(value, "dtype") and not isinstance(value, np.generic):
+        elif isinstance(value, np.generic) or shape == ():  # kept where the check allows
+            host = value.get() if hasattr(value, "get") else value  # a CuPy 0-d array's value
+            info[name] = ("array", (), np.dtype(value.dtype), host)
+        elif shape is not None and hasattr(value, "dtype"):
             kind = "rows" if len(shape) >= 1 and shape[0] == rows else "array"
             info[name] = (kind, tuple(shape), np.dtype(value.dtype))
-        elif isinstance(value, np.generic):
-            info[name] = ("array", (), value.dtype, value)  # kept where the check allows
         else:
             info[name] = ("python", value)
     return {"names": info, "stats": result["stats"]}

@@ -141,6 +141,9 @@ class BatchRun:
                     # numbers, strings, lists...: kept only if every batch agrees on them
                     self._same_in_every_batch(name, value, i)
                 continue
+            if value.ndim == 0 and name in self.plan.row_free:  # c = np.sqrt(2.0) under CuPy
+                self._same_in_every_batch(name, value.item(), i)
+                continue
             has_rows = value.ndim >= 1 and value.shape[0] == rows
             if i == 0 and has_rows:
                 self.specs[name] = (tuple(value.shape[1:]), np.dtype(value.dtype))
