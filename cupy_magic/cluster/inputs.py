@@ -81,6 +81,10 @@ def _check(name: str, arr: Any) -> None:
     if arr.ndim == 0:
         raise CellError(f"Dask input {name!r} is 0-d and has no rows to cut into blocks; "
                         f"compute it first ({name} = {name}.compute())")
+    if any(math.isnan(c) for axis in arr.chunks for c in axis):  # after a mask: x[x > 0]
+        raise CellError(f"Dask input {name!r} has chunks of unknown size (shape {arr.shape}, "
+                        "as after a boolean mask); blocks need their rows known: "
+                        f"{name} = {name}.compute_chunk_sizes()")
     split = [k for k in range(1, arr.ndim) if len(arr.chunks[k]) > 1]
     if split:
         axes = ", ".join(f"{k}: -1" for k in split)

@@ -135,6 +135,16 @@ def test_bad_inputs_are_one_line_errors_with_the_fix(ip, joined, data):
     assert cell_tasks(joined) == [] or _settled(joined, 10**9)[0] == []
 
 
+def test_a_dask_input_of_unknown_chunk_sizes_is_one_line_and_its_fix_runs(ip, joined, data):
+    ip.user_ns["xm"] = xm = ip.user_ns["xd"][ip.user_ns["xd"][:, 0] > 0.5]  # a boolean mask
+    with pytest.raises(UsageError, match=r"xm = xm.compute_chunk_sizes\(\)") as err:
+        ip.run_cell_magic("gpu", "--quiet --to-host", "y = xm * 2\n")
+    assert "\n" not in str(err.value) and "y" not in ip.user_ns
+    ip.user_ns["xm"] = xm.compute_chunk_sizes()
+    ip.run_cell_magic("gpu", "--quiet --to-host", "y = xm * 2\n")
+    np.testing.assert_array_equal(ip.user_ns.pop("y"), data[data[:, 0] > 0.5] * 2)
+
+
 def test_a_dask_input_without_a_cluster_says_how_to_start_one(ip, data):
     cupy_magic.use_cluster("off")
     with pytest.raises(UsageError, match=r"no cluster is in use; start one with "
