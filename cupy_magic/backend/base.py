@@ -83,6 +83,9 @@ class Backend:
 
     name: str = ""
     is_gpu: bool = False
+    # whether keep_on_device notes anything (the host backend's bookkeeping; a GPU knows its
+    # arrays by their type): a commit walks a result's containers only where it does
+    notes_device_arrays: bool = False
     xp: ModuleType = np
     # page-locked host memory (a HostMemory) where there is a device to copy to and from
     host: Any = None

@@ -68,6 +68,7 @@ class HostBackend(Backend):
 
     name = "host"
     is_gpu = False
+    notes_device_arrays = True
 
     def __init__(self, reason: str = "", devices: int | None = None) -> None:
         super().__init__()

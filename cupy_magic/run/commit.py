@@ -114,7 +114,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if name in plan.overrides and value is plan.overrides[name]:
             continue
         wants_host = to_host is True or (host_names is not None and name in host_names)
-        if not wants_host:
+        if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
             _keep_on_device(value, be)
         if wants_host:
             value = _to_host(value, be, shown)
