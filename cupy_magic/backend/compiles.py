@@ -196,7 +196,7 @@ class CompileRecord:
     ----------
     code_filename : str
         The filename the cell was compiled with; a build is charged to the innermost frame
-        running that code (the line's text is read with :mod:`linecache`).
+        running that code (its line quoted by :func:`cupy_magic.source.line_code`).
     module : module, optional
         The compiler module to hook; CuPy's ``cupy.cuda.compiler`` when omitted (tests pass
         a scripted one).
