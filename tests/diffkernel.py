@@ -11,7 +11,6 @@ status, payloads (``x?``'s pager) and the execution counts (relative to the firs
 
 from __future__ import annotations
 
-import os
 import queue
 import re
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_kernel import host_kernel_env
 from IPython.core.inputtransformer2 import TransformerManager
 from jupyter_client.manager import start_new_kernel
 
@@ -84,13 +84,7 @@ def diff_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     (``PYTHONPATH``: the installed one may be another worktree's) and ``%load_ext`` done."""
     home = tmp_path_factory.mktemp("diffkernel")
     root = str(Path(cupy_magic.__file__).resolve().parent.parent)
-    path = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, HOME=str(home), IPYTHONDIR=str(home / ".ipython"),
-               CUPY_CACHE_DIR=str(home / ".cupy"), JUPYTER_RUNTIME_DIR=str(home / "rt"),
-               MPLCONFIGDIR=str(home / ".mpl"), CUPY_MAGIC_BACKEND="host",
-               PYTHONPATH=root + (os.pathsep + path if path else ""))
-    env.pop("MPLBACKEND", None)  # the kernel's own: matplotlib-inline
-    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(home))
+    km, kc = start_new_kernel(kernel_name="python3", env=host_kernel_env(home), cwd=str(home))
     try:
         where = execute(kc, "%load_ext cupy_magic\nimport cupy_magic\n"
                         "print(cupy_magic.__file__)")

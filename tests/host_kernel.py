@@ -17,12 +17,24 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 
+def host_kernel_env(home: Path) -> dict[str, str]:
+    """The environment of a python3 kernel on the host backend that writes nothing outside
+    ``home`` and imports this checkout's package (``PYTHONPATH``: the installed one may be
+    another worktree's)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, HOME=str(home), IPYTHONDIR=str(home / ".ipython"),
+               CUPY_CACHE_DIR=str(home / ".cupy"), JUPYTER_RUNTIME_DIR=str(home / "rt"),
+               MPLCONFIGDIR=str(home / ".mpl"), CUPY_MAGIC_BACKEND="host",
+               PYTHONPATH=root + (os.pathsep + path if path else ""))
+    env.pop("MPLBACKEND", None)  # the kernel's own: matplotlib-inline
+    return env
+
+
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Any]:
     """A python3 kernel on the host backend, writing nothing outside ``tmp_path``."""
-    env = dict(os.environ, HOME=str(tmp_path), IPYTHONDIR=str(tmp_path / ".ipython"),
-               CUPY_CACHE_DIR=str(tmp_path / ".cupy"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
-               CUPY_MAGIC_BACKEND="host")
+    env = host_kernel_env(tmp_path)
     km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
     try:
         yield kc
