@@ -99,7 +99,7 @@ class DeviceRing(SlotRing):
         (the run goes through shared memory instead)."""
         try:
             return super().take(need, least)
-        except (MemoryError, RuntimeError) as exc:  # BudgetExceeded, CUDARuntimeError
+        except (MemoryError, RuntimeError, ImportError) as exc:  # budget, CUDA, no CuPy
             if any(s.busy for s in self.slots):
                 return None
             raise IpcUnavailable(f"this kernel could not make a device slot of "
