@@ -113,6 +113,8 @@ class DeviceRing(SlotRing):
         stream = slot.buf.stream
         copy_in(self.be, slot.view(0, (1,), HEADER), np.array([slot.use], HEADER), stream)
         for name, (off, shape, dtype) in places.items():
+            if self.be.host is not None:  # page-locked in the background (once): later
+                self.be.host.lock(local[name])  # blocks and cells copy at pinned speed
             copy_in(self.be, slot.view(off, shape, dtype), local[name][start:start + rows],
                     stream)
         slot.buf.synchronize()  # on the device before the worker reads it

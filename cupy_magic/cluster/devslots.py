@@ -211,7 +211,11 @@ def run_device_block(spec: BlockSpec, index: int, start: int, task: DeviceTask,
             shape, dtype = kind[1], kind[2]
             nbytes = math.prod(shape) * dtype.itemsize
             if not dtype.hasobject and at + nbytes <= size:
-                be.xp.copyto(device_view(ptr, size, at, shape, dtype, opened), out[name])
+                dst, value = device_view(ptr, size, at, shape, dtype, opened), out[name]
+                if be.is_device_array(value):
+                    be.xp.copyto(dst, value)
+                else:  # a NumPy result of a GPU cell (np.asarray of a list, say)
+                    dst.set(np.ascontiguousarray(value))
                 placed[name], at = at, align(at + nbytes)
             else:
                 value = out[name]
