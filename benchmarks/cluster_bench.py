@@ -15,12 +15,18 @@ input in the kernel, and over a Dask array of the same size made and held on the
 (``da.random``, as a cluster job loads its data where it runs), twice: the second run finds
 each block page-locked by the first, as the kernel's run finds ``x`` (since 2026-12-04T1245).
 
+On a GPU the cluster rows run once per transport (``--transports``, default ``ipc,shm``):
+``ipc``, blocks through device slots of the kernel's GPU the worker opens by CUDA IPC
+handles (blocks of ``--ipc-block``, default 512MiB: at 128 MiB the task round trips cost more
+than the copies they overlap, ``cluster-ipc-2026-12-04T1930``), and ``shm``, the ring of
+shared-memory slots (CUDA IPC turned off), each with its ratio to the kernel's run.
+
 Without a GPU it says so and exits 0; ``--host`` runs the same comparison on the CPU
 fallback (a LocalCluster of 2 worker processes, ``--size`` of input, default 256MiB) and
 records those figures labelled "host" (NumPy on the CPU; they say nothing of a GPU).
 
-Usage: ``python3 benchmarks/cluster_bench.py [--budget 4GiB] [--host [--size 256MiB]]
-[--out DIR]``
+Usage: ``python3 benchmarks/cluster_bench.py [--budget 4GiB] [--transports ipc,shm]
+[--ipc-block 512MiB] [--host [--size 256MiB]] [--out DIR]``
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from cupy_magic import (
     use_cluster,
 )
 from cupy_magic.cluster.shm import SLOTS_PER_WORKER
+from cupy_magic.cluster.transport import use_ipc
 from cupy_magic.units import format_bytes, parse_size
 
 CELL = "y = np.sqrt(x * x + 1)\n"
@@ -74,13 +81,15 @@ def _timed(cell: str, x: Any, path: str, opts: BatchOptions,
                    scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
         if info.transport is not None:  # how the blocks' data moved, and why a fallback
             row.update(transport=info.transport.kind, transport_why=info.transport.why,
+                       not_ipc=info.transport.not_ipc,
                        slots=info.slots, copy_s=info.copy_seconds,
                        copy_in_s=info.copy_in_seconds, copy_out_s=info.copy_out_seconds)
     return ns, row
 
 
-def _run(x: np.ndarray, cluster: bool, opts: BatchOptions) -> dict[str, Any]:
-    ns, row = _timed(CELL, x, "cluster" if cluster else "kernel (batched)", opts, cluster)
+def _run(x: np.ndarray, cluster: bool, opts: BatchOptions, label: str = "cluster"
+         ) -> dict[str, Any]:
+    ns, row = _timed(CELL, x, label if cluster else "kernel (batched)", opts, cluster)
     assert ns["y"].shape == x.shape and float(ns["y"][-1, -1]) == float(
         np.sqrt(x[-1, -1] * x[-1, -1] + 1, dtype=np.float32))
     return row
@@ -114,8 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default="4GiB", help="VRAM budget; the input is 4x it")
     ap.add_argument("--host", action="store_true", help="run on the CPU fallback instead")
     ap.add_argument("--size", default="256MiB", help="input size with --host")
+    ap.add_argument("--transports", default="ipc,shm",
+                    help="the cluster runs' transports on a GPU, comma-separated (ipc, shm)")
+    ap.add_argument("--ipc-block", default="512MiB", help="bytes per block through CUDA IPC")
     add_out(ap)
     args = ap.parse_args(argv)
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    if not transports or set(transports) - {"ipc", "shm"}:
+        ap.error(f"--transports takes ipc and shm, comma-separated; got {args.transports!r}")
     gpu = _gpu()
     if not gpu and not args.host:
         print("cluster_bench: no GPU visible; nothing measured (run on the H200, or pass "
@@ -138,15 +153,30 @@ def main(argv: list[str] | None = None) -> int:
         # cluster is in use): blocks of the timed run's size, enough to fill each worker's
         # slots, so the timed run reuses them as every later cell does
         workers = len(cluster_status().workers)
-        warm = max(64 << 20, (SLOTS_PER_WORKER + 1) * workers * opts.nbytes)
-        _run(x[: warm // (4 * cols)], True, opts)
-        rows = [_run(x, False, opts), _run(x, True, opts)]
+        if args.host or not gpu:
+            transports = ["shm"]  # the CPU fallback has no CUDA IPC
+        ways = {t: opts if t == "shm" else BatchOptions(forced=True, nbytes=min(
+            parse_size(args.ipc_block), nbytes // 8)) for t in transports}
+        for t, o in ways.items():
+            use_ipc(t == "ipc")
+            warm = max(64 << 20, (SLOTS_PER_WORKER + 1) * workers * o.nbytes)
+            _run(x[: warm // (4 * cols)], True, o, f"cluster ({t})")
+        rows = [_run(x, False, opts)]
+        for t, o in ways.items():
+            use_ipc(t == "ipc")
+            rows.append(_run(x, True, o, f"cluster ({t})"))
         # each once more: what the first runs paid once shows as the difference (the kernel's
         # first run page-locks x; making the ring's pages, just before, can slow the host's
         # next large allocations: seen on the CPU fallback)
-        rows += [_run(x, False, opts), _run(x, True, opts)]
-        for row in rows[2:]:
+        again = [_run(x, False, opts)]
+        for t, o in ways.items():
+            use_ipc(t == "ipc")
+            again.append(_run(x, True, o, f"cluster ({t})"))
+        use_ipc(True)
+        for row in again:
             row["path"] += ", again"
+        rows += again
+        timed = len(rows)
         # when the data already lives on the workers and the result is small, nothing large
         # crosses between the kernel and the workers: the same GPU work, the other transport
         rows.append(_run_rows(x, "NumPy input in the kernel (batched; x page-locked by the "
@@ -160,19 +190,30 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_run_rows(xd, "Dask input already on the workers, again", opts))
         del xd
     finally:
+        use_ipc(True)
         use_cluster("off")
-    kernel, cluster, sums = rows[0:4:2], rows[1:4:2], rows[4]
-    ratio = cluster[0]["input_gbps"] / kernel[0]["input_gbps"]
-    best = max(r["input_gbps"] for r in cluster) / max(r["input_gbps"] for r in kernel)
-    ratio_rows = rows[5]["input_gbps"] / sums["input_gbps"]
-    ratio_again = rows[6]["input_gbps"] / sums["input_gbps"]
+    per = len(ways) + 1  # a kernel row, then a cluster row per transport, twice
+    kernel, sums = [rows[0], rows[per]], rows[timed]
+    by: dict[str, dict[str, Any]] = {}
+    for k, t in enumerate(ways, start=1):
+        first, second = rows[k], rows[per + k]
+        by[t] = {"ratio_first": first["input_gbps"] / kernel[0]["input_gbps"],
+                 "ratio_best": max(first["input_gbps"], second["input_gbps"])
+                 / max(r["input_gbps"] for r in kernel),
+                 "transport": first.get("transport"),
+                 "transport_why": first.get("transport_why", ""),
+                 "block_bytes": ways[t].nbytes}
+    main_t = next(iter(ways))
+    ratio, best = by[main_t]["ratio_first"], by[main_t]["ratio_best"]
+    ratio_rows = rows[timed + 1]["input_gbps"] / sums["input_gbps"]
+    ratio_again = rows[timed + 2]["input_gbps"] / sums["input_gbps"]
     label = "host (CPU fallback: NumPy on the CPU, no GPU)" if args.host else \
         backend.current().info().name
     nbytes = 4 * cols * (nbytes // (4 * cols))
     result = {"label": label, "input_bytes": nbytes, "budget": format_bytes(nbytes // 4),
               "rows": rows, "ratio_cluster_over_kernel": ratio,
               "ratio_best_cluster_over_best_kernel": best,
-              "cluster_transport": rows[1].get("transport"),
+              "cluster_transport": rows[1].get("transport"), "by_transport": by,
               "ratio_row_sums_workers_over_kernel": ratio_rows,
               "ratio_row_sums_workers_again_over_kernel": ratio_again,
               "python": python(), "host": host()}
@@ -183,17 +224,21 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {r['path']} | {r.get('transport', 'in the kernel')} | {r['wall_s']:.2f} | "
               f"{r['input_gbps']:.2f} | "
               + (f"{r['copy_in_s']:.2f} / {r['copy_out_s']:.2f} |"
-                 if r.get("transport") == "shm" else " |")
+                 if r.get("transport") in ("ipc", "shm") else " |")
               for r in rows]
-    lines += ["", f"cluster / kernel: {ratio:.2f}, best of each / best of the other: {best:.2f} "
-              f"(target on one GPU: >= 0.5); the cluster row's transport: "
-              f"{rows[1].get('transport')}"
-              + (f" ({rows[1]['transport_why']})" if rows[1].get("transport_why") else "")
-              + (f", {rows[1]['slots']}, the kernel's copies {rows[1]['copy_s']:.2f} s (in "
-                 f"{rows[1]['copy_in_s']:.2f}, out {rows[1]['copy_out_s']:.2f})"
-                 if rows[1].get("transport") == "shm" else ""),
-              f"row sums, input on the workers / in the kernel: {ratio_rows:.2f} (again: "
-              f"{ratio_again:.2f})"]
+    lines.append("")
+    for k, (t, b) in enumerate(by.items(), start=1):
+        r = rows[k]
+        lines.append(
+            f"cluster ({t}, blocks of {format_bytes(b['block_bytes'])}) / kernel: "
+            f"{b['ratio_first']:.2f}, best of each / best of the other: {b['ratio_best']:.2f} "
+            f"(target on one GPU: >= 0.5); the row's transport: {r.get('transport')}"
+            + (f" ({r['transport_why']})" if r.get("transport_why") else "")
+            + (f", {r['slots']}, the kernel's copies {r['copy_s']:.2f} s (in "
+               f"{r['copy_in_s']:.2f}, out {r['copy_out_s']:.2f})"
+               if r.get("transport") in ("ipc", "shm") else ""))
+    lines.append(f"row sums, input on the workers / in the kernel: {ratio_rows:.2f} (again: "
+                 f"{ratio_again:.2f})")
     print("\n".join(lines))
     write(args.out, f"cluster-{stamp()}{'-host' if args.host else ''}", result, "\n".join(lines))
     return 0

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..units import format_bytes
 from .budget import BudgetSpec
 from .compiles import NoCompiles
 
@@ -46,6 +47,9 @@ class DeviceInfo:
     runtime: str = ""
     cupy_version: str = ""
     reason: str = ""
+    # which physical GPU ("GPU-<hex>", as nvidia-smi -L names it): a process whose
+    # CUDA_VISIBLE_DEVICES differs numbers it otherwise; "" on the CPU fallback
+    uuid: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,9 @@ class Backend:
     def __init__(self) -> None:
         # one budget per device, by device number; the home device's is "the budget"
         self._budgets: dict[int, BudgetSpec] = {}
+        # bytes of a budget held by device memory outside the pool (a cluster run's device
+        # slots, :meth:`reserve`): the pool's limit is the budget less these
+        self._reserved: dict[int, int] = {}
         self.home = 0  # the device cells run on unless told otherwise (%%gpu --devices)
         # set once the backend's background first launch is done (the GPU's; none here)
         self.preheated = threading.Event()
@@ -192,7 +199,7 @@ class Backend:
             self._budgets.pop(device, None)
         else:
             self._budgets[device] = spec
-        self._enforce(None if spec is None else spec.nbytes, device)
+        self._enforce(self.pool_limit(device), device)
 
     def _enforce(self, nbytes: int | None, device: int) -> None:
         """Apply a limit of ``nbytes`` to the pool of ``device`` (the CuPy backend sets the
@@ -218,11 +225,42 @@ class Backend:
         spec = self._budgets.get(device)
         return None if spec is None else spec.nbytes
 
+    def pool_limit(self, device: int) -> int | None:
+        """The limit of the pool of ``device``: its budget less the bytes :meth:`reserve`
+        holds there (``None`` without a budget)."""
+        limit = self.limit_of(device)
+        return None if limit is None else max(0, limit - self._reserved.get(device, 0))
+
+    def reserved(self, device: int | None = None) -> int:
+        """Bytes of ``device``'s budget (default: the home device's) held outside the pool."""
+        return self._reserved.get(self.home if device is None else device, 0)
+
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Hold ``nbytes`` of the home device's budget for device memory made outside the
+        pool (``what``: the report's words for it), so that the pool and they together stay
+        within the budget: the pool's limit drops by them until :meth:`unreserve`. Raises
+        :class:`BudgetExceeded` when the budget has not that much left."""
+        left = self.budget_left()
+        if left is not None and nbytes > left:
+            raise BudgetExceeded(f"{what} need {format_bytes(nbytes)} and the budget has "
+                                 f"{format_bytes(max(0, left))} left; give a larger budget "
+                                 "(%vram_budget) or smaller blocks (--batch-bytes)",
+                                 explained=True)
+        self._reserved[self.home] = self.reserved() + nbytes
+        if self.limit is not None:
+            self._enforce(self.pool_limit(self.home), self.home)
+
+    def unreserve(self, nbytes: int) -> None:
+        """Give back ``nbytes`` held by :meth:`reserve` (that memory was freed)."""
+        self._reserved[self.home] = max(0, self.reserved() - nbytes)
+        if self.limit is not None:
+            self._enforce(self.pool_limit(self.home), self.home)
+
     def budget_left(self, device: int | None = None) -> int | None:
         """Bytes the budget leaves the pool of ``device`` (default: the home device) now
-        (negative when over), or None without one."""
+        (negative when over), or None without one; memory held by :meth:`reserve` counts."""
         device = self.home if device is None else device
-        limit = self.limit_of(device)
+        limit = self.pool_limit(device)
         return None if limit is None else limit - self.pool_used(device)
 
     def stats(self, device: int | None = None) -> PoolStats:

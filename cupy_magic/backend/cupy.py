@@ -99,7 +99,7 @@ class CupyBackend(Backend):
         if pool is None:
             with self.cp.cuda.Device(device):
                 pool = _POOLS[device] = self.cp.cuda.memory.SingleDeviceMemoryPool()
-        limit = self.limit_of(device)
+        limit = self.pool_limit(device)
         if limit is not None and pool.get_limit() != limit:
             pool.set_limit(size=limit)
         return pool
@@ -209,6 +209,7 @@ class CupyBackend(Backend):
             driver=_nvidia_driver_version() or f"CUDA {ver(rt.driverGetVersion())}",
             runtime=ver(rt.runtimeGetVersion()),
             cupy_version=cp.__version__,
+            uuid=_uuid(props, device),
         )
 
     def device_memory(self, device: int | None = None) -> tuple[int, int]:
@@ -373,6 +374,17 @@ class CupyBackend(Backend):
         for pool in _POOLS.values():  # give back what the cells freed; live arrays keep theirs
             pool.free_all_blocks()
         self.host.close()
+
+
+def _uuid(props: dict[str, Any], device: int) -> str:
+    """The GPU's UUID as ``nvidia-smi -L`` prints it (``GPU-xxxxxxxx-...``); its PCI
+    address where CuPy's properties lack one (unique on a host all the same)."""
+    raw = props.get("uuid")
+    if isinstance(raw, (bytes, bytearray)) and len(raw) == 16:
+        h = raw.hex()
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return (f"pci-{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', device):02x}:"
+            f"{props.get('pciDeviceID', 0):02x}")
 
 
 @functools.cache

@@ -2,8 +2,9 @@
 arrays (or NumPy with ``--to-host``), ``--reduce`` rules as Dask tree reductions.
 
 Dask schedules; this module only picks how the blocks' data moves (:mod:`.transport`:
-shared memory on one host, run by :mod:`.pipeline`, or scatter and gather), builds the tasks,
-counts finished blocks for the progress bar, and on a failure or Ctrl-C cancels every future
+device slots on this kernel's GPU or shared memory on one host, run by :mod:`.pipeline`, or
+scatter and gather; :mod:`.blocks` runs them), joins the results, and on a failure or Ctrl-C
+cancels every future
 of the cell (blocks, scattered chunks, shared inputs), so the workers keep nothing of it and
 the namespace is untouched.
 """
@@ -24,13 +25,13 @@ from ..run.plan import CellPlan
 from ..run.reduce import agree, check_names, name_a_rule, over_rows
 from ..run.report import InputMove, OutputInfo, RunReport
 from ..units import short_repr
-from . import connect, shm
+from . import connect
+from .blocks import run_blocks
 from .failure import CellBlocks, cancel, explain, unstick
-from .inputs import BlockInputs, cut_inputs, prepare, python_values, worker_addresses
-from .pipeline import check_done, run_through_slots
+from .inputs import cut_inputs, prepare, python_values, worker_addresses
 from .report import ClusterRun
 from .transport import choose
-from .worker import BlockFailed, BlockSpec, block_info, drop_shared, run_block
+from .worker import BlockFailed, BlockSpec, block_info, drop_shared
 
 __all__ = ["SPLIT_EVERY", "ClusterExecutor"]
 
@@ -154,13 +155,12 @@ class ClusterExecutor:
     def _run(self, client: Any, plan: CellPlan, namespace: dict[str, Any], filename: str,
              be: Backend, held: list[Any], cell: CellBlocks,
              to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
-        import dask
-
         workers, cell_id = () if self.darrs else cell.workers, cell.cell_id
         transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host,
-                           workers)
+                           workers, be)
         inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
-                         self.scatter_numpy, be, workers, local=transport.kind == "shm")
+                         self.scatter_numpy, be, workers,
+                         local=transport.kind in ("ipc", "shm"))
         held.extend(inputs.futures)
         cell.starts, cell.sizes = tuple(inputs.starts), tuple(inputs.sizes)
         values = python_values(self.source, namespace, plan, be,
@@ -179,23 +179,9 @@ class ClusterExecutor:
         progress.start(running.cell_label if running else filename, len(inputs.blocks),
                        inputs.input_bytes, unit="block")
         t0 = time.perf_counter()
-        futures, slotted, filled, infos = None, None, None, None
-        if transport.kind == "shm":
-            ring = shm.ring(client, workers)
-            ring.settle()
-            slotted = run_through_slots(client, ring, spec_f, inputs, cell_id, held, be,
-                                        transport.place)
-            if transport.place:
-                infos, filled = slotted.infos, slotted.filled
-            else:  # the results stay on the workers: joined as the scatter path joins them
-                futures = slotted.futures
-        else:
-            futures = client.compute([dask.delayed(run_block, pure=False)(
-                spec_f, i, inputs.starts[i], inputs.blocks[i], inputs.shared,
-                dask_key_name=f"cupy-magic-{cell_id}-block-{i}")
-                for i in range(len(inputs.blocks))])
-            held.extend(futures)
-            self._wait(futures, inputs)
+        moved = run_blocks(client, transport, spec_f, inputs, cell_id, held, be, workers)
+        transport, slotted, futures = moved.transport, moved.slotted, moved.futures
+        filled, infos = (slotted.filled, slotted.infos) if futures is None else (None, None)
         if infos is None:
             infos = client.gather(client.map(block_info, futures, pure=False))
         run_seconds = time.perf_counter() - t0
@@ -205,11 +191,13 @@ class ClusterExecutor:
                           sum(s.rows for s in stats), inputs.input_bytes, run_seconds,
                           inputs.scatter_seconds, ClusterRun.shares(stats), transport=transport)
         if slotted is not None:
-            info.slots = ring.describe()
+            info.slots = moved.slots
             info.copy_in_seconds = slotted.copy_in_seconds
             info.copy_out_seconds = slotted.copy_out_seconds
             info.sent_back = slotted.sent_back
         results = self._results(futures, infos, info, to_host, be, filled)
+        if moved.notes:
+            results.setdefault("__notes__", []).extend(moved.notes)
         return results, info
 
     def _drop_shared(self, client: Any) -> None:
@@ -217,15 +205,6 @@ class ClusterExecutor:
         keys, self.shared_keys = self.shared_keys, []
         if keys and client.status == "running":  # a closed cluster's workers hold nothing
             client.run(drop_shared, keys, on_error="ignore")  # a worker gone holds none
-
-    def _wait(self, futures: list[Any], inputs: BlockInputs) -> None:
-        """Wait for the blocks, counting them for the progress bar; stop at the first error."""
-        from distributed import as_completed
-
-        per_block = inputs.input_bytes // max(len(futures), 1)
-        for f in as_completed(futures):
-            check_done(f)
-            progress.step(1, per_block)
 
     # --- results ------------------------------------------------------------------------
     def _results(self, futures: list[Any] | None, infos: list[dict[str, Any]],

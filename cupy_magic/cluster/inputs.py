@@ -24,7 +24,7 @@ from ..units import format_bytes
 
 __all__ = ["BLOCK_BYTES", "MANY_BLOCKS", "SMALL_BLOCK", "BlockInputs", "block_sizes",
            "check_blocks", "cut_inputs", "dask_inputs", "is_dask_array", "prepare",
-           "read_values", "row_bytes", "scheduler_workers", "worker_addresses"]
+           "read_values", "row_bytes", "scatter_local", "scheduler_workers", "worker_addresses"]
 
 BLOCK_BYTES = 128 << 20  # input bytes per block of a NumPy input under --cluster
 # Each block is a task: the scheduler, the worker and this kernel spend milliseconds on it
@@ -210,14 +210,6 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
         for i, d in enumerate(arr.to_delayed().ravel()):
             blocks[i][name] = d
     t0 = time.perf_counter()
-    futures: list[Any] = []
-    for name in [] if local else cut:
-        arr = numpy_in[name]
-        parts = client.scatter([arr[a:a + n] for a, n in zip(starts, chunks, strict=True)],
-                               hash=False)
-        futures.extend(parts)
-        for i, f in enumerate(parts):
-            blocks[i][name] = f
     whole = {n: a for n, a in numpy_in.items() if n not in cut}
     # arrays earlier cells left on this kernel's device: the workers get them as NumPy
     whole.update({k: _device_to_host(v) for k, v in
@@ -227,11 +219,31 @@ def prepare(client: Any, source: str, plan: CellPlan, darrs: dict[str, Any],
     # "w" would race the release of this one's, and workers could not tell the cells apart
     shared = dict(zip(whole, client.scatter(list(whole.values()), broadcast=True, hash=False),
                       strict=True)) if whole else {}
-    futures.extend(shared.values())
     nbytes = sum(int(a.nbytes) for a in darrs.values()) + sum(numpy_in[n].nbytes for n in cut)
-    return BlockInputs((*darrs, *cut), starts, blocks, shared, () if local else tuple(cut),
-                       nbytes, futures, time.perf_counter() - t0, chunks,
-                       {n: numpy_in[n] for n in cut} if local else {})
+    inputs = BlockInputs((*darrs, *cut), starts, blocks, shared, (), nbytes,
+                         list(shared.values()), time.perf_counter() - t0, chunks,
+                         {n: numpy_in[n] for n in cut})
+    if not local:
+        scatter_local(client, inputs)
+    return inputs
+
+
+def scatter_local(client: Any, inputs: BlockInputs) -> list[Any]:
+    """Scatter the batched NumPy inputs kept in this kernel (``inputs.local``) as the blocks'
+    chunks, for a run that does not read them through slots; returns the new futures (also
+    in ``inputs.futures``)."""
+    t0 = time.perf_counter()
+    futures: list[Any] = []
+    for name, arr in inputs.local.items():
+        parts = client.scatter([arr[a:a + n] for a, n in
+                                zip(inputs.starts, inputs.sizes, strict=True)], hash=False)
+        futures.extend(parts)
+        for i, f in enumerate(parts):
+            inputs.blocks[i][name] = f
+    inputs.scattered, inputs.local = (*inputs.scattered, *inputs.local), {}
+    inputs.futures.extend(futures)
+    inputs.scatter_seconds += time.perf_counter() - t0
+    return futures
 
 
 def python_values(source: str, namespace: dict[str, Any], plan: CellPlan,

@@ -1,8 +1,11 @@
-"""A ``%%gpu --cluster`` run through the ring of shared-memory slots (:mod:`.shm`): blocks
-copied in, run on the workers, their row results copied out, several blocks in flight.
+"""A ``%%gpu --cluster`` run through a ring of slots: shared memory on this host
+(:mod:`.shm`) or device buffers on this kernel's GPU the workers open by CUDA IPC handles
+(:mod:`.devring`); blocks copied in, run on the workers, their row results copied out,
+several blocks in flight.
 
 This kernel copies block ``i``'s input rows into a free slot (on several threads for big
-blocks) and submits the block to the slot's worker; as blocks finish (in any order) it copies
+blocks into shared memory; on the slot's stream into a device slot) and submits the block
+to the slot's worker; as blocks finish (in any order) it copies
 their row results out of the slot into the final NumPy arrays (made when the first block
 says what a row of each result is) and refills the slot with the next block, so copies in,
 the workers' work and copies out overlap. The blocks are the scatter path's blocks and the
@@ -12,6 +15,7 @@ two paths agree, errors included.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -24,8 +28,8 @@ from ..backend import Backend
 from ..run import progress
 from .failure import BlockCancelled
 from .inputs import BlockInputs, row_bytes
-from .shm import Ring, Slot, copy_rows
-from .slots import ALIGN, HEADER, SlotTask, align, run_slot_block
+from .ring import SlotRing, copy_rows
+from .slots import ALIGN, align
 
 __all__ = ["SlotRun", "check_done", "run_through_slots"]
 
@@ -44,7 +48,9 @@ class SlotRun:
         the scatter path does).
     copy_in_seconds, copy_out_seconds
         This kernel's copies of the blocks' inputs into the slots, and of their row results
-        out of them (with the first touch of the result arrays' pages).
+        out of them (with the first touch of the result arrays' pages). Into a device slot:
+        until the block's inputs are on the device (after that slot's last copy out); out of
+        one: queueing the copies, and the wait for the last of them at the end.
     futures
         Each block's future, in block order (without ``place``, its results on the worker).
     sent_back
@@ -92,7 +98,7 @@ def check_done(future: Any) -> None:
         raise BlockCancelled(str(future.key))
 
 
-def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
+def run_through_slots(client: Any, ring: SlotRing, spec_f: Any, inputs: BlockInputs,
                       cell_id: str, held: list[Any], be: Backend, place: bool = True) -> SlotRun:
     """Run every block of the cell through ``ring``; ``held`` gets each task's future (the
     caller cancels them on a failure). ``place``: the blocks' row results come back through
@@ -110,7 +116,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
     out_row, outs = row_bytes(local, local), len(local)
     run = SlotRun([{} for _ in range(n)], futures=[None] * n)
     todo = deque(range(n))
-    flying: dict[Any, tuple[Slot, int]] = {}
+    flying: dict[Any, tuple[Any, int]] = {}
     done = as_completed()
     per_block = inputs.input_bytes // max(n, 1)
 
@@ -122,14 +128,10 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             return False
         t0 = time.perf_counter()
         slot.use += 1  # a run of a block from a slot's earlier use must not write there
-        slot.view(0, (1,), HEADER)[0] = slot.use
-        for name, (off, shape, dtype) in places.items():
-            copy_rows(slot.view(off, shape, dtype), local[name][start:start + rows], ring.pool)
+        ring.fill(slot, places, local, start, rows)
         run.copy_in_seconds += time.perf_counter() - t0
-        future = client.submit(run_slot_block, spec_f, i, start,
-                               SlotTask(slot.name, places, results_at, ring.tracker, place,
-                                        slot.use),
-                               inputs.shared,
+        future = client.submit(ring.runner, spec_f, i, start,
+                               ring.task(slot, places, results_at, place), inputs.shared,
                                key=f"cupy-magic-{cell_id}-block-{i}", workers=[slot.worker],
                                allow_other_workers=True, pure=False)
         held.append(future)
@@ -138,7 +140,7 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
         done.add(future)
         return True
 
-    def receive(slot: Slot, i: int, result: dict[str, Any]) -> None:
+    def receive(slot: Any, i: int, result: dict[str, Any]) -> None:
         start, rows = inputs.starts[i], inputs.sizes[i]
         run.infos[i] = {"names": result["names"], "stats": result["stats"]}
         run.sent_back += bool(result["values"])
@@ -151,9 +153,11 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
                 dst = run.filled[name] = be.host_result((total, *kind[1][1:]), kind[2])
             elif dst.shape[1:] != kind[1][1:] or dst.dtype != kind[2]:
                 continue  # the blocks disagree: refused afterwards, in block order
-            src = (slot.view(result["placed"][name], kind[1], kind[2])
-                   if name in result["placed"] else result["values"][name])
-            copy_rows(dst[start:start + rows], src, ring.pool)
+            if name in result["placed"]:
+                ring.drain(slot, result["placed"][name], kind[1], kind[2],
+                           dst[start:start + rows])
+            else:
+                copy_rows(dst[start:start + rows], result["values"][name], ring.pool)
         run.copy_out_seconds += time.perf_counter() - t0
 
     try:
@@ -173,11 +177,17 @@ def run_through_slots(client: Any, ring: Ring, spec_f: Any, inputs: BlockInputs,
             progress.step(1, per_block)
             while todo and send(todo[0]):
                 todo.popleft()
+        t0 = time.perf_counter()
+        ring.finish()  # the copies out still queued (device slots)
+        if place:  # without, nothing was copied out
+            run.copy_out_seconds += time.perf_counter() - t0
     except BaseException:  # the caller cancels the futures (``held``)
+        with contextlib.suppress(Exception):  # the block's own error is the one to raise
+            ring.finish()  # no copy is left to write into a result array that goes now
         ring.retire_busy()
         raise
     finally:
-        ring.track()
+        ring.end()
     for arr in run.filled.values():
         be.host_result_done(arr)
     return run

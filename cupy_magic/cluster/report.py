@@ -57,8 +57,9 @@ class ClusterRun:
         How the blocks' data moved (:class:`~.transport.Transport`): shared memory on this host,
         scatter and gather (and why), or the Dask arrays' blocks where they are.
     slots, copy_in_seconds, copy_out_seconds, sent_back
-        With shared memory: the ring's slots, this kernel's copies into and out of them, and
-        how many blocks sent their row results back over the socket (larger than their slot).
+        Through slots (shared memory, or device slots by CUDA IPC): the ring's slots, this
+        kernel's copies into and out of them (:class:`~.pipeline.SlotRun`), and how many
+        blocks sent their row results back over the socket (larger than their slot).
     """
 
     cluster: str
@@ -122,7 +123,7 @@ class ClusterRun:
             out.append(f"  cluster transport: {self.transport.describe()}" + (
                 f"; {self.slots}, this kernel's copies {self.copy_seconds * 1e3:.1f} ms (in "
                 f"{self.copy_in_seconds * 1e3:.1f}, out {self.copy_out_seconds * 1e3:.1f})"
-                if self.transport.kind == "shm" else "") + (
+                if self.transport.kind in ("ipc", "shm") else "") + (
                 f"; {self.sent_back} of {self.blocks} blocks sent their row results back over "
                 "the socket (larger than their slot; the slots have grown since)"
                 if self.sent_back else ""))

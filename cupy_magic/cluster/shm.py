@@ -13,14 +13,10 @@ cluster, unload: :func:`release`, called by :func:`~.connect.close`) and at inte
 from __future__ import annotations
 
 import atexit
-import concurrent.futures as cf
 import contextlib
 import gc
-import itertools
 import logging
 import os
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -29,16 +25,22 @@ import numpy as np
 
 from ..run.errors import CellError
 from ..units import format_bytes
-from .slots import align, detach, new_segment, track_again, tracker_id, view
+from .ring import COPY_THREADS, SLOTS_PER_WORKER, SlotRing, copy_rows, pieces, threaded
+from .slots import (
+    HEADER,
+    SlotTask,
+    align,
+    detach,
+    new_segment,
+    run_slot_block,
+    track_again,
+    tracker_id,
+    view,
+)
 
 __all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "copy_rows", "release", "ring", "room",
            "slot_bytes", "slot_names"]
 
-SLOTS_PER_WORKER = 3  # one running, one queued on the worker, one being filled or drained
-# up to 16 threads (the H200 host has 16 cores): in cluster_bench there, a run's copies into
-# and out of the slots moved 32 GiB in 2.34 s (cluster-2026-12-04T1526)
-COPY_THREADS = max(1, min(16, os.cpu_count() or 1))
-COPY_PIECE = 8 << 20  # bytes a copying thread takes at least (fewer threads for less)
 SLOT_ROUND = 1 << 20  # slot sizes in whole MiB, so blocks of nearly one size share slots
 
 SHM_DIR = "/dev/shm"  # where Linux keeps the segments (a tmpfs: a container may make it small)
@@ -60,35 +62,6 @@ def room() -> int | None:
 def _size(need: int) -> int:
     """A slot's bytes for ``need``: whole MiB, so blocks of nearly one size share slots."""
     return max(SLOT_ROUND, -(-align(need) // SLOT_ROUND) * SLOT_ROUND)
-
-
-def _pieces(rows: int, nbytes: int) -> list[tuple[int, int]]:
-    n = max(1, min(COPY_THREADS, nbytes // COPY_PIECE, rows))
-    bounds = [rows * k // n for k in range(n + 1)]
-    return list(itertools.pairwise(bounds))
-
-
-def _threaded(pool: cf.Executor, jobs: list[Callable[[], Any]]) -> None:
-    """Run ``jobs`` on ``pool`` (one on this thread when alone); on an error or Ctrl-C,
-    wait for the ones running before raising, so none writes into a slot afterwards."""
-    if len(jobs) == 1:
-        jobs[0]()
-        return
-    futures = [pool.submit(job) for job in jobs]
-    try:
-        for f in futures:
-            f.result()
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        cf.wait(futures)
-        raise
-
-
-def copy_rows(dst: np.ndarray, src: np.ndarray, pool: cf.Executor) -> None:
-    """``dst[...] = src`` split by rows over the copying threads (NumPy lets go of the GIL)."""
-    _threaded(pool, [lambda a=a, b=b: np.copyto(dst[a:b], src[a:b])
-                     for a, b in _pieces(len(dst), dst.nbytes)])
 
 
 @dataclass(eq=False)
@@ -114,8 +87,8 @@ class Slot:
         return view(self.mem, offset, shape, dtype)
 
 
-class Ring:
-    """The kernel's slots for one client's workers.
+class Ring(SlotRing):
+    """The kernel's shared-memory slots for one client's workers (:class:`~.ring.SlotRing`).
 
     Parameters
     ----------
@@ -125,13 +98,12 @@ class Ring:
         Their addresses; a block goes to the least busy one with a slot free.
     """
 
+    runner = staticmethod(run_slot_block)  # what a block's task runs on its worker
+
     def __init__(self, client: Any, workers: tuple[str, ...]) -> None:
-        self.client, self.workers = client, workers
-        self.slots: list[Slot] = []
-        self.size = 0  # the largest slot made: the ring's slots only grow, all of them
+        super().__init__(client, workers, "cupy-magic-shm")
         self.retired: list[str] = []  # slots left behind that workers may still have open
         self._unclosed: list[shared_memory.SharedMemory] = []  # a view kept them mapped
-        self.pool = cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="cupy-magic-shm")
         self.tracker = tracker_id()  # the workers leave the segments to it if they share it
 
     def describe(self) -> str:
@@ -140,50 +112,6 @@ class Ring:
         return (f"{len(sizes)} slots of {format_bytes(max(sizes))}" if sizes
                 else "no slots")
 
-    def take(self, need: int, least: int) -> Slot | None:
-        """A free slot of at least ``need`` bytes for the least busy worker (made or grown
-        now if needed), marked busy; None while every worker has all its slots busy.
-
-        Once a slot grew, a smaller one grows too before it is used again: a cell's first
-        blocks ask by their inputs alone (their results are not known yet), and a slot left
-        small would send their results back over the socket though the ring has grown.
-        Where this host has no room for a bigger slot, a free one of ``least`` bytes (the
-        block's inputs) does: the block's results then come back over the socket."""
-        want = max(need, self.size)  # the ring's size, where the host has room for it
-        busy = Counter(s.worker for s in self.slots if s.busy)
-        open_ = [w for w in self.workers if busy[w] < SLOTS_PER_WORKER]
-        if not open_:
-            return None
-        worker = min(open_, key=lambda w: busy[w])
-        idle = sorted((s for s in self.slots if s.worker == worker and not s.busy),
-                      key=lambda s: -s.capacity)  # the largest first: results most likely fit
-        if idle and idle[0].capacity >= want:
-            slot = idle[0]
-        else:  # /dev/shm's room asked only when the idle slot is too small
-            free = room()
-            if free is not None and free < _size(want):
-                want = need  # no room to grow the ring: as large as this block needs
-            if idle and (idle[0].capacity >= want or (
-                    free is not None and free < _size(want) and idle[0].capacity >= least)):
-                slot = idle[0]
-            else:
-                if idle:  # too small for this block: a bigger one instead
-                    self._retire(idle[0])
-                slot = self._make(worker, want)
-        slot.busy = True
-        return slot
-
-    def give_back(self, slot: Slot) -> None:
-        slot.busy = False
-
-    def retire_busy(self) -> int:
-        """Leave out every busy slot (after a failure a block may still write into it):
-        unlinked now, made anew when needed. Returns how many."""
-        busy = [s for s in self.slots if s.busy]
-        for slot in busy:
-            self._retire(slot)
-        return len(busy)
-
     def settle(self) -> None:
         """Before a cell: close the workers' openings of retired slots."""
         if self.retired:
@@ -191,10 +119,38 @@ class Ring:
             self.client.run(detach, names, on_error="return")
         self._close_unclosed()
 
-    def track(self) -> None:
+    # --- what the pipeline asks of a ring (:mod:`.pipeline`) ------------------------------
+    def fill(self, slot: Slot, places: dict[str, Any], local: dict[str, np.ndarray],
+             start: int, rows: int) -> None:
+        """Write the slot's use in its header and copy the block's input rows into it."""
+        slot.view(0, (1,), HEADER)[0] = slot.use
+        for name, (off, shape, dtype) in places.items():
+            copy_rows(slot.view(off, shape, dtype), local[name][start:start + rows], self.pool)
+
+    def task(self, slot: Slot, places: dict[str, Any], results_at: int,
+             place: bool) -> SlotTask:
+        """What the block's worker is told of its slot."""
+        return SlotTask(slot.name, places, results_at, self.tracker, place, slot.use)
+
+    def drain(self, slot: Slot, offset: int, shape: tuple[int, ...], dtype: Any,
+              dst: np.ndarray) -> None:
+        """Copy a row result the worker placed at ``offset`` into ``dst``."""
+        copy_rows(dst, slot.view(offset, shape, dtype), self.pool)
+
+    def finish(self) -> None:
+        """Every block's results are out (the copies out here are done when they return)."""
+
+    def end(self) -> None:
         """After a cell: keep this kernel's tracker knowing its slots
         (:func:`~.slots.track_again`)."""
         track_again([s.seg for s in self.slots])
+
+    # --- what a slot is -------------------------------------------------------------------
+    def _room(self) -> int | None:
+        return room()
+
+    def _round(self, need: int) -> int:
+        return _size(need)
 
     def _make(self, worker: str, need: int) -> Slot:
         size, free = _size(need), room()
@@ -211,8 +167,8 @@ class Ring:
         self.slots.append(slot)
         mem = slot.mem
         # written once now, so its pages exist before the first copy into it
-        _threaded(self.pool, [lambda a=a, b=b: mem[a:b].fill(0)
-                              for a, b in _pieces(size, size)])
+        threaded(self.pool, [lambda a=a, b=b: mem[a:b].fill(0)
+                             for a, b in pieces(size, size)])
         return slot
 
     def _retire(self, slot: Slot) -> None:

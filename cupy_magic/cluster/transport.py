@@ -1,6 +1,12 @@
-"""How a ``%%gpu --cluster`` cell's blocks reach the workers: through the ring of
-shared-memory slots (:mod:`.shm`) when every worker shares this host's memory, else scattered
-and gathered over the network; the facts each choice rests on.
+"""How a ``%%gpu --cluster`` cell's blocks reach the workers: through device slots on this
+kernel's GPU opened by CUDA IPC handles (:mod:`.devring`) when every worker computes on that
+GPU, else through the ring of shared-memory slots (:mod:`.shm`) when every worker shares this
+host's memory, else scattered and gathered over the network; the facts each choice rests on.
+
+A worker computes on this kernel's GPU when it runs on the same host, on CuPy, on the GPU of
+the same UUID (dask-cuda gives each worker its own ``CUDA_VISIBLE_DEVICES``, so device
+numbers differ between processes) and opened a probe buffer this kernel made by its IPC
+handle: asked once per cluster. The device slots come out of this kernel's VRAM budget.
 
 A worker shares the kernel's memory when it runs on the same host (the same host name) and
 opened a segment this kernel made and read back what it holds: asked once per cluster. A cell
@@ -12,6 +18,7 @@ for the slots.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import socket
 from dataclasses import dataclass
@@ -20,15 +27,19 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import Backend
+from ..backend.ipc import DeviceBuffer
 from ..run.batching import BatchOptions
 from ..run.plan import CellPlan
 from ..units import format_bytes
-from . import shm
+from . import devring, shm
+from .devslots import device_facts
 from .inputs import block_sizes, cut_inputs, row_bytes
 from .slots import ALIGN, align, host_facts, new_segment, track_again, tracker_id
 
-__all__ = ["Transport", "check_hosts", "choose", "forget", "futures_reason", "probe_room",
-           "room_reason", "same_host", "scatter_reason"]
+__all__ = ["Transport", "check_devices", "check_hosts", "choose", "device_room_reason",
+           "forget", "futures_reason", "probe_room", "room_reason", "same_device", "same_host",
+           "scatter_reason", "shm_or_scatter", "use_ipc"]
 
 ROOM_SHARE = 0.5  # of the free shared memory the slots may take (the host needs the rest)
 
@@ -40,24 +51,40 @@ class Transport:
     Attributes
     ----------
     kind
-        ``"shm"`` (the ring of slots), ``"scatter"`` (scatter and gather), or ``"dask"``
-        (the cell's Dask arrays are on the workers already).
+        ``"ipc"`` (device slots on this kernel's GPU), ``"shm"`` (the ring of shared-memory
+        slots), ``"scatter"`` (scatter and gather), or ``"dask"`` (the cell's Dask arrays
+        are on the workers already).
     why
-        Why scatter (a fallback's reason), or why the results of an ``"shm"`` run stay on
-        the workers as the blocks' futures.
+        Why scatter (a fallback's reason), or why the results of an ``"ipc"`` or ``"shm"``
+        run stay on the workers as the blocks' futures.
+    not_ipc
+        Why not CUDA IPC, where it was asked about (a GPU kernel's NumPy inputs).
     """
 
     kind: str
     why: str = ""
+    not_ipc: str = ""
 
     @property
     def place(self) -> bool:
-        """``"shm"`` with no reason to keep results on the workers: the row results come
-        back through the slots too (not as futures)."""
-        return self.kind == "shm" and not self.why
+        """Slots with no reason to keep results on the workers: the row results come back
+        through the slots too (not as futures)."""
+        return self.kind in ("ipc", "shm") and not self.why
 
     def describe(self) -> str:
         """One phrase for the report."""
+        told = self._describe()
+        return f"{told}; not CUDA IPC: {self.not_ipc}" if self.not_ipc else told
+
+    def _describe(self) -> str:
+        if self.kind == "ipc":
+            ring = f"{shm.SLOTS_PER_WORKER} device slots per worker, from this kernel's budget"
+            if self.place:
+                return (f"CUDA IPC on this kernel's GPU ({ring}; this kernel copies the inputs "
+                        "in and the row results out, the workers compute on the slots)")
+            return (f"CUDA IPC on this kernel's GPU for the inputs ({ring}); the blocks' "
+                    f"results are joined on the workers from their futures ({self.why}), "
+                    "then gathered where --to-host asks")
         ring = f"a ring of {shm.SLOTS_PER_WORKER} slots per worker"
         if self.place:
             return (f"shared memory on this host ({ring}; inputs and row results copied "
@@ -172,27 +199,136 @@ def room_reason(block_bytes: int, blocks: int, workers: int) -> str:
             f"give it more (docker run --shm-size=...) or make blocks smaller (--batch-bytes)")
 
 
+_devices: dict[tuple[int, tuple[str, ...]], str] = {}  # (client, workers) -> same_device's
+_ipc = {"on": True}
+
+
+def use_ipc(on: bool) -> bool:
+    """Let ``%%gpu --cluster`` use CUDA IPC where it can (the default), or not: the
+    benchmarks and tests compare it with shared memory. Returns the setting before."""
+    before, _ipc["on"] = _ipc["on"], bool(on)
+    return before
+
+
+def same_device(kernel_host: str, kernel_uuid: str, facts: dict[str, Any]) -> str:
+    """Why the workers cannot compute on this kernel's device memory (``""``: every one can).
+
+    ``kernel_uuid``: this kernel's GPU (``""``: the CPU fallback). ``facts`` by worker
+    address: what :func:`~.devslots.device_facts` answered there (``host``, ``backend``,
+    ``uuid``, whether it ``opened`` this kernel's probe buffer and ``why`` not), or an
+    error."""
+    if not kernel_uuid:
+        return "this kernel runs on the CPU fallback (no GPU to share)"
+    if not facts:
+        return "no workers to ask"
+    for address, fact in sorted(facts.items()):
+        if not isinstance(fact, dict):
+            return f"worker {address} could not say where it runs ({fact!r})"
+        if fact.get("host") != kernel_host:
+            return f"worker {address} runs on {fact.get('host')!r}, this kernel on {kernel_host!r}"
+        if fact.get("backend") != "cupy":
+            return f"worker {address} runs on the CPU fallback"
+        if fact.get("uuid") != kernel_uuid:
+            return (f"worker {address} computes on GPU {fact.get('uuid')}, this kernel on "
+                    f"{kernel_uuid}")
+        if not fact.get("opened"):
+            return (f"worker {address} could not open this kernel's device memory "
+                    f"({fact.get('why') or 'no reason given'})")
+    return ""
+
+
+PROBE = 16  # bytes of the token a worker reads back from the probe buffer
+
+
+def check_devices(client: Any, workers: tuple[str, ...], be: Backend) -> str:
+    """:func:`same_device` for the cluster's workers, asked once per client and worker set
+    (again when a worker's check raised): each opens a small buffer this kernel made by its
+    IPC handle and reads back what it holds."""
+    if not _ipc["on"]:
+        return "CUDA IPC is off (cupy_magic.cluster.transport.use_ipc(True) turns it on)"
+    uuid = be.info().uuid if be.is_gpu else ""
+    if not uuid:
+        return same_device(socket.gethostname(), uuid, {})
+    key = (id(client), workers)
+    if key in _devices:
+        return _devices[key]
+    token = secrets.token_bytes(PROBE)
+    try:
+        probe = DeviceBuffer(devring.DEVICE_ROUND)
+    except Exception as exc:  # not kept: asked again next cell
+        return f"this kernel could not make a device buffer to share ({type(exc).__name__})"
+    try:
+        probe.view(0, (PROBE,), np.uint8).set(np.frombuffer(token, np.uint8))
+        facts = client.run(device_facts, probe.handle, token, workers=list(workers),
+                           on_error="return")
+    except Exception as exc:  # a worker may hold it open: the probe is not freed
+        return f"asking the workers for their GPU failed ({type(exc).__name__}: {exc})"
+    probe.free()  # every worker closed it before it answered
+    why = same_device(socket.gethostname(), uuid, facts)
+    if all(isinstance(fact, dict) for fact in facts.values()):
+        _devices[key] = why
+    return why
+
+
+def device_room_reason(block_bytes: int, blocks: int, workers: int, free: int | None) -> str:
+    """Why this kernel's budget has no room for the device slots a cell's blocks need
+    (``""``: it has): as many slots as :func:`room_reason` counts, of ``block_bytes`` of
+    input each and as much again for results, against ``free``, the bytes the budget (or
+    the GPU, without one) has left."""
+    slots = min(blocks, shm.SLOTS_PER_WORKER * workers)
+    size = -(-(2 * align(block_bytes) + ALIGN) // devring.DEVICE_ROUND) * devring.DEVICE_ROUND
+    if free is None or slots * size <= free:
+        return ""
+    return (f"the device slots need {format_bytes(slots * size)} ({slots} of "
+            f"{format_bytes(size)}) and this kernel's budget has {format_bytes(max(0, free))} "
+            "left; give a larger budget (%vram_budget) or smaller blocks (--batch-bytes)")
+
+
 def forget() -> None:
-    """Forget what the workers' hosts are (the cluster was left)."""
+    """Forget what the workers' hosts and GPUs are (the cluster was left); free the device
+    slots a late block kept open that can be freed now (:func:`~.devring.settle`)."""
     _hosts.clear()
+    _devices.clear()
+    with contextlib.suppress(Exception):  # nothing to free, or a cluster gone already
+        devring.settle()
 
 
 def choose(client: Any, darrs: dict[str, Any], plan: CellPlan, opts: BatchOptions,
-           scatter_numpy: bool, to_host: Any, workers: tuple[str, ...]) -> Transport:
+           scatter_numpy: bool, to_host: Any, workers: tuple[str, ...],
+           be: Backend) -> Transport:
     """How the cell's blocks' data moves: the Dask arrays' blocks where they are; through
-    shared memory when every worker shares this host's memory, the cell allows it and the
-    host has room; else scatter and gather. Nothing is sent to the workers but the check
-    of their host (once per cluster). ``workers``: the cluster's worker addresses."""
+    device slots when this kernel runs on a GPU every worker computes on, the cell allows
+    it and the budget has room; through shared memory when every worker shares this host's
+    memory, the cell allows it and the host has room; else scatter and gather. Nothing is
+    sent to the workers but the checks of their GPU and host (once per cluster).
+    ``workers``: the cluster's worker addresses."""
     if darrs:
         return Transport("dask")
     cut = cut_inputs(plan, opts, scatter_numpy)
     why = scatter_reason(cut, plan.inputs, plan.stored)
-    if not why and cut:  # room first: the host check writes segments too
+    kept = futures_reason(plan.stored, opts.reduce, to_host)
+    if not why and cut:
         sizes = block_sizes(plan.inputs, cut, opts, max(1, len(workers)))
-        why = room_reason(max(sizes, default=0) * row_bytes(plan.inputs, cut), len(sizes),
-                          len(workers))
-    why = why or check_hosts(client, workers)
+        block = max(sizes, default=0) * row_bytes(plan.inputs, cut)
+        not_ipc = ""  # asked on a GPU only: the CPU fallback's report stays as it was
+        if be.is_gpu:  # the budget first: the check of the workers' GPU makes a buffer
+            devring.settle()
+            left = be.budget_left()
+            not_ipc = device_room_reason(block, len(sizes), len(workers), left) or \
+                check_devices(client, workers, be)
+            if not not_ipc:
+                return Transport("ipc", kept)
+        return shm_or_scatter(client, block, len(sizes), workers, kept, not_ipc)
     if why:
         return Transport("scatter", why)
-    kept = futures_reason(plan.stored, opts.reduce, to_host)
-    return Transport("shm", kept)
+    return shm_or_scatter(client, 0, 0, workers, kept, "")
+
+
+def shm_or_scatter(client: Any, block_bytes: int, blocks: int, workers: tuple[str, ...],
+                   kept: str, not_ipc: str) -> Transport:
+    """Shared memory where this host has room for the slots of ``blocks`` blocks of
+    ``block_bytes`` and every worker shares its memory, else scatter (CUDA IPC not chosen,
+    ``not_ipc`` says why; ``kept``: :func:`futures_reason`)."""
+    why = room_reason(block_bytes, blocks, len(workers)) or \
+        check_hosts(client, workers)  # room first: the host check writes segments too
+    return Transport("scatter", why, not_ipc) if why else Transport("shm", kept, not_ipc)

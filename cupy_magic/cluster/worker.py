@@ -10,6 +10,7 @@ was raised from or while handling.
 from __future__ import annotations
 
 import pickle
+import socket
 import threading
 import time
 import types
@@ -40,10 +41,12 @@ DROPPED_KEPT = 4096  # dropped keys remembered, against a late block of a cancel
 
 
 def worker_facts(dask_worker: Any = None) -> dict[str, Any]:
-    """What a worker runs cells on: backend, device, memory, budget, threads (``show``)."""
+    """What a worker runs cells on: backend, device (and its ``uuid``), memory, budget,
+    threads (``show``), and the ``host`` it runs on."""
     be = _backend.current()
     info = be.info()
-    return {"backend": be.name, "device": info.name, "total_bytes": info.total_bytes,
+    return {"backend": be.name, "device": info.name, "uuid": info.uuid,
+            "host": socket.gethostname(), "total_bytes": info.total_bytes,
             "budget": be.budget.describe() if be.budget else "off", "limit": be.limit,
             "pool_used": be.pool_used(),
             "memory_limit": getattr(getattr(dask_worker, "memory_manager", None),
@@ -236,8 +239,9 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             for name, arr in shared.items():
                 work[name], uploaded = _device_copy(be, keys.get(name), arr)
                 uploads += uploaded
-            for name, arr in batched.items():
-                work[name] = be.to_device(np.asarray(arr)).array
+            for name, arr in batched.items():  # a device slot's rows: a copy of the block's own
+                work[name] = arr.copy() if be.is_device_array(arr) \
+                    else be.to_device(np.asarray(arr)).array
             code = compile(spec.source, spec.filename, "exec", spec.flags, dont_inherit=True)
             if recorder is not None:
                 with recorder:
