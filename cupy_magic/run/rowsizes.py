@@ -76,14 +76,27 @@ class Sizes:
                 _plain_arg(k.value) for k in node.keywords)):
             return None
         func = node.func
+        path = attr_path(func)
         if isinstance(func, ast.Attribute) and func.attr in KEEP_METHODS and \
                 all(_plain_arg(a) for a in node.args):
             return self.trailing(func.value)
-        path = attr_path(func)
+        method = isinstance(func, ast.Attribute) and func.attr == "reshape"
+        if method or (len(path) == 2 and path[0] in self.xp and path[1] == "reshape"):
+            return self.reshaped(func.value if method else node.args[0],  # type: ignore[union-attr]
+                                 node.args if method else node.args[1:])
         if len(path) == 2 and path[0] in self.xp and path[1] in ELEMENTWISE and node.args and \
                 all(_plain_arg(a) for a in node.args[1:]) and path[1] != "where":
             return self.trailing(node.args[0])
         return None
+
+    def reshaped(self, operand: ast.expr, shape: list[ast.expr]) -> Shape | None:
+        """A row's shape after ``operand.reshape(-1, *dims)`` that keeps the rows."""
+        if len(shape) == 1 and isinstance(shape[0], (ast.Tuple, ast.List)):
+            shape = list(shape[0].elts)
+        dims = literal_dims(ast.Tuple(shape, ast.Load())) if shape else None
+        if not dims or dims[0] != -1 or not self.regrouped(operand, dims[1:]):
+            return None
+        return tuple(dims[1:])
 
     def regrouped(self, operand: ast.expr, dims: list[int]) -> bool | None:
         """Whether ``operand.reshape(-1, *dims)`` keeps each row in a row of its own: the

@@ -107,6 +107,12 @@ class Statements:
             return self.expr(s.value, env) if s.value is not None else (CLEAN, None)
         elif isinstance(s, ast.Expr):
             self.expr(s.value, env)
+        elif isinstance(s, ast.Delete):  # del n: no longer a result the run could keep
+            for target in s.targets:
+                for name in names(target) if isinstance(target, (ast.Name, ast.Tuple)) else ():
+                    env.pop(name, None)
+                    self.sizes.pop(name, None)
+                    self.counts.pop(name, None)
         elif isinstance(s, (ast.With, ast.AsyncWith)):
             for item in s.items:
                 self.expr(item.context_expr, env)

@@ -65,6 +65,8 @@ class Turns:
             if isinstance(node.op, ast.MatMult):  # w @ x.T: a small matrix times the columns
                 return self.quiet(node.left, env)[0] == CLEAN and self.turned(node.right, env)
             return self.alongside([node.left, node.right], env)
+        if isinstance(node, ast.Compare):
+            return self.alongside([node.left, *node.comparators], env)
         if not isinstance(node, ast.Call):
             return False
         path = attr_path(node.func)
@@ -107,6 +109,8 @@ class Turns:
             return self.walk_turned(node.operand, env)
         if isinstance(node, ast.BinOp):
             parts = [node.left, node.right]
+        elif isinstance(node, ast.Compare):
+            parts = [node.left, *node.comparators]
         else:
             assert isinstance(node, ast.Call)
             arg = node.args[0]
