@@ -10,7 +10,7 @@ that joins each column total as NumPy computes it.
 
 from __future__ import annotations
 
-__all__ = ["CONSTANTS", "EARLIER", "MUST_RUN", "NOT_YET", "SCALAR_TOTALS"]
+__all__ = ["CONSTANTS", "EARLIER", "MIXING", "MUST_RUN", "NOT_YET", "SCALAR_TOTALS"]
 
 EARLIER = {"ALPHA": 0.25, "EPS": 1e-9, "N_CLASSES": 3, "COLS": ("a", "b", "c", "d")}
 
@@ -121,6 +121,10 @@ NOT_YET = [
     "d2 = d1 - sig * math.sqrt(T)\n"
     "call = S * ncdf(d1) - K * math.exp(-r * T) * ncdf(d2)\n"
     "put = call - S + K * math.exp(-r * T)",
+    # fixed scaling statistics made in the cell: the row check reads mu and sd as row-free,
+    # but a batched run keeps only a 0-d constant where every batch agrees, and refuses an
+    # array without a row axis (move them to an earlier cell meanwhile)
+    "mu = np.array([0.5, 0.5, 0.5, 0.5])\nsd = np.array([0.2, 0.3, 0.2, 0.1])\nz = (x - mu) / sd",
 ]
 
 # NumPy scalar constants, which depend on no row: kept as Python values are, where every
@@ -197,9 +201,94 @@ SHAPES = [
     "y = np.empty((x.shape[0], 2), dtype=x.dtype)\ny[:, 0] = v\ny[:, 1] = x[:, 0]",
 ]
 
+# one-hot by rows through a name for the batch's row count (n = x.shape[0]): n sizes and
+# indexes the batch's own rows; kept, it is a batch's count (a --reduce rule, or del n)
+ROW_COUNTS = [
+    ("n = x.shape[0]\noh = np.zeros((n, 4))\noh[np.arange(n), x.argmax(axis=1)] = 1", "n=sum"),
+    "n = len(x)\noh = np.zeros((n, 3))\noh[np.arange(n), (v * 3).astype(int)] = 1.0\ndel n",
+    "n, d = x.shape\nonehot = np.zeros((n, d))\nonehot[np.arange(n), np.argmax(x, axis=1)] = 1\n"
+    "del n, d",
+]
+
+# transposes that bring the rows back to the leading axis
+TURNS = [
+    "y = np.vstack([x[:, 0], v]).T",
+    "y = (x.T * b[:, None]).T",
+    "y = (w @ x.T).T",
+    "feats = np.array([x[:, 0], x[:, 1] * x[:, 2], v]).T",
+    "y = np.stack([x[:, 0] - x[:, 1], v]).T",
+    "col = np.atleast_2d(v).T",
+    "y = np.vstack([v, v ** 2, v ** 3]).T @ b[:3]",
+    "y = np.transpose(np.tanh(w @ x.T + b[:, None]))",
+    "z = (x.T - x.mean(axis=1)).T",
+]
+
+# reshapes to a row's own elements (x has 4 columns) and squeezes of known axes of 1
+REGROUPS = [
+    "y = x.reshape(-1, 2, 2)",
+    "blocks = np.reshape(x, (-1, 2, 2))\n"
+    "det = blocks[:, 0, 0] * blocks[:, 1, 1] - blocks[:, 0, 1] * blocks[:, 1, 0]",
+    "a = x[:, :1]\ny = np.squeeze(a)",
+    "y = x[:, 1:2].squeeze()",
+    "flat = x.reshape(-1, 2, 2).reshape(-1, 4)\ny = flat * 2",
+]
+
+# a data scientist's row-wise cells: scaling by fixed statistics, softmax, clipping, top-k,
+# distances to fixed centroids, polynomial features, masks
+PORTED = [
+    "z = (x - np.array([0.5, 0.5, 0.5, 0.5])) / np.array([0.2, 0.3, 0.2, 0.1])",
+    "lo, hi = 0.1, 0.9\ny = (np.clip(x, lo, hi) - lo) / (hi - lo)",
+    "y = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)",
+    "e = np.exp(x - x.max(axis=1, keepdims=True))\np = e / e.sum(axis=1, keepdims=True)\n"
+    "lab = p.argmax(axis=1)\nconf = p.max(axis=1)",
+    "logp = x - np.logaddexp.reduce(x, axis=1)[:, None]",
+    "top2 = np.argsort(-x, axis=1)[:, :2]",
+    "low2 = np.sort(np.partition(x, 1, axis=1)[:, :2], axis=1)",
+    "second = np.sort(x, axis=1)[:, -2]\nmargin = x.max(axis=1) - second",
+    "d = ((x[:, None, :] - cen[None, :, :]) ** 2).sum(-1)\nnearest = cen[d.argmin(1)]",
+    "d = np.sqrt(((x[:, None, :] - cen) ** 2).sum(axis=2))\nlab = np.argmin(d, axis=1)\n"
+    "dist = np.take_along_axis(d, lab[:, None], axis=1)[:, 0]",
+    "dist = np.abs(x[:, None, :] - cen[None]).sum(-1)\nlab = dist.argmin(-1)",
+    "poly = np.hstack([np.ones((len(x), 1)), x, x ** 2])",
+    "poly = np.concatenate([x, (x[:, :, None] * x[:, None, :]).reshape(len(x), -1)], axis=1)",
+    "y = np.where(x > 0.8, np.nanmean(x, axis=1, keepdims=True), x)",
+    "m = x > 0.5\ny = np.where(m.any(axis=1), x.max(axis=1), 0.0)",
+    "mask = np.abs(x - 0.5) < 0.25\ncnt = mask.sum(axis=1)\nfrac = cnt / x.shape[1]",
+    "y = np.repeat(v[:, None], 4, axis=1) * x",
+    "hit = np.isin(np.floor(v * 10), [1, 3, 5])",
+    "y = np.maximum.reduce([x[:, 0], x[:, 1], x[:, 2]])",
+    "k = (np.round(x * 100) / 100 > 0.5).sum(axis=1)",
+    "def center():\n    return x - x.mean(axis=1, keepdims=True)\ny = center()",
+]
+
+# cells that mix rows and must be refused, batched both ways and on the cluster: each
+# read across the rows where the row check once let it through, or is a classic of porting
+MIXING = [
+    "y = (x.T - x.T.mean(axis=1, keepdims=True)).T",
+    "y = (x.T / x.T.sum(axis=1)[:, None]).T",
+    "y = x.T.reshape(len(x), -1)",
+    "def center():\n    return x - x.mean(axis=0)\ny = center()",
+    "def scale():\n    return v / v.max()\ny = scale()",
+    "h = np.histogram(v, bins=3000, range=(0, 1))[0]",
+    "cnt = np.bincount((v * 3000).astype(int), minlength=3000)",
+    "n = x.shape[0]\ny = np.arange(n) / n",
+    "y = np.vstack([v, v]).T - v.mean()",
+    "y = (x - x.min(axis=0)) / (x.max(axis=0) - x.min(axis=0))",
+    "y = x - np.median(x, axis=0)",
+    "r = np.argsort(np.argsort(v))",
+    "y = np.cumsum(v) / np.arange(1, len(v) + 1)",
+    "y = x[1:] - x[:-1]",
+    "top = np.argsort(-v)[:10]",
+    "y = x / np.linalg.norm(x, axis=0)",
+    "y = np.searchsorted(np.sort(v), v)",
+    "med = np.percentile(x, 50, axis=0)\nz = x > med",
+    "y = np.abs(np.fft.rfft(v))",
+    "p = np.maximum.reduce(x)",
+]
+
 MUST_RUN: list[tuple[str, str]] = [
     c if isinstance(c, tuple) else (c, "")
     for group in (FEATURES, NORMALISE, DISTANCES, ONE_HOT, WHERE_MASKS, MODELS, TOTALS, LOOPS,
-                  IN_PLACE, SHAPES, CONSTANTS)
+                  IN_PLACE, SHAPES, CONSTANTS, ROW_COUNTS, TURNS, REGROUPS, PORTED)
     for c in group
 ]

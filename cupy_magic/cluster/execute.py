@@ -22,7 +22,7 @@ from ..run import progress
 from ..run.batching import RULES, BatchOptions, check_rows
 from ..run.errors import CellError
 from ..run.plan import CellPlan
-from ..run.reduce import agree, check_names, name_a_rule, over_rows
+from ..run.reduce import agree, check_names, name_a_rule, over_rows, rows_by_chance
 from ..run.report import InputMove, OutputInfo, RunReport
 from ..units import short_repr
 from . import connect
@@ -225,6 +225,9 @@ class ClusterExecutor:
                 out[name] = self._reduce(futures, name, kinds, infos, to_host, be)
                 info.reduced[name] = self.opts.reduce[name]
             elif all(k[0] == "rows" for k in kinds):
+                if name in self.over_rows:  # np.histogram(v, bins=rows)[0]: rows by chance
+                    raise CellError(rows_by_chance(name, f"{kinds[0][2]} {kinds[0][1]}",
+                                                   kinds[0][1][0], "block"))
                 _check_rows(name, kinds)
                 if filled is not None:  # only a cell whose results all come back
                     out[name] = filled[name]

@@ -34,7 +34,7 @@ from .commit import commit
 from .errors import CellError, fail, frames_freed
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import agree, check_names, combine, name_a_rule, over_rows
+from .reduce import agree, check_names, combine, name_a_rule, over_rows, rows_by_chance
 from .report import InputMove, OutputInfo, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -145,6 +145,8 @@ class BatchRun:
                 self._same_in_every_batch(name, value.item(), i)
                 continue
             has_rows = value.ndim >= 1 and value.shape[0] == rows
+            if has_rows and name in self.plan.over_rows:  # np.histogram(v, bins=rows)[0]
+                raise CellError(rows_by_chance(name, f"{value.dtype} {value.shape}", rows, "batch"))
             if i == 0 and has_rows:
                 self.specs[name] = (tuple(value.shape[1:]), np.dtype(value.dtype))
                 self.written[name] = 0

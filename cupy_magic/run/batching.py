@@ -284,12 +284,14 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
     those bound to values that depend on no batched row (``row_free``: a NumPy scalar among
     them is kept where every batch agrees).
     """
+    batched = tuple(batched)
     check = check_cell(source, {n: np.ndim(inputs[n]) for n in batched}, rules or {},
                        (*xp, *XP_NAMES),
                        lambda name: type(namespace.get(name)).__name__ == "ufunc",
                        lambda name: _definition(namespace.get(name)),
                        lambda name: _generator(namespace.get(name)),
-                       lambda name: isinstance(namespace.get(name), _PLAIN))
+                       lambda name: isinstance(namespace.get(name), _PLAIN),
+                       {n: tuple(np.shape(inputs[n])[1:]) for n in batched})
     found = check.found
     certain = next((m for m in found if m.certain), None)
     if certain is not None:

@@ -9,7 +9,8 @@ import numpy as np
 
 from .errors import CellError
 
-__all__ = ["RULES", "agree", "check_names", "combine", "name_a_rule", "over_rows"]
+__all__ = ["RULES", "agree", "check_names", "combine", "name_a_rule", "over_rows",
+           "rows_by_chance"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
 
@@ -36,6 +37,17 @@ def over_rows(name: str, what: str, rows: int, unit: str) -> str:
     return (f"the cell's result {name!r} ({what}) is a value over the {unit}'s {rows} rows "
             "(a count, a total, a test of one), not all rows, so it cannot be kept; "
             f"{name_a_rule(name)}, or del {name} at the end")
+
+
+def rows_by_chance(name: str, what: str, rows: int, unit: str) -> str:
+    """Why result ``name`` (``what``: its type and shape), an array the row check read as
+    a value over a ``unit``'s rows (a total, ``np.histogram``'s counts, ``x.T``), cannot be
+    joined as rows though its leading axis has the ``unit``'s ``rows`` entries: that length
+    is a coincidence, not one entry per input row."""
+    return (f"the cell's result {name!r} ({what}) has {rows} entries on its leading axis, as "
+            f"the {unit} has rows, but the row check reads it as a value over the {unit}'s "
+            f"rows (a total, counts, rows turned to columns), not one row per input row, so "
+            f"it cannot be joined as rows; {name_a_rule(name)}")
 
 
 def check_names(rules: Any, stored: Any) -> None:

@@ -48,6 +48,8 @@ class Calls:
                 and any(k[0] not in (CLEAN, RNG) for k in kinds):
             return self.mix(node, "prints a batch's values: each batch prints its own, not "
                             "the whole input's")
+        if from_xp and name == "bincount" and any(k[0] == ROWS for k in kinds):
+            return (MIXED, None)  # counts over the batch's rows: no row axis
         if from_xp and name in vocab.MIXERS and any(k[0] in (ROWS, MIXED, NROWS)
                                                    for k in kinds):
             binned = _binned(node)

@@ -57,6 +57,9 @@ def tag_of(node: ast.expr, env: Mapping[str, Kind], tags: Mapping[str, Tag],
     if isinstance(node, ast.Subscript):
         if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
             return SUM  # x.shape[0]: a batch's rows, summed
+        if isinstance(node.value, ast.Call) and attr_path(node.value.func)[-1:] == \
+                ["histogram"] and vocab.axes_of(node.slice, None) == (0,):
+            return SUM  # np.histogram(v, bins=10, range=(0, 1))[0]: counts in fixed bins
         return tag_of(node.value, env, tags, kind)  # an element of a total
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = tag_of(node.operand, env, tags, kind)
@@ -82,6 +85,8 @@ def _call(node: ast.Call, env: Mapping[str, Kind], tags: Mapping[str, Tag],
         return None
     if name == "len":
         return SUM
+    if name == "bincount":  # counts; of a length each batch could choose, without minlength
+        return SUM if any(k.arg == "minlength" for k in node.keywords) else NONE
     if name in KEEPS:
         return tag_of(operand, env, tags, kind)
     if name in REDUCE_TAGS or name in vocab.REDUCTIONS:

@@ -13,12 +13,13 @@ import ast
 from collections.abc import Callable
 
 from ..syncs.values import attr_path
-from .rowvocab import MIXED, NROWS, ROWS, Kind, _fold, axes_of
+from .rowsizes import literal_dims
+from .rowvocab import CLEAN, MIXED, NROWS, ROWS, Kind, _fold, axes_of
 
 __all__ = ["Shapes"]
 
 # the argument that is element-wise (the rest are small tables: bins, knots, coefficients)
-ELEMENTWISE_IN = {"digitize": 0, "interp": 0, "polyval": 1, "searchsorted": 1}
+ELEMENTWISE_IN = {"digitize": 0, "interp": 0, "polyval": 1, "searchsorted": 1, "isin": 0}
 MOVES = frozenset({"moveaxis", "swapaxes", "transpose", "expand_dims", "squeeze",
                    "take_along_axis"})
 
@@ -28,9 +29,12 @@ class Shapes:
     ``mix`` and ``quiet`` (:class:`.rowstmts.Statements`)."""
 
     quiet: Callable[[ast.expr, dict[str, Kind]], Kind]
+    regrouped: Callable[[ast.expr, list[int]], bool | None]
+    squeezed: Callable[[ast.expr], int | None]
     xp: set[str]
     assigned: dict[str, int]
     batched: frozenset[str]
+    counts: dict[str, str]  # n = len(x): n -> x
 
     def expr(self, node: ast.expr | None, env: dict[str, Kind]) -> Kind:
         raise NotImplementedError
@@ -64,6 +68,11 @@ class Shapes:
             return None
         if name == "reshape":
             return self.reshape(operand, rest, words, own)
+        if name == "squeeze" and not rest and not words:  # np.squeeze(a): every axis of 1
+            ndim = self.squeezed(operand)
+            return None if ndim is None else (ROWS, ndim)
+        if name == "repeat":
+            return self.repeated(rest, words, kinds, own)
         if name in MOVES:
             return self.moved(name, rest, words, kinds, own[1])
         return None
@@ -87,13 +96,29 @@ class Shapes:
         if not shape or (order is not None and not (isinstance(order, ast.Constant)
                                                     and order.value == "C")):
             return None
+        dims = literal_dims(ast.Tuple(shape, ast.Load()))
+        if dims and dims[0] == -1 and self.regrouped(operand, dims[1:]):
+            return (ROWS, len(shape))  # x.reshape(-1, 2, 2): a row's 4 elements, each row
         return (ROWS, len(shape)) if self.own_rows(shape[0], operand) else None
+
+    def repeated(self, rest: list[ast.expr], words: dict[str | None, ast.expr],
+                 kinds: list[Kind], own: Kind) -> Kind | None:
+        """``np.repeat(v[:, None], 4, axis=1)``: each row's elements repeated within it, by
+        a count that is not a batch's value, along a literal axis other than the rows'."""
+        axis = words.get("axis", rest[1] if len(rest) > 1 else None)
+        axes = axes_of(axis, None) if axis is not None else None
+        if not axes or len(axes) != 1 or any(k[0] != CLEAN for k in kinds[1:]) or \
+                axes[0] == 0 or (axes[0] < 0 and (own[1] is None or axes[0] + own[1] == 0)):
+            return None
+        return own
 
     def own_rows(self, count: ast.expr, base: ast.expr | None) -> bool:
         """Whether ``count`` is ``len(N)`` or ``N.shape[0]``, with ``N`` the indexed or
         reshaped array itself (``base``) or a batched input the cell does not rebind: the
         batch's own row count, whatever rows the cell dropped elsewhere."""
-        if isinstance(count, ast.Call) and attr_path(count.func) == ["len"] and \
+        if isinstance(count, ast.Name) and count.id in self.counts:
+            of: ast.expr = ast.Name(self.counts[count.id], ast.Load())  # n = len(x) before
+        elif isinstance(count, ast.Call) and attr_path(count.func) == ["len"] and \
                 len(count.args) == 1 and not count.keywords:
             of = count.args[0]
         elif isinstance(count, ast.Subscript) and isinstance(count.value, ast.Attribute) and \

@@ -27,6 +27,12 @@ class Statements:
     found: list[RowMix]
     tags: dict[str, Tag]
     assigned: dict[str, int]
+    nested: int
+    sizes: dict[str, tuple[int, ...]]
+    counts: dict[str, str]
+
+    def trailing(self, node: ast.expr) -> tuple[int, ...] | None:
+        raise NotImplementedError
 
     def expr(self, node: ast.expr | None, env: dict[str, Kind]) -> Kind:
         raise NotImplementedError
@@ -49,6 +55,12 @@ class Statements:
         return back
 
     def stmt(self, s: ast.stmt, env: dict[str, Kind]) -> Kind | None:
+        if isinstance(s, (ast.For, ast.AsyncFor, ast.While, ast.If, ast.Try, ast.Match)):
+            self.nested += 1  # what a name holds after a branch or a loop: not followed
+            try:
+                return self.flow(s, env)
+            finally:
+                self.nested -= 1
         if isinstance(s, ast.FunctionDef):
             self.functions[s.name] = s
         elif isinstance(s, (ast.Import, ast.ImportFrom)):
@@ -95,7 +107,21 @@ class Statements:
             return self.expr(s.value, env) if s.value is not None else (CLEAN, None)
         elif isinstance(s, ast.Expr):
             self.expr(s.value, env)
-        elif isinstance(s, (ast.For, ast.AsyncFor)):
+        elif isinstance(s, ast.Delete):  # del n: no longer a result the run could keep
+            for target in s.targets:
+                for name in names(target) if isinstance(target, (ast.Name, ast.Tuple)) else ():
+                    env.pop(name, None)
+                    self.sizes.pop(name, None)
+                    self.counts.pop(name, None)
+        elif isinstance(s, (ast.With, ast.AsyncWith)):
+            for item in s.items:
+                self.expr(item.context_expr, env)
+            self.block(s.body, env)
+        return None
+
+    def flow(self, s: ast.stmt, env: dict[str, Kind]) -> Kind | None:
+        """A loop, a branch, a ``try`` or a ``match``."""
+        if isinstance(s, (ast.For, ast.AsyncFor)):
             it = self.expr(s.iter, env)
             if it[0] == ROWS:
                 self.mix(s, "loops over the rows of a batched input: a batch's loop sees only "
@@ -121,10 +147,6 @@ class Statements:
                 self.block(s.orelse, env)
             else:
                 self.branches([s.body, s.orelse], env)
-        elif isinstance(s, (ast.With, ast.AsyncWith)):
-            for item in s.items:
-                self.expr(item.context_expr, env)
-            self.block(s.body, env)
         elif isinstance(s, ast.Try):
             self.branches([s.body + s.orelse, *(h.body for h in s.handlers)], env)
             self.block(s.finalbody, env)
@@ -172,7 +194,19 @@ class Statements:
         before = len(self.found)
         kind = self.expr(value, env)
         self.remember(target, node, kind, before, env)
+        row = self.trailing(value) if kind[0] == ROWS else None
         self.bind(target, kind, env)
+        if self.depth or self.nested:
+            return kind
+        if isinstance(target, ast.Name) and row is not None:
+            self.sizes[target.id] = row  # y = x[:, :1]: its rows of (1,)
+        counted = _counted(value)  # n = len(x), n = x.shape[0]; n, d = x.shape
+        if isinstance(target, ast.Name) and counted is not None:
+            self.counts[target.id] = counted
+        elif isinstance(target, ast.Tuple) and target.elts and \
+                isinstance(target.elts[0], ast.Name) and isinstance(value, ast.Attribute) \
+                and value.attr == "shape" and isinstance(value.value, ast.Name):
+            self.counts[target.elts[0].id] = value.value.id
         return kind
 
     def remember(self, target: ast.expr, node: ast.expr, kind: Kind, before: int | None,
@@ -218,5 +252,19 @@ class Statements:
                 env[target.value.id] = kind if kind[0] != SHAPE else (CLEAN, None)
             return
         for name in names(target):
+            self.sizes.pop(name, None)
+            self.counts.pop(name, None)
             env[name] = kind if isinstance(target, ast.Name) else (
                 (kind[0], None) if kind[0] != ROWS else (ROWS, None))
+
+
+def _counted(value: ast.expr) -> str | None:
+    """The array whose row count ``value`` is (``len(x)``, ``x.shape[0]``: ``x``)."""
+    if isinstance(value, ast.Call) and attr_path(value.func) == ["len"] and \
+            len(value.args) == 1 and not value.keywords and isinstance(value.args[0], ast.Name):
+        return value.args[0].id
+    if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute) and \
+            value.value.attr == "shape" and isinstance(value.value.value, ast.Name) and \
+            vocab.axes_of(value.slice, None) == (0,):
+        return value.value.value.id
+    return None

@@ -8,9 +8,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ARRAY_MODULES", "CLEAN", "CLEAN_ATTRS", "CONSTRUCTORS", "ELEMENTWISE", "MIXED",
-           "MIXERS", "NROWS", "NUMBERINGS", "REDUCTIONS", "RNG", "RNG_MAKERS", "ROWS", "ROW_ATTRS",
-           "ROW_METHODS", "SCANS", "SHAPE", "XP_NAMES", "Kind", "RowMix", "axes_of"]
+__all__ = ["ARRAY_MODULES", "AXIS_SECOND", "CLEAN", "CLEAN_ATTRS", "CONSTRUCTORS", "ELEMENTWISE",
+           "MIXED", "MIXERS", "NROWS", "NUMBERINGS", "REDUCTIONS", "RNG", "RNG_MAKERS", "ROWS",
+           "ROW_ATTRS", "ROW_METHODS", "SCANS", "SHAPE", "XP_NAMES", "Kind", "RowMix", "axes_of"]
 
 
 def _words(text: str) -> list[str]:
@@ -42,10 +42,13 @@ REDUCTIONS = {
     **dict.fromkeys(_words("sort argsort"), (1, -1)), "diff": (2, -1), "flip": (1, None),
     "norm": (2, None), "roll": (2, None), "unique": (9, None), "concatenate": (1, 0),
     "stack": (1, 0), "vstack": (9, 0), "row_stack": (9, 0), "trapezoid": (3, -1),
-    "trapz": (3, -1),
+    "trapz": (3, -1), "partition": (2, -1), "argpartition": (2, -1),
+    **dict.fromkeys(_words("fft ifft rfft irfft hfft ihfft"), (2, -1)),
 }
+AXIS_SECOND = frozenset({"partition", "argpartition"})  # x.partition(kth, axis): 2nd
 SCANS = frozenset(_words("cumsum cumprod nancumsum nancumprod sort argsort diff flip unique roll "
-                  "concatenate stack vstack"))
+                  "concatenate stack vstack partition argpartition fft ifft rfft irfft hfft "
+                  "ihfft"))
 ARRAY_MODULES = frozenset({"numpy", "cupy", "scipy", "cupyx"})
 CLEAN_ATTRS = frozenset({"dtype", "ndim", "itemsize", "flags"})
 ROW_ATTRS = frozenset({"real", "imag"})

@@ -22,12 +22,15 @@ from dataclasses import dataclass
 
 from ..syncs.values import attr_path, parameters
 from . import rowvocab as vocab
+from .rowaxes import Axes
 from .rowcalls import Calls
 from .rowfree import row_free
 from .rowindex import Indexing
 from .rowrules import Tag, rule_problem
 from .rowshapes import Shapes
+from .rowsizes import Sizes
 from .rowstmts import Statements
+from .rowturns import Turns
 from .rowvocab import (
     CLEAN,
     CONSTRUCTORS,
@@ -77,7 +80,8 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
                ufunc: Callable[[str], bool] = lambda name: False,
                definition: Callable[[str], ast.FunctionDef | None] = lambda name: None,
                generator: Callable[[str], bool] = lambda name: False,
-               plain: Callable[[str], bool] = lambda name: False) -> RowCheck:
+               plain: Callable[[str], bool] = lambda name: False,
+               trailing: Mapping[str, tuple[int, ...]] | None = None) -> RowCheck:
     """Where the cell reads across the rows of its batched inputs, and what it keeps.
 
     Parameters
@@ -103,6 +107,9 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
     plain
         Whether a name the cell reads but does not assign holds a plain value (not a
         function, a module or a generator): one that depends on no batched row.
+    trailing
+        The batched inputs' shapes less their leading axis, where known (``x.reshape(-1,
+        2, 2)`` keeps the rows of an ``x`` of 4 columns, :mod:`.rowsizes`).
     """
     try:
         tree = ast.parse(source)
@@ -110,6 +117,7 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
         return RowCheck([], frozenset())
     walker = _Walker(source.splitlines(), set(xp), ufunc, definition, generator)
     walker.batched = frozenset(batched)
+    walker.sizes = {n: tuple(s) for n, s in (trailing or {}).items() if n in batched}
     env: dict[str, Kind] = {n: (ROWS, d) for n, d in batched.items()}
     walker.block(tree.body, env)
     for name, rule in rules.items():
@@ -131,7 +139,7 @@ def check_cell(source: str, batched: Mapping[str, int], rules: Mapping[str, str]
     return RowCheck(sorted(seen.values(), key=lambda m: m.line), over, free)
 
 
-class _Walker(Indexing, Shapes, Statements, Calls):
+class _Walker(Indexing, Shapes, Sizes, Turns, Axes, Statements, Calls):
     def __init__(self, lines: list[str], xp: set[str], ufunc: Callable[[str], bool],
                  definition: Callable[[str], ast.FunctionDef | None],
                  generator: Callable[[str], bool]) -> None:
@@ -144,6 +152,9 @@ class _Walker(Indexing, Shapes, Statements, Calls):
         self.tags: dict[str, Tag] = {}  # the --reduce rules that join a name's value
         self.assigned: dict[str, int] = {}  # a name's last assignment in the cell: its line
         self.depth = 0
+        self.nested = 0  # inside a branch or a loop: what a name holds there is not followed
+        self.sizes: dict[str, tuple[int, ...]] = {}  # a name's row shape (.rowsizes)
+        self.counts: dict[str, str] = {}  # n = len(x): n -> x, a batch's own row count
         self.batched: frozenset[str] = frozenset()  # the batched inputs' names
         self.node: ast.AST | None = None
 
@@ -226,6 +237,9 @@ class _Walker(Indexing, Shapes, Statements, Calls):
         if node.attr in ("T", "mT") and isinstance(inner, ast.Attribute) and \
                 inner.attr == node.attr and self.quiet(inner.value, env)[0] == ROWS:
             return self.expr(inner.value, env)  # x.T.T: x
+        back = self.turn_back(node, env)  # np.vstack([a, b]).T, (x.T * b[:, None]).T
+        if back is not None:
+            return back
         base = self.expr(node.value, env)
         if base[0] != ROWS:
             return (base[0], None)
@@ -243,6 +257,9 @@ class _Walker(Indexing, Shapes, Statements, Calls):
                         "not know", certain=False)
 
     def call(self, node: ast.Call, env: dict[str, Kind]) -> Kind:
+        back = self.turn_back(node, env)  # np.transpose(np.vstack([a, b]))
+        if back is not None:
+            return back
         args = [self.expr(a, env) for a in node.args]
         kwargs = {k.arg: self.expr(k.value, env) for k in node.keywords}
         rows = [k for k in (*args, *kwargs.values()) if k[0] == ROWS]
@@ -252,6 +269,10 @@ class _Walker(Indexing, Shapes, Statements, Calls):
             if owner[0] == ROWS:  # a method of a batched value
                 return self.method(node, func.attr, owner, args, env)
             if owner[0] in (MIXED, NROWS):  # x.mean(axis=0).clip(...): still over the rows
+                if func.attr == "reshape" and NROWS in {k[0] for k in args}:
+                    return self.mix(node, "reshapes a value without the rows on its leading "
+                                    "axis (a total, x.T) to the batch's row count: its rows "
+                                    "are not the batch's rows")
                 return _fold([(MIXED, None), *args, *kwargs.values()], node, self)
         path = attr_path(func)
         name = path[-1] if path else ""
@@ -266,8 +287,12 @@ class _Walker(Indexing, Shapes, Statements, Calls):
         special = self.special(node, path, from_xp, args, kwargs, env)
         if special is not None:
             return special
-        if isinstance(func, ast.Name) and func.id in self.functions and rows:
+        if isinstance(func, ast.Name) and func.id in self.functions and (
+                rows or self.reads_rows(self.functions[func.id], env, set())):
             return self.inline(self.functions[func.id], node, args, kwargs, env)
+        if len(path) == 3 and path[0] in self.xp and path[2] == "reduce" and rows and \
+                (path[1] in vocab.ELEMENTWISE or self.ufunc(path[1])):
+            return self.ufunc_reduce(node, args[0], env)
         if from_xp and rows and node.args:
             shaped = self.shaped(node, name, node.args[0], node.args[1:], args, env)
             if shaped is not None:
@@ -282,7 +307,9 @@ class _Walker(Indexing, Shapes, Statements, Calls):
         if isinstance(func, ast.Name) and name in ("len", "int", "float", "complex", "bool"):
             return (MIXED, None) if rows else _fold([*args], node, self)  # a batch's
         if from_xp and name in CONSTRUCTORS and args and args[0][0] in (NROWS, SHAPE):
-            return (ROWS, None)  # np.zeros(len(x)), np.empty((x.shape[0], 3)): the batch's rows
+            shape = node.args[0]  # np.zeros(len(x)), np.empty((x.shape[0], 3)): the batch's rows
+            return (ROWS, len(shape.elts) if isinstance(shape, ast.Tuple) else
+                    1 if args[0][0] == NROWS else args[0][1])
         if from_xp and name in vocab.NUMBERINGS and any(k[0] == NROWS for k in args) \
                 and not rows:  # np.arange(len(x)): 0, 1, ... again in every batch
             return self.mix(node, f"numbers rows with {'.'.join(path) or name} over a batch's "
@@ -307,11 +334,11 @@ class _Walker(Indexing, Shapes, Statements, Calls):
 
     def method(self, node: ast.Call, attr: str, owner: Kind, args: list[Kind],
                env: dict[str, Kind]) -> Kind:
-        if attr in vocab.REDUCTIONS:
-            return self.reduction(node, attr, owner, 0)
+        if attr in vocab.REDUCTIONS:  # x.sort(axis), but x.partition(kth, axis)
+            return self.reduction(node, attr, owner, int(attr in vocab.AXIS_SECOND))
         if attr == "dot" and args:
             return self.product(node, owner, args[0])
-        if attr in ("reshape", "transpose", "swapaxes", "squeeze"):
+        if attr in ("reshape", "transpose", "swapaxes", "squeeze", "repeat"):
             func = node.func
             assert isinstance(func, ast.Attribute)
             shaped = self.shaped(node, attr, func.value, node.args, [owner, *args], env)
@@ -324,35 +351,19 @@ class _Walker(Indexing, Shapes, Statements, Calls):
         return self.mix(node, f"calls .{attr}() of a batched input, which the check does not "
                         "know", certain=False)
 
-    def reduction(self, node: ast.Call, name: str, operand: Kind, at: int) -> Kind:
-        axis: ast.expr | None = next((k.value for k in node.keywords if k.arg == "axis"), None)
-        if axis is None and len(node.args) > at and at:
-            axis = node.args[at]
-        elif axis is None and not at and node.args and name not in ("percentile", "quantile"):
-            axis = node.args[0]
-        default = vocab.REDUCTIONS[name][1]
-        axes = vocab.axes_of(axis, default)
-        ndim = operand[1]
-        if name == "stack":  # a new axis: with rows (one dimension or more), -1 is not axis 0
-            ndim = ndim + 1 if ndim is not None else (2 if axes == (-1,) else None)
-        if axes is None:  # not a literal: cannot tell
-            return self.mix(node, f"{name} over an axis the check cannot read", certain=False)
-        if not axes or any(a == 0 or (a < 0 and ndim is not None and a + ndim == 0)
-                           for a in axes):  # over the rows
-            where = "all elements" if not axes else "the leading axis"
-            if name in vocab.SCANS or name.startswith(("arg", "nanarg")):
-                return self.mix(node, f"{name} over {where} of a batched input: a batch's "
-                                f"{name}, not the input's")
-            return (MIXED, None)  # no row axis: joined by a --reduce rule
-        if any(a < 0 for a in axes) and ndim is None:
-            return self.mix(node, f"{name} along axis {axes[0]}: the leading axis when the "
-                            "value has one dimension", certain=False)
-        keeps = name in vocab.SCANS or any(
-            k.arg == "keepdims" and isinstance(k.value, ast.Constant) and k.value.value
-            for k in node.keywords)
-        if name == "stack" and operand[1] is None:
-            return (ROWS, None)
-        return (ROWS, ndim if keeps or ndim is None else ndim - len(axes))
+    def reads_rows(self, func: ast.FunctionDef, env: dict[str, Kind], seen: set[str]) -> bool:
+        """Whether a function the cell defines reads a name that holds rows or a value over
+        them from outside (``def center(): return x - x.mean(axis=0)``), or calls one that
+        does: called without arguments with rows, it is followed all the same."""
+        seen.add(func.name)
+        for node in ast.walk(func):
+            if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+                continue
+            if env.get(node.id, (CLEAN, None))[0] not in (CLEAN,) or (
+                    node.id in self.functions and node.id not in seen and
+                    self.reads_rows(self.functions[node.id], env, seen)):
+                return True
+        return False
 
     def inline(self, func: ast.FunctionDef, node: ast.Call, args: list[Kind],
                kwargs: dict[str | None, Kind], env: dict[str, Kind]) -> Kind:

@@ -19,7 +19,7 @@ import pytest
 from IPython.core.error import UsageError
 from parity_check import ASKED, compare, inputs
 from parity_corpus import CELLS, ROW_WISE
-from parity_rowwise import CONSTANTS, SCALAR_TOTALS
+from parity_rowwise import CONSTANTS, EARLIER, MIXING, MUST_RUN, SCALAR_TOTALS
 
 import cupy_magic
 
@@ -37,15 +37,16 @@ def dask_inputs() -> dict[str, object]:
     return given
 
 
-def outcome(ip, cell: str, rules: str, how: str) -> str:
-    """'same', 'refused', or what went wrong, for one way of running ``cell``."""
+def outcome(ip, cell: str, rules: str, how: str, earlier: dict | None = None) -> str:
+    """'same', 'refused', or what went wrong, for one way of running ``cell`` (``earlier``:
+    names an earlier cell set)."""
     line = "--quiet --to-host" + (f" --reduce {rules}" if rules else "")
     if how == "kernel":
-        return compare(ip, cell, f"{line} {ASKED}")
+        return compare(ip, cell, f"{line} {ASKED}", earlier=earlier)
     if how == "--cluster":
-        got = compare(ip, cell, f"{line} {ON_CLUSTER}")
+        got = compare(ip, cell, f"{line} {ON_CLUSTER}", earlier=earlier)
     else:
-        got = compare(ip, cell, line, dask_inputs())
+        got = compare(ip, cell, line, dask_inputs(), earlier)
     if got == "same":  # it ran on the workers, in the blocks asked for
         info = cupy_magic.last_report().batch
         if info is None or info.blocks != BLOCKS:
@@ -65,6 +66,25 @@ def test_a_cluster_cell_gives_numpy_s_results_or_the_kernel_s_refusal(ip, joined
     assert len(set(got.values())) == 1, got  # the cluster's verdict is the kernel's
     if cell in ROW_WISE and not rules:
         assert got["dask"] == "same", got
+
+
+# a module a cluster run imports stays on the workers (not committed, the report says so)
+IN_BLOCKS = [(c, r) for c, r in MUST_RUN if "import " not in c]
+
+
+@pytest.mark.parametrize(("cell", "rules"), IN_BLOCKS,
+                         ids=[f"{i}" for i in range(len(IN_BLOCKS))])
+def test_a_row_wise_cell_runs_in_blocks_and_gives_numpy_s_results(ip, joined, cell, rules):
+    """The row-wise corpus (:mod:`parity_rowwise`) on the cluster as in the kernel: a
+    refusal is a false refusal here too."""
+    got = {how: outcome(ip, cell, rules, how, EARLIER) for how in ("--cluster", "dask")}
+    assert set(got.values()) == {"same"}, got
+
+
+@pytest.mark.parametrize("cell", MIXING, ids=[f"{i}" for i in range(len(MIXING))])
+def test_a_cell_that_mixes_rows_is_refused_on_the_cluster_as_in_the_kernel(ip, joined, cell):
+    got = {how: outcome(ip, cell, "", how) for how in ("--cluster", "dask", "kernel")}
+    assert set(got.values()) == {"refused"}, got
 
 
 @pytest.mark.parametrize("cell", CONSTANTS, ids=[f"{i}" for i in range(len(CONSTANTS))])

@@ -8,10 +8,12 @@ never a silently different result, never an error that is not a refusal."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from parity_check import ASKED, compare
+from IPython.core.error import UsageError
+from parity_check import ASKED, compare, inputs
 from parity_corpus import CELLS, ROW_WISE
-from parity_rowwise import EARLIER, MUST_RUN, NOT_YET, SCALAR_TOTALS
+from parity_rowwise import EARLIER, MIXING, MUST_RUN, NOT_YET, SCALAR_TOTALS
 
 BUDGET = "160KB"  # under v (164 KiB) and x (656 KiB): every cell is batched on its own
 
@@ -64,3 +66,49 @@ def test_a_numpy_scalar_over_a_batch_s_rows_is_refused_both_ways(ip, cell):
     total is not, though seven equal batches agree on ``(x > -1).sum()``."""
     got = {how: outcome(ip, cell, "", how == "asked") for how in ("asked", "on its own")}
     assert set(got.values()) == {"refused"}, got
+
+
+@pytest.mark.parametrize("cell", MIXING, ids=[f"{i}" for i in range(len(MIXING))])
+def test_a_cell_that_mixes_rows_is_refused_both_ways(ip, cell):
+    """Each once ran batched and committed other values than NumPy's (a function reading a
+    total through a global, a turned-back transpose of a centred value, counts in as many
+    bins as a batch has rows), or is a classic of porting (min-max scaling by columns)."""
+    got = {how: outcome(ip, cell, "", how == "asked") for how in ("asked", "on its own")}
+    assert set(got.values()) == {"refused"}, got
+
+
+def test_an_array_over_the_rows_with_a_batch_s_length_is_refused_not_joined(ip):
+    """np.histogram's counts in 3,000 bins have as many entries as a batch of 3,000 rows:
+    the row check reads them as a value over the rows, so the run refuses to join them as
+    rows (it joined them into 21,000 counts) and commits nothing."""
+    cell = "y = v * 2\nh = np.histogram(v, bins=3000, range=(0, 1))[0]"
+    ip.user_ns.update(inputs())
+    for name in ("y", "h"):
+        ip.user_ns.pop(name, None)
+    with pytest.raises(UsageError) as err:
+        ip.run_cell_magic("gpu", f"--quiet --to-host {ASKED}", cell)
+    msg = str(err.value)
+    assert "\n" not in msg and "'h'" in msg and "3000 entries on its leading axis" in msg
+    assert "--reduce h=sum" in msg and "y" not in ip.user_ns and "h" not in ip.user_ns
+    ip.run_cell_magic("gpu", f"--quiet --to-host {ASKED} --reduce h=sum", cell)
+    want = np.histogram(inputs()["v"], bins=3000, range=(0, 1))[0]
+    np.testing.assert_array_equal(ip.user_ns["h"], want)
+
+
+@pytest.mark.parametrize("cell", ["y = np.squeeze(x[:, :1])", "y = x[:, :1].squeeze()"])
+def test_a_squeeze_of_a_one_row_batch_is_refused_not_joined(ip, cell):
+    """np.squeeze drops a batch of one row's row axis too: the row check cannot know the
+    batches' sizes, so the run refuses that batch's result (21,001 rows in batches of
+    3,000: the last has one) and commits nothing; in batches of two rows or more it runs."""
+    x = inputs()["x"]
+    for rows, refused in ((len(x) + 1, True), (len(x) - 1, False)):  # last batch: 1, 2,999
+        given = np.resize(x, (rows, 4))
+        ip.user_ns.update(x=given)
+        ip.user_ns.pop("y", None)
+        if refused:
+            with pytest.raises(UsageError, match=r"'y'.* in batch 8 \(1 rows\)"):
+                ip.run_cell_magic("gpu", f"--quiet --to-host {ASKED}", cell)
+            assert "y" not in ip.user_ns
+        else:
+            ip.run_cell_magic("gpu", f"--quiet --to-host {ASKED}", cell)
+            np.testing.assert_array_equal(ip.user_ns["y"], given[:, 0])

@@ -22,6 +22,9 @@ B = {"x": 2, "v": 1}
     ("g = x.T @ x", "g=mean", "g=sum"),
     ("m = x.sum(axis=0) / len(x)", "m=sum", "m=mean"),
     ("n = len(x)", "n=max", "n=sum"),
+    # counts in fixed bins: --reduce sum joins them (any rule was refused as joining none)
+    ("h = np.histogram(v, bins=3000, range=(0, 1))[0]", "h=max", "h=sum"),
+    ("c = np.bincount((v * 10).astype(int), minlength=10)", "c=mean", "c=sum"),
 ])
 def test_a_rule_that_does_not_join_its_result_is_refused_naming_the_one_that_does(
         cell, rules, right):
@@ -36,6 +39,7 @@ def test_a_rule_that_does_not_join_its_result_is_refused_naming_the_one_that_doe
     ("med = np.median(x, axis=0)", {"med": "mean"}), ("p = np.prod(1 + v)", {"p": "sum"}),
     ("xc = x - 1\ng = xc.T @ xc / (len(x) - 1)", {"g": "sum"}),
     ("r = x.sum() / v.sum()", {"r": "mean"}),
+    ("c = np.bincount((v * 10).astype(int))", {"c": "sum"}),  # its length: a batch's choice
 ])
 def test_a_result_no_rule_joins_is_refused_with_any_rule(cell, rules):
     found = check_cell(cell, B, rules).found
