@@ -89,7 +89,7 @@ class GpuMagics(Magics):
     @argument("--no-graph", action="store_true",
               help="launch every batch op by op: no replay of the batches' work as CUDA "
                    "graphs (used on a GPU where the batches' launches cost more than "
-                   f"{COST_SHARE:.0%} of their transfer, checked bit for bit first)")
+                   f"{COST_SHARE * 100:.0f}%% of their transfer, checked bit for bit first)")
     @argument_group("devices")
     @argument("--devices", default=None, metavar="LIST",
               help="batch the cell and deal its batches over GPUs of this host (0,1 or all) "

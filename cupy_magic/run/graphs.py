@@ -232,8 +232,8 @@ class GraphReplay:
                     return (f"the result {name!r} is not a contiguous device array of the "
                             "batch's rows (its download would allocate between replays)")
                 outputs[name] = value
-            elif name in work and not (name in run.plan.row_free or callable(value)
-                                       or isinstance(value, types.ModuleType)):
+            elif name in work and not (name in run.plan.row_free or _plain(value)
+                                       or callable(value) or isinstance(value, types.ModuleType)):
                 return (f"the cell's value {name!r} is made by its Python, which a replay "
                         "does not run, and the row check cannot tell it is the same in every "
                         "batch")
@@ -247,7 +247,7 @@ class GraphReplay:
                 return f"result {name!r}"
         for name, dev in g.partials.items():
             launched = run.partials[name][-1][0]
-            if np.asarray(dev.get()).tobytes() != np.asarray(run.be.to_host(launched)).tobytes():
+            if _bytes(run.be.to_host(dev)) != _bytes(run.be.to_host(launched)):
                 return f"--reduce partial {name!r}"
         for name, (value, _) in run.constants.items():
             mine = g.work.get(name)
@@ -308,6 +308,21 @@ def _no_host_copies(cp: Any) -> Iterator[None]:
         yield
     finally:
         cp.cuda.set_pinned_memory_allocator(cp.get_default_pinned_memory_pool().malloc)
+
+
+def _plain(value: Any) -> bool:
+    """A Python number, string, ``None`` or tuple of them (``r, v = 0.02, 0.3``, which the
+    row check's constants do not include): without a host sync, which fails the capture,
+    the cell's Python can make it only from literals, shapes and what the cell reads, the
+    same in every full batch (:mod:`.graphscan` refuses state outside the cell); the
+    checking batches compare it with the launched ones'."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (int, float, complex, bool, str)
+
+
+def _bytes(value: Any) -> bytes:
+    return np.asarray(value).tobytes()
 
 
 def _line(exc: BaseException) -> str:
