@@ -12,7 +12,11 @@ that would run them at full speed. This runs peer_bench's pricing cell (``--to-h
 - ``recommended``: under the budget that run's report named (``BatchPlan.full_speed_budget``),
   and under twice that budget (since 2026-12-04T14: the budget named should make the batches
   pay, name no budget again, and run about as fast as a larger one);
-- ``no budget``: ``run_cell`` without one (batched only if the inputs do not fit).
+- ``no budget``: ``run_cell`` without one (batched only if the inputs do not fit);
+- ``budget <B>, --no-graph``: the small budget again, every batch launched op by op
+  (``BatchOptions(graph=False)``): the comparison for the CUDA-graph replay of the full
+  batches (issue 20, point 2), which the ``budget <B>`` run may use; each row records the
+  report's ``batch graphs`` line and how many batches replayed.
 
 Each row records wall seconds (best of ``--repeats``), batches, rows per batch, input GB/s,
 the measured cost per batch and its share of a batch's transfer, the report's ``batch cost``
@@ -46,6 +50,7 @@ from _results import add_out, stamp, write  # noqa: E402
 from peer_bench import CELLS, _best  # noqa: E402  (the same pricing cell)
 
 from cupy_magic.run.batchcost import COST_SHARE  # noqa: E402
+from cupy_magic.run.batchoptions import BatchOptions  # noqa: E402
 
 
 def _row(label: str, seconds: float, report: Any, input_bytes: int, correct: bool) -> dict:
@@ -61,6 +66,9 @@ def _row(label: str, seconds: float, report: Any, input_bytes: int, correct: boo
         "full_speed_budget": plan.full_speed_budget if plan is not None else None,
         "cost_lines": [ln.strip() for ln in plan.lines() if "batch cost" in ln
                        or "held small" in ln or "capped" in ln] if plan is not None else [],
+        "graph_lines": [ln.strip() for ln in plan.lines() if "batch graphs" in ln]
+        if plan is not None else [],
+        "replayed": plan.graph.replayed if plan is not None and plan.graph else 0,
         "correct": correct,
     }
 
@@ -93,16 +101,17 @@ def main() -> int:
     rows[0]["input_gbps"] = input_bytes / rows[0]["seconds"] / 1e9
     want = ref["call"]
 
-    def cell() -> dict[str, Any]:
+    def cell(graph: bool = True) -> dict[str, Any]:
         ns: dict[str, Any] = {"np": np, **inputs}
-        cupy_magic.run_cell(code, ns, to_host=results)
+        cupy_magic.run_cell(code, ns, to_host=results,
+                            batch=None if graph else BatchOptions(graph=False))
         return ns
 
-    def measured(run: str, budget: Any) -> dict:
+    def measured(run: str, budget: Any, graph: bool = True) -> dict:
         cupy_magic.set_budget(budget)
         try:  # the first run plans (and compiles) and is checked; then the best of the timed
-            correct = bool(np.allclose(cell()["call"], want, rtol=2e-3))
-            seconds = _best(cell, args.repeats, least_s=0.0)
+            correct = bool(np.allclose(cell(graph)["call"], want, rtol=2e-3))
+            seconds = _best(lambda: cell(graph), args.repeats, least_s=0.0)
             return _row(run, seconds, cupy_magic.last_report(), input_bytes, correct)
         finally:
             cupy_magic.set_budget("off")
@@ -113,6 +122,8 @@ def main() -> int:
         print(f"budget {args.budget}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
         return 1
     rows.append(small)
+    launched = measured(f"budget {args.budget}, --no-graph", args.budget, graph=False)
+    rows.append(launched)
     named = small["full_speed_budget"]
     if named:
         rows.append(measured(f"recommended {named:,} B", named))
@@ -128,7 +139,7 @@ def main() -> int:
         extra = ("" if "batches" not in r else "  not batched" if not r["batches"] else
                  f"  {r['batches']:>6,} batches of {r['rows_per_batch']:>10,} rows")
         print(f"{r['run']:<34} {r['seconds']:8.3f} s  {r['input_gbps']:6.2f} GB/s{extra}")
-        for line in r.get("cost_lines", []):
+        for line in [*r.get("cost_lines", []), *r.get("graph_lines", [])]:
             print(f"    {line}")
 
     when = stamp()
@@ -146,10 +157,19 @@ def main() -> int:
                   f"{r.get('batches', '')} | {r.get('rows_per_batch', '')} | "
                   f"{'' if cost is None else f'{cost:.2f}'} | "
                   f"{'' if share is None else f'{share:.0%}'} | {r.get('correct', '')} |")
-    md += ["", *(f"- {r['run']}: {line}" for r in rows for line in r.get("cost_lines", []))]
+    md += ["", *(f"- {r['run']}: {line}" for r in rows
+                 for line in [*r.get("cost_lines", []), *r.get("graph_lines", [])])]
+    graphs = (f"CUDA graphs under {args.budget}: {small['replayed']} of {small['batches']} "
+              f"batches replayed, {small['seconds']:.3f} s against {launched['seconds']:.3f} s "
+              f"with --no-graph ({launched['seconds'] / small['seconds']:.2f}x)"
+              + ("" if be.is_gpu else "; the CPU fallback has no graphs: both runs are the "
+                 "same, their difference is noise"))
+    print(graphs)
+    md += ["", graphs]
+    doc["graphs"] = graphs
     md += [f"- {r['run']}: refused: {r['refused']}" for r in rows if "refused" in r]
     if named:
-        rec, twice = rows[2], rows[3]
+        rec, twice = rows[3], rows[4]
         share = rec["cost_share"]
         pays = ("not batched (the inputs fit)" if share is None else
                 f"cost share {share:.0%} (within {COST_SHARE:.0%}: {share <= COST_SHARE})")

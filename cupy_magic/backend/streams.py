@@ -232,9 +232,16 @@ class CupyEngine(Timeline):
 
     def upload(self, slot: int, name: str, arr: np.ndarray, a: int, b: int,
                dtype: np.dtype) -> Any:
+        dev = self.cp.empty(arr[a:b].shape, dtype)  # from this stream's arena
+        return self.upload_into(slot, name, arr, a, b, dev)
+
+    def upload_into(self, slot: int, name: str, arr: np.ndarray, a: int, b: int,
+                    dev: Any) -> Any:
+        """Queue rows ``a:b`` of ``arr`` into the device array ``dev`` (C-ordered, of their
+        shape, in the dtype they move in) on the slot's stream, allocating nothing on the
+        device: a replayed graph reads its inputs at the addresses it was captured with."""
         s = self.streams[slot]
-        host = arr[a:b]
-        dev = self.cp.empty(host.shape, dtype)  # from this stream's arena
+        host, dtype = arr[a:b], dev.dtype
         if host.dtype == dtype and host.flags.c_contiguous and self.host.copy_in(dev, host, s):
             return dev  # asynchronous, from page-locked memory
         buf = self._buffer(slot, "in:" + name, host.shape, dtype)

@@ -22,7 +22,7 @@ from ..cluster.connect import CONNECT_TIMEOUT, LOCAL_CPU_WORKERS, ClusterError
 from ..config import BACKENDS, FALLBACK_DEFAULT
 from ..holders.free import FREE_TARGETS, FreeError
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
-from ..run.batching import DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
+from ..run.batching import COST_SHARE, DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
 from ..run.cell import SYNC_MODES
 from ..run.errors import CellError
 from ..run.plan import CAST_TARGETS
@@ -86,6 +86,10 @@ class GpuMagics(Magics):
     @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
               help=f"join a result without a row axis over the batches; rules: "
                    f"{', '.join(RULES)}")
+    @argument("--no-graph", action="store_true",
+              help="launch every batch op by op: no replay of the batches' work as CUDA "
+                   "graphs (used on a GPU where the batches' launches cost more than "
+                   f"{COST_SHARE * 100:.0f}%% of their transfer, checked bit for bit first)")
     @argument_group("devices")
     @argument("--devices", default=None, metavar="LIST",
               help="batch the cell and deal its batches over GPUs of this host (0,1 or all) "
@@ -142,7 +146,8 @@ class GpuMagics(Magics):
         try:
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,
                                        args.streams, args.reduce, args.timeline,
-                                       default_streams=session.settings().streams)
+                                       default_streams=session.settings().streams,
+                                       graph=not args.no_graph)
             with magics_see_the_cell(shell), kept_for_pdb(shell):
                 outcome = session.run_cell_outcome(
                     source, shell.user_ns, dtype=args.dtype,

@@ -32,10 +32,12 @@ from .batching import (
 )
 from .commit import commit
 from .errors import CellError, fail, frames_freed
+from .gathered import rows_on_host
+from .graphs import GraphReplay, graph_replay
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
 from .reduce import agree, check_names, combine, name_a_rule, over_rows, rows_by_chance
-from .report import InputMove, OutputInfo, RunReport
+from .report import InputMove, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
 
@@ -76,6 +78,7 @@ class BatchRun:
         self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
+        self.replay: GraphReplay | None = None  # CUDA graphs of the full batches (rest)
 
     # --- what a run over several devices changes (cupy_magic.run.devices) ----------------
     def engine(self) -> Any:
@@ -231,6 +234,7 @@ class BatchRun:
         bp.staged_batches = self.eng.staged_batches
         bp.staged = dict(self.eng.staged_why)
         bp.timeline = tuple(self.eng.timeline())
+        bp.graph = self.replay.record if self.replay is not None else None
         self.input_rows(report, seconds)
         report.gpu_seconds = seconds
         return final, bp
@@ -282,11 +286,14 @@ class BatchRun:
         self.tick("first batch")
         self.eng.warm(rows, peak_row, buffers)
         self.tick("warm-up")
+        replay = self.replay = graph_replay(self, rows, bounds)
         with self.tracked() as mem:
             for i, (a, b) in enumerate(bounds, start=1):
-                self.batch(i, a, b)
+                if not replay.batch(i, a, b):  # a full batch its slot's graph replays
+                    self.batch(i, a, b)
                 progress.step(1, (b - a) * self.row_bytes)
             self.eng.drain()
+        replay.finish()
         self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)
 
@@ -345,8 +352,9 @@ class BatchRun:
     def abort(self) -> None:
         self.eng.drain(quiet=True)
         self.first.clear()
-        for table in (self.partials, self.out, self.last_work, self.base):
-            table.clear()
+        graphs = self.replay.graphs if self.replay is not None else {}
+        for table in (graphs, self.partials, self.out, self.last_work, self.base):
+            table.clear()  # the graphs first, then the buffers they write
 
 
 def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
@@ -381,20 +389,10 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
         run.eng.close()
     report.peak_pool_bytes = run.peak
     commit(plan, final, namespace, to_host, be, report)
-    _rows_on_host(bp, namespace, report, be)
+    rows_on_host(bp, namespace, report, be)
     report.batch = bp
     report.wall_seconds = time.perf_counter() - wall0
     run.tick("finish")
     bp.phases = run.phases()
     run.settle()
 
-
-def _rows_on_host(bp: BatchPlan, namespace: dict[str, Any], report: RunReport,
-                  be: Backend) -> None:
-    """Gathered results live on the host: say so in the namespace and the report."""
-    gathered = set(bp.gathered)
-    for k, info in enumerate(report.outputs):
-        if info.name in gathered and isinstance(namespace.get(info.name), np.ndarray):
-            namespace[info.name] = be.to_host(namespace[info.name])
-            report.outputs[k] = OutputInfo(info.name, info.kind.replace(" on device", ""),
-                                           "host (rows gathered)", info.nbytes)

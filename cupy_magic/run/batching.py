@@ -28,6 +28,7 @@ from .batchcost import (
 )
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
+from .graphplan import GraphNote
 from .rowwise import XP_NAMES, RowCheck, check_cell
 
 __all__ = [
@@ -205,6 +206,8 @@ class BatchPlan:
     # for it when the budget holds them smaller
     cost: BatchCost | None = None
     full_speed: PayingBudget | None = None
+    # what the run did about replaying its batches as CUDA graphs (None: nothing to say)
+    graph: GraphNote | None = None
 
     @property
     def full_speed_budget(self) -> int | None:
@@ -249,6 +252,8 @@ class BatchPlan:
             out.extend("  " + line for line in self.cost.lines(
                 self.rows, self.total_rows - self.first_rows, self.row_bytes, self.sized_by,
                 self.full_speed))
+        if self.graph is not None:
+            out.extend("  " + line for line in self.graph.lines(self.batches))
         joined = [f"{n} (rows gathered on the host)" for n in self.gathered]
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:

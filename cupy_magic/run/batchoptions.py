@@ -43,6 +43,10 @@ class BatchOptions:
         report them and the run's phases. On a GPU this uses CUDA timing events, and the GPU
         waits for the work ahead of each to finish before it writes the time: batches on
         different streams then overlap less, so leave it off when speed matters.
+    graph
+        Let a run on a GPU replay its batches' work as CUDA graphs where that pays and is
+        safe (:mod:`cupy_magic.run.graphs`); ``False`` (``--no-graph``) launches every batch
+        op by op.
     """
 
     names: tuple[str, ...] | None = None
@@ -52,6 +56,7 @@ class BatchOptions:
     streams: int = DEFAULT_STREAMS
     reduce: dict[str, str] = field(default_factory=dict)
     timeline: bool = False
+    graph: bool = True
     # whether the user wrote the stream count (a configured default is no option given);
     # None: given when it differs from DEFAULT_STREAMS
     streams_given: bool | None = field(default=None, compare=False)
@@ -71,7 +76,8 @@ class BatchOptions:
                                 f"{short_repr(self.names)}; "
                                 "e.g. %%gpu --batch x,y (BatchOptions(names=('x', 'y')))")
             object.__setattr__(self, "names", names)
-        for flag, value in (("forced", self.forced), ("timeline", self.timeline)):
+        for flag, value in (("forced", self.forced), ("timeline", self.timeline),
+                            ("graph", self.graph)):
             if not isinstance(value, bool):
                 raise CellError(f"BatchOptions({flag}={short_repr(value)}) is not True or "
                                 f"False; e.g. BatchOptions({flag}=True)")
@@ -112,11 +118,12 @@ class BatchOptions:
     def parse(cls, batch: str | None = None, rows: str | None = None,
               nbytes: str | None = None, streams: str | None = None,
               reduce: list[str] | None = None, timeline: bool = False,
-              default_streams: int = DEFAULT_STREAMS) -> BatchOptions:
+              default_streams: int = DEFAULT_STREAMS, graph: bool = True) -> BatchOptions:
         """Build options from the text of the magic's arguments.
 
         ``batch`` is ``None`` (not given), ``"*"`` (``--batch`` alone) or ``"a,b"``;
-        ``default_streams`` is used when ``streams`` is not given.
+        ``default_streams`` is used when ``streams`` is not given; ``graph=False`` is
+        ``--no-graph``.
         Raises :class:`CellError` with a one-line message naming the value and the fix.
         """
         names: tuple[str, ...] | None = None
@@ -143,7 +150,7 @@ class BatchOptions:
                                     f"{rule}; keep one, e.g. --reduce {name}={rules[name]}")
                 rules[name] = rule
         return cls(names, batch is not None, n_rows, n_bytes, n_streams, rules, timeline,
-                   streams_given=streams is not None)
+                   graph, streams_given=streams is not None)
 
     @property
     def streams_typed(self) -> bool:
@@ -157,7 +164,8 @@ class BatchOptions:
         given += [f"--reduce {n}={r}" for n, r in self.reduce.items()]
         if self.names and not self.forced:  # names without forced=True: from Python only
             given.append(f"BatchOptions(names={self.names!r}) without forced=True")
-        return given + (["--timeline"] if self.timeline else [])
+        return given + (["--timeline"] if self.timeline else []) \
+            + ([] if self.graph else ["--no-graph"])
 
 
 def split_names(text: str) -> list[str]:

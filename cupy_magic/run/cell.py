@@ -28,6 +28,7 @@ from .batching import BatchOptions, check_rows, select_inputs
 from .compiled import Transform
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .errors import CellError, at_cell_line
+from .graphscan import refusal as graph_refusal
 from .lines import LineRecord
 from .names import cell_names
 from .options import SYNC_MODES
@@ -151,7 +152,12 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         check = check_rows(source, plan.inputs, cut, namespace, plan.module_names, reason,
                            asked=devices is not None or (batch is not None and batch.requested),
                            rules=opts.reduce)
-        plan = dataclasses.replace(plan, over_rows=check.over_rows, row_free=check.row_free)
+        plan = dataclasses.replace(plan, over_rows=check.over_rows, row_free=check.row_free,
+                                   graph_refusal=graph_refusal(
+                                       source, namespace, plan.module_names, found=check.found,
+                                       syncs=findings, traced=lines or nvtx,
+                                       timeline=opts.timeline, devices=devices is not None,
+                                       is_device=be.is_device_array) if be.is_gpu else None)
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None
@@ -257,7 +263,8 @@ def _not_on_clusters(warmup_run: bool, lines: bool, nvtx: bool,
     asked = {"--warmup": (warmup_run, "warmup=False"), "--lines": (lines, "lines=False"),
              "--nvtx": (nvtx, "nvtx=False"),
              "--timeline": (batch.timeline, "BatchOptions(timeline=False)"),
-             "--streams": (batch.streams_typed, "BatchOptions() without streams=")}
+             "--streams": (batch.streams_typed, "BatchOptions() without streams="),
+             "--no-graph": (not batch.graph, "BatchOptions() without graph=False")}
     return {flag: fix for flag, (on, fix) in asked.items() if on}
 
 

@@ -121,6 +121,10 @@ def for_devices(spec: Any, batch: BatchOptions | None, remote: Any,
                         "events have their own clock); drop one, e.g. %%gpu --batch --timeline "
                         "on one device (BatchOptions(forced=True, timeline=True) without "
                         "devices= from Python)")
+    if not opts.graph:
+        raise CellError(f"--no-graph is not available with --devices {spec}: batches dealt over "
+                        "several devices are always launched op by op; drop --no-graph "
+                        "(BatchOptions() without graph=False from Python)")
     return replace(opts, forced=True)
 
 

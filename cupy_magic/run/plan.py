@@ -96,6 +96,9 @@ class CellPlan:
         In a batched run, the names the row check found bound to values that depend on no
         batched row (``eps = np.float32(1e-3)``): a NumPy scalar among them is kept where
         every batch gives the same, as a Python value is.
+    graph_refusal
+        In a batched run on a GPU, why its batches may not be replayed as CUDA graphs
+        (:func:`~.graphscan.refusal`): ``""`` nothing refuses, ``None`` not checked.
     """
 
     code: CodeType
@@ -110,6 +113,7 @@ class CellPlan:
     last_name: str | None = None
     over_rows: frozenset[str] = frozenset()
     row_free: frozenset[str] = frozenset()
+    graph_refusal: str | None = None
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:

@@ -1,0 +1,127 @@
+"""Whether a batched run replays its batches' work as CUDA graphs, and what its report says
+(issue 20, point 2).
+
+Pure logic, like :mod:`.batchcost`: :mod:`.graphscan` reads the cell before it runs,
+:mod:`.graphs` captures, checks and replays, this module decides from the measured figures
+and words the report's line.
+
+On the H200 (``benchmarks/graph_replay.py``, 2026-12-03) a Black-Scholes batch of 37,183
+float64 rows took 329 us launched op by op and 82 us replayed as one graph (ratio 0.25);
+0.48 at 131,072 rows, 0.96 at 1M rows: a graph pays where launches, not bytes, cost the
+time, which is where a batch's fixed cost exceeds :data:`~.batchcost.COST_SHARE` of its
+transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .batchcost import COST_SHARE, BatchCost
+
+__all__ = ["MIN_REPLAYS", "REPLAYS_PER_STREAM", "GraphNote", "consider"]
+
+# Each stream's graph is captured and checked on a batch that runs twice (launched, then
+# replayed), with the stream waited for both times: about three batches' fixed cost, and
+# the overlap of that stream lost meanwhile. A replay saves about three quarters of a
+# batch's fixed cost (the ratio 0.25 above), so four replays per stream repay its check;
+# and fewer than eight replays in all are not worth a run's extra code path.
+REPLAYS_PER_STREAM = 4
+MIN_REPLAYS = 8
+
+
+def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None, rows: int,
+             row_bytes: int, full_batches: int, streams: int) -> tuple[bool, str | None]:
+    """Whether to capture graphs for a run, and the report's reason when not.
+
+    Parameters
+    ----------
+    refusal
+        What the cell's text and the run's options refuse (:func:`.graphscan.refusal`):
+        ``""`` nothing, ``None`` not checked (no graphs then).
+    graph
+        ``BatchOptions.graph`` (``False``: ``--no-graph``).
+    gpu
+        Whether the batches run on a GPU (the CPU fallback has no graphs and says nothing).
+    cost
+        The first batch's measured cost: graphs are considered only where it exceeds
+        :data:`COST_SHARE` of a batch's transfer (where they pay).
+    rows, row_bytes
+        Rows per batch as planned, input bytes per row.
+    full_batches
+        Batches of ``rows`` rows after the first one (the last, shorter one not counted).
+    streams
+        Slots in use, one graph each.
+
+    Returns
+    -------
+    tuple
+        ``(capture, why_not)``: ``why_not`` is ``None`` where the report says nothing.
+    """
+    if not gpu:
+        return False, None
+    if not graph:
+        return False, "off (--no-graph; BatchOptions(graph=False))"
+    if cost is None or cost.share(rows, row_bytes) <= COST_SHARE:
+        return False, None  # the batches pay for their launches already
+    if refusal is None:
+        return False, None
+    if refusal:
+        return False, refusal
+    slots = min(streams, full_batches)
+    need = max(MIN_REPLAYS, REPLAYS_PER_STREAM * slots)
+    if full_batches - slots < need:
+        return False, (f"{full_batches} batches of {rows:,} rows leave {full_batches - slots} "
+                       f"to replay after checking one graph per stream, fewer than the {need} "
+                       f"that repay the checks")
+    return True, None
+
+
+@dataclass
+class GraphNote:
+    """What a batched run did about CUDA graphs (``BatchPlan.graph``).
+
+    Attributes
+    ----------
+    why_not
+        Why graphs were not used, or why they stopped (``""``: used to the end).
+    captured
+        Graphs captured and checked (one per stream).
+    replayed
+        Batches whose work was replayed from a graph (the checking batches not counted).
+    launched_seconds, replay_seconds
+        Seconds one batch took on the checking batches (upload, work, download, waited
+        for): launched op by op, and replayed from its graph.
+    cost_seconds
+        Host seconds of a launched batch beyond its upload (:class:`~.batchcost.BatchCost`,
+        measured on the first batch).
+    issue_seconds
+        Host seconds a replayed batch took beyond its upload (the launch and the
+        downloads queued), on average.
+    """
+
+    why_not: str = ""
+    captured: int = 0
+    replayed: int = 0
+    launched_seconds: float = 0.0
+    replay_seconds: float = 0.0
+    cost_seconds: float = 0.0
+    issue_seconds: float = 0.0
+
+    @property
+    def used(self) -> bool:
+        """Whether any batch was replayed from a graph."""
+        return self.replayed > 0
+
+    def lines(self, batches: int) -> list[str]:
+        """The report's line (``batches``: the run's batches)."""
+        if not self.used:
+            checked = (f" (after checking {self.captured} graph"
+                       f"{'s' * (self.captured != 1)})" if self.captured else "")
+            return [f"batch graphs: not used{checked}: {self.why_not}"]
+        stopped = f"; then stopped: {self.why_not}" if self.why_not else ""
+        return [f"batch graphs: {self.replayed} of {batches} batches replayed as CUDA graphs "
+                f"({self.captured} captured, one per stream, each checked bit for bit against "
+                f"its batch launched op by op; a checked batch took "
+                f"{self.replay_seconds * 1e3:.3f} ms replayed, {self.launched_seconds * 1e3:.3f}"
+                f" ms launched); fixed cost per batch {self.cost_seconds * 1e3:.3f} ms launched, "
+                f"{self.issue_seconds * 1e3:.3f} ms replayed{stopped}"]

@@ -1,0 +1,188 @@
+"""What in a batched cell's text, or in the run's options, keeps its batches from being
+replayed as CUDA graphs (:mod:`.graphs`), read before anything runs.
+
+A replayed batch runs none of the cell's Python: the graph repeats the device work one
+captured batch queued, on the addresses it used. So the cell must leave nothing to its
+Python that differs from batch to batch or reaches outside it: no prints, no calls on
+objects from outside the cell (``log.append(x)``), no writes into them, no functions whose
+code cannot be read, no host data moved (``np.asarray(a_list)``, ``x.get()``: a graph would
+keep one batch's host address), no host sync the static check sees, and no place the row
+check cannot follow. Conservative: what this refuses still runs batched, launched op by op.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..syncs.values import attr_path
+from .batching import _definition
+
+__all__ = ["refusal"]
+
+# builtins whose calls change nothing outside the cell (a host sync among them, float(x),
+# fails the capture itself)
+_PURE = frozenset({
+    "abs", "all", "any", "bool", "complex", "dict", "divmod", "enumerate", "filter", "float",
+    "frozenset", "getattr", "hasattr", "int", "isinstance", "iter", "len", "list", "map", "max",
+    "min", "next", "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str",
+    "sum", "tuple", "type", "zip"})
+# calls that move host data to or from the device
+_HOST_DATA = frozenset({
+    "array", "asanyarray", "asarray", "ascontiguousarray", "asfortranarray", "asnumpy",
+    "copy_from_host", "copy_from_host_async", "copy_to_host", "copy_to_host_async",
+    "frombuffer", "fromfunction", "fromiter", "get", "item", "load", "loadtxt", "save",
+    "savetxt", "savez", "set", "tolist"})
+_VALUES = (np.ndarray, np.generic, int, float, complex, bool, str, bytes)
+MAX_DEPTH = 3
+
+
+def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,
+            found: Sequence[Any] = (), syncs: Sequence[Any] = (), traced: bool = False,
+            timeline: bool = False, devices: bool = False,
+            is_device: Callable[[Any], bool] = lambda v: False) -> str:
+    """Why the cell's batches may not be replayed as CUDA graphs (``""``: nothing here).
+
+    Parameters
+    ----------
+    source
+        The cell's code.
+    namespace
+        The user namespace (what the names the cell reads but does not assign hold).
+    xp
+        Names of the array modules in the cell (``np``, ``cp``, ...).
+    found
+        The row check's places (:class:`.rowwise.RowMix`): any, certain or not, refuses.
+    syncs
+        The static sync check's findings (:class:`~cupy_magic.syncs.lint.SyncFinding`).
+    traced
+        ``--lines`` or ``--nvtx``: the tracer follows the cell's Python in every batch.
+    timeline
+        ``--timeline``: each batch's own timing events.
+    devices
+        ``--devices``: batches dealt over several devices.
+    is_device
+        Whether a value is a device array (the backend's).
+    """
+    if devices:
+        return "batches dealt over several devices are launched op by op"
+    if traced:
+        return "--lines and --nvtx follow the cell's Python in every batch, which a replay " \
+            "does not run"
+    if timeline:
+        return "--timeline records each batch's own timing events, which a replay does not"
+    if syncs:
+        first = syncs[0]
+        return (f"the cell may wait for the device at line {first.line} (`{first.code}`), "
+                "which a graph cannot hold")
+    if found:
+        return (f"the row check cannot follow the cell at {found[0].describe()}, so its "
+                "Python may differ from batch to batch, which a replay does not run")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "the cell's text could not be read"
+    outside = {n for n in xp}
+    why = _Scan(namespace, outside, is_device, 0).tree(tree)
+    return f"the cell {why}, which a replayed batch would not repeat" if why else ""
+
+
+class _Scan:
+    """One pass over a cell (or a function it calls): the first reason, or ``""``."""
+
+    def __init__(self, namespace: Mapping[str, Any], xp: set[str],
+                 is_device: Callable[[Any], bool], depth: int,
+                 seen: set[int] | None = None) -> None:
+        self.ns, self.xp, self.is_device, self.depth = namespace, xp, is_device, depth
+        self.seen = seen if seen is not None else set()
+        self.bound: set[str] = set()
+
+    def tree(self, tree: ast.AST) -> str:
+        self.bound = _bound(tree)
+        for node in ast.walk(tree):
+            why = self.node(node)
+            if why:
+                return why
+        return ""
+
+    def node(self, node: ast.AST) -> str:
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return f"writes names outside its functions ({', '.join(node.names)})"
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) \
+                else [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, (ast.Subscript, ast.Attribute)):
+                        root = _root(part)
+                        if root and not self.local(root):
+                            return f"changes {root}, an object from outside the cell"
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        return ""
+
+    def local(self, name: str) -> bool:
+        """Whether ``name`` holds something a batch may touch: bound in the cell, an array
+        module, or an array or plain value from the namespace."""
+        if name in self.bound or name in self.xp:
+            return True
+        value = self.ns.get(name)
+        return isinstance(value, (*_VALUES, types.ModuleType)) or self.is_device(value)
+
+    def call(self, node: ast.Call) -> str:
+        path = attr_path(node.func)
+        if not path:
+            return ""  # a method of an expression's value: its parts are calls checked here
+        name, dotted = path[-1], ".".join(path)
+        if name in _HOST_DATA:
+            return f"calls {dotted}, which moves host data to or from the device"
+        if len(path) > 1:
+            return "" if self.local(path[0]) else f"calls {dotted} on an object from outside " \
+                "the cell"
+        if name == "print":
+            return "prints"
+        if name in self.bound or name in self.xp:
+            return ""
+        if name in self.ns:
+            return self.function(name, self.ns[name])
+        return "" if name in _PURE or not hasattr(builtins, name) else \
+            f"calls {name}, which may change something outside it"
+
+    def function(self, name: str, value: Any) -> str:
+        module = (getattr(value, "__module__", None) or "").split(".")[0]
+        if module in ("numpy", "cupy", "cupyx") or type(value).__name__ == "ufunc":
+            return ""
+        if id(value) in self.seen:
+            return ""
+        definition = _definition(value)
+        if definition is None or self.depth >= MAX_DEPTH:
+            return f"calls {name}, whose code the check cannot read"
+        self.seen.add(id(value))
+        ns = {**getattr(value, "__globals__", {}), **self.ns}
+        return _Scan(ns, self.xp, self.is_device, self.depth + 1, self.seen).tree(definition)
+
+
+def _bound(tree: ast.AST) -> set[str]:
+    """Every name the code binds: assigned, a parameter, a function, class or import."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _root(node: ast.AST) -> str:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
