@@ -192,4 +192,6 @@ def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str,
                             filename, 1)
     if _is_lost(exc):
         return at_cell_line(CellError(_lost(exc, client, cell)), filename, 1)
+    if isinstance(exc, CellError) and not cell.starts:  # refused before any block: its line
+        return fail(exc, be, 0, filename, namespace=namespace)  # says what and the fix
     return fail(exc, be, 0, filename, f"the cluster run failed; {TAIL}", namespace=namespace)
