@@ -19,7 +19,8 @@ import re
 import threading
 import time
 
-__all__ = ["RESTART_SECONDS", "hold", "install", "installed", "release", "uninstall"]
+__all__ = ["EVERY", "LOGGERS", "RESTART_SECONDS", "hold", "install", "installed", "release",
+           "uninstall"]
 
 LOGGERS = ("distributed.scheduler", "distributed.client", "distributed.nanny")
 RESTART_SECONDS = 30.0  # how long after the cell a nanny's record of a death it told is dropped

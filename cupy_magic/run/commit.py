@@ -159,6 +159,7 @@ def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any]
 _HOLDERS = (list, tuple, dict, set, frozenset)  # what a result's arrays are kept in
 _HELD_DEPTH = 4  # containers nested deeper are not looked into
 _HELD_ITEMS = 10_000  # items of one result's containers looked at one by one, at most
+_ARRAY_OR_HOLDER = (np.ndarray, *_HOLDERS)
 _USER_ITEMS = 100_000  # items of the user's containers looked at, at most, to tell arrays apart
 
 
@@ -177,7 +178,7 @@ def _held_arrays(value: Any, found: dict[int, np.ndarray], depth: int = 0,
         return left
     items = list(value.values()) if isinstance(value, dict) else list(value)
     kinds = set(map(type, items))
-    if len(items) > left or not any(issubclass(k, (np.ndarray, *_HOLDERS)) for k in kinds):
+    if len(items) > left or not any(issubclass(k, _ARRAY_OR_HOLDER) for k in kinds):
         return left
     left -= len(items)
     for item in items:
@@ -198,7 +199,12 @@ def _keep_on_device(made: dict[int, np.ndarray], namespace: dict[str, Any],
         return
     theirs: dict[int, np.ndarray] = {}
     left = _USER_ITEMS
-    for value in [v for v in namespace.values() if isinstance(v, (np.ndarray, *_HOLDERS))]:
+    # the arrays and containers among thousands of names (``_i12``...), picked in C; one
+    # object under several names (``In`` and ``_ih``) walked once
+    values = namespace.values()
+    kinds = {t for t in set(map(type, values)) if issubclass(t, _ARRAY_OR_HOLDER)}
+    picked = {id(v): v for v in compress(values, map(kinds.__contains__, map(type, values)))}
+    for value in picked.values():
         left = _held_arrays(value, theirs, 0, left)
     for key, array in made.items():
         if theirs.get(key) is not array:
