@@ -21,7 +21,7 @@ from typing import Any
 from .. import lifecycle
 from ..backend import Backend
 from ..units import format_bytes, short_repr, whole
-from . import shm, transport
+from . import deathlog, shm, transport
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
@@ -237,6 +237,7 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
         from .plugin import QuietPlugin  # its workers share this terminal: no block's log
 
         _state["client"].register_plugin(QuietPlugin(), name=QuietPlugin.name)
+        deathlog.install()  # its scheduler and nannies log here: not what a cell's line says
     else:
         joined, kind = _join(target, timeout)
         _state.update(client=joined, kind=kind, owned=joined is not target,
@@ -297,6 +298,7 @@ def close() -> None:
     c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
     _state.update(client=None, cluster=None, kind="", budget=None, owned=False, address="")
     transport.forget()
+    deathlog.uninstall()
     shm.release()  # the workers close their slots while the client still reaches them
     if c is not None and owned:
         c.close()

@@ -27,7 +27,7 @@ from ..run.report import InputMove, OutputInfo, RunReport
 from ..units import short_repr
 from . import connect
 from .blocks import run_blocks
-from .failure import CellBlocks, cancel, explain, unstick
+from .failure import CellBlocks, cancel, explain, hold_log, release_log, unstick
 from .inputs import cut_inputs, prepare, python_values, worker_addresses
 from .report import ClusterRun
 from .transport import choose
@@ -100,6 +100,7 @@ class ClusterExecutor:
         # names those that left meanwhile
         cell = CellBlocks(uuid.uuid4().hex[:8], worker_addresses(client))
         failure, own = None, False
+        hold_log(cell)  # distributed's lines of a worker dying: dropped where the cell's says it
         try:
             results, info = self._run(client, plan, namespace, filename, be, held, cell,
                                       to_host)
@@ -110,6 +111,7 @@ class ClusterExecutor:
         finally:
             progress.finish()
             self._drop_shared(client)
+            release_log(cell)
         if own:  # a block's error, raised out of the handler: chained as the cell raised it
             raise failure  # type: ignore[misc]
         if failure is not None:

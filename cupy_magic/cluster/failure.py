@@ -7,7 +7,8 @@ A worker that dies mid-cell is something Dask survives: its tasks run again on t
 workers (and the cell then simply finishes). When Dask gives up instead (the block's input
 was only on the dead worker, or every worker that ran a block died), its error names a key
 and a state, not the cell: :func:`explain` turns it into one line that says which worker
-left, while running which block, and what to do.
+left, while running which block, and what to do; ``distributed``'s own log lines of that
+death, in a cluster the kernel started, are then left out (:mod:`.deathlog`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import Any
 
 from ..backend import Backend
 from ..run.errors import CellError, at_cell_line, fail
-from . import connect
+from . import connect, deathlog
 from .inputs import scheduler_workers
 from .worker import BlockFailed
 
-__all__ = ["BlockCancelled", "CellBlocks", "cancel", "died", "explain", "unstick"]
+__all__ = ["BlockCancelled", "CellBlocks", "cancel", "died", "explain", "hold_log",
+           "release_log", "unstick"]
 
 _log = logging.getLogger(__name__)
 _BLOCK_KEY = re.compile(r"^cupy-magic-(?P<cell>[0-9a-f]+)-block-(?P<index>\d+)$")
@@ -46,12 +48,16 @@ class BlockCancelled(CellError):
 
 @dataclass
 class CellBlocks:
-    """What a failure message names: the cell's blocks and the workers it started with."""
+    """What a failure message names: the cell's blocks and the workers it started with;
+    ``told`` and ``deaths``: the workers its line named as dead (:data:`.deathlog.EVERY` for
+    every one that left) and how many processes it says ended."""
 
     cell_id: str
     workers: tuple[str, ...] = ()
     starts: tuple[int, ...] = ()
     sizes: tuple[int, ...] = ()
+    told: frozenset[str] = frozenset()
+    deaths: int = 0
 
     def index(self, key: Any) -> int | None:
         """The block a task key runs (from 0), or ``None`` for another key."""
@@ -73,6 +79,17 @@ class CellBlocks:
         rows = (f" (rows {self.starts[i]:,}:{self.starts[i] + self.sizes[i]:,})"
                 if i < len(self.starts) else "")
         return f"block {i + 1}{of}{rows}"
+
+
+def hold_log(cell: CellBlocks) -> None:
+    """As the cell starts: hold ``distributed``'s log records of workers dying
+    (:func:`.deathlog.hold`; only on the cluster the kernel started)."""
+    deathlog.hold(cell.cell_id)
+
+
+def release_log(cell: CellBlocks) -> None:
+    """As the cell ends: drop the held records its line told, show the others."""
+    deathlog.release(cell.cell_id, cell.told, cell.deaths)
 
 
 def cancel(client: Any, held: list[Any]) -> None:
@@ -137,6 +154,7 @@ def _lost(exc: BaseException, client: Any, cell: CellBlocks) -> str:
     if isinstance(exc, KilledWorker):
         last = getattr(exc.last_worker, "address", exc.last_worker)
         what = cell.blocks([exc.task]) or f"the task {exc.task}"
+        cell.told, cell.deaths = frozenset({deathlog.EVERY}), exc.allowed_failures + 1
         return (f"{what} ended the process of every worker that ran it ({exc.allowed_failures + 1}"
                 f", the last {last}): out of memory, or a crash in native code?; {TAIL}; run it "
                 "in this kernel to see the error (%gpu_cluster off), or give smaller blocks "
@@ -147,6 +165,7 @@ def _lost(exc: BaseException, client: Any, cell: CellBlocks) -> str:
         what = cell.blocks([key]) if key is not None else ""
         return (f"{what or 'a block of the cell'} was cancelled on the cluster (a worker left, "
                 f"or another client cancelled it); {TAIL}; {AGAIN}")
+    cell.told, cell.deaths = frozenset(left), len(left)
     return died(left, cell)
 
 
@@ -192,4 +211,6 @@ def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str,
                             filename, 1)
     if _is_lost(exc):
         return at_cell_line(CellError(_lost(exc, client, cell)), filename, 1)
+    if isinstance(exc, CellError) and not cell.starts:  # refused before any block: its line
+        return fail(exc, be, 0, filename, namespace=namespace)  # says what and the fix
     return fail(exc, be, 0, filename, f"the cluster run failed; {TAIL}", namespace=namespace)

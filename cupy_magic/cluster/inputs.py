@@ -77,33 +77,48 @@ class BlockInputs:
     local: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+def _shape(shape: tuple[float, ...]) -> str:
+    """A Dask array's shape as text, ``?`` for a length it does not know (``nan``)."""
+    dims = ["?" if math.isnan(n) else str(n) for n in shape]
+    return f"({', '.join(dims)}{',' * (len(dims) == 1)})"
+
+
 def _check(name: str, arr: Any) -> None:
     if arr.ndim == 0:
         raise CellError(f"Dask input {name!r} is 0-d and has no rows to cut into blocks; "
                         f"compute it first ({name} = {name}.compute())")
     if any(math.isnan(c) for axis in arr.chunks for c in axis):  # after a mask: x[x > 0]
-        raise CellError(f"Dask input {name!r} has chunks of unknown size (shape {arr.shape}, "
-                        "as after a boolean mask); blocks need their rows known: "
-                        f"{name} = {name}.compute_chunk_sizes()")
+        raise CellError(f"Dask input {name!r} has chunks of unknown size (shape "
+                        f"{_shape(arr.shape)}, as after a boolean mask); blocks need their "
+                        f"rows known: {name} = {name}.compute_chunk_sizes()")
     split = [k for k in range(1, arr.ndim) if len(arr.chunks[k]) > 1]
     if split:
         axes = ", ".join(f"{k}: -1" for k in split)
-        raise CellError(f"Dask input {name!r} is chunked along axis {split[0]} too (chunks "
+        where = f"axis {split[0]}" if len(split) == 1 else \
+            f"axes {', '.join(map(str, split))}"
+        raise CellError(f"Dask input {name!r} is chunked along {where} too (chunks "
                         f"{arr.chunksize} of {arr.shape}); blocks run along the leading axis "
                         f"only: {name} = {name}.rechunk({{{axes}}})")
 
 
 def _align(darrs: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, Any]]:
-    """The leading-axis chunks of the first Dask input, every Dask input rechunked to them."""
+    """The leading-axis chunks of the first Dask input without its chunks of 0 rows (a
+    mask's, after ``compute_chunk_sizes()``: a block of 0 rows would give ``mean`` a NaN and
+    ``min`` an error NumPy on the whole array does not), every Dask input rechunked to them."""
     for name, arr in darrs.items():
         _check(name, arr)
     first = next(iter(darrs))
     rows = {n: a.shape[0] for n, a in darrs.items()}
     if len(set(rows.values())) > 1:
         shapes = ", ".join(f"{n} {a.shape}" for n, a in darrs.items())
+        least = min(rows.values())
+        longer = next(n for n, r in rows.items() if r > least)
         raise CellError(f"the Dask inputs have different leading lengths ({shapes}); blocks "
-                        f"need inputs whose rows match, e.g. slice them to {min(rows.values())}")
-    chunks = darrs[first].chunks[0]
+                        "need inputs whose rows match: slice them in a cell before this one, "
+                        f"e.g. {longer} = {longer}[:{least}]")
+    chunks = tuple(c for c in darrs[first].chunks[0] if c)
+    if not chunks:  # 0 rows: refused by prepare, which names the input
+        return chunks, darrs
     return chunks, {n: (a if a.chunks[0] == chunks else a.rechunk({0: chunks}))
                     for n, a in darrs.items()}
 

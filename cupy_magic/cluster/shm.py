@@ -17,6 +17,9 @@ import contextlib
 import gc
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -62,6 +65,28 @@ def room() -> int | None:
 def _size(need: int) -> int:
     """A slot's bytes for ``need``: whole MiB, so blocks of nearly one size share slots."""
     return max(SLOT_ROUND, -(-align(need) // SLOT_ROUND) * SLOT_ROUND)
+
+
+@contextlib.contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block ends, then deliver it as it came: a
+    segment made or unlinked in the block is then the ring's, or gone, when the
+    ``KeyboardInterrupt`` is raised. ``try``/``finally`` cannot close this window: the
+    interrupt can come inside ``SharedMemory(create=True)`` after the segment exists, or
+    between the call's return and the name that keeps it. Only the main thread receives
+    signals; on another one this does nothing."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is None:  # one set outside Python: kept
+        yield
+        return
+    came: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if came:  # handled now by the handler it was meant for (KeyboardInterrupt)
+            signal.raise_signal(signal.SIGINT)
 
 
 @dataclass(eq=False)
@@ -161,10 +186,16 @@ class Ring(SlotRing):
                             f"{format_bytes(ring)} (docker run --shm-size="
                             f"{-(-ring * 5 // 4 // 2**30)}g) or make blocks smaller "
                             "(--batch-bytes 32MiB)")
-        seg = new_segment(size)
+        with _interrupt_held():  # a Ctrl-C waits until the segment is the ring's
+            seg = new_segment(size)
+            try:
+                slot = Slot(worker, seg, np.frombuffer(seg.buf, np.uint8))
+            except BaseException:
+                seg.close()
+                seg.unlink()
+                raise
+            self.slots.append(slot)
         self.size = max(self.size, size)
-        slot = Slot(worker, seg, np.frombuffer(seg.buf, np.uint8))
-        self.slots.append(slot)
         mem = slot.mem
         # written once now, so its pages exist before the first copy into it
         threaded(self.pool, [lambda a=a, b=b: mem[a:b].fill(0)
@@ -172,9 +203,10 @@ class Ring(SlotRing):
         return slot
 
     def _retire(self, slot: Slot) -> None:
-        self.slots.remove(slot)
-        self.retired.append(slot.name)
-        self._unlink(slot)
+        with _interrupt_held():  # a Ctrl-C waits until it is unlinked, not only forgotten
+            self.slots.remove(slot)
+            self.retired.append(slot.name)
+            self._unlink(slot)
 
     def _unlink(self, slot: Slot) -> None:
         slot.mem = None

@@ -100,6 +100,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     mid-cell for names brought to the host, which those names become."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
+    made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
     rehome = Rehomer(plan.code.co_filename, namespace, deep=makes_functions(plan.code))
     for name in _rebound(work, namespace):
@@ -115,12 +116,14 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             continue
         wants_host = to_host is True or (host_names is not None and name in host_names)
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
-            _keep_on_device(value, be)
+            _held_arrays(value, made)
         if wants_host:
             value = _to_host(value, be, shown)
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
+    if made:
+        _keep_on_device(made, namespace, be)
     if rehome.deep:  # the user's lists and dicts the cell may have put a function in
         _rehome_held(plan, work, namespace, updates, rehome, report)
     # names the cell deleted (a scan in C that stops at the first, and allocates nothing)
@@ -156,29 +159,56 @@ def _rehome_held(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any]
 _HOLDERS = (list, tuple, dict, set, frozenset)  # what a result's arrays are kept in
 _HELD_DEPTH = 4  # containers nested deeper are not looked into
 _HELD_ITEMS = 10_000  # items of one result's containers looked at one by one, at most
+_ARRAY_OR_HOLDER = (np.ndarray, *_HOLDERS)
+_USER_ITEMS = 100_000  # items of the user's containers looked at, at most, to tell arrays apart
 
 
-def _keep_on_device(value: Any, be: Backend, depth: int = 0, left: int = _HELD_ITEMS) -> int:
-    """Note the arrays of a result, also those it holds in lists, tuples, dicts and sets
-    (``results = [y, z]``; a few levels deep), as living on the device: on the CPU fallback
-    they then count as the device's (``%vram_who``, the budget), as CuPy arrays would on a
-    GPU. A container whose items hold neither an array nor a container is not walked item
-    by item (its item types are collected in C), nor one whose items would take the walk
-    past 10,000 (``pairs = list(zip(a, b))`` walked tuple by tuple cost a second per
-    million at every commit). Returns how many items the walk may still look at."""
+def _held_arrays(value: Any, found: dict[int, np.ndarray], depth: int = 0,
+                 left: int = _HELD_ITEMS) -> int:
+    """Put into ``found`` (by id) the arrays ``value`` is or holds in lists, tuples, dicts
+    and sets (``results = [y, z]``; a few levels deep). A container whose items hold neither
+    an array nor a container is not walked item by item (its item types are collected in
+    C), nor one whose items would take the walk past ``left`` items (``pairs = list(zip(a,
+    b))`` walked tuple by tuple cost a second per million at every commit). Returns how many
+    items the walk may still look at."""
     if isinstance(value, np.ndarray):
-        be.keep_on_device(value)
+        found[id(value)] = value
         return left
     if depth >= _HELD_DEPTH or not isinstance(value, _HOLDERS):
         return left
     items = list(value.values()) if isinstance(value, dict) else list(value)
     kinds = set(map(type, items))
-    if len(items) > left or not any(issubclass(k, (np.ndarray, *_HOLDERS)) for k in kinds):
+    if len(items) > left or not any(issubclass(k, _ARRAY_OR_HOLDER) for k in kinds):
         return left
     left -= len(items)
     for item in items:
-        left = _keep_on_device(item, be, depth + 1, left)
+        left = _held_arrays(item, found, depth + 1, left)
     return left
+
+
+def _keep_on_device(made: dict[int, np.ndarray], namespace: dict[str, Any],
+                    be: Backend) -> None:
+    """Note as living on the device the results' arrays ``made`` that the cell's run made
+    (on the CPU fallback they then count as the device's: ``%vram_who``, the budget), as
+    CuPy arrays would on a GPU; not the user's own arrays from before the cell that a result
+    holds (``d = {'a': arrays[0]}``, ``g = old_dict``), which on a GPU stay NumPy's: those
+    the namespace reaches as :func:`_held_arrays` walks, before the commit (an array the cell
+    put into a list the user had counts as the user's)."""
+    made = {k: a for k, a in made.items() if not be.is_device_array(a)}
+    if not made:
+        return
+    theirs: dict[int, np.ndarray] = {}
+    left = _USER_ITEMS
+    # the arrays and containers among thousands of names (``_i12``...), picked in C; one
+    # object under several names (``In`` and ``_ih``) walked once
+    values = namespace.values()
+    kinds = {t for t in set(map(type, values)) if issubclass(t, _ARRAY_OR_HOLDER)}
+    picked = {id(v): v for v in compress(values, map(kinds.__contains__, map(type, values)))}
+    for value in picked.values():
+        left = _held_arrays(value, theirs, 0, left)
+    for key, array in made.items():
+        if theirs.get(key) is not array:
+            be.keep_on_device(array)
 
 
 def _stuck_note(name: str, made: Any, value: Any) -> str:

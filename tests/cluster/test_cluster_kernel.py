@@ -182,3 +182,58 @@ def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(k
     reply, text = kernel.run("%gpu_cluster off")
     assert reply["status"] == "ok", text
     assert _segments(pid) - before == set()
+
+
+LOG_LINE = re.compile(r" - distributed\.\S+ - (WARNING|ERROR) - (.*)")
+KILLER_CELLS = {  # the block holding row 500 ends the process of whichever worker runs it
+    "dask": "%%gpu --quiet --to-host\nif xd[0, 0] == MARK:\n    os.kill(os.getpid(), 9)\n"
+            "y = xd + 1",
+    "shm": "%%gpu --quiet --to-host --cluster --batch-rows 100\nif x[0, 0] == MARK:\n"
+           "    os.kill(os.getpid(), 9)\ny = x + 1",
+}
+SETTLE = ("time.sleep(2)\nfrom cupy_magic.cluster import connect\n"
+          "connect.client().wait_for_workers(2, timeout=60)")  # the nannies restarted them
+
+
+def test_a_worker_dying_mid_cell_is_the_cells_one_line_not_distributeds_log_too(kernel):
+    """On the kernel's own local cluster, whose scheduler and nannies log into the notebook:
+    a worker killed mid-cell is told by the cell's one line alone (distributed's "Removing
+    worker", "Couldn't gather", "Restarting worker" lines said it again, in red). A worker
+    that dies between cells, and a cluster the user joined, keep distributed's lines."""
+    reply, text = kernel.run(
+        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport dask.array as da\n"
+        "import cupy_magic\n_ = cupy_magic.use_cluster('local', n_workers=2)\n"
+        "x = np.random.default_rng(3).random((1000, 4))\nxd = da.from_array(x, chunks=(100, 4))\n"
+        "MARK = x[500, 0]", timeout=120)
+    assert reply["status"] == "ok", text
+    # between cells: nothing of the kind is held back
+    reply, text = kernel.run("from cupy_magic.cluster import connect\n"
+                             "os.kill(min(connect.client().run(os.getpid).values()), 9)\n"
+                             "time.sleep(3)")
+    reply, later = kernel.run(SETTLE)
+    assert reply["status"] == "ok", later
+    assert "Restarting worker" in text + later, text + later
+    for how, cell in KILLER_CELLS.items():
+        reply, text = kernel.run(cell)
+        assert reply["status"] == "error", (how, text)
+        line = reply["evalue"]
+        assert "\n" not in line and "nothing committed" in line, line
+        assert "died during the cell" in line or "ended the process" in line, line
+        reply, later = kernel.run(SETTLE)  # what the nannies log after the cell
+        assert reply["status"] == "ok", later
+        noise = LOG_LINE.findall(text + later)
+        assert noise == [], (how, noise)
+        assert (text + later).count(line) == 1, text + later
+    # a cluster the user started and joined: its logging is the user's, left as it was
+    reply, text = kernel.run(
+        "%gpu_cluster off\nfrom distributed import LocalCluster\n"
+        "uc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, "
+        "host='127.0.0.1', dashboard_address=None)\n"
+        "_ = cupy_magic.use_cluster(uc.scheduler_address)", timeout=120)
+    assert reply["status"] == "ok", text
+    reply, text = kernel.run(KILLER_CELLS["dask"])
+    assert reply["status"] == "error", text
+    reply, later = kernel.run(SETTLE)
+    assert LOG_LINE.search(text + later), text + later
+    reply, text = kernel.run("%gpu_cluster off\nuc.close()", timeout=60)
+    assert reply["status"] == "ok", text

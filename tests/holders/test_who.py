@@ -213,6 +213,28 @@ def test_arrays_a_cell_keeps_in_containers_are_listed_and_counted(fresh):
         assert backend.current().resident_bytes() >= 5 * MiB
 
 
+def test_the_users_own_arrays_a_result_holds_stay_the_users(fresh):
+    """A result holding arrays the user had before the cell (an item of their list, their
+    dict itself) leaves them the user's, as on a GPU, where they stay NumPy arrays. On the
+    CPU fallback they were noted as the device's: listed here, counted by the budget, and
+    reported as on the device."""
+    ip = fresh
+    ip.run_cell("hs = [np.ones(2 * 2**20 // 8)]\nhd = {'k': np.ones(3 * 2**20 // 8)}\n"
+                "nested = {'deep': [(np.ones(8),)]}")
+    be = backend.current()
+    host = be.name == "host"  # the CPU fallback notes the device's arrays itself
+    before = be.resident_bytes() if host else 0
+    gpu(ip, "e = hs[0]\nd = {'a': hs[0], 'new': np.ones(2**20 // 8)}\ng = hd\n"
+            "t = [nested['deep'][0][0], (np.ones(4),)]\n")
+    paths = by_path(cupy_magic.vram_holders(ip.user_ns))
+    assert {"d['new']", "t[1][0]"} <= set(paths)  # what the cell made is the device's
+    assert not {"e", "d['a']", "g['k']", "hs[0]", "hd['k']", "t[0]"} & set(paths), paths
+    where = {o.name: o.where for o in cupy_magic.last_report().outputs}
+    assert where["e"] == "host", where
+    if host:  # the budget counts what the cell made (d['new'], t[1][0]), not the user's
+        assert be.resident_bytes() - before == MiB + 32
+
+
 def test_a_result_of_many_small_containers_is_not_walked_item_by_item(fresh, monkeypatch):
     """Noting a result's arrays as the device's has a bound: a list of 100,000 tuples (``pairs
     = list(zip(a, b))``) was walked tuple by tuple at the commit, on a GPU too (where nothing
@@ -220,13 +242,13 @@ def test_a_result_of_many_small_containers_is_not_walked_item_by_item(fresh, mon
     from cupy_magic.run import commit
 
     seen = []
-    real = commit._keep_on_device
+    real = commit._held_arrays
 
     def counted(value, *args, **kwargs):
         seen.append(1)
         return real(value, *args, **kwargs)
 
-    monkeypatch.setattr(commit, "_keep_on_device", counted)
+    monkeypatch.setattr(commit, "_held_arrays", counted)
     gpu(fresh, "pairs = [(i, i) for i in range(100_000)]\nheld = [np.ones(8), (np.ones(8),)]")
     assert len(seen) < 20_000
     assert {"held[0]", "held[1][0]"} <= set(by_path(cupy_magic.vram_holders(fresh.user_ns)))
