@@ -32,6 +32,7 @@ from .batching import (
 )
 from .commit import commit
 from .errors import CellError, fail, frames_freed
+from .firstbatch import measure_first
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
 from .reduce import agree, check_names, combine, name_a_rule, over_rows
@@ -251,8 +252,7 @@ class BatchRun:
         free = self.budget_left()
         first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, free)
         self.tick("setup")
-        with self.tracked() as mem:
-            self.batch(0, 0, first)
+        first, mem = measure_first(self, first, avoid, free)  # again smaller if over budget
         if self.cost and probe_held_small(first, self.total, self.row_bytes, self.opts.rows, free):
             self.cost = self.cost.with_large_rate(self.be.upload_rate())  # a batch too small
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
