@@ -79,13 +79,15 @@ def test_a_first_batch_over_the_budget_is_measured_again_on_fewer_rows(ip):
 
 
 def test_one_row_over_the_budget_is_refused_in_one_line(ip):
-    """Measured again down to one row, which still goes over: refused, naming the budget."""
+    """Measured again down to one row, which still goes over: refused in one line that
+    names the budget and a larger one as the fix (the host's words: 'over the budget of';
+    a GPU's: 'over the VRAM budget of')."""
     ip.user_ns["v"] = fresh((21_000,), "float64")
     ip.run_line_magic("vram_budget", "160KB")
     result = ip.run_cell("%%gpu --quiet\nbig = np.ones(40_000)\ny = v * big[0]\n")
     err = result.error_in_exec
     assert err is not None and "\n" not in str(err)
-    assert "over the budget" in str(err) and "%vram_budget" in str(err)
+    assert "budget of 156.25 KiB" in str(err) and "%vram_budget" in str(err)
     assert "y" not in ip.user_ns
 
 
