@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -63,7 +64,11 @@ class HostBackend(Backend):
     :meth:`pool_used` reads it from any thread, so the panel's sampler sees the running cell.
     tracemalloc follows the whole process and cannot tell threads apart: what other threads
     allocate while a cell runs counts as the cell's (a sampler tick on the live sources: about
-    20 KB for a moment, 1.7 KB kept in its history).
+    20 KB for a moment, 1.7 KB kept in its history). Objects that only the cyclic garbage
+    collector frees (a batch's namespace and the functions the cell defines, which point at
+    each other) are not held: before a line is refused they are collected, as CuPy's pool
+    collects garbage before it gives up on an allocation, so a refusal never depends on when
+    the collector last ran (that is, on what ran before the cell).
     """
 
     name = "host"
@@ -160,6 +165,17 @@ class HostBackend(Backend):
         # NumPy leaves a failed request in tracemalloc's figures: what a MemoryError added
         # since the last line is not counted (current, at the last line; bytes not counted)
         traced = [tracemalloc.get_traced_memory()[0], 0]
+        seen = [0]  # the peak so far (tracemalloc's is reset when a line goes over)
+
+        def without_garbage(top: int) -> int:
+            """The line's peak less what collecting cyclic garbage frees (held then, but
+            unreachable); tracemalloc's peak starts again from what is left."""
+            before = tracemalloc.get_traced_memory()[0]
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            traced[0] = after
+            return top - max(0, before - after)
 
         def local_trace(frame: FrameType, event: str, arg: Any) -> Any:
             if event == "exception":
@@ -175,7 +191,8 @@ class HostBackend(Backend):
                 culprit = last_line.get(id(frame), frame.f_lineno)
                 last_line[id(frame)] = frame.f_lineno
                 if limit is not None and peak > limit:
-                    tracemalloc.reset_peak()
+                    peak = held + without_garbage(top) - base - traced[1]
+                if limit is not None and peak > limit:
                     code = line_code(code_filename, culprit)
                     earlier = (f", {format_bytes(held)} of it arrays from earlier cells"
                                if held else "")
@@ -183,6 +200,7 @@ class HostBackend(Backend):
                         f"line {culprit} `{code}` took the cell to {format_bytes(peak)} of host "
                         f"memory{earlier}, over the budget{on} of {format_bytes(limit)}",
                         line=culprit)
+                seen[0] = max(seen[0], peak)
             return local_trace
 
         def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
@@ -196,7 +214,8 @@ class HostBackend(Backend):
         finally:
             if limit is not None:
                 sys.settrace(old_trace)
-            m.peak_bytes = held + max(0, tracemalloc.get_traced_memory()[1] - base)
+            m.peak_bytes = max(seen[0],
+                               held + max(0, tracemalloc.get_traced_memory()[1] - base))
             self._cell_base = outer
             if started:
                 tracemalloc.stop()

@@ -32,6 +32,7 @@ from .batching import (
 )
 from .commit import commit
 from .errors import CellError, fail, frames_freed
+from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
 from .mainmod import as_main
@@ -257,8 +258,7 @@ class BatchRun:
         free = self.budget_left()
         first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, free)
         self.tick("setup")
-        with self.tracked() as mem:
-            self.batch(0, 0, first)
+        first, mem = measure_first(self, first, avoid, free)  # again smaller if over budget
         if self.cost and probe_held_small(first, self.total, self.row_bytes, self.opts.rows, free):
             self.cost = self.cost.with_large_rate(self.be.upload_rate())  # a batch too small
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first

@@ -43,6 +43,7 @@ __all__ = [
     "PayingBudget",
     "budget_to_pay",
     "check_rows",
+    "probe_again",
     "probe_held_small",
     "probe_rows",
     "select_inputs",
@@ -110,6 +111,23 @@ def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
     while rows in avoid and rows < total:
         rows += 1
     return rows
+
+
+def probe_again(rows: int, avoid: set[int]) -> int | None:
+    """Rows of the first batch measured again after ``rows`` went over the budget, or
+    ``None`` when no smaller batch is left (one row went over).
+
+    The first batch is sized before anything is measured: its share of the budget bounds
+    its inputs, not what the cell holds beside them (temporaries, and on the CPU fallback
+    the Python objects the cell builds once, such as its checked NumPy functions: 80 KB for
+    a Black-Scholes cell, more than its 1,250 rows took). Half as many rows are measured
+    again, different from every other axis length as :func:`probe_rows` keeps them; what
+    the cell built once stays built, so the second measure is of the rows.
+    """
+    if rows <= 1:
+        return None
+    half = rows // 2
+    return next((r for r in range(half, 0, -1) if r not in avoid), 1)
 
 
 def probe_held_small(first: int, total: int, row_bytes: int, fixed: int | None,

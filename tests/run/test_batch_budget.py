@@ -55,3 +55,60 @@ def test_the_inputs_to_cut_are_chosen_once(ip, poisoned, monkeypatch):
     np.testing.assert_array_equal(ip.user_ns["y"], ip.user_ns["x"] * 2)
     assert report.batch.batches == 11
     assert calls == [["x"]]
+
+
+def test_a_first_batch_over_the_budget_is_measured_again_on_fewer_rows(ip):
+    """The first batch's inputs take 1/16 of the free budget; a cell that holds 24 copies of
+    its rows at once (and, on the CPU fallback, the Python objects it builds once) takes
+    that batch over the budget. Nothing is committed then, so the first batch runs again on
+    half as many rows until it fits; the run stays within the budget and gives NumPy's
+    result (refused before: 'line 3 ... over the budget')."""
+    from cupy_magic.run.batching import probe_rows
+
+    v = fresh((21_000,), "float64")
+    ip.user_ns["v"] = v
+    ip.run_line_magic("vram_budget", "160KB")
+    cell = ("def stacked(a):\n    parts = [a * k for k in range(24)]\n    return sum(parts)\n"
+            "y = stacked(v)\n")
+    report = gpu(ip, cell, "--to-host y --batch")
+    want = sum(v * k for k in range(24))
+    np.testing.assert_allclose(ip.user_ns["y"], want, rtol=1e-12)
+    bp = report.batch
+    assert bp.first_rows < probe_rows(21_000, 8, set(), None, 160_000)  # measured again
+    assert report.peak_pool_bytes <= 160_000
+
+
+def test_one_row_over_the_budget_is_refused_in_one_line(ip):
+    """Measured again down to one row, which still goes over: refused in one line that
+    names the budget and a larger one as the fix (the host's words: 'over the budget of';
+    a GPU's: 'over the VRAM budget of')."""
+    ip.user_ns["v"] = fresh((21_000,), "float64")
+    ip.run_line_magic("vram_budget", "160KB")
+    result = ip.run_cell("%%gpu --quiet\nbig = np.ones(40_000)\ny = v * big[0]\n")
+    err = result.error_in_exec
+    assert err is not None and "\n" not in str(err)
+    assert "budget of 156.25 KiB" in str(err) and "%vram_budget" in str(err)
+    assert "y" not in ip.user_ns
+
+
+def test_cyclic_garbage_of_earlier_batches_does_not_take_a_run_over(ip):
+    """Each batch runs in a copy of the namespace, which the functions the cell defines
+    point back at: a cycle that only the garbage collector frees. How much of it awaits the
+    collector depended on what ran before (when it last ran) and on the names left in the
+    namespace; the host counted it all, so a run of many batches went over the budget
+    (here with the collector off and 300 names left over from earlier cells). It is
+    collected before a line is refused, as CuPy's pool collects before it gives up."""
+    import gc
+
+    v = fresh((21_000,), "float64")
+    ip.user_ns.update({f"left_{k}": np.zeros(3) for k in range(300)})
+    ip.user_ns["v"] = v
+    ip.run_line_magic("vram_budget", "160KB")
+    gc.disable()
+    try:
+        report = gpu(ip, "def scale(a):\n    return (a - 0.5) * 2\ny = scale(v)\n",
+                     "--to-host y --batch --batch-rows 100")
+    finally:
+        gc.enable()
+    np.testing.assert_array_equal(ip.user_ns["y"], (v - 0.5) * 2)
+    assert report.batch.batches == 210 and report.peak_pool_bytes <= 160_000

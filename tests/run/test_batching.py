@@ -304,3 +304,12 @@ def test_the_plan_says_what_a_batch_costs_and_what_holds_it_back():
     fixed = BatchPlan(("x",), (), 10**9, 8, 3, "r", 1000, 1000, 10**6, 16.0, "--batch-rows",
                       cost=COST)
     assert "held small by --batch-rows: batches of 25,000,000 rows" in str(fixed)
+
+
+def test_a_first_batch_over_the_budget_is_measured_again_on_half_its_rows():
+    from cupy_magic.run.batching import probe_again
+
+    assert probe_again(1250, set()) == 625
+    assert probe_again(1250, {625, 624}) == 623  # never another axis length
+    assert probe_again(3, set()) == 1
+    assert probe_again(1, set()) is None  # one row over the budget: nothing smaller
