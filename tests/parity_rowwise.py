@@ -125,16 +125,15 @@ PRICING = [
 
 # stopped though row-wise, by the batched run rather than the row check (test_batched_parity
 # expects them to fail until fixed)
-NOT_YET: list[str] = [
-    # fixed scaling statistics made in the cell: the row check reads mu and sd as row-free,
-    # but a batched run keeps only a 0-d constant where every batch agrees, and refuses an
-    # array without a row axis (move them to an earlier cell meanwhile)
-    "mu = np.array([0.5, 0.5, 0.5, 0.5])\nsd = np.array([0.2, 0.3, 0.2, 0.1])\nz = (x - mu) / sd",
-]
+NOT_YET: list[str] = []
 
 # NumPy scalar constants, which depend on no row: kept as Python values are, where every
 # batch (or block) agrees (the batched run once took them for a batch's reduction)
 CONSTANTS = [
+    # fixed scaling statistics made in the cell: arrays without a row axis the row check
+    # reads as row-free, kept where every batch (block) agrees (they were refused)
+    "mu = np.array([0.5, 0.5, 0.5, 0.5])\nsd = np.array([0.2, 0.3, 0.2, 0.1])\nz = (x - mu) / sd",
+    "w = np.linspace(0.0, 1.0, 4) ** 2\ny = x @ w",
     "eps = np.float32(1e-3)\ny = x.astype(np.float32) + eps",
     "c = np.sqrt(2 / np.pi)\ny = 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))",
     "eps = np.float32(1e-3)\ny = x * eps",

@@ -251,7 +251,7 @@ class ClusterExecutor:
                                               "block"))
                 out[name] = self._agreed(name, [k[1] for k in kinds])
             elif name in self.row_free and all(len(k) == 4 for k in kinds):
-                out[name] = self._agreed(name, [k[3] for k in kinds])  # a NumPy scalar
+                out[name] = self._agreed(name, [k[3] for k in kinds])  # eps, mu: row-free
             elif all(k[0] == "skip" for k in kinds):
                 skipped.append(name)
             else:

@@ -37,6 +37,7 @@ __all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "drop_shared"
 _shared_lock = threading.Lock()
 _shared: dict[str, Any] = {}
 _dropped: set[str] = set()
+SMALL_VALUE = 64 * 2**10  # an array without rows sent back with a block's facts (mu, w)
 DROPPED_KEPT = 4096  # dropped keys remembered, against a late block of a cancelled cell
 
 
@@ -269,7 +270,9 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
 def block_info(result: dict[str, Any]) -> dict[str, Any]:
     """What the kernel needs to know of a block's result, without its arrays: per name
     ``("rows"|"array", shape, dtype)``, ``("array", (), dtype, value)`` for a NumPy scalar or
-    a 0-d array (its value on the host),
+    a 0-d array (its value on the host), ``("array", shape, dtype, value)`` for another
+    array of at most ``SMALL_VALUE`` bytes without the block's rows (kept where the check
+    reads it as row-free and every block agrees),
     ``("python", value)`` or ``("skip", kind)``."""
     rows = result["stats"].rows
     info: dict[str, Any] = {}
@@ -283,6 +286,8 @@ def block_info(result: dict[str, Any]) -> dict[str, Any]:
         elif shape is not None and hasattr(value, "dtype"):
             kind = "rows" if len(shape) >= 1 and shape[0] == rows else "array"
             info[name] = (kind, tuple(shape), np.dtype(value.dtype))
+            if kind == "array" and int(value.nbytes) <= SMALL_VALUE:  # mu = np.array([..])
+                info[name] += (value.get() if hasattr(value, "get") else np.asarray(value),)
         else:
             info[name] = ("python", value)
     return {"names": info, "stats": result["stats"]}

@@ -145,8 +145,9 @@ class BatchRun:
                     # numbers, strings, lists...: kept only if every batch agrees on them
                     self._same_in_every_batch(name, value, i)
                 continue
-            if value.ndim == 0 and name in self.plan.row_free:  # c = np.sqrt(2.0) under CuPy
-                self._same_in_every_batch(name, value.item(), i)
+            if name in self.plan.row_free:  # c = np.sqrt(2.0) under CuPy, mu = np.array([..])
+                self._same_in_every_batch(name, value.item() if value.ndim == 0
+                                          else self.be.to_host(value), i)
                 continue
             has_rows = value.ndim >= 1 and value.shape[0] == rows
             if has_rows and name in self.plan.over_rows:  # np.histogram(v, bins=rows)[0]

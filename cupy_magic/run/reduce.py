@@ -23,7 +23,13 @@ def name_a_rule(name: str) -> str:
 
 def agree(value: Any, first: Any) -> bool:
     """Whether a batch's (or block's) value of a result is the first one's (NaN agrees with
-    NaN); values with no single truth value (lists of arrays) never agree."""
+    NaN; host arrays agree in shape, dtype and every element); values with no single truth
+    value (lists of arrays) never agree."""
+    if isinstance(value, np.ndarray) or isinstance(first, np.ndarray):  # a row-free array
+        return (isinstance(value, np.ndarray) and isinstance(first, np.ndarray)
+                and value.shape == first.shape and value.dtype == first.dtype
+                and (value.tobytes() == first.tobytes() or bool(np.array_equal(
+                    value, first, equal_nan=value.dtype.kind in "fc"))))
     try:
         return bool(value == first) or (value != value and first != first)
     except (ValueError, TypeError):
