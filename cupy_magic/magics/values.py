@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import math
+from typing import Any
 
 from IPython.core.error import UsageError
 
+from .. import session
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
+from ..units import Estimate, estimate
 
-__all__ = ["device_number", "interval", "modes", "on_off"]
+__all__ = ["device_number", "estimate_words", "interval", "modes", "on_off",
+           "panel_action"]
 
 
 def interval(text: str | None) -> float | None:
@@ -42,3 +47,31 @@ def device_number(text: str | None) -> int | None:
         raise UsageError(f"--device takes a device number, got {text!r}; e.g. "
                          "%vram_budget 8GB --device 1")
     return int(text)
+
+
+def panel_action(action: str, line: str, args: argparse.Namespace) -> None:
+    """Refuse what ``%vram_panel --pause`` (``--resume``, ``--stop``) would ignore: they act
+    on every panel, so a device, ``--interval`` or ``--text`` beside them would do nothing."""
+    ignored = [what for what, given in (("device", args.device is not None),
+                                        ("--interval", args.interval is not None),
+                                        ("--text", args.text)) if given]
+    if ignored:
+        raise UsageError(f"%vram_panel --{action} acts on every panel and takes no "
+                         f"{' or '.join(ignored)}, got %vram_panel {line.strip()}; write "
+                         f"%vram_panel --{action}, and set the rest in a %vram_panel line "
+                         "of its own")
+
+
+def estimate_words(words: list[str], user_ns: dict[str, Any]) -> Estimate:
+    """``%vram_budget --estimate``'s words: a variable's name, or ``SHAPE [DTYPE]``."""
+    if words[0].isidentifier() and (len(words) == 1 or words[0] in user_ns):
+        if len(words) > 1:  # a variable's size is its own dtype's; a dtype goes with a shape
+            raise UsageError(f"--estimate {' '.join(words)}: {words[0]} is a variable, "
+                             f"estimated with its own dtype; write %vram_budget --estimate "
+                             f"{words[0]}, or give a shape, e.g. --estimate 20000x20000 "
+                             f"{words[1]}")
+        return session.estimate_name(words[0], user_ns)
+    if len(words) > 2:
+        raise UsageError(f"--estimate takes SHAPE [DTYPE], got {' '.join(words)!r}; "
+                         "e.g. --estimate 20000x20000 float32")
+    return estimate(words[0], words[1] if len(words) == 2 else "float64")
