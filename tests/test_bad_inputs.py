@@ -111,8 +111,8 @@ BAD_INPUTS = [
     case("vram_budget", "--estimate 1e30x1e30", "1e30x1e30", "more elements"),
     case("vram_budget", "--estimate 10x10 --estimate 3x3", "--estimate 3x3", "twice"),
     case("vram_budget", "--estimate", "--estimate", "needs a value"),
-    # a variable is estimated with its own dtype (it read "cannot read the shape 'x'")
-    case("vram_budget", "--estimate x float32", "x float32", "write %vram_budget --estimate x"),
+    # a variable in a dtype: its shape in that dtype (x float32 read "cannot read the shape")
+    case("vram_budget", "--estimate x float33", "float33", "unknown dtype"),
     # --interval: the panel samples every 0.05 to 3600 s
     case("vram_panel", "--interval 1e308", "1e308", "0.05 to 3600 seconds"),
     case("vram_panel", "--interval 1e-9", "1e-9", "spins a core"),

@@ -168,7 +168,8 @@ class GpuMagics(Magics):
     @argument("budget", nargs="*", default=None,
               help="8GB, 1.5GiB, 512MB, 50%%, 0.5 (a fraction of the device), or off")
     @argument("--estimate", nargs="+", default=None, metavar="SHAPE_OR_NAME",
-              help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32) or a variable")
+              help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32), or a "
+                   "variable (x, or x float32: its shape in float32)")
     @argument("--device", default=None, metavar="N",
               help="the device whose budget to set or show (default: every device)")
     @line_magic
@@ -184,7 +185,7 @@ class GpuMagics(Magics):
 
         In [3]: %vram_budget --estimate 20000x20000 float32   # 1.49 GiB
 
-        In [4]: %vram_budget --estimate x   # a variable
+        In [4]: %vram_budget --estimate x   # a variable (x float32: as --dtype float32)
 
         In [5]: %vram_budget 8GB --device 1   # one device's budget
 

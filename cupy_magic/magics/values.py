@@ -63,15 +63,12 @@ def panel_action(action: str, line: str, args: argparse.Namespace) -> None:
 
 
 def estimate_words(words: list[str], user_ns: dict[str, Any]) -> Estimate:
-    """``%vram_budget --estimate``'s words: a variable's name, or ``SHAPE [DTYPE]``."""
-    if words[0].isidentifier() and (len(words) == 1 or words[0] in user_ns):
-        if len(words) > 1:  # a variable's size is its own dtype's; a dtype goes with a shape
-            raise UsageError(f"--estimate {' '.join(words)}: {words[0]} is a variable, "
-                             f"estimated with its own dtype; write %vram_budget --estimate "
-                             f"{words[0]}, or give a shape, e.g. --estimate 20000x20000 "
-                             f"{words[1]}")
-        return session.estimate_name(words[0], user_ns)
+    """``%vram_budget --estimate``'s words: ``SHAPE [DTYPE]``, or a variable's name and
+    optionally a dtype (its shape in that dtype)."""
     if len(words) > 2:
-        raise UsageError(f"--estimate takes SHAPE [DTYPE], got {' '.join(words)!r}; "
-                         "e.g. --estimate 20000x20000 float32")
-    return estimate(words[0], words[1] if len(words) == 2 else "float64")
+        raise UsageError(f"--estimate takes SHAPE [DTYPE] or NAME [DTYPE], got "
+                         f"{' '.join(words)!r}; e.g. --estimate 20000x20000 float32")
+    dtype = words[1] if len(words) == 2 else None
+    if words[0].isidentifier() and (dtype is None or words[0] in user_ns):
+        return session.estimate_name(words[0], user_ns, dtype)
+    return estimate(words[0], dtype or "float64")

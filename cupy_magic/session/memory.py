@@ -13,7 +13,7 @@ from ..holders import account as _holders
 from ..holders.free import FreeResult, shell_copies
 from ..holders.free import free as _free
 from ..holders.records import HolderReport
-from ..units import Estimate, SizeError, estimate_array, format_bytes, short_repr, whole
+from ..units import Estimate, SizeError, estimate, estimate_array, format_bytes, short_repr, whole
 
 __all__ = ["BudgetStatus", "budget_status", "estimate_name", "free_cached", "memory_pool",
            "set_budget", "vram_free", "vram_holders"]
@@ -166,12 +166,17 @@ def free_cached() -> int:
     return _backend.current().free_cached()
 
 
-def estimate_name(name: str, namespace: dict[str, Any]) -> Estimate:
-    """Estimate what the array bound to ``name`` takes on the device."""
+def estimate_name(name: str, namespace: dict[str, Any], dtype: str | None = None) -> Estimate:
+    """Estimate what the array bound to ``name`` takes on the device: in its own dtype, or
+    its shape in ``dtype`` (``%vram_budget --estimate x float32``: what ``--dtype float32``
+    would move)."""
     if name not in namespace:
         raise SizeError(f"no variable named {name!r}; give a defined array or a shape such as "
                         "20000x20000 float32")
-    return estimate_array(namespace[name], label=name)
+    own = estimate_array(namespace[name], label=name)
+    if dtype is None:
+        return own
+    return replace(estimate(own.shape, dtype), label=f"{name} as {dtype}")
 
 
 def _shell() -> Any:
