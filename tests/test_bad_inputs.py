@@ -47,6 +47,10 @@ BAD_INPUTS = [
     case("gpu", "--foo", "--foo", "%%gpu has no option"),
     case("gpu", "--bogus", "--bogus", "%%gpu? lists the options"),
     case("gpu", "--to-hst y", "--to-hst", "did you mean --to-host?"),
+    # IPython's magics take no --help: the pointer is to their help, not a near option
+    case("gpu", "--help", "--help", "its help is %%gpu? (the options"),
+    case("gpu", "-h", "-h", "its help is %%gpu?"),
+    case("vram_budget", "--help", "--help", "its help is %vram_budget?"),
     case("gpu", "-q", "-q", "did you mean --quiet?"),
     case("gpu", "extra words", "extra words", "options only"),
     case("gpu", "y = x + 1", "y = x + 1", "lines below the %%gpu line"),
@@ -107,6 +111,8 @@ BAD_INPUTS = [
     case("vram_budget", "--estimate 1e30x1e30", "1e30x1e30", "more elements"),
     case("vram_budget", "--estimate 10x10 --estimate 3x3", "--estimate 3x3", "twice"),
     case("vram_budget", "--estimate", "--estimate", "needs a value"),
+    # a variable in a dtype: its shape in that dtype (x float32 read "cannot read the shape")
+    case("vram_budget", "--estimate x float33", "float33", "unknown dtype"),
     # --interval: the panel samples every 0.05 to 3600 s
     case("vram_panel", "--interval 1e308", "1e308", "0.05 to 3600 seconds"),
     case("vram_panel", "--interval 1e-9", "1e-9", "spins a core"),
@@ -117,6 +123,10 @@ BAD_INPUTS = [
     case("vram_panel", "x", "x", "whole number"),
     case("vram_panel", "0 1", "1", "%vram_panel? lists the options"),
     case("vram_panel", "--pause --stop", "--stop", "give one of"),
+    # --pause, --resume and --stop act on every panel: what they would ignore is refused
+    case("vram_panel", "0 --stop", "%vram_panel 0 --stop", "takes no device"),
+    case("vram_panel", "--interval 2 --pause", "--interval 2 --pause", "takes no --interval"),
+    case("vram_panel", "--resume --text", "--resume --text", "takes no --text"),
     case("vram_panel", "--foo", "--foo", "has no option"),
     case("gpu_syncs", "warn off", "off", "e.g. %gpu_syncs warn"),
     case("gpu_syncs", "loud", "loud", "%gpu_syncs warn"),

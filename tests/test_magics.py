@@ -473,6 +473,20 @@ def test_empty_cell_and_unknown_backend(ip, capsys):
         ip.run_line_magic("gpu_backend", "tpu")
 
 
+def test_estimate_of_a_variable_in_another_dtype(ip):
+    """Notebook 00's exercise: how much would x take as float32? (read as a shape before)"""
+    ip.user_ns["x"] = np.zeros((1000, 3))
+    est = ip.run_line_magic("vram_budget", "--estimate x float32")
+    assert (est.shape, est.dtype, est.nbytes) == ((1000, 3), "float32", 12_000)
+    assert str(est).startswith("x as float32: 1,000 x 3 = 3,000 elements x 4 bytes")
+    assert ip.run_line_magic("vram_budget", "--estimate x").nbytes == 24_000
+    with pytest.raises(UsageError, match="cannot read the shape 'nothere'"):
+        ip.run_line_magic("vram_budget", "--estimate nothere float32")  # no variable: a shape
+    with pytest.raises(UsageError, match="word is a str, not an array"):
+        ip.user_ns["word"] = "text"
+        ip.run_line_magic("vram_budget", "--estimate word float32")
+
+
 def test_estimate_of_a_non_array_variable(ip):
     ip.user_ns["word"] = "text"
     with pytest.raises(UsageError, match="word is a str, not an array"):

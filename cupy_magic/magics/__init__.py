@@ -28,11 +28,10 @@ from ..run.errors import CellError
 from ..run.plan import CAST_TARGETS
 from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
-from ..units import estimate
 from .arguments import cell_usage, parse_argstring, ran_in, syntax_message
 from .cellshell import magics_see_the_cell, shown
 from .postmortem import kept_for_pdb
-from .values import device_number, interval, modes, on_off
+from .values import device_number, estimate_words, interval, modes, on_off, panel_action
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
 
@@ -174,7 +173,8 @@ class GpuMagics(Magics):
     @argument("budget", nargs="*", default=None,
               help="8GB, 1.5GiB, 512MB, 50%%, 0.5 (a fraction of the device), or off")
     @argument("--estimate", nargs="+", default=None, metavar="SHAPE_OR_NAME",
-              help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32) or a variable")
+              help="estimate an array: SHAPE DTYPE (e.g. 20000x20000 float32), or a "
+                   "variable (x, or x float32: its shape in float32)")
     @argument("--device", default=None, metavar="N",
               help="the device whose budget to set or show (default: every device)")
     @line_magic
@@ -190,7 +190,7 @@ class GpuMagics(Magics):
 
         In [3]: %vram_budget --estimate 20000x20000 float32   # 1.49 GiB
 
-        In [4]: %vram_budget --estimate x   # a variable
+        In [4]: %vram_budget --estimate x   # a variable (x float32: as --dtype float32)
 
         In [5]: %vram_budget 8GB --device 1   # one device's budget
 
@@ -213,24 +213,16 @@ class GpuMagics(Magics):
                     raise UsageError(f"give either a budget ({given}) or --estimate "
                                      f"{' '.join(args.estimate)}, not both; e.g. "
                                      f"%vram_budget {budget or '8GB'}")
-                return self._estimate(args.estimate)
+                assert self.shell is not None
+                return estimate_words(args.estimate, self.shell.user_ns)
             if budget is None:
                 return session.budget_status(device)
             return session.set_budget(budget, device)
         except ValueError as exc:  # SizeError, or a device that is not visible
             raise UsageError(str(exc)) from None
 
-    def _estimate(self, words: list[str]) -> Any:
-        if len(words) == 1 and words[0].isidentifier():
-            assert self.shell is not None
-            return session.estimate_name(words[0], self.shell.user_ns)
-        if len(words) > 2:
-            raise UsageError(f"--estimate takes SHAPE [DTYPE], got {' '.join(words)!r}; "
-                             "e.g. --estimate 20000x20000 float32")
-        return estimate(words[0], words[1] if len(words) == 2 else "float64")
-
     @magic_arguments()
-    @argument("device", nargs="?", type=int, default=0,
+    @argument("device", nargs="?", type=int, default=None,
               help="the CuPy device index to show first (default 0)")
     @argument("--interval", default=None, metavar="SECONDS",
               help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} "
@@ -261,11 +253,12 @@ class GpuMagics(Magics):
                              f"{' '.join('--' + a for a in actions)}; e.g. "
                              f"%vram_panel --{actions[-1]}")
         if actions:
+            panel_action(actions[0], line, args)
             session.act_on_panels(actions[0])
             return
         try:
-            session.show_panel(interval=interval(args.interval), device=args.device,
-                               text=args.text)
+            session.show_panel(interval=interval(args.interval),
+                               device=0 if args.device is None else args.device, text=args.text)
         except ValueError as exc:
             raise UsageError(f"{exc}; e.g. %vram_panel 0") from None
 

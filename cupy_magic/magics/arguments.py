@@ -41,6 +41,7 @@ _VALUES = {
     "--device": "1",
 }
 _REPEATABLE = ("--reduce",)
+_HELP_FLAGS = ("-h", "--help", "-help", "-?")
 _KINDS = {"int": "a whole number", "float": "a number"}
 
 
@@ -116,6 +117,9 @@ def _explain(message: str, parser: argparse.ArgumentParser, argv: list[str],
                         f"lines below the {magic} line, e.g. {example}")
             return f"{magic} takes no {extra!r} here; e.g. {example} ({help_})"
         flag = extra.split()[0].partition("=")[0]
+        if flag in _HELP_FLAGS:  # IPython's magics take no --help; their help is magic?
+            return (f"{magic} has no option {flag}; its help is {magic}? (the options, "
+                    f"with examples), e.g. {example}")
         options = list(parser._option_string_actions)
         close = ([o for o in options if o[2:3] == flag[1:2]] if re.fullmatch(r"-\w", flag)
                  else difflib.get_close_matches(flag, options, n=1))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import math
+from typing import Any
 
 from IPython.core.error import UsageError
 
+from .. import session
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
+from ..units import Estimate, estimate
 
-__all__ = ["device_number", "interval", "modes", "on_off"]
+__all__ = ["device_number", "estimate_words", "interval", "modes", "on_off",
+           "panel_action"]
 
 
 def interval(text: str | None) -> float | None:
@@ -42,3 +47,28 @@ def device_number(text: str | None) -> int | None:
         raise UsageError(f"--device takes a device number, got {text!r}; e.g. "
                          "%vram_budget 8GB --device 1")
     return int(text)
+
+
+def panel_action(action: str, line: str, args: argparse.Namespace) -> None:
+    """Refuse what ``%vram_panel --pause`` (``--resume``, ``--stop``) would ignore: they act
+    on every panel, so a device, ``--interval`` or ``--text`` beside them would do nothing."""
+    ignored = [what for what, given in (("device", args.device is not None),
+                                        ("--interval", args.interval is not None),
+                                        ("--text", args.text)) if given]
+    if ignored:
+        raise UsageError(f"%vram_panel --{action} acts on every panel and takes no "
+                         f"{' or '.join(ignored)}, got %vram_panel {line.strip()}; write "
+                         f"%vram_panel --{action}, and set the rest in a %vram_panel line "
+                         "of its own")
+
+
+def estimate_words(words: list[str], user_ns: dict[str, Any]) -> Estimate:
+    """``%vram_budget --estimate``'s words: ``SHAPE [DTYPE]``, or a variable's name and
+    optionally a dtype (its shape in that dtype)."""
+    if len(words) > 2:
+        raise UsageError(f"--estimate takes SHAPE [DTYPE] or NAME [DTYPE], got "
+                         f"{' '.join(words)!r}; e.g. --estimate 20000x20000 float32")
+    dtype = words[1] if len(words) == 2 else None
+    if words[0].isidentifier() and (dtype is None or words[0] in user_ns):
+        return session.estimate_name(words[0], user_ns, dtype)
+    return estimate(words[0], dtype or "float64")

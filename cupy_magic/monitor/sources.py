@@ -146,9 +146,10 @@ def arena_figures(pool: Any, stream_idents: Sequence[int]) -> tuple[Any, Any, in
     return largest, free, arenas, ""
 
 
-def _stats(be: Any) -> dict[str, Any]:
-    """The backend's :class:`PoolStats` as keyword arguments of :class:`PoolFigures`."""
-    st = be.stats()
+def _stats(be: Any, device: int | None = None) -> dict[str, Any]:
+    """The backend's :class:`PoolStats` (of ``device``, default the home one) as keyword
+    arguments of :class:`PoolFigures`."""
+    st = be.stats(device)
     return {f.name: getattr(st, f.name) for f in fields(PoolStats)}
 
 
@@ -156,8 +157,8 @@ def pool_figures(be: Any, device: int) -> PoolFigures:
     """Read the pool of ``device`` from the backend ``be`` (in any thread);
     :data:`POOL_NOT_USED` for a device this kernel never used."""
     if not be.is_gpu:
-        return PoolFigures(**_stats(be), fragmentation_note=HOST_NO_POOL,
-                           budget_text=budget_text(be, be.home))
+        return PoolFigures(**_stats(be, device), fragmentation_note=HOST_NO_POOL,
+                           budget_text=budget_text(be, device))
     pool = device_pool(be, device)
     if pool is None:
         return replace(POOL_NOT_USED, budget_text=budget_text(be, device))
@@ -194,6 +195,14 @@ def sampled_row(device: int, backend_name: str, reading: DeviceReading, pool: Po
     return device_row(device, reading, pool.used, pool.held, budget)
 
 
+def _standing_for(be: Any, device: int, reading: DeviceReading) -> DeviceReading:
+    """``reading``, named for the device a host backend stands for where it stands for
+    several (``CUPY_MAGIC_HOST_DEVICES``) and NVML names none."""
+    if be.is_gpu or reading.name is not NA or be.device_count() < 2:
+        return reading
+    return replace(reading, name=be.device_name(device))
+
+
 class LiveSources:
     """The real sources: the live backend, NVML, the session budget and the running cell."""
 
@@ -223,14 +232,14 @@ class LiveSources:
             count = (be.cp.cuda.runtime.getDeviceCount() if be.is_gpu
                      else len(nvml.visible_handles()))
             names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
-            self._labels[be.name] = (
+            self._labels[be.name] = (  # no GPU: the devices the host backend stands for
                 [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
-                or [f"0: {be.info().name}"])
+                or [f"{i}: {be.device_name(i)}" for i in range(be.device_count())])
         return list(self._labels[be.name])
 
     def reading(self, device: int) -> DeviceReading:
-        reading = nvml.read_device(self._handle(device))
         be = self._backend()
+        reading = _standing_for(be, device, nvml.read_device(self._handle(device)))
         pool = device_pool(be, device)
         if pool is None:  # the host backend, or a device without a context here: none held
             return reading if not be.is_gpu else replace(reading, this_process=0)
@@ -239,8 +248,8 @@ class LiveSources:
 
     def row(self, device: int) -> DeviceRow:
         """The compact row of ``device``: five NVML figures and its pool's used and held."""
-        reading = nvml.read_brief(self._handle(device))
         be = self._backend()
+        reading = _standing_for(be, device, nvml.read_brief(self._handle(device)))
         pool = device_pool(be, device)
         if pool is None:
             note = NOT_USED if be.is_gpu else HOST_NO_POOL

@@ -13,7 +13,7 @@ from ..holders import account as _holders
 from ..holders.free import FreeResult, shell_copies
 from ..holders.free import free as _free
 from ..holders.records import HolderReport
-from ..units import Estimate, SizeError, estimate_array, format_bytes, short_repr, whole
+from ..units import Estimate, SizeError, estimate, estimate_array, format_bytes, short_repr, whole
 
 __all__ = ["BudgetStatus", "budget_status", "estimate_name", "free_cached", "memory_pool",
            "set_budget", "vram_free", "vram_holders"]
@@ -28,6 +28,7 @@ class BudgetStatus(PoolStats):
     device: int = 0
     # the other devices of the host, when there are several (%vram_budget without --device)
     others: tuple[BudgetStatus, ...] = ()
+    devices: int = 1  # how many the host has: with several, the text names this one
 
     @property
     def budget_bytes(self) -> int | None:
@@ -53,8 +54,8 @@ class BudgetStatus(PoolStats):
             f"({format_bytes(self.cached_free)} cached)\n"
             f"{unit}: {format_bytes(self.device_used)} used of {format_bytes(self.device_total)}"
         )
-        if not self.others:
-            return text
+        if not self.others:  # one device's, named where the host has several (--device 1)
+            return f"device {self.device}:\n{text}" if self.devices > 1 else text
         rows = [f"device {o.device}: budget {o.budget.describe() if o.budget else 'off'}, "
                 f"pool {format_bytes(o.used)} used, {format_bytes(o.held)} held"
                 for o in self.others]
@@ -84,10 +85,11 @@ def _device(device: int | None, be: Any, status: bool = False) -> int:
     return device
 
 
-def _status(be: Any, device: int) -> BudgetStatus:
+def _status(be: Any, device: int, devices: int = 1) -> BudgetStatus:
     st = be.stats(device)
     return BudgetStatus(st.used, st.held, st.limit, st.device_used, st.device_total,
-                        backend=be.name, budget=be.budgets.get(device), device=device)
+                        backend=be.name, budget=be.budgets.get(device), device=device,
+                        devices=devices)
 
 
 def budget_status(device: int | None = None) -> BudgetStatus:
@@ -95,9 +97,10 @@ def budget_status(device: int | None = None) -> BudgetStatus:
     home device, with a line for each other device of the host in ``others``)."""
     be = _backend.current()
     home = _device(device, be, status=True)
-    status = _status(be, home)
-    if device is None and be.device_count() > 1:
-        others = tuple(_other(be, d) for d in range(be.device_count()) if d != home)
+    count = be.device_count()
+    status = _status(be, home, count)
+    if device is None and count > 1:
+        others = tuple(_other(be, d) for d in range(count) if d != home)
         status = replace(status, others=others)
     return status
 
@@ -166,12 +169,17 @@ def free_cached() -> int:
     return _backend.current().free_cached()
 
 
-def estimate_name(name: str, namespace: dict[str, Any]) -> Estimate:
-    """Estimate what the array bound to ``name`` takes on the device."""
+def estimate_name(name: str, namespace: dict[str, Any], dtype: str | None = None) -> Estimate:
+    """Estimate what the array bound to ``name`` takes on the device: in its own dtype, or
+    its shape in ``dtype`` (``%vram_budget --estimate x float32``: what ``--dtype float32``
+    would move)."""
     if name not in namespace:
         raise SizeError(f"no variable named {name!r}; give a defined array or a shape such as "
                         "20000x20000 float32")
-    return estimate_array(namespace[name], label=name)
+    own = estimate_array(namespace[name], label=name)
+    if dtype is None:
+        return own
+    return replace(estimate(own.shape, dtype), label=f"{name} as {dtype}")
 
 
 def _shell() -> Any:

@@ -289,8 +289,7 @@ class _Linter(DeviceNames):
 
     def call(self, node: ast.Call) -> None:
         func = node.func
-        args = [*node.args, *(k.value for k in node.keywords)]
-        any_device = any(self.is_device(a) for a in args)
+        any_device = any(self.is_device(a) for a in [*node.args, *(k.value for k in node.keywords)])
         first = self.is_device(node.args[0]) if node.args else False
         path = self.xp_function(func)
         if path is not None:
@@ -310,7 +309,6 @@ class _Linter(DeviceNames):
 
     def xp_call(self, node: ast.Call, path: list[str], first: bool) -> None:
         name = path[-1]
-        keywords = {k.arg for k in node.keywords}
         if set(path[1:-1]) & rules.HOST_XP_SUBMODULES:
             return
         qualified = f"{path[-2]}.{name}" if len(path) > 2 else name
@@ -318,12 +316,14 @@ class _Linter(DeviceNames):
             name in rules.SYNC_FUNCTIONS
             or qualified in rules.SYNC_FUNCTIONS
             or (name == "where" and len(node.args) == 1 and not node.keywords)
-            or rules.SYNC_WITH_KEYWORD.get(name) in keywords
+            or rules.SYNC_WITH_KEYWORD.get(name) in {k.arg for k in node.keywords}
         )
         if name == "asnumpy":
             self.flag(node, "get")
         elif syncs:
             self.flag(node, "sync-function")
+        elif name in rules.SCALAR_TYPES and first:  # np.float64(total) is float(total)
+            self.flag(node, "scalar-conversion")
         elif name in rules.SHAPE_FUNCTIONS and node.args:
             shape = node.args[0]
             parts = shape.elts if isinstance(shape, (ast.Tuple, ast.List)) else [shape]
@@ -334,7 +334,7 @@ class _Linter(DeviceNames):
         if name in self.functions:
             self.call_function(node, name)
             return
-        later = any(self.is_device(a) for a in node.args[1:])
+        later = any(self.is_device(a) for a in node.args[1:])  # map(f, x), filter(f, x)
         kinds = (
             ("print", name in rules.PRINT_CALLS and any_device),
             ("format", name in rules.FORMAT_BUILTINS and first),

@@ -215,6 +215,16 @@ ITERATING_LATER_ARGS: frozenset[str] = frozenset({"map", "filter"})
 #: Builtins that convert a device value to a Python scalar.
 SCALAR_BUILTINS: frozenset[str] = frozenset({"float", "int", "bool", "complex", "round", "hex"})
 
+#: NumPy's scalar types (the same classes in CuPy's namespace): one made from a device value
+#: converts it to a host scalar, as ``float`` does.
+SCALAR_TYPES: frozenset[str] = frozenset(
+    {"float16", "float32", "float64", "half", "single", "double", "longdouble",
+     "complex64", "complex128", "csingle", "cdouble", "int8", "int16", "int32", "int64",
+     "uint8", "uint16", "uint32", "uint64", "intp", "uintp", "int_", "uint", "byte", "ubyte",
+     "short", "ushort", "intc", "uintc", "long", "ulong", "longlong", "ulonglong", "bool",
+     "bool_"}
+)
+
 #: Builtins that format a device value as text.
 FORMAT_BUILTINS: frozenset[str] = frozenset({"repr", "str", "format", "ascii"})
 #: Calls that print or display their arguments.

@@ -19,6 +19,14 @@ _HOST_ONLY_COMPARE = (ast.Is, ast.IsNot, ast.In, ast.NotIn)
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
+def lambda_function(name: str, node: ast.Lambda) -> ast.FunctionDef:
+    """``name = lambda ...: body`` as the function ``def name(...): return body``, at the
+    lambda's line, so that its body is linted as a cell function's is."""
+    body = ast.copy_location(ast.Return(value=node.body), node.body)
+    func = ast.FunctionDef(name=name, args=node.args, body=[body], decorator_list=[])
+    return ast.fix_missing_locations(ast.copy_location(func, node))
+
+
 def names(target: ast.AST) -> Iterator[str]:
     """Yield the plain names bound by an assignment target."""
     if isinstance(target, ast.Name):
@@ -222,6 +230,8 @@ class DeviceNames:
             self.masks.discard(name)
             self.loop_ints.discard(name)
             self.functions.pop(name, None)
+            if isinstance(target, ast.Name) and isinstance(value, ast.Lambda):
+                self.functions[name] = lambda_function(name, value)
             if is_dev:
                 self.device.add(name)
             if mask:

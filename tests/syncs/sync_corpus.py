@@ -339,7 +339,6 @@ SYNCING = [
         to_float = lambda a: float(a.sum())  #!
         v = to_float(x)
         """,
-        hard=True,
     ),
     _cell(
         "early-stop",

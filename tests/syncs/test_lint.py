@@ -120,6 +120,8 @@ def test_print_outside_loop() -> None:
         "d = {}\nv = d.get('k')",
         "y = x[order]",
         "for part in np.array_split(x, 4):\n    part *= 2",
+        "eps = np.float32(1e-3)\nn = np.int64(len(x))",
+        "g = lambda v: v * 2 + 1\ny = g(x)",
     ],
 )
 def test_not_flagged(source: str) -> None:
@@ -155,10 +157,26 @@ def test_not_flagged(source: str) -> None:
         ("v = x[: x.argmax()]", "scalar-conversion"),
         ("plt.scatter(x, x)", "plot"),
         ("axes[0].plot(x)", "plot"),
+        # NumPy's scalar types are CuPy's: np.float64(total) is float(total) (missed before)
+        ("v = np.float64(x.sum())", "scalar-conversion"),
+        ("v = cp.int32(x.argmax())", "scalar-conversion"),
+        ("v = np.bool_(x.any())", "scalar-conversion"),
+        # a lambda's body is a function's (missed before: lambdas were not read)
+        ("g = lambda v: v.max().item()", "get"),
     ],
 )
 def test_flagged_kind(source: str, kind: str) -> None:
     assert flagged(source) == {1: {kind}}
+
+
+def test_a_lambda_called_in_a_loop_flags_its_line_in_the_loop() -> None:
+    src = """
+    peak = lambda v: float(v.max())
+    for step in range(3):
+        top = peak(x)
+    """
+    (f,) = lint(src)
+    assert (f.line, f.kind, f.in_loop) == (1, "scalar-conversion", True)
 
 
 def test_loop_index_only_for_scalar_indices_in_loops() -> None:
