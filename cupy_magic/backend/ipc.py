@@ -82,8 +82,9 @@ class DeviceBuffer:
 
 
 def open_handle(handle: bytes) -> int:
-    """Open another process's buffer by its handle: its address in this process (the same
-    handle opened twice gives the same address and counts twice: close it as often)."""
+    """Open another process's buffer by its handle: its address in this process. A handle
+    this process has open already is refused ("resource already mapped": CUDA maps one
+    per context), so a caller opens each handle once and shares the opening."""
     rt = _cupy().cuda.runtime
     return int(rt.ipcOpenMemHandle(handle, rt.cudaIpcMemLazyEnablePeerAccess))
 

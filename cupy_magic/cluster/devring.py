@@ -73,6 +73,10 @@ class DeviceRing(SlotRing):
     """
 
     runner = staticmethod(run_device_block)  # what a block's task runs on its worker
+    # keys of their own: where the run falls back, the same blocks run again as tasks of the
+    # plain keys, and Dask would give a new task the result of a cancelled one of its key
+    # still executing on a worker (its worker resumes it): this run's, placed in a device slot
+    key_suffix = "-ipc"
 
     def __init__(self, client: Any, workers: tuple[str, ...], be: Backend, run: str) -> None:
         super().__init__(client, workers, "cupy-magic-ipc")

@@ -17,6 +17,7 @@ before it frees their slots.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass
@@ -84,29 +85,23 @@ _closed: set[str] = set()  # runs the kernel closed: a late block of one opens n
 
 
 def _attach(run: str, handle: bytes) -> _Opened:
-    """The opening of ``handle`` in ``run`` (opened now on first use), one user more."""
+    """The opening of ``handle`` in ``run`` (opened now on first use), one user more. Opened
+    under the lock: CUDA refuses a second opening of a handle open in this process."""
     with _lock:
         if run in _closed:
             raise RuntimeError(f"the kernel closed run {run} of its device slots; this "
                                "block's run is superseded")
-        opened = _runs.setdefault(run, {}).get(handle)
-        if opened is not None:
-            opened.users += 1
-            return opened
-    try:
-        ptr = open_handle(handle)
-    except Exception as exc:  # the kernel runs the cell through shared memory instead
-        raise IpcUnavailable(f"opening the kernel's device slot failed on this worker "
-                             f"({type(exc).__name__}: {exc})".split("\n")[0]) from None
-    with _lock:
-        opened = _runs.get(run, {}).get(handle)
-        if run in _closed or opened is not None:  # closed meanwhile, or opened twice
-            close_handle(ptr)
-            if opened is None:
-                raise RuntimeError(f"the kernel closed run {run} of its device slots; this "
-                                   "block's run is superseded")
-        else:
-            opened = _runs.setdefault(run, {})[handle] = _Opened(ptr)
+        openings = _runs.setdefault(run, {})
+        opened = openings.get(handle)
+        if opened is None:
+            try:
+                ptr = open_handle(handle)
+            except Exception as exc:  # the kernel runs the cell through shared memory instead
+                if not openings:
+                    _runs.pop(run, None)
+                raise IpcUnavailable(f"opening the kernel's device slot failed on this worker "
+                                     f"({type(exc).__name__}: {exc})".split("\n")[0]) from None
+            opened = openings[handle] = _Opened(ptr)
         opened.users += 1
         return opened
 
@@ -225,4 +220,6 @@ def run_device_block(spec: BlockSpec, index: int, start: int, task: DeviceTask,
         return {**info, "placed": placed, "values": values}
     finally:
         batched.clear()  # the views go before the opening may close
+        with contextlib.suppress(Exception):  # a failed block may still have copies of the
+            be.synchronize()  # slot queued: done before the kernel may free or refill it
         _leave(task.run, task.handle, opened)

@@ -31,7 +31,8 @@ __all__ = ["BlockCancelled", "CellBlocks", "cancel", "died", "explain", "hold_lo
            "release_log", "unstick"]
 
 _log = logging.getLogger(__name__)
-_BLOCK_KEY = re.compile(r"^cupy-magic-(?P<cell>[0-9a-f]+)-block-(?P<index>\d+)$")
+# a block run through device slots ends in "-ipc" (:attr:`.devring.DeviceRing.key_suffix`)
+_BLOCK_KEY = re.compile(r"^cupy-magic-(?P<cell>[0-9a-f]+)-block-(?P<index>\d+)(?:-ipc)?$")
 TAIL = "its futures cancelled, nothing committed"
 AGAIN = ("run the cell again (a local cluster's nanny restarts a dead worker; %gpu_cluster "
          "show lists the workers)")

@@ -132,7 +132,8 @@ def run_through_slots(client: Any, ring: SlotRing, spec_f: Any, inputs: BlockInp
         run.copy_in_seconds += time.perf_counter() - t0
         future = client.submit(ring.runner, spec_f, i, start,
                                ring.task(slot, places, results_at, place), inputs.shared,
-                               key=f"cupy-magic-{cell_id}-block-{i}", workers=[slot.worker],
+                               key=f"cupy-magic-{cell_id}-block-{i}{ring.key_suffix}",
+                               workers=[slot.worker],
                                allow_other_workers=True, pure=False)
         held.append(future)
         run.futures[i] = future

@@ -71,6 +71,8 @@ class SlotRing:
         Their addresses; a block goes to the least busy one with a slot free.
     """
 
+    key_suffix = ""  # ends its blocks' task keys (``cupy-magic-<cell>-block-<i>``)
+
     def __init__(self, client: Any, workers: tuple[str, ...], thread_name: str) -> None:
         self.client, self.workers = client, workers
         self.slots: list[Any] = []

@@ -258,7 +258,9 @@ def check_devices(client: Any, workers: tuple[str, ...], be: Backend) -> str:
     except Exception as exc:  # not kept: asked again next cell
         return f"this kernel could not make a device buffer to share ({type(exc).__name__})"
     try:
-        probe.view(0, (PROBE,), np.uint8).set(np.frombuffer(token, np.uint8))
+        probe.view(0, (PROBE,), np.uint8).set(np.frombuffer(token, np.uint8),
+                                              stream=probe.stream)
+        probe.synchronize()  # the copy is asynchronous: on the device before a worker reads
         facts = client.run(device_facts, probe.handle, token, workers=list(workers),
                            on_error="return")
     except Exception as exc:  # a worker may hold it open: the probe is not freed

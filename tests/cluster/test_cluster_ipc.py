@@ -15,6 +15,7 @@ import pytest
 import cupy_magic
 from cupy_magic.backend import BudgetExceeded
 from cupy_magic.cluster import devring, devslots, transport
+from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 from cupy_magic.cluster.transport import Transport
 
 ROWS = "--batch-rows 100"  # 1003 rows: 11 blocks, the last of 3 rows
@@ -110,6 +111,27 @@ def test_device_memory_outside_the_pool_is_held_against_the_budget(ip):
     finally:
         be.unreserve(be.reserved())
         cupy_magic.set_budget(None)
+
+
+def test_a_device_run_has_task_keys_of_its_own_that_still_name_the_cells_block():
+    """A run that falls back runs the same blocks again; were its tasks' keys the device
+    run's, a worker still executing a cancelled device task would hand its result (placed in
+    a device slot) to the new task of that key. The keys differ; failures still name the
+    block."""
+    from cupy_magic.cluster.failure import CellBlocks
+    from cupy_magic.cluster.ring import SlotRing
+
+    cell = CellBlocks("c0ffee", starts=(0, 100, 200), sizes=(100, 100, 3))
+    ring = devring.DeviceRing(None, ("tcp://a:1",), cupy_magic.backend.current(), "c0ffee-ipc")
+    try:
+        device = f"cupy-magic-c0ffee-block-2{ring.key_suffix}"
+        plain = f"cupy-magic-c0ffee-block-2{SlotRing.key_suffix}"
+    finally:
+        ring.pool.shutdown()
+    assert device != plain and plain == "cupy-magic-c0ffee-block-2"
+    assert cell.index(device) == 2 and cell.index(plain) == 2
+    assert cell.blocks([device]) == "block 3 of 3 (rows 200:203)"
+    assert cell.index("cupy-magic-c0ffee-block-2-shm") is None
 
 
 # --- on a real LocalCluster (CPU fallback) ---------------------------------------------
@@ -214,7 +236,8 @@ def test_ipc_results_equal_the_kernels_and_the_report_names_the_transport(ip, gp
     body = BODY + "w = x.astype(np.float64) * 3\n"  # results larger than the inputs
     kernel = _run(ip, body, "--to-host", "ymnkw")
     used = be.pool_used()
-    for run in range(2):
+    workers = len(gpu_cluster.scheduler_info(n_workers=-1)["workers"])
+    for _ in range(2):  # each run makes its device slots anew and frees them
         got = _run(ip, body, "--to-host --cluster --batch-rows 5000", "ymnkw")
         rep = cupy_magic.last_report()
         info = rep.batch
@@ -228,8 +251,9 @@ def test_ipc_results_equal_the_kernels_and_the_report_names_the_transport(ip, gp
             assert got[name].dtype == kernel[name].dtype
             np.testing.assert_allclose(got[name], kernel[name], rtol=1e-6)
         assert got["k"] == 3
-        if run == 1:  # the slots grew in the first run: no block's results over the socket
-            assert info.sent_back == 0
+        # each run makes its ring anew: the blocks given a slot before the first result said
+        # how large a result row is (one per slot) send their results (4x the inputs) back
+        assert info.sent_back == min(info.blocks, SLOTS_PER_WORKER * workers)
         _nothing_held(gpu_cluster, be, used)
     transport.use_ipc(False)
     try:
@@ -314,8 +338,9 @@ def test_a_worker_that_cannot_open_a_slot_falls_back_with_a_note(ip, gpu_cluster
     assert sum("CUDA IPC could not be used for this run" in n for n in rep.notes) == 1
     np.testing.assert_allclose(got["y"], np.sqrt(x) * 2 + 1, rtol=1e-12)
     _nothing_held(gpu_cluster, be, used)
-    # a budget with no room for the device slots: shared memory, and the report says why
-    cupy_magic.set_budget(8 << 20)
+    # a budget with no room for the device slots (three of 2 MiB): shared memory, and the
+    # report says why
+    cupy_magic.set_budget(4 << 20)
     try:
         _run(ip, "y = x + 1\n", "--to-host --cluster --batch-rows 500", "y")
         said = cupy_magic.last_report().batch.transport
