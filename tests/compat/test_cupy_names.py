@@ -24,6 +24,12 @@ def host_ip(shell, monkeypatch):
     yield from loaded(shell, monkeypatch, "host")
 
 
+@pytest.fixture
+def gpu_ip(shell, monkeypatch):
+    """The shell with the extension on CuPy (for the tests marked gpu)."""
+    yield from loaded(shell, monkeypatch, "cupy")
+
+
 def test_asnumpy_is_a_numpy_copy(ip):
     ip.user_ns["x"] = np.arange(6.0)
     ip.run_cell_magic("gpu", "--quiet", "a = cp.asnumpy(x * 2)\nout = np.zeros(6)\n"
@@ -169,21 +175,21 @@ class _Unhashable:
 
 
 @pytest.mark.gpu
-def test_a_device_scalar_as_a_key_on_the_gpu(shell, monkeypatch):
-    for gpu in loaded(shell, monkeypatch, "cupy"):
-        gpu.user_ns["x"] = np.arange(4.0)
-        message = cell_error(gpu, "d = {}\nd[x.sum()] = 1")
-        assert message.startswith("line 2 `d[x.sum()] = 1`: CuPy does not support a device "
-                                   "array as a dict key"), message
-        gpu.run_cell_magic("gpu", "--quiet", "d = {}\nd[x.sum().item()] = 1")
-        assert gpu.user_ns["d"] == {6.0: 1}
+def test_a_device_scalar_as_a_key_on_the_gpu(gpu_ip):
+    gpu_ip.user_ns["x"] = np.arange(4.0)
+    gpu_ip.user_ns.pop("d", None)
+    message = cell_error(gpu_ip, "d = {}\nd[x.sum()] = 1")
+    assert message.startswith("line 2 `d[x.sum()] = 1`: CuPy does not support a device "
+                              "array as a dict key"), message
+    assert "\n" not in message and "d" not in gpu_ip.user_ns
+    gpu_ip.run_cell_magic("gpu", "--quiet", "d = {}\nd[x.sum().item()] = 1")
+    assert gpu_ip.user_ns["d"] == {6.0: 1}
 
 
 @pytest.mark.gpu
-def test_cupy_names_pass_through_on_the_gpu(shell, monkeypatch):
-    for gpu in loaded(shell, monkeypatch, "cupy"):
-        gpu.user_ns["x"] = np.arange(4.0)
-        gpu.run_cell_magic("gpu", "--quiet", "import cupy\nok = cupy.is_available()\n"
-                           "n = cp.cuda.runtime.getDeviceCount()\ny = x.get()")
-        assert gpu.user_ns["ok"] is True and gpu.user_ns["n"] >= 1
-        assert type(gpu.user_ns["y"]) is np.ndarray
+def test_cupy_names_pass_through_on_the_gpu(gpu_ip):
+    gpu_ip.user_ns["x"] = np.arange(4.0)
+    gpu_ip.run_cell_magic("gpu", "--quiet", "import cupy\nok = cupy.is_available()\n"
+                          "n = cp.cuda.runtime.getDeviceCount()\ny = x.get()")
+    assert gpu_ip.user_ns["ok"] is True and gpu_ip.user_ns["n"] >= 1
+    assert type(gpu_ip.user_ns["y"]) is np.ndarray
