@@ -396,9 +396,13 @@ def nb01():
         r = best_run("y = x.copy()", {"np": np, "x": x})
         bridge = r.inputs[0].gbps
         device_copy = 2 * x.nbytes / r.gpu_seconds / 1e9
-        print(f"over PCIe (host -> device): {bridge:8.1f} GB/s ({'pinned' if r.inputs[0].pinned else 'pageable'})")
-        print(f"inside the device (copy):   {device_copy:8.1f} GB/s")
-        print(f"the device's own memory is {device_copy / bridge:.1f}x faster than the bridge")
+        if ON_GPU:
+            print(f"over PCIe (host -> device): {bridge:8.1f} GB/s ({'pinned' if r.inputs[0].pinned else 'pageable'})")
+            print(f"inside the device (copy):   {device_copy:8.1f} GB/s")
+            print(f"the device's own memory is {device_copy / bridge:.1f}x faster than the bridge")
+        else:   # the CPU fallback: no PCIe, no device; both figures are copies in host RAM
+            print(f"host copy in (no PCIe here): {bridge:8.1f} GB/s")
+            print(f"copy inside host RAM:        {device_copy:8.1f} GB/s (read and write)")
         del y
         '''),
         md('''

@@ -45,6 +45,14 @@ def _host_ram_used() -> int:
 DEVICES_ENV = "CUPY_MAGIC_HOST_DEVICES"
 
 
+def host_base(array: np.ndarray) -> np.ndarray:
+    """The array whose memory ``array`` uses: its last ``.base`` that is an array (itself
+    when it owns its memory); a view keeps that whole allocation alive."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
 def host_devices() -> int:
     """How many devices the host backend stands for: ``CUPY_MAGIC_HOST_DEVICES`` (default 1),
     so that ``%%gpu --devices 0,1`` can be taught and tested on a machine without a GPU."""
@@ -123,9 +131,16 @@ class HostBackend(Backend):
         self._resident.pop(id(array), None)
         return np.asarray(array)
 
+    def resident_bases(self) -> dict[int, np.ndarray]:
+        """The allocations of the arrays earlier cells left "on the device", by ``id`` of
+        their :func:`host_base` (a view and its base are one allocation)."""
+        bases = map(host_base, list(self._resident.values()))
+        return {id(b): b for b in bases}
+
     def resident_bytes(self) -> int:
-        """Bytes of the arrays earlier cells left "on the device" (in host RAM here)."""
-        return sum(int(a.nbytes) for a in list(self._resident.values()))
+        """Bytes of the arrays earlier cells left "on the device" (in host RAM here), each
+        allocation once."""
+        return sum(int(a.nbytes) for a in self.resident_bases().values())
 
     def pool_used(self, device: int | None = None) -> int:
         """Bytes of earlier cells' arrays plus what the running cell holds now (any thread);

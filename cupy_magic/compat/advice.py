@@ -13,8 +13,13 @@ from types import TracebackType
 
 from ..source import line_code
 
-__all__ = ["FALLBACK_HINT", "KINDS", "LIMIT_ERRORS", "WAYS", "CupyLimit", "MissingInCupy",
-           "classify", "explain_failure", "limit_message", "why_text"]
+__all__ = ["FALLBACK_HINT", "KINDS", "LIMIT_ERRORS", "TO_HOST", "WAYS", "CupyLimit",
+           "MissingInCupy", "NeedsGpu", "classify", "explain_failure", "limit_message",
+           "why_text"]
+
+# A NumPy copy of a cell's array that runs on both backends (on the CPU fallback a cell's
+# arrays are NumPy's, which have no .get()); the advice below names it, never x.get()
+TO_HOST = "cp.asnumpy(x)"
 
 FALLBACK_HINT = "or run the cell with %%gpu --fallback (NumPy on the host for this call)"
 KINDS = {
@@ -28,6 +33,7 @@ KINDS = {
     "differs": "NumPy and CuPy give different values for {detail}",
     "fp-errors": ("the GPU never checks floating-point errors, so {detail} cannot be honoured "
                   "by the cell's device computations (they run as if 'ignore' were set)"),
+    "needs-gpu": "{short} needs a GPU, which the CPU fallback has not",
     "view": ("NumPy returns a view of its argument here, and run on the host the result "
              "can only be a copy on the device (a write to one would not show in the other)"),
 }
@@ -38,7 +44,7 @@ WAYS = {
     "Generator.shuffle": "x = x[np.argsort(rng.random(len(x)))]",
     "Generator.permuted": "x[np.argsort(rng.random(len(x)))]",
     "nditer": "loop over x.ravel() with whole-array expressions, or bring x to the host "
-              "(x.get()) and iterate there",
+              f"({TO_HOST}, on either backend) and iterate there",
     "ndenumerate": "np.indices(x.shape) or np.argwhere for the positions, with whole-array "
                    "expressions",
     "ndindex": "np.indices(shape).reshape(len(shape), -1).T",
@@ -63,9 +69,10 @@ WAYS = {
     "vectorize": "whole-array expressions (np.where for branches)",
     "frompyfunc": "whole-array expressions (np.where for branches)",
     "apply_along_axis": "a whole-array expression with axis=...",
-    "set_printoptions": "print(x.get()) with NumPy's options outside the cell",
+    "set_printoptions": f"set NumPy's print options outside the cell, then print({TO_HOST}) "
+                        "in it",
     "busday_count": "compute dates on the host, outside the cell",
-    "save": "np.save outside the cell on x.get(), or cupy's np.save on the device array",
+    "save": f"np.save of a host copy ({TO_HOST}), or CuPy's np.save on the device array",
     # grown from NumPy's docstring examples (benchmarks/numpy_examples.py)
     "(where=)": "select first: np.sum(np.where(mask, x, 0)) (the identity: 0 for sum, 1 for "
                 "prod, True for all, False for any), or x[mask] for min, max, mean, std, var",
@@ -123,6 +130,11 @@ class CupyLimit(NotImplementedError):
 
 class MissingInCupy(CupyLimit, AttributeError):
     """``np.<name>`` that CuPy lacks (an ``AttributeError`` too, as a missing attribute is)."""
+
+
+class NeedsGpu(CupyLimit, AttributeError):
+    """``cp.<name>``, CuPy's own, that has no meaning on the CPU fallback (a CUDA kernel, a
+    device, a stream); an ``AttributeError`` too, so ``hasattr(cp, "cuda")`` is False there."""
 
 
 def _short(function: str) -> str:
@@ -230,7 +242,21 @@ _ARRAY_LIMITS: tuple[tuple[type[BaseException], re.Pattern[str], str, str], ...]
     (TypeError, re.compile(r"operand type\(s\) all returned NotImplemented from __array_ufunc__"),
      "an operator between a device array and a Python list or NumPy array",
      "np.asarray(the list) first, so both sides are device arrays"),
+    # NumPy's x.sum() is a hashable scalar, CuPy's a 0-d device array, which is not: the
+    # same `d[x.sum()] = 1` runs on the CPU fallback and fails on a GPU
+    (TypeError, re.compile(r"unhashable type: '(?:cupy\.[\w.]*)?_?(?:ndarray|ndarray_base)'"),
+     "a device array as a dict key or set item (x.sum() and x[i] are 0-d device arrays, "
+     "where NumPy gives hashable scalars)",
+     "a Python number as the key: d[x.sum().item()] (a host sync), or keep keys as Python "
+     "ints"),
 )
+# What a NumPy array lacks that a cell written for CuPy asks of it (the CPU fallback's arrays
+# are NumPy's): (method, what it is, the form that runs on both backends)
+_NUMPY_LACKS = {
+    "get": ("CuPy's copy to the host", f"{TO_HOST}, a NumPy copy on either backend"),
+    "set": ("CuPy's copy from the host", "x[...] = h, which copies h in on either backend"),
+}
+_NO_ATTRIBUTE = re.compile(r"^'numpy\.\w+' object has no attribute '(\w+)'$")
 
 
 def _array_limit(exc: BaseException) -> tuple[str, str] | None:
@@ -239,16 +265,28 @@ def _array_limit(exc: BaseException) -> tuple[str, str] | None:
                  if isinstance(exc, base) and pattern.search(text)), None)
 
 
+def _numpy_lacks(exc: BaseException) -> tuple[str, str, str] | None:
+    """``(method, what it is, the fix)`` for ``x.get()`` asked of a NumPy array or scalar."""
+    match = _NO_ATTRIBUTE.match(str(exc)) if isinstance(exc, AttributeError) else None
+    if match is None or match.group(1) not in _NUMPY_LACKS:
+        return None
+    return (match.group(1), *_NUMPY_LACKS[match.group(1)])
+
+
 def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
     """A :class:`CupyLimit` for a cell that failed when NumPy-only code (outside the proxy,
     e.g. another library) received a device array, Python needed an int and got a device
-    scalar (``range(np.argmax(x))``), or a device array was asked what CuPy's arrays do not
-    do (``x.flat[idx]``, :data:`_ARRAY_LIMITS`); None for any other failure."""
+    scalar (``range(np.argmax(x))``), a device array was asked what CuPy's arrays do not
+    do (``x.flat[idx]``, ``d[x.sum()]``: :data:`_ARRAY_LIMITS`), or a NumPy array what only
+    CuPy's do (``x.get()`` on the CPU fallback); None for any other failure."""
     if isinstance(exc, CupyLimit):
         return None
     found = classify(exc)
-    array_limit = _array_limit(exc) if found is None else None
-    if found not in (("device-array", ""), ("device-int", "")) and array_limit is None:
+    array_limit = _array_limit(exc) if found not in (("device-array", ""),
+                                                     ("device-int", "")) else None
+    lacks = _numpy_lacks(exc)
+    if found not in (("device-array", ""), ("device-int", "")) and array_limit is None \
+            and lacks is None:
         return None
     tb: TracebackType | None = exc.__traceback__
     line, callee = None, ""
@@ -263,6 +301,12 @@ def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
     code = line_code(filename, line)
     where = f"line {line} `{code}`" if line else "the cell"
     who = f" ({callee})" if callee and not callee.startswith("cupy") else ""
+    if lacks is not None:
+        method, what, fix = lacks
+        return CupyLimit(f"{where}: .{method}() is {what}, and a NumPy array has no .{method}() "
+                         "(on the CPU fallback a cell's arrays are NumPy's); instead: "
+                         f"{fix}", function=f"ndarray.{method}", line=line,
+                         kind="not-implemented", fix=fix.split(", ")[0])
     if array_limit is not None:
         what, fix = array_limit
         return CupyLimit(f"{where}: CuPy does not support {what}; instead: {fix}",
@@ -275,7 +319,7 @@ def explain_failure(exc: BaseException, filename: str) -> CupyLimit | None:
             kind="device-int", fix="int(x)")
     return CupyLimit(
         f"{where}: NumPy-only code{who} received a device array, which CuPy does not convert "
-        "implicitly; pass it x.get() (a NumPy copy), or use the cupyx.scipy counterpart; "
+        f"implicitly; pass it {TO_HOST} (a NumPy copy), or use the cupyx.scipy counterpart; "
         "--fallback covers np functions only",
         function=callee or "?", line=line, kind="device-array",
-        fix="x.get()")
+        fix=TO_HOST)

@@ -21,6 +21,7 @@ import numpy
 from .advice import LIMIT_ERRORS
 from .blame import WRAPPER_FILE
 from .calls import COMPLETIONS, DTYPES_OK, SEQUENCES, Calls
+from .cupyonly import cupy_only
 from .differs import guarded
 from .dress import fronting
 from .fperrors import FP_ERRORS, fp_errors_call
@@ -225,7 +226,7 @@ class ArrayModule(ModuleType):
             return _star_names(calls, path.rstrip("."), fallen)
         if name.startswith("__") and name.endswith("__"):
             return getattr(target, name)
-        value, keep = _resolve(calls, target, path.rstrip("."), name, fallen)
+        value, keep = _resolve(calls, target, path.rstrip("."), name, fallen, self)
         if keep:
             self.__dict__[name] = value
         return value
@@ -257,8 +258,8 @@ def _star_names(calls: Calls, path: str, fallen: bool) -> list[str]:
 
 
 def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
-             fallen: bool) -> tuple[Any, bool]:
-    """``(value, cache it)`` for ``np.<path>.<name>``."""
+             fallen: bool, module: ArrayModule) -> tuple[Any, bool]:
+    """``(value, cache it)`` for ``np.<path>.<name>`` (``module``: the proxy asked)."""
     host_mod = numpy_module(path)
     host = getattr(host_mod, name, MISSING) if host_mod is not MISSING else MISSING
     sub = f"{path}.{name}" if path else name
@@ -283,6 +284,8 @@ def _resolve(calls: Calls, target: ModuleType, path: str, name: str,
             return host, False  # a constant: counted at each use
         return _wrap_host(calls, host, sub, path, name, None), True
     value = getattr(target, name, MISSING)
+    if value is MISSING and calls.host and not path and host is MISSING:
+        value = cupy_only(calls, name, module)  # cp.asnumpy; cp.cuda refused in one line
     if value is MISSING:
         label = ".".join(filter(None, ("numpy", path)))
         raise AttributeError(f"module {label!r} has no attribute {name!r}")

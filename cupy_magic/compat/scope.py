@@ -5,7 +5,9 @@ Inside a ``%%gpu`` cell, ``import numpy as np``, ``from numpy import linalg as L
 as the ``np`` the cell finds in the namespace does: a cell pasted from NumPy code, imports
 and all, runs on the device instead of silently on the CPU. What the cell leaves in the user
 namespace is the plain value again (:func:`host_value`): NumPy's module or function for a
-proxy or a wrapper, the array module's Generator for a checked one.
+proxy or a wrapper, the array module's Generator for a checked one. On the CPU fallback an
+``import cupy`` or ``import cupyx...`` in a cell is refused in one line
+(:func:`~.cupyonly.refused_import`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import builtins
 import types
 from typing import Any
 
+from ..backend.cupy import probe_cupy
+from .cupyonly import refused_import
 from .generator import plain
 from .proxy import ArrayModule
 from .spec import MISSING, numpy_module
@@ -21,6 +25,18 @@ from .spec import MISSING, numpy_module
 __all__ = ["cell_builtins", "host_value"]
 
 _FRONTED = "numpy"
+_GPU_ONLY = ("cupy", "cupyx")  # imported on the CPU fallback, they fail at the first array
+
+
+def _no_gpu() -> str:
+    """Why a cell runs on NumPy, for the refusal of its ``import cupy``."""
+    cupy, why = probe_cupy()
+    if cupy is not None:
+        return ("the host backend was chosen (CUPY_MAGIC_BACKEND=host or %gpu_backend host), "
+                "though CuPy sees a GPU")
+    if why.startswith("CuPy is not installed"):
+        return why.split(";")[0]
+    return f"CuPy is installed but no GPU is visible ({why})"
 
 
 def cell_builtins(module: ArrayModule) -> types.ModuleType:
@@ -31,9 +47,12 @@ def cell_builtins(module: ArrayModule) -> types.ModuleType:
     ``builtins`` module): ``__builtins__.sum`` reaches Python's ``sum`` where the cell
     shadowed the name."""
     real = builtins.__import__
+    calls = module.__dict__["__compat__"][0]
 
     def cell_import(name: str, globals: Any = None, locals: Any = None,
                     fromlist: Any = (), level: int = 0) -> Any:
+        if not level and calls.host and name.split(".")[0] in _GPU_ONLY:
+            raise refused_import(calls, name, _no_gpu())
         if level or not (name == _FRONTED or name.startswith(_FRONTED + ".")):
             return real(name, globals, locals, fromlist, level)
         real(name, globals, locals, fromlist, level)  # a name NumPy lacks fails as usual

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..units import format_bytes
-from .records import Holder, HolderReport, MemoryPart, holders_from
+from .records import Holder, HolderReport, MemoryPart, allocation, holders_from
 from .walk import walk
 
 __all__ = ["forget", "made_in", "note_cell", "top_hint", "vram_holders"]
@@ -176,12 +176,12 @@ def vram_holders(namespace: dict[str, Any], be: Backend,
                           used=used, total=total, notes=list(found.notes))
     if be.is_gpu:
         report.parts = _device_parts(be, holders, used, others)
-    else:
-        reached = sum(int(f.array.nbytes) for f in found.found.values()
-                      if be.is_device_array(f.array))
+    else:  # each allocation once: a listed view keeps its base (a cell's array) alive
+        bases = be.resident_bases()  # type: ignore[attr-defined]
+        reached = {allocation(f.array)[0][1] for f in found.found.values()} & bases.keys()
         report.parts = [MemoryPart(
             "arrays cells made that no listed path reaches",
-            max(0, be.resident_bytes() - reached),  # type: ignore[attr-defined]
+            sum(int(b.nbytes) for k, b in bases.items() if k not in reached),
             "the host backend's account of cell results less the listed arrays: held "
             "where the walk does not look (inside libraries, or awaiting garbage collection)")]
     return report

@@ -21,7 +21,8 @@ from typing import Any
 from ..backend import Backend
 from ..units import format_bytes
 from .account import listed
-from .walk import is_output_name, last_tracebacks, reaches, user_names, walk
+from .records import allocation
+from .walk import Found, is_output_name, last_tracebacks, reaches, user_names, walk
 
 __all__ = ["FREE_TARGETS", "FreeError", "FreeResult", "drop", "free", "shell_copies"]
 
@@ -176,10 +177,24 @@ def _still_held(watched: list[Any], namespace: dict[str, Any], be: Backend) -> l
     held = []
     for key, array in alive.items():
         found = again.get(key)
-        held.append(f"{found.paths[0]} (%vram_who --free {found.roots[0]})" if found is not None
-                    else f"an array of {format_bytes(array.nbytes)} held where %vram_who does "
-                         "not look (inside a library, a module's class, or another thread)")
+        if found is not None:
+            held.append(f"{found.paths[0]} (%vram_who --free {found.roots[0]})")
+            continue
+        views = [f for f in again.values() if allocation(f.array)[0] == allocation(array)[0]]
+        if views:  # a view the walk lists keeps the dropped array's whole allocation alive
+            held += [_view_holder(f, allocation(array)[1]) for f in views]
+            continue
+        held.append(f"an array of {format_bytes(array.nbytes)} held where %vram_who does "
+                    "not look (inside a library, a module's class, or another thread)")
     return held
+
+
+def _view_holder(view: Found, nbytes: int) -> str:
+    """The line for a view that keeps a dropped array's allocation of ``nbytes`` alive."""
+    path = view.paths[0]
+    return (f"{path}, a view of it, keeps its whole {format_bytes(nbytes)} alive (del {path}, "
+            f"or {path} = {path}.copy() to keep only its own "
+            f"{format_bytes(int(view.array.nbytes))}; %vram_who --free {view.roots[0]})")
 
 
 def _watch(targets: list[str], namespace: dict[str, Any], be: Backend) -> list[Any]:

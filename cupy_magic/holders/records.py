@@ -12,6 +12,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backend.host import host_base
 from ..theme import DIM
 from ..units import format_bytes
 from .walk import Walk
@@ -161,10 +162,7 @@ def allocation(array: Any) -> tuple[Any, int]:
     mem = getattr(getattr(array, "data", None), "mem", None)
     if mem is not None and hasattr(mem, "size"):
         return ("device", int(mem.ptr)), int(mem.size)
-    root = array
-    while getattr(root, "base", None) is not None and hasattr(root.base, "nbytes") \
-            and hasattr(root.base, "base"):
-        root = root.base
+    root = host_base(array)
     return ("host", id(root)), int(root.nbytes)
 
 

@@ -42,7 +42,7 @@ def hot_advice(row: LineStat, syncs: Iterable[Any], on_host: bool) -> str:
     if row.bytes_moved and row.transfer_s >= 0.5 * row.seconds:
         return (f"it copies {format_bytes(row.bytes_moved)} between host and device; keep "
                 "arrays on the device across lines and cells, and bring results back once "
-                "(--to-host, or one .get() after the loop)")
+                "(--to-host, or one cp.asnumpy(x) after the loop)")
     if row.compile_s and row.compile_s >= 0.5 * (row.host_s or row.compile_s):
         return ("its time is kernel compiling: CuPy keeps the kernels in its cache, so a "
                 "second run is faster; --warmup compiles before the timed run")
@@ -52,7 +52,8 @@ def hot_advice(row: LineStat, syncs: Iterable[Any], on_host: bool) -> str:
     where = "CPU" if on_host else "GPU"
     return (f"its own {where} time (no sync, copy or compile on it): if it computes, use "
             "float32 where the precision allows (--dtype float32), fewer temporaries, or a "
-            "fused kernel (cupy.fuse, ElementwiseKernel)")
+            "fused kernel (a function of whole-array expressions under @cp.fuse, which runs "
+            "as plain NumPy on the CPU fallback)")
 
 
 def table_lines(rows: list[LineStat], syncs: Iterable[Any], on_host: bool) -> list[str]:

@@ -248,7 +248,8 @@ ADVICE: dict[str, tuple[str, str]] = {
     ),
     "format": (
         "formatting a device value as text copies it to the host",
-        "format a host copy once at the end (`v = x.get()`), or format `.shape`/`.dtype` only",
+        "format a host copy once at the end (`v = cp.asnumpy(x)`), or format `.shape`/`.dtype`"
+        " only",
     ),
     "truth-value": (
         "using a device value as a Python truth value copies it to the host",
@@ -284,6 +285,6 @@ ADVICE: dict[str, tuple[str, str]] = {
     ),
     "plot": (
         "matplotlib converts device arrays to NumPy, a copy to the host",
-        "copy once with `x.get()` before plotting, outside any loop",
+        "copy once with `cp.asnumpy(x)` before plotting, outside any loop",
     ),
 }

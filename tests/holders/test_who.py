@@ -144,6 +144,30 @@ def test_free_says_where_the_array_is_still_held(fresh):
     assert freed.returned < MiB and freed.still_held == ["y (%vram_who --free y)"]
 
 
+def test_free_names_the_view_that_keeps_the_array_and_counts_its_base_once(fresh):
+    """A view made in a later cell (``v = y[:10]``) keeps y's whole allocation alive: --free y
+    names v and the fix, and %vram_who counts that allocation once, under v."""
+    ip = fresh
+    gpu(ip, "y = np.ones(2**20)")
+    gpu(ip, "v = y[:10]")
+    freed = ip.run_line_magic("vram_who", "--free y")
+    assert "y" not in ip.user_ns and freed.returned < MiB
+    assert freed.still_held == ["v, a view of it, keeps its whole 8.00 MiB alive (del v, or "
+                                "v = v.copy() to keep only its own 80 B; %vram_who --free v)"]
+    report = cupy_magic.vram_holders(ip.user_ns)
+    assert by_path(report)["v"].nbytes == 8 * MiB and report.held_bytes == 8 * MiB
+    if not backend.current().is_gpu:  # the host's account: nothing unreached besides v's base
+        (part,) = report.parts
+        assert part.nbytes == 0, str(report)
+    freed = ip.run_line_magic("vram_who", "--free v")
+    assert freed.returned >= 8 * MiB and not freed.still_held
+    be = backend.current()
+    if not be.is_gpu:  # an array and its view made in one cell: one allocation
+        before = be.resident_bytes()
+        gpu(ip, "w = np.ones(2**20)\nu = w[:10]")
+        assert be.resident_bytes() - before == 8 * MiB
+
+
 @pytest.mark.parametrize(("line", "words"), [
     ("--free nothing_here", "no variable of yours is named 'nothing_here'"),
     ("--free n", "n holds no device"),
