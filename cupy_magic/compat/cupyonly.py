@@ -18,6 +18,7 @@ with a CUDA error many frames deep.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from .advice import TO_HOST, NeedsGpu
 from .calls import Calls
 from .spec import MISSING, reference_module
 
-__all__ = ["NEEDS_GPU", "ON_NUMPY", "NoGpuImport", "cupy_only", "refused_import"]
+__all__ = ["NEEDS_GPU", "ON_NUMPY", "NoGpuImport", "cupy_only", "host_copy", "refused_import"]
 
 
 def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None, *,
@@ -37,7 +38,19 @@ def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None, *,
     if out is not None:
         out[...] = a
         return out
-    return numpy.array(a, order=order, copy=True)
+    copy = numpy.array(a, order=order, copy=True)
+    _HOST_COPIES[id(copy)] = copy
+    return copy
+
+
+# what cp.asnumpy gave in a cell: host arrays after it, as on a GPU (not the device's)
+_HOST_COPIES: weakref.WeakValueDictionary[int, numpy.ndarray] = weakref.WeakValueDictionary()
+
+
+def host_copy(value: Any) -> bool:
+    """Whether ``value`` is a host copy ``cp.asnumpy`` made on the CPU fallback, which the
+    commit leaves on the host (a GPU's would be a NumPy array)."""
+    return _HOST_COPIES.get(id(value)) is value
 
 
 def fuse(*args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import Backend
+from ..compat.cupyonly import host_copy
 from ..compat.scope import host_value
 from ..units import dtype_text
 from .rehome import Rehomer, cell_codes, makes_functions
@@ -193,8 +194,8 @@ def _keep_on_device(made: dict[int, np.ndarray], namespace: dict[str, Any],
     CuPy arrays would on a GPU; not the user's own arrays from before the cell that a result
     holds (``d = {'a': arrays[0]}``, ``g = old_dict``), which on a GPU stay NumPy's: those
     the namespace reaches as :func:`_held_arrays` walks, before the commit (an array the cell
-    put into a list the user had counts as the user's)."""
-    made = {k: a for k, a in made.items() if not be.is_device_array(a)}
+    put into a list the user had counts as the user's); nor ``cp.asnumpy``'s host copies."""
+    made = {k: a for k, a in made.items() if not be.is_device_array(a) and not host_copy(a)}
     if not made:
         return
     theirs: dict[int, np.ndarray] = {}

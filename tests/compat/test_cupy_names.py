@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import cell_error, loaded
 
+from cupy_magic import backend
 from cupy_magic.compat.advice import TO_HOST, WAYS, explain_failure
 from cupy_magic.run.lines import LineStat
 from cupy_magic.run.linetable import hot_advice
@@ -44,6 +45,18 @@ def test_asnumpy_never_shares_the_cells_array(host_ip):
     host_ip.user_ns["x"] = np.arange(4.0)
     host_ip.run_cell_magic("gpu", "--quiet", "y = x + 1\na = cp.asnumpy(y)\na[0] = 99")
     assert host_ip.user_ns["y"].tolist() == [1, 2, 3, 4]  # a GPU's copy is a copy too
+
+
+def test_asnumpy_is_a_host_array_after_the_cell_as_on_a_gpu(host_ip):
+    """On a GPU ``cp.asnumpy`` gives a host array: not counted as device memory, reported
+    on the host; the fallback's other results count as the device's."""
+    host_ip.user_ns["x"] = np.arange(4.0)
+    host_ip.run_cell_magic("gpu", "--quiet", "y = x + 1\na = cp.asnumpy(y)\n"
+                           "d = {'h': cp.asnumpy(y)}")
+    be = backend.current()
+    assert be.is_device_array(host_ip.user_ns["y"])
+    assert not be.is_device_array(host_ip.user_ns["a"])
+    assert not be.is_device_array(host_ip.user_ns["d"]["h"])
 
 
 def test_get_array_module_gives_the_cells_module(ip):
