@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..backend import Backend, BudgetExceeded
 from ..compat.advice import CupyLimit, explain_failure
+from ..compat.blame import WRAPPER_FILE
 from ..holders.account import top_hint
 from ..source import line_code
 from ..syncs.record import HostSyncError
@@ -34,6 +36,7 @@ __all__ = ["FREED", "CellError", "at_cell_line", "cell_line", "cell_traceback", 
 # opens on it finds no values, and says why (magics.postmortem)
 FREED = "_cupy_magic_frames_freed"
 _KEEP: ContextVar[bool] = ContextVar("cupy_magic_keep_frames", default=False)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LATER: ContextVar[list[FrameType] | None] = ContextVar("cupy_magic_free_later", default=None)
 
 
@@ -259,6 +262,8 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
     last = _last_cell_entry(tb, filename)
     if last is None:
         return _raised_at(filename, line or 1)
+    if isinstance(exc, KeyboardInterrupt):
+        _drop_our_tail(last)
     if ours and line is not None and last.tb_lineno != line:
         # The cell stopped on a later line than the one that failed (the host backend checks
         # the budget at the next line event); IPython renders a frame's own line, so the
@@ -272,6 +277,21 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
         if prev is not None:
             prev.tb_next = fixed
     return tb
+
+
+def _drop_our_tail(tb: TracebackType) -> None:
+    """End ``tb`` at its last entry outside cupy_magic's own code. Ctrl-C stops the cell
+    wherever it runs, also in what we run at its lines (the ``--lines`` tracer, the budget's
+    check), whose frames a plain cell has not: IPython shows a traceback's last frame even
+    when hidden, so it ends at the cell's line (or in the library it called) instead."""
+    keep: TracebackType | None = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename  # ours: this package's, or a compat wrapper's
+        if not (name.startswith(WRAPPER_FILE) or os.path.abspath(name).startswith(_PACKAGE)):
+            keep = tb
+        tb = tb.tb_next
+    if keep is not None:
+        keep.tb_next = None
 
 
 def fail(exc: BaseException, be: Backend, peak: int, filename: str,
