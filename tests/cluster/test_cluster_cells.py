@@ -322,3 +322,12 @@ def test_a_reduced_scalar_is_reported_as_the_numpy_scalar_it_is(ip, joined, data
         text = "\n".join(cupy_magic.last_report().text_lines())
         assert "s: numpy.float64 on the host (a NumPy scalar, where CuPy gives a 0-d " \
             "device array)" in text, text
+
+
+@pytest.mark.parametrize(("last", "noted"), [("print('done')", False), ("y.sum()", True)])
+def test_a_cluster_run_notes_the_last_expression_only_where_a_plain_cell_shows_one(
+        ip, joined, data, last, noted):
+    ip.run_cell_magic("gpu", "--quiet --cluster --batch-rows 250", f"y = x * 2\n{last}\n")
+    said = [n for n in cupy_magic.last_report().notes if "last expression" in n]
+    assert said == (["the cell's last expression is not shown in a cluster run (each block "
+                     "has its own); assign it and join it with --reduce"] if noted else [])
