@@ -95,7 +95,7 @@ def free_frames(frames: Iterable[FrameType]) -> None:
     to the pool; and the dict of their locals that reading ``f_locals`` (IPython's traceback
     does) left behind, which ``frame.clear()`` keeps (Python 3.11)."""
     for frame in frames:
-        with contextlib.suppress(RuntimeError):  # a frame running again (a generator's)
+        with contextlib.suppress(RuntimeError):  # one still executing keeps its locals
             frame.clear()
         frame.f_locals  # noqa: B018 (read again: it drops the names cleared)
     gc.collect()
