@@ -65,6 +65,7 @@ def load_ipython_extension(ip: Any) -> None:
     """
     from . import config, lifecycle, session
     from .magics import GpuMagics
+    from .magics.emptycell import give_empty_cells_a_body
     from .magics.postmortem import watch_debugger
     from .view import panel
 
@@ -74,6 +75,7 @@ def load_ipython_extension(ip: Any) -> None:
     ip.register_magics(GpuMagics)
     panel.watch_cells(ip)  # the panels' "held by" section, refreshed after each cell
     watch_debugger(ip)  # %debug after a %%gpu cell that freed its frames says so
+    give_empty_cells_a_body(ip)  # a cell of %%gpu alone runs as an empty cell, Run All goes on
     if settings not in ip.configurables:
         ip.configurables.append(settings)
     lifecycle.on_unload(session.reset)

@@ -6,7 +6,8 @@ back, ``x`` a 4-element float array, then the row's setup cell), runs the cell, 
 probe cell that prints the user's names and the row's expressions. :func:`notebook_view`
 collects, per cell, what a notebook renders and stores: the stream text (consecutive pieces
 joined), the display and result bundles, the error's name, value, notes and line, the reply's
-status, payloads (``x?``'s pager) and the execution counts (relative to the first cell).
+status, payloads (``x?``'s pager) and the execution counts (relative to the first cell); of
+an error, also each frame's function and arguments as the traceback names them (``f(a)``).
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ def _shown(kind: str, content: dict[str, Any], base: int, ids: dict[str, int],
             else content["ename"]
         tail = lines[next((i for i in range(len(lines) - 1, -1, -1)
                            if lines[i].startswith(content["ename"])), len(lines)):]
+        calls = re.findall(r", in (\S+\(.*\))$", "\n".join(lines), re.MULTILINE)
         return ["error", content["ename"], content["evalue"], where if frames else where[-1:],
-                tail if tail and tail[0].startswith(head) else lines[-3:]]
+                tail if tail and tail[0].startswith(head) else lines[-3:], calls]
     if kind == "clear_output":
         return ["clear_output", content.get("wait")]
     return None

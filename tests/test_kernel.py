@@ -59,3 +59,12 @@ def test_notebook_with_load_ext_reports_and_fails_like_python():
 def test_a_failing_gpu_cell_stops_the_notebook():
     with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
         _run(["%load_ext cupy_magic", "%%gpu\n1 / 0", "print('not reached')"])
+
+
+def test_a_cell_of_gpu_alone_does_not_stop_run_all():
+    """IPython refuses an empty cell magic body before the magic runs; the extension gives a
+    cell of ``%%gpu`` alone a blank body, so Run All goes on as after an empty plain cell."""
+    nb = _run(["%load_ext cupy_magic", "%%gpu", "%%gpu --quiet", "print('reached')"])
+    for cell in nb.cells[1:3]:
+        assert _text(cell).strip() == "cupy_magic: the %%gpu cell is empty; nothing ran"
+    assert "reached" in _text(nb.cells[3])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import last_entry
 
+from cupy_magic import backend
 from cupy_magic.magics.postmortem import FREED_MESSAGE
 
 BODY = "y = x * 2\ndef f(a):\n    loc = a + 1\n    return loc / undefined\nf(y)\n"
@@ -95,3 +96,51 @@ def test_a_verbose_traceback_shows_the_failed_cells_values_as_a_plain_cells(verb
         text = capsys.readouterr().out
         shown.append([t for t in ("in bad(a=3)", "b = 6", "zero = 0") if t in text])
     assert shown[1] == shown[0] == ["in bad(a=3)", "b = 6", "zero = 0"]
+
+
+@pytest.fixture
+def mode(ip):
+    """Put back the traceback mode after the test."""
+    saved = ip.InteractiveTB.mode
+    yield ip
+    ip.run_line_magic("xmode", saved)
+
+
+@pytest.mark.parametrize("xmode", ["Context", "Plain", "Minimal"])
+def test_a_failed_cells_traceback_names_each_frames_arguments_then_its_values_are_freed(
+        mode, xmode, capsys):
+    """IPython names a frame's arguments (``in f(a)``, NumPy's ``in _sum(a, axis, ...)``)
+    from its locals: the failed cell frees them after the traceback is shown, not before
+    (``f(***failed resolving arguments***)``), and still before the next cell."""
+    ip = mode
+    ip.run_line_magic("xmode", xmode)
+    ip.user_ns.update(x=np.arange(4.0), refs=[])
+    body = ("import weakref\ny = x * 2\ndef f(a):\n    big = a * 3\n"
+            "    refs.append(weakref.ref(big))\n    return a.sum(axis=5)\nf(y)\n")
+    shown = []
+    for cell in (body, "%%gpu --quiet\n" + body):
+        capsys.readouterr()
+        assert isinstance(ip.run_cell(cell, store_history=True).error_in_exec,
+                          np.exceptions.AxisError)
+        shown.append(capsys.readouterr().out)
+    assert "failed resolving" not in shown[1]
+    library = [] if backend.current().is_gpu else [  # CuPy's sum has no Python frame
+        "in _sum(a, axis, dtype, out, keepdims, initial, where)"]
+    for call in ["in f(a)", *library]:
+        assert (call in shown[1]) == (call in shown[0]) == (xmode == "Context")
+    assert refs_freed(ip.user_ns["refs"][1:])  # the %%gpu cell's: freed as the cell ended
+    assert last_entry(sys.last_traceback).tb_frame.f_locals == {}
+
+
+def refs_freed(refs: list) -> bool:
+    return bool(refs) and all(ref() is None for ref in refs)
+
+
+def test_a_failed_cell_called_from_python_frees_its_frames_before_it_returns(ip):
+    """Outside a shell's cell (``run_cell_magic`` from Python) no traceback is shown for
+    it: the frames are freed before the error reaches the caller."""
+    ip.user_ns.update(x=np.arange(4.0), refs=[])
+    with pytest.raises(ZeroDivisionError):
+        ip.run_cell_magic("gpu", "--quiet", "import weakref\ndef f(a):\n    big = a * 3\n"
+                          "    refs.append(weakref.ref(big))\n    1 / 0\nf(x)\n")
+    assert refs_freed(ip.user_ns["refs"])

@@ -99,6 +99,7 @@ ROWS = [
             "'[... skipping hidden 4 frame]'; the frames are prepended as the error leaves "
             "the magic, and only IPython's showtraceback could drop them")),)),
     Row("key_error", "d['missing']", setup="d = {}"),
+    Row("traceback_arguments", "(lambda a: a.sum(axis=5))(x)"),
     Row("exception_note", "try:\n    raise ValueError('bad')\nexcept ValueError as e:\n"
         "    e.add_note('a note')\n    raise"),
     # --- NumPy's state and values -------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 from ..backend import Backend
 from ..run import progress
 from ..run.batching import RULES, BatchOptions, check_rows
+from ..run.commit import describe_value
 from ..run.errors import CellError
 from ..run.plan import CellPlan
 from ..run.reduce import agree, check_names, name_a_rule, over_rows, rows_by_chance
@@ -351,7 +352,7 @@ def _describe(name: str, value: Any, be: Backend) -> OutputInfo:
     if isinstance(value, np.ndarray):
         return OutputInfo(name, f"numpy.ndarray {value.dtype} {value.shape}", "host",
                           int(value.nbytes))
-    return OutputInfo(name, type(value).__name__, "python")
+    return OutputInfo(name, *describe_value(value, be))  # a NumPy scalar, a Python object
 
 
 def _check_rows(name: str, kinds: list[Any]) -> None:

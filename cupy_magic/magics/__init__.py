@@ -30,7 +30,7 @@ from ..run.reduce import RULES
 from ..run.whole import WARMUP_ELEMENTS
 from .arguments import cell_usage, parse_argstring, ran_in, syntax_message
 from .cellshell import magics_see_the_cell, shown
-from .postmortem import kept_for_pdb
+from .postmortem import freed_once_shown, kept_for_pdb
 from .values import device_number, estimate_words, interval, modes, on_off, panel_action
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
@@ -147,7 +147,8 @@ class GpuMagics(Magics):
                                        args.streams, args.reduce, args.timeline,
                                        default_streams=session.settings().streams,
                                        graph=not args.no_graph)
-            with magics_see_the_cell(shell), kept_for_pdb(shell):
+            with magics_see_the_cell(shell), kept_for_pdb(shell), \
+                    freed_once_shown(shell, running):
                 outcome = session.run_cell_outcome(
                     source, shell.user_ns, dtype=args.dtype,
                     to_host=False if args.to_host is None else args.to_host, warmup=args.warmup,

@@ -3,8 +3,10 @@
 A failed cell frees its frames and its namespace copy, so that the device memory they hold
 goes back to the pool. Under ``%pdb on`` it keeps them, and IPython's debugger opens in the
 cell's frame with its values, as after a plain cell; so it does under ``%xmode Verbose``,
-whose traceback shows each frame's values. ``%debug`` on a cell that freed them says so in
-one line, with the fix, before the debugger opens on the empty frames.
+whose traceback shows each frame's values. In a shell's cell the frames are freed once the
+shell has shown the traceback, whose frames name their arguments (``in f(a)``) as a plain
+cell's do. ``%debug`` on a cell that freed them says so in one line, with the fix, before the
+debugger opens on the empty frames.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import lifecycle
-from ..run.errors import FREED, keeping_frames
+from ..run.errors import FREED, free_frames, freeing_later, keeping_frames
 
-__all__ = ["FREED_MESSAGE", "kept_for_pdb", "watch_debugger"]
+__all__ = ["FREED_MESSAGE", "freed_once_shown", "kept_for_pdb", "watch_debugger"]
 
 FREED_MESSAGE = ("%%gpu freed the failed cell's values (their memory goes back to the pool), "
                  "so the debugger shows none; run %pdb on, then the cell again, to debug it "
@@ -31,6 +33,27 @@ def kept_for_pdb(shell: Any) -> Iterator[None]:
     verbose = getattr(getattr(shell, "InteractiveTB", None), "include_vars", False)
     with keeping_frames(bool(getattr(shell, "call_pdb", False)) or bool(verbose)):
         yield
+
+
+@contextlib.contextmanager
+def freed_once_shown(shell: Any, running: Any) -> Iterator[None]:
+    """Free a failing cell's frames after the shell has shown its traceback (its next
+    ``post_execute`` event, also after a silent cell), not before; at once outside a shell's
+    cell (``running``: IPython's ``ExecutionResult`` of the cell, ``None`` when the magic is
+    called from Python), where no traceback is shown for it."""
+    if running is None:
+        yield
+        return
+    with freeing_later() as later:
+        try:
+            yield
+        finally:
+            if later:
+                def free() -> None:
+                    shell.events.unregister("post_execute", free)
+                    free_frames(later)
+
+                shell.events.register("post_execute", free)
 
 
 def watch_debugger(shell: Any) -> None:

@@ -66,6 +66,7 @@ class BatchRun:
         self.dtypes = {n: cast_target(a, dtype) for n, a in self.inputs.items()}
         self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
                              for n, a in self.inputs.items())
+        self.fixed = opts.fixed_rows(self.row_bytes)  # refused here if under one row
         self.eng = self.engine()
         self.clock = [("", time.perf_counter())]  # (phase that ended, when)
         self.base: dict[str, Any] = {}
@@ -257,10 +258,10 @@ class BatchRun:
         avoid = {d for a in self.plan.inputs.values() for d in a.shape[1:]}
         avoid |= {a.shape[0] for a in shared.values() if a.ndim}
         free = self.budget_left()
-        first = probe_rows(self.total, self.row_bytes, avoid, self.opts.rows, free)
+        first = probe_rows(self.total, self.row_bytes, avoid, self.fixed, free)
         self.tick("setup")
         first, mem = measure_first(self, first, avoid, free)  # again smaller if over budget
-        if self.cost and probe_held_small(first, self.total, self.row_bytes, self.opts.rows, free):
+        if self.cost and probe_held_small(first, self.total, self.row_bytes, self.fixed, free):
             self.cost = self.cost.with_large_rate(self.be.upload_rate())  # a batch too small
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
         self.peak = max(self.peak, mem.peak_bytes)

@@ -101,8 +101,9 @@ def probe_rows(total: int, row_bytes: int, avoid: set[int], fixed: int | None,
     leading length equals the batch's rows is told apart from one that does not.
     """
     if fixed is not None:
-        # The later batches keep the size asked for; the first one only must not coincide
-        # with another axis length, or a reduction of that length would pass for rows.
+        # The later batches keep the size asked for (--batch-rows, or the rows --batch-bytes
+        # holds: BatchOptions.fixed_rows); the first one only must not coincide with another
+        # axis length, or a reduction of that length would pass for rows.
         rows = min(fixed, total)
         candidates = itertools.chain(range(rows, 0, -1), range(rows + 1, total + 1))
         return next((r for r in candidates if r not in avoid), rows)
@@ -164,10 +165,9 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
         :data:`MAX_BATCH_BYTES`, until that cost is at most :data:`COST_SHARE` of their
         transfer time, where the budget allows.
     """
-    if opts.rows is not None:
-        return max(1, min(opts.rows, total)), "--batch-rows"
-    if opts.nbytes is not None:
-        return max(1, min(total, opts.nbytes // max(row_bytes, 1))), "--batch-bytes"
+    fixed = opts.fixed_rows(row_bytes)
+    if fixed is not None:
+        return max(1, min(fixed, total)), "--batch-rows" if opts.rows else "--batch-bytes"
     target = max(1, TARGET_BATCH_BYTES // max(row_bytes, 1))
     want, why = target, "128 MiB of input per batch (fastest measured on the H200)"
     pay = cost.rows_to_pay(row_bytes) if cost is not None else 0

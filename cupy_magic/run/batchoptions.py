@@ -109,6 +109,24 @@ class BatchOptions:
                                 f"{', '.join(RULES)}, e.g. --reduce {name}=sum "
                                 f"(BatchOptions(reduce={{{name!r}: 'sum'}}))")
 
+    def fixed_rows(self, row_bytes: int) -> int | None:
+        """Rows every batch takes as asked (``rows``, or as many as ``nbytes`` holds of
+        ``row_bytes`` bytes each); ``None`` when the size is left to the run.
+
+        Raises
+        ------
+        CellError
+            When ``nbytes`` is less than one row.
+        """
+        if self.rows is not None or self.nbytes is None:
+            return self.rows
+        if self.nbytes < row_bytes:
+            raise CellError(f"--batch-bytes {format_bytes(self.nbytes)} is less than one row "
+                            f"of the batched inputs ({format_bytes(row_bytes)}); the smallest "
+                            f"that works is --batch-bytes {row_bytes}B, one row a batch "
+                            f"(BatchOptions(nbytes={row_bytes}) from Python)")
+        return self.nbytes // max(row_bytes, 1)
+
     @property
     def requested(self) -> bool:
         """Whether the user asked for batching (rather than the budget forcing it)."""

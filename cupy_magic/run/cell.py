@@ -10,10 +10,13 @@ host-sync findings; :mod:`~cupy_magic.run.whole` and :mod:`~cupy_magic.run.batch
 
 from __future__ import annotations
 
+import ast
+import builtins
 import codeop
 import contextlib
 import dataclasses
 import itertools
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -124,6 +127,7 @@ def run_cell(
         outcome = _run_remote(remote, plan, namespace, findings, be, to_host=to_host,
                               dtype=dtype, filename=filename, syncs=syncs,
                               unsupported=_not_on_clusters(warmup_run, lines, nvtx, batch))
+        outcome.report.notes += _last_not_shown(source, plan, namespace, "cluster", "block")
         if transform is not None:
             outcome.report.notes.append("the workers ran the cell as written: the shell's AST "
                                         "transformers (ast_transformers) are not applied there")
@@ -166,6 +170,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
             _run_batched(plan, namespace, report, opts, (cut, total), reason, watch,
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
                          be=be, make=None if devices is None else device_run(devices))
+            report.notes += _last_not_shown(source, plan, namespace, "batched", "batch")
         else:
             if batch is not None and batch.batch_only():
                 report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "
@@ -194,9 +199,6 @@ def _run_batched(plan: CellPlan, namespace: dict[str, Any], report: RunReport,
         run_batched(plan, namespace, opts, cut, reason, report, to_host=to_host, dtype=dtype,
                     filename=filename, be=be, make=make)
     report.wall_seconds += warm_wall  # what the user waited for, as in an unbatched run
-    if plan.last is not None:
-        report.notes.append("the cell's last expression is not shown in a batched run "
-                            "(each batch has its own); assign it and join it with --reduce")
 
 
 def _attach_records(report: RunReport, plan: CellPlan, syncs: str,
@@ -248,10 +250,40 @@ def _run_remote(remote: Any, plan: CellPlan, namespace: dict[str, Any],
     report.compat = plan.compat
     if syncs != "off":
         report.syncs = merge(findings, None)
-    if plan.last is not None:
-        report.notes.append("the cell's last expression is not shown in a cluster run (each "
-                            "block has its own); assign it and join it with --reduce")
     return CellOutcome(report)
+
+
+def _last_not_shown(source: str, plan: CellPlan, namespace: dict[str, Any], run: str,
+                    part: str) -> list[str]:
+    """The note that a ``run`` (batched, cluster) does not show the cell's last expression,
+    where a plain cell would show its value: none after a ``;``, or for a call that gives
+    ``None`` whatever its arguments (``print(...)``, ``display(...)``)."""
+    if plan.last is None or _gives_none(source, plan, namespace):
+        return []
+    return [f"the cell's last expression is not shown in a {run} run (each {part} has its "
+            "own); assign it and join it with --reduce"]
+
+
+def _gives_none(source: str, plan: CellPlan, namespace: dict[str, Any]) -> bool:
+    """Whether the cell's last expression calls ``print`` or IPython's ``display`` (without
+    ``display_id``, which returns a handle), as the namespace or the builtins bind them."""
+    call = _last_call(source)
+    if call is None or not isinstance(call.func, ast.Name) or call.func.id in plan.stored:
+        return False
+    func = namespace.get(call.func.id, getattr(builtins, call.func.id, None))
+    display = getattr(sys.modules.get("IPython.core.display_functions"), "display", None)
+    return func is builtins.print or (func is display and display is not None and not any(
+        k.arg == "display_id" for k in call.keywords))
+
+
+def _last_call(source: str) -> ast.Call | None:
+    """The call the cell's last statement is, if it is one."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return None
+    last = body[-1].value if body and isinstance(body[-1], ast.Expr) else None
+    return last if isinstance(last, ast.Call) else None
 
 
 def _not_on_clusters(warmup_run: bool, lines: bool, nvtx: bool,

@@ -24,10 +24,12 @@ from .report import OutputInfo, RunReport
 if TYPE_CHECKING:
     from .plan import CellPlan
 
-__all__ = ["ShownOnHost", "commit", "leave_copy"]
+__all__ = ["ShownOnHost", "commit", "describe_value", "leave_copy"]
 
 
-def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
+def describe_value(value: Any, be: Backend) -> tuple[str, str, int]:
+    """A committed value's kind, where it lives and its bytes, as the report's outputs say
+    (:class:`~.report.OutputInfo`): a NumPy scalar apart from other Python objects."""
     if be.is_device_array(value):
         where = "device" if be.is_gpu else "device (CPU fallback: host RAM)"
         kind = f"{type(value).__module__.split('.')[0]}.ndarray"
@@ -38,7 +40,6 @@ def _describe(value: Any, be: Backend) -> tuple[str, str, int]:
     if isinstance(value, np.generic):  # a NumPy reduction's result on the CPU fallback
         return f"numpy.{type(value).__name__}", "python", 0
     return type(value).__name__, "python", 0
-
 
 
 class ShownOnHost:
@@ -137,7 +138,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     for name, value in updates.items():
         if name in _BOOKKEEPING:  # committed, as a plain cell leaves it, but not the cell's
             continue
-        kind, where, nbytes = _describe(value, be)
+        kind, where, nbytes = describe_value(value, be)
         report.outputs.append(OutputInfo(name, kind, where, nbytes))
     if to_host is True or host_names:
         be.synchronize()

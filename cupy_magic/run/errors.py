@@ -11,30 +11,33 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import re
 import sys
-import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import numpy as np
 
 from ..backend import Backend, BudgetExceeded
 from ..compat.advice import CupyLimit, explain_failure
+from ..compat.blame import WRAPPER_FILE
 from ..holders.account import top_hint
 from ..source import line_code
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
 __all__ = ["FREED", "CellError", "at_cell_line", "cell_line", "cell_traceback", "explain_oom",
-           "fail", "frames_freed", "keeping_frames"]
+           "fail", "frames_freed", "free_frames", "freeing_later", "keeping_frames"]
 
 # The attribute fail() sets on the error of a cell whose frames it cleared: a debugger that
 # opens on it finds no values, and says why (magics.postmortem)
 FREED = "_cupy_magic_frames_freed"
 _KEEP: ContextVar[bool] = ContextVar("cupy_magic_keep_frames", default=False)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LATER: ContextVar[list[FrameType] | None] = ContextVar("cupy_magic_free_later", default=None)
 
 
 @contextlib.contextmanager
@@ -52,6 +55,50 @@ def keeping_frames(keep: bool = True) -> Iterator[None]:
 def frames_freed() -> bool:
     """Whether a failed cell frees its frames and its namespace now (the default)."""
     return not _KEEP.get()
+
+
+@contextlib.contextmanager
+def freeing_later() -> Iterator[list[FrameType]]:
+    """While inside, a failed cell empties its namespace at once but leaves its frames to
+    the caller: they are put in the list yielded, for :func:`free_frames` once the shell has
+    shown the traceback (IPython names each frame's arguments, ``in f(a)``, from its locals;
+    cleared, it writes ``f(***failed resolving arguments***)``)."""
+    later: list[FrameType] = []
+    token = _LATER.set(later)
+    try:
+        yield later
+    finally:
+        _LATER.reset(token)
+
+
+def _frames_of(exc: BaseException) -> list[FrameType]:
+    """The frames of ``exc``'s traceback (and of the error it was raised over) that have
+    returned: the cell's, those it called, ours between; not those still running (ours
+    above the cell), whose ``__tracebackhide__`` hides them from a traceback shown later."""
+    running = set()
+    frame: FrameType | None = sys._getframe()
+    while frame is not None:
+        running.add(frame)
+        frame = frame.f_back
+    found: list[FrameType] = []
+    for error in (exc, exc.__context__):
+        tb = error.__traceback__ if error is not None else None
+        while tb is not None:
+            if tb.tb_frame not in running:
+                found.append(tb.tb_frame)
+            tb = tb.tb_next
+    return found
+
+
+def free_frames(frames: Iterable[FrameType]) -> None:
+    """Clear failed cells' ``frames``, so that the device arrays their locals hold go back
+    to the pool; and the dict of their locals that reading ``f_locals`` (IPython's traceback
+    does) left behind, which ``frame.clear()`` keeps (Python 3.11)."""
+    for frame in frames:
+        with contextlib.suppress(RuntimeError):  # one still executing keeps its locals
+            frame.clear()
+        frame.f_locals  # noqa: B018 (read again: it drops the names cleared)
+    gc.collect()
 
 
 class CellError(ValueError):
@@ -215,6 +262,8 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
     last = _last_cell_entry(tb, filename)
     if last is None:
         return _raised_at(filename, line or 1)
+    if isinstance(exc, KeyboardInterrupt):
+        _drop_our_tail(last)
     if ours and line is not None and last.tb_lineno != line:
         # The cell stopped on a later line than the one that failed (the host backend checks
         # the budget at the next line event); IPython renders a frame's own line, so the
@@ -230,14 +279,30 @@ def _ending_at_cell(exc: BaseException, new: BaseException,
     return tb
 
 
+def _drop_our_tail(tb: TracebackType) -> None:
+    """End ``tb`` at its last entry outside cupy_magic's own code. Ctrl-C stops the cell
+    wherever it runs, also in what we run at its lines (the ``--lines`` tracer, the budget's
+    check), whose frames a plain cell has not: IPython shows a traceback's last frame even
+    when hidden, so it ends at the cell's line (or in the library it called) instead."""
+    keep: TracebackType | None = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename  # ours: this package's, or a compat wrapper's
+        if not (name.startswith(WRAPPER_FILE) or os.path.abspath(name).startswith(_PACKAGE)):
+            keep = tb
+        tb = tb.tb_next
+    if keep is not None:
+        keep.tb_next = None
+
+
 def fail(exc: BaseException, be: Backend, peak: int, filename: str,
          where: str = "", namespace: dict[str, Any] | None = None, *,
          batchable: bool = False, work: dict[str, Any] | None = None) -> BaseException:
     """The exception a failed cell raises, with its traceback set; the caller raises it.
 
     The cell's frames are cleared first (their locals hold device arrays), so the pool is
-    back at its level before the cell; not inside :func:`keeping_frames` (``%pdb on``), and
-    then the error is not marked :data:`FREED`. ``where`` (a batched run's position) is
+    back at its level before the cell; inside :func:`freeing_later` once the shell has shown
+    the traceback; not inside :func:`keeping_frames` (``%pdb on``), and then the error is not
+    marked :data:`FREED`. ``where`` (a batched run's position) is
     added to the message of our own errors and as a note to the others. The traceback ends at
     the cell's line (:func:`_ending_at_cell`). With the user ``namespace``, an out-of-memory
     or over-budget error also names the three largest holders and the command that frees
@@ -248,10 +313,11 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
     if freed:
         if work is not None:
             work.clear()
-        traceback.clear_frames(exc.__traceback__)
-        if exc.__context__ is not None:
-            traceback.clear_frames(exc.__context__.__traceback__)
-        gc.collect()
+        later = _LATER.get()
+        if later is None:
+            free_frames(_frames_of(exc))
+        else:
+            later += _frames_of(exc)
     new = explain_oom(exc, be, peak, filename, batchable=batchable)
     if new is exc:  # NumPy-only code handed a device array: one line naming it and the fix
         new = explain_failure(exc, filename) or exc

@@ -310,3 +310,24 @@ def test_the_progress_of_a_cluster_cell_counts_blocks_as_its_report_does(ip, joi
     assert counted and {s.unit for s in counted} == {"block"}
     assert counted[-1].batches_done == counted[-1].batches_total == 4  # xd's 4 chunks
     assert counted[-1].units == "blocks"
+
+
+def test_a_reduced_scalar_is_reported_as_the_numpy_scalar_it_is(ip, joined, data):
+    """``--reduce s=sum`` over blocks gives a NumPy scalar, as a plain cell's ``x.sum()``:
+    the report says so, as the in-kernel batched run's does, not "a Python object"."""
+    for line in ("--batch --batch-rows 250", "--cluster --batch-rows 250"):
+        ip.run_cell_magic("gpu", f"--quiet {line} --reduce s=sum", "s = x.sum()\n")
+        if not isinstance(ip.user_ns["s"], np.generic):  # a GPU's run may keep a 0-d array
+            continue
+        text = "\n".join(cupy_magic.last_report().text_lines())
+        assert "s: numpy.float64 on the host (a NumPy scalar, where CuPy gives a 0-d " \
+            "device array)" in text, text
+
+
+@pytest.mark.parametrize(("last", "noted"), [("print('done')", False), ("y.sum()", True)])
+def test_a_cluster_run_notes_the_last_expression_only_where_a_plain_cell_shows_one(
+        ip, joined, data, last, noted):
+    ip.run_cell_magic("gpu", "--quiet --cluster --batch-rows 250", f"y = x * 2\n{last}\n")
+    said = [n for n in cupy_magic.last_report().notes if "last expression" in n]
+    assert said == (["the cell's last expression is not shown in a cluster run (each block "
+                     "has its own); assign it and join it with --reduce"] if noted else [])

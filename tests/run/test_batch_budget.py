@@ -4,6 +4,8 @@ first held per row, and must hold no more than that (issue 20's measured first b
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from IPython.core.error import UsageError
 from run.test_batched import fresh, gpu
 
 
@@ -112,3 +114,27 @@ def test_cyclic_garbage_of_earlier_batches_does_not_take_a_run_over(ip):
         gc.enable()
     np.testing.assert_array_equal(ip.user_ns["y"], (v - 0.5) * 2)
     assert report.batch.batches == 210 and report.peak_pool_bytes <= 160_000
+
+
+@pytest.mark.parametrize(("line", "rows"), [("--batch-bytes 1KB", 2), ("--batch-rows 100", 100),
+                                            ("--batch-bytes 40KB", 100)])
+def test_a_batch_size_asked_for_bounds_every_batch_the_first_too(ip, poisoned, line, rows):
+    """--batch-bytes bounds the first, measuring batch as --batch-rows does (it was 250 rows,
+    98 KiB, under --batch-bytes 1KB); a (2000, 50) float64 row is 400 bytes."""
+    x = fresh((2000, 50), "float64")
+    ip.user_ns["x"] = x
+    bp = gpu(ip, "y = x * 2\n", f"--batch {line}").batch
+    assert bp.first_rows == bp.rows == rows
+    assert bp.first_rows * bp.row_bytes <= (1000 if "1KB" in line else 40_000)
+    np.testing.assert_array_equal(ip.user_ns["y"], x * 2)
+
+
+def test_batch_bytes_under_one_row_is_refused_with_the_smallest_that_works(ip):
+    ip.user_ns.update(x=fresh((2000, 50), "float64"), y="before")
+    with pytest.raises(UsageError) as info:
+        gpu(ip, "y = x * 2\n", "--batch --batch-bytes 100B")
+    assert str(info.value) == (
+        "--batch-bytes 100 B is less than one row of the batched inputs (400 B); the smallest "
+        "that works is --batch-bytes 400B, one row a batch (BatchOptions(nbytes=400) from "
+        "Python)")
+    assert ip.user_ns["y"] == "before"

@@ -430,3 +430,18 @@ def test_the_first_batch_measures_what_a_batch_costs(ip, poisoned):
         assert rate is not None and rate > 1e9 and cost.large_rate == rate
         assert cost.pay_rate == max(rate, cost.rate)
         assert ("sized at the" in text) == (rate > cost.rate)
+
+
+@pytest.mark.parametrize(("last", "noted"), [
+    ("print('done')", False), ("display(y.shape)", False), ("y.sum();", False),
+    ("f(y)", True), ("y.sum()", True), ("display(1, display_id=True)", True)])
+def test_a_batched_run_notes_the_last_expression_only_where_a_plain_cell_shows_one(
+        ip, last, noted):
+    """A batched run shows no last expression: it says so where a plain cell would have
+    shown a value, not for ``print(...)`` or ``display(...)``, which give ``None``."""
+    ip.user_ns["x"] = np.arange(40.0)
+    cell = f"def f(v):\n    return v.shape\ny = x * 2\n{last}\n"
+    assert ip.run_cell(f"%%gpu --quiet --batch --batch-rows 10\n{cell}").success
+    said = [n for n in cupy_magic.last_report().notes if "last expression" in n]
+    assert said == (["the cell's last expression is not shown in a batched run (each batch "
+                     "has its own); assign it and join it with --reduce"] if noted else [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import last_entry
 from IPython.core.error import UsageError
 
 import cupy_magic
@@ -94,6 +95,26 @@ def test_tracer_is_removed_after_a_failing_cell(ip) -> None:
         ip.run_cell_magic("gpu", "--lines --quiet", "y = x + 1\n1 / 0\n")
     assert sys.gettrace() is before
     assert "y" not in ip.user_ns
+
+
+def test_ctrl_c_in_a_lines_cell_ends_at_the_cells_line(ip) -> None:
+    """Ctrl-C lands wherever the cell runs: with ``--lines`` mostly in the tracer, which runs
+    at every line. The traceback ends at the cell's line, as a plain cell's, never in the
+    tracer (IPython shows a traceback's last frame even when it is hidden). Three Ctrl-C,
+    each sent by a timer to a loop that runs until it lands."""
+    body = ("import os, signal, threading\n"
+            "threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+            "for i in range(10**9):\n"
+            "    a = i + 1\n"
+            "    b = a * 2\n")
+    for _ in range(3):
+        result = ip.run_cell("%%gpu --lines --quiet\n" + body, store_history=True)
+        assert isinstance(result.error_in_exec, KeyboardInterrupt)
+        last = last_entry(result.error_in_exec.__traceback__)
+        assert last.tb_frame.f_code.co_filename in ip.compile._filename_map, \
+            f"ends in {last.tb_frame.f_code.co_filename}:{last.tb_lineno}"
+        assert last.tb_lineno in (3, 4, 5)
+        assert "a" not in ip.user_ns  # the cell committed nothing
 
 
 @pytest.mark.parametrize("line, words", [
