@@ -6,10 +6,11 @@ captured batch queued, on the addresses it used. So the cell must leave nothing 
 Python that differs from batch to batch or reaches outside it: no prints, no calls on
 objects from outside the cell (``log.append(x)``), no writes into them, no iterators from
 outside it (``next(counter)``: each batch would take the next value), no calls into modules
-whose values change from call to call (``random``, ``time``), no functions whose code
-cannot be read, no host data moved (``np.asarray(a_list)``, ``x.get()``: a graph would
-keep one batch's host address), no host sync the static check sees, and no place the row
-check cannot follow. Conservative: what this refuses still runs batched, launched op by op.
+whose values change from call to call (``random``, ``time``, ``np.random``), no functions
+whose code cannot be read or whose defaults hold an object a call may change, no host data
+moved (``np.asarray(a_list)``, ``x.get()``: a graph would keep one batch's host address), no
+host sync the static check sees, and no place the row check cannot follow. Conservative:
+what this refuses still runs batched, launched op by op.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class _Scan:
         if not path:
             return ""  # a method of an expression's value: its parts are calls checked here
         name, dotted = path[-1], ".".join(path)
-        if self.origin(path[0]).split(".")[0] in _CHANGING:
+        if self.origin(path[0]).split(".")[0] in _CHANGING or "random" in path[:-1]:
             return f"calls {dotted}, which gives another value at every call"
         if name in _HOST_DATA:
             return f"calls {dotted}, which moves host data to or from the device"
@@ -180,6 +181,10 @@ class _Scan:
         if definition is None or self.depth >= MAX_DEPTH:
             return f"calls {name}, whose code the check cannot read"
         self.seen.add(id(value))
+        defaults = (*(getattr(value, "__defaults__", None) or ()),
+                    *(getattr(value, "__kwdefaults__", None) or {}).values())
+        if not all(d is None or isinstance(d, (*_VALUES, tuple)) for d in defaults):
+            return f"calls {name}, whose defaults hold an object each call may change"
         ns = {**getattr(value, "__globals__", {}), **self.ns}
         return _Scan(ns, self.xp, self.is_device, self.depth + 1, self.seen).tree(definition)
 

@@ -103,6 +103,11 @@ def _pure_helper(v):
     return w + 1
 
 
+def _counting(v, seen=[]):  # noqa: B006 (the mutable default is the point)
+    seen.append(1)
+    return v * 2 if len(seen) < 5 else v * 3
+
+
 def _logging_helper(v):
     LOG.append(1)
     return v
@@ -159,12 +164,17 @@ def test_what_a_replay_would_not_repeat_refuses_graphs(source, why):
      "the cell calls now, which gives another value at every call"),
     ("y = x * 2 if time.time() < deadline else x\n",
      "the cell calls time.time, which gives another value at every call"),
+    # each launched batch draws new numbers; a replay would draw the captured ones again
+    ("y = x + np.random.standard_normal(x.shape)\n",
+     "the cell calls np.random.standard_normal, which gives another value at every call"),
+    ("y = _counting(x)\n",
+     "the cell calls _counting, whose defaults hold an object each call may change"),
 ])
 def test_python_that_changes_from_batch_to_batch_refuses_graphs(source, why):
     import itertools
     import time
 
-    names = {"c": itertools.count(), "time": time, "deadline": 2e9}
+    names = {"c": itertools.count(), "time": time, "deadline": 2e9, "_counting": _counting}
     assert _refused(source, **names) == f"{why}, which a replayed batch would not repeat"
     # what the cell itself makes and reads is the same in every batch
     assert _refused("c = iter(range(3))\ny = x * next(c)\n", c=itertools.count()) == ""
