@@ -93,6 +93,9 @@ class Backend:
     xp: ModuleType = np
     # page-locked host memory (a HostMemory) where there is a device to copy to and from
     host: Any = None
+    # times the pool gave cached blocks back to the device (free_all_blocks): a CUDA graph
+    # that wrote to a released block must not be replayed (cupy_magic.run.graphs)
+    releases = 0
 
     def __init__(self) -> None:
         # one budget per device, by device number; the home device's is "the budget"

@@ -162,9 +162,8 @@ class CupyBackend(Backend):
         return mem
 
     def _fit(self, device: int) -> None:
-        """Keep what the pool of ``device`` holds within its limit: release its cached blocks
-        when it holds more; check each request (:meth:`_malloc`) while its arrays alone
-        still do (the home device's: other devices' requests are always checked)."""
+        """Keep the pool of ``device`` within its limit: cached blocks go when it holds more;
+        requests are checked (:meth:`_malloc`) while its arrays alone do (the home device's)."""
         pool = self._pool(device)
         if pool is None:
             return
@@ -183,6 +182,7 @@ class CupyBackend(Backend):
         except self.cp.cuda.memory.OutOfMemoryError:
             if not pool.free_bytes():
                 raise
+            self.releases += 1
             pool.free_all_blocks()
             return pool.malloc(size)
 
@@ -302,6 +302,7 @@ class CupyBackend(Backend):
         """Release the cached blocks of every device's pool; return the bytes released."""
         pools = [p for d, p in _POOLS.items() if d < self.device_count()]
         before = sum(int(p.total_bytes()) for p in pools)
+        self.releases += 1
         for pool in pools:
             pool.free_all_blocks()
         return before - sum(int(p.total_bytes()) for p in pools)

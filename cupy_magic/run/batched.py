@@ -37,7 +37,7 @@ from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import agree, check_names, combine, name_a_rule, over_rows, rows_by_chance
+from .reduce import agree, check_names, combine, compared, name_a_rule, over_rows, rows_by_chance
 from .report import InputMove, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -147,8 +147,7 @@ class BatchRun:
                     self._same_in_every_batch(name, value, i)
                 continue
             if name in self.plan.row_free:  # c = np.sqrt(2.0) under CuPy, mu = np.array([..])
-                self._same_in_every_batch(name, value.item() if value.ndim == 0
-                                          else self.be.to_host(value), i)
+                self._same_in_every_batch(name, compared(value, self.be.to_host), i)
                 continue
             has_rows = value.ndim >= 1 and value.shape[0] == rows
             if has_rows and name in self.plan.over_rows:  # np.histogram(v, bins=rows)[0]

@@ -12,8 +12,12 @@ A graph writes to the addresses it was captured with, so this protects itself:
 - Captured on the slot's own stream: the temporaries it frees go back to that stream's
   arena of CuPy's pool and serve only later work on that stream, which waits for the
   replay. Between replays nothing allocates on the device (uploads go into the captured
-  buffers, downloads need contiguous results); the pool's bytes held are read before each
-  replay, and a drop (released blocks: a graph's temporaries may be gone) stops replays.
+  buffers, downloads need contiguous results). From the first capture on, a release of
+  cached blocks (the backend's count of them, or the pool's bytes held dropping: a graph's
+  temporaries may be gone, or given to another stream) stops the replays; the launched
+  check batches and captures, and the last, shorter batch, are what may allocate. The
+  graphs are dropped before that last batch, whose slot's arena then holds its graph's
+  buffers again (launched, it needs them: the budget sized the batches for no more).
 - Checked before trusted: each slot's batch runs launched first, then captured and replayed
   into the same rows; the rows, partials and row-free values must agree bit for bit, and
   replays must be faster than launches on those batches, or no graph is kept.
@@ -38,7 +42,7 @@ from ..backend.compiles import timed
 from ..syncs.record import uncharged
 from .graphplan import GraphNote, consider
 from .mainmod import as_main
-from .reduce import agree
+from .reduce import agree, compared
 
 __all__ = ["GraphReplay", "HostCopyRefused", "graph_replay"]
 
@@ -86,7 +90,7 @@ class GraphReplay:
         self.to_check = set(range(min(run.eng.slots, full))) if on else set()
         self.full = full
         self.on = on
-        self.held: int | None = None  # the pool's bytes once every graph is checked
+        self.seen: tuple[int, int] | None = None  # releases, bytes held: since the first capture
         self.partial_rows: dict[str, np.ndarray] = {}
         self.kept: dict[str, int] = {}
         self.host_parts: list[tuple[str, int]] = []
@@ -103,7 +107,10 @@ class GraphReplay:
     def batch(self, i: int, a: int, b: int) -> bool:
         """Run batch ``i`` here (capture and check it, or replay it); ``False``: the run
         launches it as usual."""
-        if not self.on or b - a != self.rows:
+        if not self.on:
+            return False
+        if b - a != self.rows:  # the last batch: launched, with its slot's arena whole again
+            self.drop()
             return False
         slot = self.run.slot_for(i, a, b)
         if slot in self.to_check:
@@ -111,9 +118,7 @@ class GraphReplay:
             return True
         if self.to_check or slot not in self.graphs:
             return False
-        if self.held is not None and self.run.be.pool_held() < self.held:
-            self.stop("the pool released memory between replays, so the graphs' buffers "
-                      "could not be trusted")
+        if self.released():
             return False
         self.run.current = (i, a, b)
         self.eng.wait(slot)
@@ -165,12 +170,17 @@ class GraphReplay:
             run.batch(i, a, b)
         eng.wait(slot)  # the launched rows are in run.out now
         launched = time.perf_counter() - t0 - built.seconds
+        if self.released():  # the launched batch released blocks an earlier graph wrote
+            return None
+        self.seen = self.seen or (self.run.be.releases, self.run.be.pool_held())
         try:
             made = self.capture(slot, a, b)
         except Exception as exc:  # Ctrl-C and the like stop the run; the capture is ended
             return self.stop(f"the cell's work could not be captured ({_line(exc)})")
         if isinstance(made, str):
             return self.stop(made)
+        if self.released():
+            return None
         refs = {n: run.out[n][a:b].copy() for n in made.outputs}
         made.graph.upload(eng.streams[slot])
         t0 = time.perf_counter()
@@ -202,11 +212,11 @@ class GraphReplay:
                       for n, arr in run.inputs.items()}
             work.update(inputs)
             with _no_host_copies(cp), uncharged():
-                stream.begin_capture()
                 try:
+                    stream.begin_capture()
                     with as_main(work, run.namespace, run.plan.stored):
                         exec(run.plan.code, work)
-                except BaseException:
+                except BaseException:  # ended, so that the stream runs work again
                     with contextlib.suppress(Exception):
                         stream.end_capture()
                     raise
@@ -231,6 +241,8 @@ class GraphReplay:
                         and value.flags.c_contiguous):
                     return (f"the result {name!r} is not a contiguous device array of the "
                             "batch's rows (its download would allocate between replays)")
+                if (tuple(value.shape[1:]), value.dtype) != run.specs[name]:
+                    return f"the result {name!r} is not shaped as in the launched batches"
                 outputs[name] = value
             elif name in work and not (name in run.plan.row_free or _plain(value)
                                        or callable(value) or isinstance(value, types.ModuleType)):
@@ -251,7 +263,8 @@ class GraphReplay:
                 return f"--reduce partial {name!r}"
         for name, (value, _) in run.constants.items():
             mine = g.work.get(name)
-            mine = mine.item() if run.be.is_device_array(mine) else mine
+            if run.be.is_device_array(mine):  # a row-free array, compared as collect keeps it
+                mine = compared(mine, run.be.to_host)
             if name in g.work and not agree(mine, value):
                 return f"value {name!r}"
         return ""
@@ -268,14 +281,29 @@ class GraphReplay:
                              "launched: no faster")
         for name, dev in next(iter(self.graphs.values())).partials.items():
             self.partial_rows[name] = self.eng.allocate((self.full, *dev.shape), dev.dtype)
-        self.held = self.run.be.pool_held()
 
     # --- the end --------------------------------------------------------------------------
+    def released(self) -> bool:
+        """Whether the pool gave cached blocks back since the first capture (then replays
+        stop): counted by the backend, or seen as fewer bytes held than at the last look."""
+        if self.seen is None or not self.on:
+            return False
+        count, held = self.run.be.releases, self.run.be.pool_held()
+        if count == self.seen[0] and held >= self.seen[1]:
+            self.seen = (count, held)
+            return False
+        self.stop("the pool released cached blocks, which a graph's buffers may have been")
+        return True
+
     def stop(self, why: str) -> None:
-        """No more replays: drop the graphs and their buffers (freed to their streams'
-        arenas, where later work on each stream waits for its replays)."""
-        self.on = False
+        """No more replays, and why (the report says): drop the graphs."""
         self.note.why_not = why
+        self.drop()
+
+    def drop(self) -> None:
+        """Drop the graphs and their buffers (freed to their streams' arenas, where later
+        work on each stream waits for its replays)."""
+        self.on = False
         self.graphs.clear()
         self.to_check.clear()
 
@@ -291,6 +319,7 @@ class GraphReplay:
         self.host_parts.clear()
         if self.note.replayed:
             self.note.issue_seconds = self.issued / self.note.replayed
+        self.run = None  # no cycle with the run, whose device arrays then go when it does
 
 
 @contextlib.contextmanager

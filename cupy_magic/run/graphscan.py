@@ -4,10 +4,13 @@ replayed as CUDA graphs (:mod:`.graphs`), read before anything runs.
 A replayed batch runs none of the cell's Python: the graph repeats the device work one
 captured batch queued, on the addresses it used. So the cell must leave nothing to its
 Python that differs from batch to batch or reaches outside it: no prints, no calls on
-objects from outside the cell (``log.append(x)``), no writes into them, no functions whose
-code cannot be read, no host data moved (``np.asarray(a_list)``, ``x.get()``: a graph would
-keep one batch's host address), no host sync the static check sees, and no place the row
-check cannot follow. Conservative: what this refuses still runs batched, launched op by op.
+objects from outside the cell (``log.append(x)``), no writes into them, no iterators from
+outside it (``next(counter)``: each batch would take the next value), no calls into modules
+whose values change from call to call (``random``, ``time``, ``np.random``), no functions
+whose code cannot be read or whose defaults hold an object a call may change, no host data
+moved (``np.asarray(a_list)``, ``x.get()``: a graph would keep one batch's host address), no
+host sync the static check sees, and no place the row check cannot follow. Conservative:
+what this refuses still runs batched, launched op by op.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,8 @@ _HOST_DATA = frozenset({
     "frombuffer", "fromfunction", "fromiter", "get", "item", "load", "loadtxt", "save",
     "savetxt", "savez", "set", "tolist"})
 _VALUES = (np.ndarray, np.generic, int, float, complex, bool, str, bytes)
+# modules whose calls give another value at every call, whatever the cell passes them
+_CHANGING = frozenset({"random", "secrets", "time", "uuid"})
 MAX_DEPTH = 3
 
 
@@ -101,9 +106,10 @@ class _Scan:
         self.ns, self.xp, self.is_device, self.depth = namespace, xp, is_device, depth
         self.seen = seen if seen is not None else set()
         self.bound: set[str] = set()
+        self.imported: dict[str, str] = {}
 
     def tree(self, tree: ast.AST) -> str:
-        self.bound = _bound(tree)
+        self.bound, self.imported = _bound(tree), _imported(tree)
         for node in ast.walk(tree):
             why = self.node(node)
             if why:
@@ -113,6 +119,9 @@ class _Scan:
     def node(self, node: ast.AST) -> str:
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return f"writes names outside its functions ({', '.join(node.names)})"
+        if (isinstance(node, ast.Name) and node.id not in self.bound
+                and isinstance(self.ns.get(node.id), Iterator)):
+            return f"reads {node.id}, an iterator from outside it that moves on at every batch"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) \
                 else [node.target]
@@ -139,6 +148,8 @@ class _Scan:
         if not path:
             return ""  # a method of an expression's value: its parts are calls checked here
         name, dotted = path[-1], ".".join(path)
+        if self.origin(path[0]).split(".")[0] in _CHANGING or "random" in path[:-1]:
+            return f"calls {dotted}, which gives another value at every call"
         if name in _HOST_DATA:
             return f"calls {dotted}, which moves host data to or from the device"
         if len(path) > 1:
@@ -153,6 +164,13 @@ class _Scan:
         return "" if name in _PURE or not hasattr(builtins, name) else \
             f"calls {name}, which may change something outside it"
 
+    def origin(self, name: str) -> str:
+        """The module ``name`` comes from: imported by the cell, or a module it reads."""
+        if name in self.imported:
+            return self.imported[name]
+        value = self.ns.get(name) if name not in self.bound else None
+        return value.__name__ if isinstance(value, types.ModuleType) else ""
+
     def function(self, name: str, value: Any) -> str:
         module = (getattr(value, "__module__", None) or "").split(".")[0]
         if module in ("numpy", "cupy", "cupyx") or type(value).__name__ == "ufunc":
@@ -163,6 +181,10 @@ class _Scan:
         if definition is None or self.depth >= MAX_DEPTH:
             return f"calls {name}, whose code the check cannot read"
         self.seen.add(id(value))
+        defaults = (*(getattr(value, "__defaults__", None) or ()),
+                    *(getattr(value, "__kwdefaults__", None) or {}).values())
+        if not all(d is None or isinstance(d, (*_VALUES, tuple)) for d in defaults):
+            return f"calls {name}, whose defaults hold an object each call may change"
         ns = {**getattr(value, "__globals__", {}), **self.ns}
         return _Scan(ns, self.xp, self.is_device, self.depth + 1, self.seen).tree(definition)
 
@@ -179,6 +201,17 @@ def _bound(tree: ast.AST) -> set[str]:
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _imported(tree: ast.AST) -> dict[str, str]:
+    """The names the code's imports bind, and the module each comes from."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update({(a.asname or a.name).split(".")[0]: a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom):
+            names.update({a.asname or a.name: node.module or "" for a in node.names})
     return names
 
 

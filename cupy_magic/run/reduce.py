@@ -9,7 +9,7 @@ import numpy as np
 
 from .errors import CellError
 
-__all__ = ["RULES", "agree", "check_names", "combine", "name_a_rule", "over_rows",
+__all__ = ["RULES", "agree", "check_names", "combine", "compared", "name_a_rule", "over_rows",
            "rows_by_chance"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
@@ -34,6 +34,12 @@ def agree(value: Any, first: Any) -> bool:
         return bool(value == first) or (value != value and first != first)
     except (ValueError, TypeError):
         return False
+
+
+def compared(value: Any, to_host: Any) -> Any:
+    """What a batch's row-free device array is compared as with :func:`agree`: a 0-d one
+    as its Python scalar, any other as a host array (``to_host``: the backend's)."""
+    return value.item() if value.ndim == 0 else to_host(value)
 
 
 def over_rows(name: str, what: str, rows: int, unit: str) -> str:

@@ -103,6 +103,11 @@ def _pure_helper(v):
     return w + 1
 
 
+def _counting(v, seen=[]):  # noqa: B006 (the mutable default is the point)
+    seen.append(1)
+    return v * 2 if len(seen) < 5 else v * 3
+
+
 def _logging_helper(v):
     LOG.append(1)
     return v
@@ -142,6 +147,38 @@ def test_what_a_replay_would_not_repeat_refuses_graphs(source, why):
     names = {"log": [], "d": {}, "obj": type("O", (), {})(), "LOG": LOG,
              "_logging_helper": _logging_helper, "opaque": eval("lambda v: v")}
     assert _refused(source, **names) == f"{why}, which a replayed batch would not repeat"
+
+
+@pytest.mark.parametrize(("source", "why"), [
+    # each launched batch takes the counter's next value; a replay would keep the one the
+    # capture took, and a check batch need not show it (y is x * 2 until the 5th batch)
+    ("y = x * 2 if next(c) < 5 else x * 3\n",
+     "the cell reads c, an iterator from outside it that moves on at every batch"),
+    ("for k in c:\n    break\ny = x * k\n",
+     "the cell reads c, an iterator from outside it that moves on at every batch"),
+    ("y = x * sum(v for _, v in zip(range(2), c))\n",
+     "the cell reads c, an iterator from outside it that moves on at every batch"),
+    ("import random\ny = x * 2 if random.random() < 0.9 else x\n",
+     "the cell calls random.random, which gives another value at every call"),
+    ("from time import perf_counter as now\ny = x * (now() > 0)\n",
+     "the cell calls now, which gives another value at every call"),
+    ("y = x * 2 if time.time() < deadline else x\n",
+     "the cell calls time.time, which gives another value at every call"),
+    # each launched batch draws new numbers; a replay would draw the captured ones again
+    ("y = x + np.random.standard_normal(x.shape)\n",
+     "the cell calls np.random.standard_normal, which gives another value at every call"),
+    ("y = _counting(x)\n",
+     "the cell calls _counting, whose defaults hold an object each call may change"),
+])
+def test_python_that_changes_from_batch_to_batch_refuses_graphs(source, why):
+    import itertools
+    import time
+
+    names = {"c": itertools.count(), "time": time, "deadline": 2e9, "_counting": _counting}
+    assert _refused(source, **names) == f"{why}, which a replayed batch would not repeat"
+    # what the cell itself makes and reads is the same in every batch
+    assert _refused("c = iter(range(3))\ny = x * next(c)\n", c=itertools.count()) == ""
+    assert _refused("import math\ny = x * math.exp(-0.5)\n") == ""
 
 
 def test_options_and_the_static_checks_refuse_graphs_first():
@@ -205,3 +242,27 @@ def test_the_cpu_fallback_runs_its_batches_as_before_and_says_nothing_of_graphs(
         for _ in range(30):
             expect = np.sin(expect) * 0.5 + 0.25
         np.testing.assert_array_equal(ip.user_ns["y"], expect)
+
+
+def test_a_batched_run_is_freed_when_it_ends_not_later_by_the_cycle_collector(ip):
+    """What a run holds on the device (its shared inputs' copies, the batches' --reduce
+    partials) goes as the cell ends, not when Python's cycle collector next runs."""
+    import gc
+
+    from cupy_magic.run.batched import BatchRun
+
+    ip.user_ns.update(x=np.ones(40_000), w=np.ones(1))
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        ip.run_cell_magic("gpu", "--quiet --batch --batch-rows 1000 --reduce t=sum",
+                          "y = x * w\nt = y.sum()\n")
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, BatchRun)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not left
+    assert float(ip.user_ns["t"]) == 40_000.0

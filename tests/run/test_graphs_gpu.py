@@ -101,14 +101,43 @@ def test_gpu_row_wise_normalisation_replays_and_equals_numpy(gip):
                                rtol=1e-4, atol=1e-5)
 
 
+def _sines(y):
+    for _ in range(10):
+        y = np.sin(y) * 0.5 + 0.25
+    return y
+
+
+# ten rounds of three launches: a batch's launches cost several times its transfer, so that
+# its replays are faster beyond doubt (with four launches a float64 batch's copies took
+# about as long as its launches, and the check's timing could keep no graph)
+SINES = "for _ in range(10):\n    y = np.sin(y) * 0.5 + 0.25\n"
+
+
 def test_gpu_a_reduce_sum_cell_replays_its_partials_and_equals_numpy(gip):
-    x = np.random.default_rng(2).random(3_000_000)
+    # 4M rows: ~30 full batches of ~133k rows under 16 MB (at 3M, 16 of ~178k rows left 13
+    # replays for the 12 that three streams need, one batch from not trying graphs at all)
+    x = np.random.default_rng(2).random(4_000_000)
     gip.user_ns["x"] = x
-    cell = "y = np.sqrt(x) * 2 + 1\ntotal = y.sum()\n"
+    cell = "y = np.sqrt(x) * 2 + 1\n" + SINES + "total = y.sum()\n"
     graphs, _, got = _both(gip, cell, "--batch --reduce total=sum --to-host", ("y", "total"))
     _replayed(graphs)
-    np.testing.assert_array_equal(got["y"], np.sqrt(x) * 2 + 1)
-    np.testing.assert_allclose(got["total"], (np.sqrt(x) * 2 + 1).sum(), rtol=1e-12)
+    want = _sines(np.sqrt(x) * 2 + 1)
+    np.testing.assert_allclose(got["y"], want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(got["total"], want.sum(), rtol=1e-12)
+
+
+def test_gpu_a_row_free_array_is_checked_as_the_launched_batches_keep_it(gip):
+    """w depends on no row: the launched batches keep it as a host array compared batch by
+    batch, and the check compares the captured batch's w the same way (not as one number,
+    which raised for an array of four and failed the run)."""
+    x = np.random.default_rng(5).random(4_000_000)
+    gip.user_ns["x"] = x
+    cell = "w = np.linspace(0.5, 2.0, 4) ** 2\ny = x * w[1] + w[3]\n" + SINES
+    graphs, _, got = _both(gip, cell, "--batch --to-host", ("y", "w"))
+    _replayed(graphs)
+    w = np.linspace(0.5, 2.0, 4) ** 2
+    np.testing.assert_allclose(got["w"], w, rtol=1e-15)
+    np.testing.assert_allclose(got["y"], _sines(x * w[1] + w[3]), rtol=1e-12, atol=1e-15)
 
 
 def test_gpu_a_cell_with_a_host_sync_falls_back_with_the_reason(gip):
@@ -124,8 +153,10 @@ def test_gpu_a_cell_with_a_host_sync_falls_back_with_the_reason(gip):
 
 def test_gpu_a_capture_that_fails_ends_cleanly_and_the_run_goes_on_launched(gip):
     """Indexing by a Python list makes CuPy copy the list to the device through pinned
-    memory, which the capture refuses (a graph would read that batch's buffer again)."""
-    x = np.random.default_rng(4).random((600_000, 4))
+    memory, which the capture refuses (a graph would read that batch's buffer again).
+    2M rows: ~30 full batches of ~66k rows (at 600k, 8 were too few to try graphs at all,
+    and the report gave that reason instead)."""
+    x = np.random.default_rng(4).random((2_000_000, 4))
     gip.user_ns["x"] = x
     before = backend.current().pool_used()
     report = _run(gip, "y = x[:, [0, 2]] * 2\n", "--batch --to-host y")
