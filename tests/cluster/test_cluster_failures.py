@@ -187,10 +187,12 @@ def test_an_input_of_0_rows_is_one_line_naming_it_and_the_fix(ip, joined, x, how
 
 
 @pytest.mark.parametrize(("left", "words"), [
-    ({"tcp://a": {0, 2}, "tcp://b": {2}}, "block 3 of 4 (rows 20:30) was on each, and may end "
-                                          "its worker's process itself"),
-    ({"tcp://a": {0, 2}, "tcp://b": {0, 2, 3}}, "blocks 1, 3 of 4 were on each, and may end "
-                                                "their workers' processes itself"),
+    ({"tcp://a": {0, 2}, "tcp://b": {2}}, "block 3 of 4 (rows 20:30) was on each, and may "
+                                          "have ended their processes itself"),
+    # the scheduler does not say which of the two was running: neither is named as the one
+    ({"tcp://a": {0, 2}, "tcp://b": {0, 2, 3}}, "blocks 1, 3 of 4 were on each, and one of "
+                                                "them may have ended their processes (Dask does "
+                                                "not record which one was running)"),
     ({"tcp://a": {0}, "tcp://b": {1}}, "died during the cell (killed, out of memory, or their "
                                        "host went away?)"),
     ({"tcp://a": {1}}, "worker tcp://a (with block 2 of 4 (rows 10:20)) died during the cell "
