@@ -54,40 +54,22 @@ class _OwnFailures(logging.Filter):
         return TASK_PREFIX not in record.getMessage()
 
 
-class _OwnCancelled(logging.Filter):
-    """Drops ``distributed.worker.state_machine``'s "Async instruction ... ended with
-    CancelledError" records of cupy_magic's blocks: a worker closing while it still runs a
-    cancelled block (the kernel left its cluster after a Ctrl-C) says so."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith("Async instruction for"):
-            return True
-        text = record.getMessage()
-        return not (TASK_PREFIX in text and "CancelledError" in text)
-
-
-_FILTERS = {"distributed.worker": _OwnFailures, "distributed.worker.state_machine": _OwnCancelled}
-
-
 class QuietPlugin(WorkerPlugin):
     """A worker plugin for the local cluster the kernel starts, whose workers write to the
     kernel's terminal: a failing block is reported by the cell's own error (its line, the
     block, the rows, the worker), so the worker's "Compute Failed" log and traceback of it
-    are left out, as is the record of a cancelled block still running when the worker
-    closes. Other tasks' failures, and every other worker log, are kept.
+    are left out. Other tasks' failures, and every other worker log, are kept.
     """
 
     name = "cupy-magic-quiet"
 
     def setup(self, worker: Any = None) -> None:
-        """Add the filters to this worker process's ``distributed.worker`` loggers."""
+        """Add the filter to this worker process's ``distributed.worker`` logger."""
         self.teardown()
-        for name, kind in _FILTERS.items():
-            logging.getLogger(name).addFilter(kind())
+        logging.getLogger("distributed.worker").addFilter(_OwnFailures())
 
     def teardown(self, worker: Any = None) -> None:
-        """Remove the filters."""
-        for name, kind in _FILTERS.items():
-            log = logging.getLogger(name)
-            for f in [f for f in log.filters if isinstance(f, kind)]:
-                log.removeFilter(f)
+        """Remove the filter."""
+        log = logging.getLogger("distributed.worker")
+        for f in [f for f in log.filters if isinstance(f, _OwnFailures)]:
+            log.removeFilter(f)
