@@ -60,9 +60,9 @@ BOTH_FORMS = [
     (lambda ns: cm.budget_status(device=4), ValueError,
      "%vram_budget --device 0 (budget_status(device=0) from Python)"),
     (lambda ns: cm.vram_free("nosuch", ns), ValueError, "(vram_holders() from Python)"),
-    (lambda ns: cm.use_cluster("local", timeout=5), RuntimeError,
+    (lambda ns: cm.use_cluster("local", timeout=5), ValueError,
      "(use_cluster('tcp://HOST:8786', timeout=10))"),
-    (lambda ns: cm.use_cluster("tcp://127.0.0.1:1", timeout=-1), RuntimeError,
+    (lambda ns: cm.use_cluster("tcp://127.0.0.1:1", timeout=-1), ValueError,
      "(use_cluster('tcp://HOST:8786', timeout=10))"),
 ]
 

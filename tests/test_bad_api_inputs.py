@@ -120,30 +120,41 @@ def test_bad_call_is_a_one_line_error_naming_the_value_and_the_fix(
     assert (monitor.shared_sampler() and monitor.shared_sampler().interval) == before
 
 
-@pytest.mark.parametrize("target, options, value", [
-    (42, {}, "42"),
-    ("lcoal", {}, "'lcoal'"),
-    ("local", {"n_workers": 0}, "0"),
-    ("local", {"n_workers": -1}, "-1"),
-    ("local", {"n_workers": "2"}, "'2'"),
-    ("tcp://127.0.0.1:1", {"timeout": -1}, "-1"),
-    ("tcp://127.0.0.1:1", {"timeout": float("nan")}, "nan"),
-    ("tcp://127.0.0.1:1", {"timeout": "a"}, "'a'"),
-    ("tcp://127.0.0.1:1", {"n_workers": 2}, "n_workers=2"),  # an address brings its workers
-    ("off", {"n_workers": 2}, "n_workers=2"),
-    ("show", {"n_workers": 2}, "n_workers=2"),  # %gpu_cluster show --workers 2
-    ("local", {"timeout": 5}, "timeout=5"),  # a timeout is for joining an address
-    (np.zeros((50, 50)), {}, "use_cluster(array("),
+@pytest.mark.parametrize("target, options, value, error", [
+    (42, {}, "42", TypeError),
+    ("lcoal", {}, "'lcoal'", ValueError),
+    ("local", {"n_workers": 0}, "0", ValueError),
+    ("local", {"n_workers": -1}, "-1", ValueError),
+    ("local", {"n_workers": 1.5}, "1.5", ValueError),
+    ("local", {"n_workers": "2"}, "'2'", TypeError),
+    ("local", {"n_workers": True}, "True", TypeError),
+    ("tcp://127.0.0.1:1", {"timeout": -1}, "-1", ValueError),
+    ("tcp://127.0.0.1:1", {"timeout": float("nan")}, "nan", ValueError),
+    ("tcp://127.0.0.1:1", {"timeout": "a"}, "'a'", TypeError),
+    # an address brings its workers
+    ("tcp://127.0.0.1:1", {"n_workers": 2}, "n_workers=2", ValueError),
+    ("off", {"n_workers": 2}, "n_workers=2", ValueError),
+    ("show", {"n_workers": 2}, "n_workers=2", ValueError),  # %gpu_cluster show --workers 2
+    ("local", {"timeout": 5}, "timeout=5", ValueError),  # a timeout is for joining an address
+    (np.zeros((50, 50)), {}, "use_cluster(array(", TypeError),
+    # an address without its scheme: named as one, with the form it needs, timeout or not
+    ("127.0.0.1:1", {}, "tcp://127.0.0.1:1", ValueError),
+    ("127.0.0.1:1", {"timeout": 2}, "tcp://127.0.0.1:1", ValueError),
+    ("[::1]:8786", {"timeout": 2}, "tcp://[::1]:8786", ValueError),
 ])
 def test_bad_cluster_call_is_refused_before_anything_starts_or_closes(
-        ip, target, options, value):
+        ip, target, options, value, error):
+    """A bad value is a ValueError and a bad type a TypeError, as the package's other
+    functions raise them; both are ClusterErrors, which the magic turns into a UsageError."""
     from cupy_magic.cluster.connect import ClusterError, client
 
     kept = client()
-    with pytest.raises(ClusterError) as info:
+    with pytest.raises(error) as info:
         cm.use_cluster(target, **options)
     msg = str(info.value)
+    assert isinstance(info.value, ClusterError)
     assert "\n" not in msg and value in msg and FIX.search(msg)
+    assert "is for joining a scheduler at an address" not in msg or "timeout=5" in msg
     assert client() is kept
 
 
@@ -182,8 +193,8 @@ def test_numpy_integers_are_whole_numbers_everywhere(ip, capsys):
     assert "pool:" in cm.panel_summary(np.int64(0))  # refused as "not visible" before
     cm.show_panel(device=np.int64(0), text=True)
     assert cm.set_budget("1GB", device=np.int64(0)).budget_bytes == 10**9
-    _check("local", np.int64(2), np.int64(5))  # no error: a whole count, a number of seconds
-    _check("local", None, np.float32(5))
+    _check(np.int64(2), np.int64(5))  # no error: a whole count, a number of seconds
+    _check(None, np.float32(5))
     ns = {"np": np, "b": 1}
     cm.run_cell("a = np.zeros(3)", ns)  # a device array (host RAM on the CPU fallback)
     cm.vram_free({"a": 0}.keys(), namespace=ns)  # any iterable of names

@@ -8,7 +8,9 @@ have), ``worker.py`` (what runs on a worker: the budget plugin, one block of a c
 reductions), ``transport.py`` (how the blocks' data moves: shared memory on one host or
 scatter and gather), ``shm.py`` (the kernel's ring of shared-memory slots), ``slots.py`` (a
 worker's slots, a block run from one), ``pipeline.py`` (blocks through the slots, several in
-flight), ``report.py`` (the per-worker rows of the report). It knows no IPython.
+flight), ``report.py`` (the per-worker rows of the report), ``failure.py`` (a failed or
+interrupted run, as the kernel reports it), ``abandoned.py`` (blocks an interrupted cell left
+running, which the next cell waits for). It knows no IPython.
 """
 
 from __future__ import annotations

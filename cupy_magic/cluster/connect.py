@@ -8,9 +8,11 @@ fallback. Every worker gets :class:`~cupy_magic.cluster.worker.BudgetPlugin`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -21,12 +23,12 @@ from typing import Any
 from .. import lifecycle
 from ..backend import Backend
 from ..units import format_bytes, short_repr, whole
-from . import deathlog, shm, transport
+from . import abandoned, deathlog, shm, transport
 from .worker import worker_facts
 
 __all__ = ["CONNECT_TIMEOUT", "LOCAL_CPU_WORKERS", "ClusterError", "ClusterStatus",
-           "WorkerFacts", "client", "close", "ensure_budget", "in_use",
-           "leave_unreachable", "live", "status", "use"]
+           "ClusterTypeError", "ClusterValueError", "WorkerFacts", "client", "close",
+           "ensure_budget", "in_use", "leave_unreachable", "live", "status", "use"]
 
 CONNECT_TIMEOUT = 10  # seconds to reach a scheduler before giving up
 LOCAL_CPU_WORKERS = 2  # worker processes of ``local`` on the CPU fallback (at most the cores)
@@ -35,6 +37,15 @@ INSTALL = "pip install 'cupy-magic[dask]'"
 
 class ClusterError(RuntimeError):
     """The cluster cannot be used as asked; the message names the value and the fix."""
+
+
+class ClusterValueError(ClusterError, ValueError):
+    """A value the cluster calls refuse (``n_workers=0``, ``'lcoal'``), a ``ValueError`` as
+    the package's other functions raise for one."""
+
+
+class ClusterTypeError(ClusterError, TypeError):
+    """A value of a type the cluster calls refuse (``use_cluster(3)``), a ``TypeError``."""
 
 
 @dataclass(frozen=True)
@@ -166,9 +177,10 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
                                "cluster: %gpu_cluster tcp://HOST:8786)") from None
         gpus = be.device_count()
         if n_workers is not None and not 1 <= n_workers <= gpus:
-            raise ClusterError(f"--workers {n_workers}: a local GPU cluster has one worker per "
-                               f"GPU and this machine shows {gpus}; give --workers 1 to {gpus}, "
-                               "or %gpu_backend host first for a cluster of CPU processes")
+            raise ClusterValueError(f"--workers {n_workers}: a local GPU cluster has one worker "
+                                    f"per GPU and this machine shows {gpus}; give --workers 1 "
+                                    f"to {gpus}, or %gpu_backend host first for a cluster of "
+                                    "CPU processes")
         with _sigint_ignored():  # its keywords reach LocalCluster's
             cluster = LocalCUDACluster(n_workers=n_workers, **_QUIET_SCHEDULER)
         return cluster, "LocalCUDACluster (one worker per GPU)"
@@ -180,13 +192,20 @@ def _start_local(be: Backend, n_workers: int | None) -> tuple[Any, str]:
     return cluster, "local CPU cluster (LocalCluster of processes, CPU fallback)"
 
 
+_HOST_PORT = re.compile(r"^[\w.\-\[\]:]+:\d+$")  # 10.0.0.5:8786, [::1]:8786: no scheme
+
+
 def _address(target: str) -> str:
     """``target`` as a scheduler address, refused when it is none."""
     text = str(target).strip()
-    if "://" not in text:
-        raise ClusterError(f"{text!r} is not a scheduler address; give one such as "
-                           "tcp://10.0.0.5:8786, or local, off or show")
-    return text
+    if "://" in text:
+        return text
+    if _HOST_PORT.match(text):
+        raise ClusterValueError(f"{text!r} has no scheme; a scheduler address is written "
+                                f"with one, e.g. tcp://{text} (%gpu_cluster tcp://{text}, "
+                                f"use_cluster('tcp://{text}'))")
+    raise ClusterValueError(f"{text!r} is not a scheduler address; give one such as "
+                            "tcp://10.0.0.5:8786, or local, off or show")
 
 
 def _join(target: Any, timeout: float) -> tuple[Any, str]:
@@ -210,23 +229,24 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
     a cluster, or only show it (``"show"``); return :func:`status`."""
     word = target.strip().lower() if isinstance(target, str) else None  # local, off, show
     local = word == "local"
+    _check_target(target, word)  # what the target is first: the options' checks read it
     if timeout is not None and not (word is not None and "://" in word):
-        raise ClusterError(f"timeout={short_repr(timeout)} is for joining a scheduler at an "
-                           "address (local starts its own, a Client is joined already); e.g. "
-                           f"%gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT} "
-                           f"(use_cluster('tcp://HOST:8786', timeout={CONNECT_TIMEOUT}))")
+        raise ClusterValueError(f"timeout={short_repr(timeout)} is for joining a scheduler at "
+                                "an address (local starts its own, a Client is joined already); "
+                                f"e.g. %gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT} "
+                                f"(use_cluster('tcp://HOST:8786', timeout={CONNECT_TIMEOUT}))")
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     if n_workers is not None and not local:
-        raise ClusterError(f"n_workers={short_repr(n_workers)} is for a local cluster only (an "
-                           "address or a Client brings its workers); e.g. %gpu_cluster local "
-                           f"--workers {LOCAL_CPU_WORKERS} (use_cluster('local', n_workers="
-                           f"{LOCAL_CPU_WORKERS}))")
+        raise ClusterValueError(f"n_workers={short_repr(n_workers)} is for a local cluster "
+                                "only (an address or a Client brings its workers); e.g. "
+                                f"%gpu_cluster local --workers {LOCAL_CPU_WORKERS} (use_cluster("
+                                f"'local', n_workers={LOCAL_CPU_WORKERS}))")
     if target is None or word == "off":
         close()
         return status()
     if word == "show":
         return status()  # as %gpu_cluster show
-    _check(target, n_workers, timeout)  # before close(): a bad call keeps the cluster
+    _check(n_workers, timeout)  # before close(): a bad call keeps the cluster
     n_workers, timeout = whole(n_workers), float(timeout)
     close()
     if local:
@@ -247,23 +267,38 @@ def use(target: Any, be: Backend, *, n_workers: int | None = None,
     return status()
 
 
-def _check(target: Any, n_workers: Any, timeout: Any) -> None:
-    """Refuse a target, worker count or timeout that cannot work, naming it and the fix."""
-    if isinstance(target, str) and target.strip().lower() != "local":
+def _check_target(target: Any, word: str | None) -> None:
+    """Refuse a target that is neither a word, an address nor a ``Client`` (a
+    :class:`ClusterTypeError`), or a text that is no address (a :class:`ClusterValueError`)."""
+    if target is None or word in ("local", "off", "show"):
+        return
+    if isinstance(target, str):
         _address(target)  # refused here, before close(); _join reads it again
-    if not isinstance(target, str) and not isinstance(target, _distributed().Client):
-        raise ClusterError(f"use_cluster({short_repr(target)}): give 'local', an address such "
-                           "as 'tcp://10.0.0.5:8786', a distributed.Client, or None to leave")
+    elif not isinstance(target, _distributed().Client):
+        raise ClusterTypeError(f"use_cluster({short_repr(target)}): give 'local', an address "
+                               "such as 'tcp://10.0.0.5:8786', a distributed.Client, or None "
+                               "to leave")
+
+
+def _check(n_workers: Any, timeout: Any) -> None:
+    """Refuse a worker count or timeout that cannot work, naming it and the fix: of another
+    type than a number, a :class:`ClusterTypeError`; a number out of range (or not whole), a
+    :class:`ClusterValueError`."""
     if n_workers is not None and (whole(n_workers) or 0) < 1:
-        raise ClusterError(f"--workers must be a whole number of at least 1, got "
-                           f"{short_repr(n_workers)}; e.g. %gpu_cluster local --workers "
-                           f"{LOCAL_CPU_WORKERS} (use_cluster('local', n_workers="
-                           f"{LOCAL_CPU_WORKERS}))")
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) \
-            or not 0 < timeout < math.inf:
-        raise ClusterError(f"timeout={short_repr(timeout)} is not a number of seconds above 0; "
-                           f"e.g. %gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT} "
-                           f"(use_cluster('tcp://HOST:8786', timeout={CONNECT_TIMEOUT}))")
+        error = ClusterValueError if _is_number(n_workers) else ClusterTypeError
+        raise error(f"--workers must be a whole number of at least 1, got "
+                    f"{short_repr(n_workers)}; e.g. %gpu_cluster local --workers "
+                    f"{LOCAL_CPU_WORKERS} (use_cluster('local', n_workers={LOCAL_CPU_WORKERS}))")
+    if not _is_number(timeout) or not 0 < timeout < math.inf:
+        error = ClusterValueError if _is_number(timeout) else ClusterTypeError
+        raise error(f"timeout={short_repr(timeout)} is not a number of seconds above 0; "
+                    f"e.g. %gpu_cluster tcp://HOST:8786 --timeout {CONNECT_TIMEOUT} "
+                    f"(use_cluster('tcp://HOST:8786', timeout={CONNECT_TIMEOUT}))")
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool): of the type a count or a timeout is."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def ensure_budget(be: Backend, force: bool = False) -> None:
@@ -298,9 +333,44 @@ def close() -> None:
     c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
     _state.update(client=None, cluster=None, kind="", budget=None, owned=False, address="")
     transport.forget()
+    abandoned.forget()
     deathlog.uninstall()
     shm.release()  # the workers close their slots while the client still reaches them
+    if cluster is not None and c is not None:
+        _stop_busy_workers(c, cluster)
     if c is not None and owned:
         c.close()
     if cluster is not None:
         cluster.close()
+
+
+STOP_SECONDS = 10.0  # for a busy worker to stop before its nanny kills it
+
+
+def _stop_busy_workers(c: Any, cluster: Any) -> None:
+    """Stop the workers of the kernel's own cluster, when they still run blocks of an
+    interrupted cell, without waiting for those blocks (a running block cannot be stopped,
+    and its cell is gone); then the cluster closes as usual. Closed as usual at once, each
+    nanny asked such a worker to close, waited 4 s for its thread, killed it and said so in
+    red, and the worker's own log said so again."""
+    from .plugin import TASK_PREFIX
+
+    if abandoned.running(c, TASK_PREFIX):
+        with contextlib.suppress(Exception):  # what could not stop, cluster.close() kills
+            cluster.sync(_stop_now, list(cluster.workers.values()))
+
+
+async def _stop_now(nannies: list[Any]) -> None:
+    """Tell each nanny that its worker leaves for good (no restart), and stop the worker
+    through the nanny's own channel, without waiting for its executor's threads."""
+    import asyncio
+
+    async def stop(nanny: Any) -> None:
+        process = getattr(nanny, "process", None)
+        if process is None or not hasattr(nanny, "close_gracefully"):
+            return  # a worker in this process, or one stopped already
+        nanny.close_gracefully(reason="cupy-magic: the kernel leaves its cluster")
+        await process.kill(timeout=STOP_SECONDS, executor_wait=False,
+                           reason="cupy-magic: the kernel leaves its cluster")
+
+    await asyncio.gather(*(stop(n) for n in nannies))

@@ -26,7 +26,7 @@ from ..run.plan import CellPlan
 from ..run.reduce import agree, check_names, name_a_rule, over_rows, rows_by_chance
 from ..run.report import InputMove, OutputInfo, RunReport
 from ..units import short_repr
-from . import connect
+from . import abandoned, connect
 from .blocks import run_blocks
 from .failure import CellBlocks, cancel, explain, hold_log, release_log, unstick
 from .inputs import cut_inputs, prepare, python_values, worker_addresses
@@ -159,6 +159,7 @@ class ClusterExecutor:
              be: Backend, held: list[Any], cell: CellBlocks,
              to_host: Any) -> tuple[dict[str, Any], ClusterRun]:
         workers, cell_id = () if self.darrs else cell.workers, cell.cell_id
+        waited = abandoned.wait(client)  # an interrupted cell's blocks still running
         transport = choose(client, self.darrs, plan, self.opts, self.scatter_numpy, to_host,
                            workers, be)
         inputs = prepare(client, self.source, plan, self.darrs, namespace, self.opts,
@@ -199,8 +200,9 @@ class ClusterExecutor:
             info.copy_out_seconds = slotted.copy_out_seconds
             info.sent_back = slotted.sent_back
         results = self._results(futures, infos, info, to_host, be, filled)
-        if moved.notes:
-            results.setdefault("__notes__", []).extend(moved.notes)
+        notes = [waited] * bool(waited) + moved.notes
+        if notes:
+            results.setdefault("__notes__", []).extend(notes)
         return results, info
 
     def _drop_shared(self, client: Any) -> None:

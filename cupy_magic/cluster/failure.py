@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backend import Backend
+from ..run import progress
 from ..run.errors import CellError, at_cell_line, fail
-from . import connect, deathlog
+from . import abandoned, connect, deathlog
 from .inputs import scheduler_workers
 from .worker import BlockFailed
 
 __all__ = ["BlockCancelled", "CellBlocks", "cancel", "died", "explain", "hold_log",
-           "release_log", "unstick"]
+           "interrupted", "release_log", "unstick"]
 
 _log = logging.getLogger(__name__)
 # a block run through device slots ends in "-ipc" (:attr:`.devring.DeviceRing.key_suffix`)
@@ -172,20 +173,72 @@ def _lost(exc: BaseException, client: Any, cell: CellBlocks) -> str:
 
 def died(left: dict[str, set[int]], cell: CellBlocks) -> str:
     """The one line for workers that left during the cell: ``left`` maps each to the blocks
-    (from 0) it had; a block every one of them had may have ended them itself."""
+    (from 0) it had; a block every one of them had may have ended them itself.
+
+    Which of several such blocks did is not known: the scheduler records the tasks a worker
+    was given (its ``processing``, what ``remove-worker`` events and ``suspicious`` counts
+    are made of), not which one it was running, so a block queued behind the one that ended
+    the first worker moves with it to the next and is counted alike; the line says "one of".
+    (Where Dask itself gives up on one task, :class:`~distributed.scheduler.KilledWorker`
+    names it, and :func:`_lost` names that block alone.)
+    """
     parts = [address + (f" (with {cell.named(ix)})" if ix else "") for address, ix in left.items()]
     many = len(parts) > 1
     gone = f"worker{'s' * many} {' and '.join(parts)} died during the cell"
     common = set.intersection(*left.values()) if many else set()
     if common:  # the same block on every worker that died: the block may end them itself
-        one = len(common) == 1
-        ended = "its worker's process" if one else "their workers' processes"
-        return (f"{gone}: {cell.named(common)} {'was' if one else 'were'} on each, and may end "
-                f"{ended} itself (out of memory? a crash in native code?); {TAIL}; run the "
-                "cell in this kernel to see (%gpu_cluster off), or give smaller blocks "
-                "(--batch-rows)")
+        ended = ("was on each, and may have ended their processes itself" if len(common) == 1
+                 else "were on each, and one of them may have ended their processes (Dask "
+                 "does not record which one was running)")
+        return (f"{gone}: {cell.named(common)} {ended} (out of memory? a crash in native "
+                f"code?); {TAIL}; run the cell in this kernel to see (%gpu_cluster off), or "
+                "give smaller blocks (--batch-rows)")
     return (f"{gone} (killed, out of memory, or {'their' if many else 'its'} host went "
             f"away?); {TAIL}; {AGAIN}")
+
+
+def interrupted(client: Any, cell: CellBlocks) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` of a cluster cell stopped by Ctrl-C, after its futures were
+    cancelled: one line that says what the kernel was waiting for and which blocks still run
+    on the workers (:mod:`.abandoned`: the next cluster cell waits for them). No cell line
+    is blamed: the kernel ran none of the cell's code; IPython shows the line alone
+    (its ``_render_traceback_``)."""
+    earlier = abandoned.pending(client)
+    if not cell.starts:
+        where = (f"while waiting for {earlier.describe()}, which an earlier interrupted cell "
+                 "left running (the next cluster cell waits for them again)"
+                 if earlier is not None else "before the cell's blocks were sent")
+        line = f"interrupted {where}; nothing of this cell ran on the cluster, nothing committed"
+        return _one_line(KeyboardInterrupt(line))
+    shown = progress.current()
+    done = shown.batches_done if shown is not None and shown.unit == "block" else None
+    total = len(cell.starts)
+    if done == total:
+        where = f"while the results of the cell's {total} blocks were gathered"
+    else:
+        where = "while waiting for the cell's blocks on the cluster" + (
+            f" ({done} of {total} done)" if done is not None else "")
+    prefix = f"cupy-magic-{cell.cell_id}-block-"
+    on = abandoned.running(client, prefix)
+    line = f"interrupted {where}; the cell's futures on the cluster cancelled, nothing committed"
+    if on:
+        label = shown.cell_label if shown is not None and shown.cell_label else "that cell"
+        left = abandoned.Abandoned(client, label, prefix,
+                                   cell.blocks(k for keys in on.values() for k in keys), on)
+        abandoned.leave(left)
+        one = sum(map(len, on.values())) == 1
+        line += (f"; {left.blocks} still {'runs' if one else 'run'} on {', '.join(on)}: a "
+                 f"running block cannot be stopped, so {'it finishes' if one else 'they finish'}"
+                 " in the background, and the next cluster cell waits for "
+                 f"{'it' if one else 'them'} first")
+    return _one_line(KeyboardInterrupt(line))
+
+
+def _one_line(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """``exc`` as IPython shows it: its line alone (``_render_traceback_``, IPython's hook for
+    an exception that renders itself), no traceback pointing at a cell line."""
+    exc._render_traceback_ = lambda: [f"{type(exc).__name__}: {exc}"]  # type: ignore[attr-defined]
+    return exc
 
 
 def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str, Any],
@@ -205,8 +258,7 @@ def explain(exc: BaseException, be: Backend, filename: str, namespace: dict[str,
                 at_cell_line(link, filename, line)
         return at_cell_line(new, filename, exc.line)
     if isinstance(exc, KeyboardInterrupt):
-        return fail(exc, be, 0, filename, "interrupted; the cell's futures on the cluster "
-                    "cancelled, nothing committed", namespace=namespace)
+        return interrupted(client, cell)
     if client.status != "running" and not isinstance(exc, CellError):
         return at_cell_line(CellError(f"{connect.leave_unreachable()}; the cell committed nothing"),
                             filename, 1)

@@ -42,8 +42,14 @@ def use_cluster(target: Any = "local", *, n_workers: int | None = None,
 
     Raises
     ------
+    ValueError
+        A target, ``n_workers`` or ``timeout`` that cannot be used (``'lcoal'``,
+        ``n_workers=0``, an address without ``tcp://``, a timeout without an address).
+    TypeError
+        One of a type that cannot be (``use_cluster(3)``, ``n_workers='2'``).
     cupy_magic.cluster.connect.ClusterError
-        When Dask is missing or the scheduler cannot be reached; the message says the fix.
+        When Dask is missing or the scheduler cannot be reached (the two above are
+        ClusterErrors too); the message says the fix.
     """
     return connect.use(target, _backend.current(), n_workers=n_workers, timeout=timeout)
 

@@ -202,8 +202,11 @@ def test_a_cluster_that_cannot_be_reached_is_one_line_with_the_fix(ip):
         ip.run_line_magic("gpu_cluster", "tcp://127.0.0.1:9 --timeout 2")
     assert "\n" not in str(err.value) and "%gpu_cluster local" in str(err.value)
     assert time.monotonic() - t0 < 30
-    with pytest.raises(UsageError, match="not a scheduler address"):
+    with pytest.raises(UsageError, match=r"'localhost:8786' has no scheme; a scheduler address "
+                                         r"is written with one, e\.g\. tcp://localhost:8786"):
         ip.run_line_magic("gpu_cluster", "localhost:8786")
+    with pytest.raises(UsageError, match="'lcoal' is not a scheduler address"):
+        ip.run_line_magic("gpu_cluster", "lcoal")
 
 
 def worker_copies(client) -> dict[str, int]:

@@ -146,3 +146,16 @@ def test_local_on_a_gpu_is_a_local_cuda_cluster_of_cupy_workers_under_the_budget
     gpus = cupy.cuda.runtime.getDeviceCount()
     with pytest.raises(UsageError, match=f"--workers {gpus + 1}: a local GPU cluster"):
         ip.run_line_magic("gpu_cluster", f"local --workers {gpus + 1}")
+
+
+@pytest.mark.parametrize("line", ["127.0.0.1:1 --timeout 2", "127.0.0.1:1"])
+def test_an_address_without_a_scheme_is_named_as_one_with_or_without_a_timeout(ip, line):
+    """``--timeout`` was refused as "for joining a scheduler at an address" although the
+    target was one (without ``tcp://``): the target is read first, and its fix is its own
+    address with the scheme."""
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("gpu_cluster", line)
+    msg = str(info.value)
+    assert "\n" not in msg and "is for joining" not in msg, msg
+    assert "'127.0.0.1:1' has no scheme" in msg and "%gpu_cluster tcp://127.0.0.1:1" in msg
+    assert connect.client() is None

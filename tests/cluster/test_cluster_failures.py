@@ -187,10 +187,12 @@ def test_an_input_of_0_rows_is_one_line_naming_it_and_the_fix(ip, joined, x, how
 
 
 @pytest.mark.parametrize(("left", "words"), [
-    ({"tcp://a": {0, 2}, "tcp://b": {2}}, "block 3 of 4 (rows 20:30) was on each, and may end "
-                                          "its worker's process itself"),
-    ({"tcp://a": {0, 2}, "tcp://b": {0, 2, 3}}, "blocks 1, 3 of 4 were on each, and may end "
-                                                "their workers' processes itself"),
+    ({"tcp://a": {0, 2}, "tcp://b": {2}}, "block 3 of 4 (rows 20:30) was on each, and may "
+                                          "have ended their processes itself"),
+    # the scheduler does not say which of the two was running: neither is named as the one
+    ({"tcp://a": {0, 2}, "tcp://b": {0, 2, 3}}, "blocks 1, 3 of 4 were on each, and one of "
+                                                "them may have ended their processes (Dask does "
+                                                "not record which one was running)"),
     ({"tcp://a": {0}, "tcp://b": {1}}, "died during the cell (killed, out of memory, or their "
                                        "host went away?)"),
     ({"tcp://a": {1}}, "worker tcp://a (with block 2 of 4 (rows 10:20)) died during the cell "
@@ -201,3 +203,47 @@ def test_workers_that_died_are_named_in_one_line_that_agrees_in_number(left, wor
 
     msg = died(left, CellBlocks("c", starts=(0, 10, 20, 30), sizes=(10, 10, 10, 10)))
     assert words in msg and "\n" not in msg and "nothing committed" in msg, msg
+
+
+def test_ctrl_c_names_the_blocks_still_running_and_the_next_cell_waits_for_them(ip, joined):
+    """What a Ctrl-C leaves on a real cluster (the cell's futures cancelled, one block
+    still running on each worker): the interrupted cell's one line names them and their
+    workers, and IPython shows that line alone; the next cluster cell waits until they end
+    (its report's note says how long and why) and then runs as usual."""
+    from cupy_magic.cluster import abandoned
+    from cupy_magic.cluster.failure import CellBlocks, interrupted
+
+    cell = CellBlocks("feedbeef", starts=(0, 100, 200, 300), sizes=(100, 100, 100, 100))
+    futures = [joined.submit(time.sleep, 3, key=f"cupy-magic-feedbeef-block-{i}", pure=False)
+               for i in range(4)]
+    end = time.monotonic() + 30
+    while len(abandoned.running(joined, "cupy-magic-feedbeef-")) < 2:
+        assert time.monotonic() < end, "the blocks did not start"
+        time.sleep(0.05)
+    joined.cancel(futures)
+    started = time.monotonic()
+    exc = interrupted(joined, cell)
+    line = str(exc)
+    assert isinstance(exc, KeyboardInterrupt) and "\n" not in line, line
+    assert exc._render_traceback_() == [f"KeyboardInterrupt: {line}"]
+    assert "futures on the cluster cancelled, nothing committed" in line, line
+    assert "blocks 1, 2 of 4 still run on " in line, line
+    assert all(w in line for w in joined.scheduler_info()["workers"]), line
+    ip.user_ns["x"] = np.arange(400.0).reshape(100, 4)
+    ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 25", "y = x + 1\n")
+    assert time.monotonic() - started > 1.5  # the blocks took 3 s
+    np.testing.assert_array_equal(ip.user_ns["y"], ip.user_ns["x"] + 1)
+    notes = cupy_magic.last_report().notes
+    assert any("ms waiting for blocks 1, 2 of 4 of " in n and "to end first: that cell was "
+               "interrupted while they ran" in n for n in notes), notes
+    assert abandoned.pending(joined) is None  # the cell after waits for nothing
+    ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 25", "y = x + 2\n")
+    assert not any("waiting for" in n for n in cupy_magic.last_report().notes)
+
+
+def test_ctrl_c_before_any_block_was_sent_says_so(ip, joined):
+    from cupy_magic.cluster.failure import CellBlocks, interrupted
+
+    line = str(interrupted(joined, CellBlocks("0badcafe")))
+    assert line == ("interrupted before the cell's blocks were sent; nothing of this cell ran "
+                    "on the cluster, nothing committed"), line

@@ -184,6 +184,82 @@ def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(k
     assert _segments(pid) - before == set()
 
 
+LONG_BLOCKS_CELL = """%%gpu --quiet --to-host --cluster --batch-rows 100
+y = x * 2
+time.sleep(BLOCK_SECONDS)
+"""
+RED = re.compile(r"distributed\.\S+ - (WARNING|ERROR)|Traceback|Error\b")
+
+
+def test_ctrl_c_of_long_blocks_says_where_the_kernel_was_and_the_next_cell_why_it_waits(kernel):
+    """Ctrl-C of a cluster cell whose blocks run long: its one line says what the kernel
+    waited for and which blocks still run on which workers (it blamed cell line 1, which
+    never ran in the kernel, and said nothing of them); the next cluster cell waits for
+    them first, and its report says how long and why (the wait was its own "ms outside the
+    busiest worker's blocks"); leaving the cluster while such blocks run prints nothing red
+    (the nannies waited 4 s, killed the workers and said so, and the workers too)."""
+    reply, text = kernel.run(
+        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport cupy_magic\n"
+        "_ = cupy_magic.use_cluster('local', n_workers=2)\nBLOCK_SECONDS = 6\n"
+        "print('ADDR', cupy_magic.cluster_status().address)\n"
+        "x = np.random.default_rng(0).random((800, 4))", timeout=120)
+    assert reply["status"] == "ok", text
+    address = re.search(r"ADDR (tcp://\S+)", text).group(1)
+    watch = distributed.Client(address, timeout=30)
+    try:
+        workers = sorted(watch.scheduler_info()["workers"])
+        reply = _interrupted(kernel, watch, LONG_BLOCKS_CELL)
+        interrupted = time.monotonic()
+    finally:
+        watch.close()
+    content = reply["content"]
+    assert content["ename"] == "KeyboardInterrupt"
+    tb = ANSI.sub("", "\n".join(content["traceback"]))
+    assert tb == f"KeyboardInterrupt: {content['evalue']}", tb  # one line, no cell line
+    line = content["evalue"]
+    assert "\n" not in line and "line 1" not in line, line
+    assert "interrupted while waiting for the cell's blocks on the cluster" in line, line
+    assert "futures on the cluster cancelled, nothing committed" in line, line
+    assert "blocks 1, 2 of 8 still run on " in line, line
+    assert all(w in line for w in workers), (workers, line)
+    assert "the next cluster cell waits for them first" in line, line
+    reply, text = kernel.run("%%gpu --to-host --cluster --batch-rows 100\nz = x + 1\n"
+                             "BLOCK_SECONDS = 0.01")
+    assert reply["status"] == "ok", text
+    assert time.monotonic() - interrupted > 3  # it did wait for the blocks
+    note = re.search(r"note ([\d,.]+) ms waiting for blocks 1, 2 of 8 of In \[\d+\] on "
+                     r"(\S+), (\S+) to end first: that cell was interrupted", text)
+    assert note is not None, text
+    assert float(note.group(1).replace(",", "")) > 1000, text
+    outside = re.search(r"([\d.]+) ms outside the busiest worker's blocks", text)
+    assert outside is not None and float(outside.group(1)) < 1000, text
+    reply, text = kernel.run("print('SAME', bool(np.array_equal(z, x + 1)))")
+    assert "SAME True" in text
+    # again, and leave the cluster for another while the blocks still run
+    msg_id = kernel.kc.execute(LONG_BLOCKS_CELL.replace("y = x * 2", "BLOCK_SECONDS = 20\ny = x"))
+    time.sleep(2)
+    kernel.km.interrupt_kernel()
+    reply = kernel.kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert "still run on" in reply["content"]["evalue"], reply["content"]["evalue"]
+    kernel.run("pass")  # a request right after an error may be aborted by the kernel
+    t0 = time.monotonic()
+    reply, text = kernel.run("%gpu_cluster local --workers 2", timeout=120)
+    switched = time.monotonic() - t0
+    assert reply["status"] == "ok", text
+    reply, later = kernel.run("time.sleep(5)")  # what the old workers and nannies say late
+    assert RED.findall(text + later) == [], text + later
+    assert switched < 6, switched  # no 4 s wait for a block that cannot be stopped
+    reply, text = kernel.run("%%gpu --quiet --to-host --cluster --batch-rows 100\nz = x + 1",
+                             timeout=60)
+    assert reply["status"] == "ok", text
+    reply, text = kernel.run("print('WAITED', 'waiting for' in ' '.join("
+                             "cupy_magic.last_report().notes))")
+    assert "WAITED False" in text, text  # those blocks were another cluster's
+    reply, text = kernel.run("%gpu_cluster off")
+    assert reply["status"] == "ok", text
+
+
 LOG_LINE = re.compile(r" - distributed\.\S+ - (WARNING|ERROR) - (.*)")
 KILLER_CELLS = {  # the block holding row 500 ends the process of whichever worker runs it
     "dask": "%%gpu --quiet --to-host\nif xd[0, 0] == MARK:\n    os.kill(os.getpid(), 9)\n"
