@@ -209,10 +209,15 @@ def _close(client: Any, run: str, slots: list[DeviceSlot], be: Backend) -> list[
     if left:
         _leftover.append((client, run, slots, be))
         return slots
+    _free(slots, be)
+    return []
+
+
+def _free(slots: list[DeviceSlot], be: Backend) -> None:
+    """Free slots no worker has open any more and give their bytes back to the budget."""
     for slot in slots:
         slot.buf.free()
         be.unreserve(slot.capacity)
-    return []
 
 
 def _ask_closed(client: Any, run: str, wait: float = CLOSE_WAIT) -> int:
@@ -241,9 +246,7 @@ def settle() -> None:
         if _ask_closed(c, run, wait=0):
             _leftover.append((c, run, slots, be))
             continue
-        for slot in slots:
-            slot.buf.free()
-            be.unreserve(slot.capacity)
+        _free(slots, be)
 
 
 def leftover_bytes() -> int:

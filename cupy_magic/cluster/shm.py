@@ -113,15 +113,8 @@ class Slot:
 
 
 class Ring(SlotRing):
-    """The kernel's shared-memory slots for one client's workers (:class:`~.ring.SlotRing`).
-
-    Parameters
-    ----------
-    client
-        The ``distributed.Client`` whose workers read the slots.
-    workers
-        Their addresses; a block goes to the least busy one with a slot free.
-    """
+    """The kernel's shared-memory slots for one client's workers (:class:`~.ring.SlotRing`,
+    whose parameters it takes)."""
 
     runner = staticmethod(run_slot_block)  # what a block's task runs on its worker
 
