@@ -93,6 +93,13 @@ class BatchJoin:
             work.pop(name, None)
         self.last_work = work
 
+    def forget(self) -> None:
+        """Drop everything the batches left so far (a first batch measured again)."""
+        for table in (self.specs, self.written, self.constants, self.partials):
+            table.clear()
+        self.first.clear()
+        self.last_work = {}
+
     def tail(self) -> dict[str, Any]:
         """The last batch's other results; unrebound batched inputs: the user's arrays."""
         kept = dict(self.last_work)
