@@ -28,7 +28,7 @@ import numpy as np
 
 from ..run.errors import CellError
 from ..units import format_bytes
-from .ring import COPY_THREADS, SLOTS_PER_WORKER, SlotRing, copy_rows, pieces, threaded
+from .ring import SLOTS_PER_WORKER, SlotRing, copy_rows, pieces, threaded
 from .slots import (
     HEADER,
     SlotTask,
@@ -41,8 +41,7 @@ from .slots import (
     view,
 )
 
-__all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "copy_rows", "release", "ring", "room",
-           "slot_bytes", "slot_names"]
+__all__ = ["Ring", "release", "ring", "room", "slot_bytes", "slot_names"]
 
 SLOT_ROUND = 1 << 20  # slot sizes in whole MiB, so blocks of nearly one size share slots
 

@@ -16,6 +16,7 @@ from slotcells import BODY, ROWS, on_host, run_quiet
 
 import cupy_magic
 from cupy_magic.cluster import shm, slots, transport
+from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 
 SHM = "/dev/shm"
 
@@ -83,7 +84,7 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
         np.testing.assert_allclose(got, kernel[name], rtol=1e-12)
     assert shared["k"] == scattered["k"] == kept["k"] == kernel["k"] == 3
     ring = shm.slot_names()
-    assert 0 < len(ring) <= 2 * shm.SLOTS_PER_WORKER and segments() - before == set(ring)
+    assert 0 < len(ring) <= 2 * SLOTS_PER_WORKER and segments() - before == set(ring)
     again = run_quiet(ip, BODY, f"--to-host --cluster {ROWS}", "y")
     np.testing.assert_array_equal(again["y"], shared["y"])
     assert shm.slot_names() == ring  # the same slots, reused by the next cell
