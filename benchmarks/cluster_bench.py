@@ -48,7 +48,7 @@ from cupy_magic import (
     use_backend,
     use_cluster,
 )
-from cupy_magic.cluster.shm import SLOTS_PER_WORKER
+from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 from cupy_magic.cluster.transport import use_ipc
 from cupy_magic.units import format_bytes, parse_size
 

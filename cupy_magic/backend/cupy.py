@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import importlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from .base import (
 )
 from .compiles import CompileRecord, timed
 from .flat import flat_device_index
+from .gpuinfo import describe, device_name
 from .hostmem import HostMemory
 from .marks import EventMarks
 from .preheat import preheat
@@ -194,23 +193,7 @@ class CupyBackend(Backend):
         return info
 
     def _info(self, device: int) -> DeviceInfo:
-        cp = self.cp
-        rt = cp.cuda.runtime
-        props = self._props(device)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-
-        def ver(v: int) -> str:
-            return f"{v // 1000}.{(v % 1000) // 10}"
-
-        return DeviceInfo(
-            backend=self.name,
-            name=name,
-            total_bytes=int(props["totalGlobalMem"]),
-            driver=_nvidia_driver_version() or f"CUDA {ver(rt.driverGetVersion())}",
-            runtime=ver(rt.runtimeGetVersion()),
-            cupy_version=cp.__version__,
-            uuid=_uuid(props, device),
-        )
+        return describe(self.cp, self.name, self._props(device), device)
 
     def device_memory(self, device: int | None = None) -> tuple[int, int]:
         with self.on_device(self.home if device is None else device):
@@ -227,8 +210,7 @@ class CupyBackend(Backend):
         return props
 
     def device_name(self, device: int) -> str:
-        name = self._props(device)["name"]
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return device_name(self._props(device))
 
     def device_total(self, device: int) -> int:
         return int(self._props(device)["totalGlobalMem"])
@@ -376,25 +358,3 @@ class CupyBackend(Backend):
             pool.free_all_blocks()
         self.host.close()
 
-
-def _uuid(props: dict[str, Any], device: int) -> str:
-    """The GPU's UUID as ``nvidia-smi -L`` prints it (``GPU-xxxxxxxx-...``); its PCI
-    address where CuPy's properties lack one (unique on a host all the same)."""
-    raw = props.get("uuid")
-    if isinstance(raw, (bytes, bytearray)) and len(raw) == 16:
-        h = raw.hex()
-        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-    return (f"pci-{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', device):02x}:"
-            f"{props.get('pciDeviceID', 0):02x}")
-
-
-@functools.cache
-def _nvidia_driver_version() -> str:
-    """Return the NVIDIA driver version (e.g. '580.159.04') from the kernel module."""
-    try:
-        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
-            first = fh.readline()
-    except OSError:
-        return ""
-    found = re.search(r"\s(\d{3,}\.\d+(?:\.\d+)?)\s", first)
-    return found.group(1) if found else ""

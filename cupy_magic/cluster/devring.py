@@ -32,7 +32,8 @@ from .devslots import DeviceTask, IpcUnavailable, close_run, run_device_block
 from .ring import SlotRing
 from .slots import HEADER
 
-__all__ = ["DEVICE_ROUND", "DeviceRing", "DeviceSlot", "leftover_bytes", "settle"]
+__all__ = ["DEVICE_ROUND", "DeviceRing", "DeviceSlot", "device_size", "leftover_bytes",
+           "settle"]
 
 DEVICE_ROUND = 2 << 20  # slot sizes in whole 2 MiB: what cudaMalloc gives at least
 # after a failure, how long the workers' cancelled blocks may take to let go of the slots
@@ -40,6 +41,11 @@ DEVICE_ROUND = 2 << 20  # slot sizes in whole 2 MiB: what cudaMalloc gives at le
 CLOSE_WAIT, CLOSE_POLL = 5.0, 0.05
 
 _log = logging.getLogger(__name__)
+
+
+def device_size(need: int) -> int:
+    """A device slot's bytes for ``need``: whole :data:`DEVICE_ROUND`."""
+    return max(DEVICE_ROUND, -(-need // DEVICE_ROUND) * DEVICE_ROUND)
 
 
 @dataclass(eq=False)
@@ -150,7 +156,7 @@ class DeviceRing(SlotRing):
         return total - used if left is None else min(left, total - used)
 
     def _round(self, need: int) -> int:
-        return max(DEVICE_ROUND, -(-need // DEVICE_ROUND) * DEVICE_ROUND)
+        return device_size(need)
 
     def _make(self, worker: str, need: int) -> DeviceSlot:
         size = self._round(need)
@@ -203,10 +209,15 @@ def _close(client: Any, run: str, slots: list[DeviceSlot], be: Backend) -> list[
     if left:
         _leftover.append((client, run, slots, be))
         return slots
+    _free(slots, be)
+    return []
+
+
+def _free(slots: list[DeviceSlot], be: Backend) -> None:
+    """Free slots no worker has open any more and give their bytes back to the budget."""
     for slot in slots:
         slot.buf.free()
         be.unreserve(slot.capacity)
-    return []
 
 
 def _ask_closed(client: Any, run: str, wait: float = CLOSE_WAIT) -> int:
@@ -235,9 +246,7 @@ def settle() -> None:
         if _ask_closed(c, run, wait=0):
             _leftover.append((c, run, slots, be))
             continue
-        for slot in slots:
-            slot.buf.free()
-            be.unreserve(slot.capacity)
+        _free(slots, be)
 
 
 def leftover_bytes() -> int:

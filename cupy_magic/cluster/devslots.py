@@ -18,7 +18,6 @@ before it frees their slots.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 
 from .. import backend as _backend
 from ..backend.ipc import close_handle, device_view, open_handle
-from .slots import HEADER, align
+from .slots import HEADER, as_host, result_places
 from .worker import BlockSpec, block_info, execute_block, run_block, worker_facts
 
 __all__ = ["DeviceTask", "IpcUnavailable", "close_run", "device_facts", "open_runs",
@@ -195,27 +194,22 @@ def run_device_block(spec: BlockSpec, index: int, start: int, task: DeviceTask,
         info = block_info({"values": out, "stats": stats})
         placed: dict[str, int] = {}
         values: dict[str, Any] = {}
-        at = task.results_at
-        rows = [(n, k) for n, k in sorted(info["names"].items()) if k[0] == "rows"]
+        rows = result_places(info["names"], task.results_at, size)
         if rows and int(device_view(ptr, size, 0, (1,), HEADER, opened).get()[0]) != task.use:
             # a run the scheduler gave up on (the block ran again elsewhere) and the kernel
             # has given the slot to another block since: write nothing there
             raise RuntimeError(f"device slot of run {task.run} was given to another block; "
                                f"this run of block {index} is superseded")
-        for name, kind in rows:
-            shape, dtype = kind[1], kind[2]
-            nbytes = math.prod(shape) * dtype.itemsize
-            if not dtype.hasobject and at + nbytes <= size:
+        for name, at, shape, dtype in rows:
+            if at is not None:
                 dst, value = device_view(ptr, size, at, shape, dtype, opened), out[name]
                 if be.is_device_array(value):
                     be.xp.copyto(dst, value)
                 else:  # a NumPy result of a GPU cell (np.asarray of a list, say)
                     dst.set(np.ascontiguousarray(value))
-                placed[name], at = at, align(at + nbytes)
+                placed[name] = at
             else:
-                value = out[name]
-                values[name] = be.to_host(value) if be.is_device_array(value) \
-                    else np.asarray(value)
+                values[name] = as_host(be, out[name])
         be.synchronize()  # the results are in the kernel's slot before the kernel is told
         return {**info, "placed": placed, "values": values}
     finally:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..run.errors import CellError
 from ..units import format_bytes
-from .ring import COPY_THREADS, SLOTS_PER_WORKER, SlotRing, copy_rows, pieces, threaded
+from .ring import SLOTS_PER_WORKER, SlotRing, copy_rows, pieces, threaded
 from .slots import (
     HEADER,
     SlotTask,
@@ -41,8 +41,7 @@ from .slots import (
     view,
 )
 
-__all__ = ["COPY_THREADS", "SLOTS_PER_WORKER", "Ring", "copy_rows", "release", "ring", "room",
-           "slot_bytes", "slot_names"]
+__all__ = ["Ring", "release", "ring", "room", "slot_bytes", "slot_names"]
 
 SLOT_ROUND = 1 << 20  # slot sizes in whole MiB, so blocks of nearly one size share slots
 
@@ -113,15 +112,8 @@ class Slot:
 
 
 class Ring(SlotRing):
-    """The kernel's shared-memory slots for one client's workers (:class:`~.ring.SlotRing`).
-
-    Parameters
-    ----------
-    client
-        The ``distributed.Client`` whose workers read the slots.
-    workers
-        Their addresses; a block goes to the least busy one with a slot free.
-    """
+    """The kernel's shared-memory slots for one client's workers (:class:`~.ring.SlotRing`,
+    whose parameters it takes)."""
 
     runner = staticmethod(run_slot_block)  # what a block's task runs on its worker
 

@@ -34,9 +34,9 @@ import numpy as np
 from .. import backend as _backend
 from .worker import BlockSpec, block_info, execute_block, run_block
 
-__all__ = ["ALIGN", "HEADER", "SEGMENT_PREFIX", "SlotTask", "align", "detach", "host_facts",
-           "locked_slots", "new_segment", "open_slots", "run_slot_block", "segment_prefix",
-           "track_again", "tracker_id", "view"]
+__all__ = ["ALIGN", "HEADER", "SEGMENT_PREFIX", "SlotTask", "align", "as_host", "detach",
+           "host_facts", "locked_slots", "new_segment", "open_slots", "result_places",
+           "run_slot_block", "segment_prefix", "track_again", "tracker_id", "view"]
 
 ALIGN = 4096  # every area of a slot starts on a page: whole pages lock and copy fastest
 
@@ -47,6 +47,34 @@ def align(nbytes: int) -> int:
 
 
 HEADER = np.dtype(np.int64)  # a slot's first bytes: the use the kernel gave it last
+
+
+
+def result_places(names: dict[str, Any], at: int, size: int
+                  ) -> list[tuple[str, int | None, tuple[int, ...], np.dtype]]:
+    """Where a block's row results go in its slot of ``size`` bytes, by name: from ``at``
+    on, each at a page, while they fit and hold no Python objects (offset ``None``: back
+    as a host array instead). ``names``: the block's result kinds
+    (:func:`~.worker.block_info`); those without a row axis are left out (Python values
+    ride in the info)."""
+    places: list[tuple[str, int | None, tuple[int, ...], np.dtype]] = []
+    for name, kind in sorted(names.items()):
+        if kind[0] != "rows":
+            continue
+        shape, dtype = kind[1], kind[2]
+        nbytes = math.prod(shape) * dtype.itemsize
+        if not dtype.hasobject and at + nbytes <= size:
+            places.append((name, at, shape, dtype))
+            at = align(at + nbytes)
+        else:
+            places.append((name, None, shape, dtype))
+    return places
+
+
+def as_host(be: Any, value: Any) -> np.ndarray:
+    """A row result that did not fit its slot, as the host array sent back instead."""
+    return be.to_host(value) if be.is_device_array(value) else np.asarray(value)
+
 
 SEGMENT_PREFIX = "cupy-magic-"  # what `ls /dev/shm` shows this package's segments by
 
@@ -283,24 +311,18 @@ def run_slot_block(spec: BlockSpec, index: int, start: int, task: SlotTask,
         be = _backend.current()
         placed: dict[str, int] = {}
         values: dict[str, Any] = {}
-        at = task.results_at
-        for name, kind in sorted(info["names"].items()):
-            if kind[0] != "rows":  # Python values ride in info; no row axis: refused
-                continue
-            shape, dtype = kind[1], kind[2]
-            nbytes = math.prod(shape) * dtype.itemsize
+        for name, at, shape, dtype in result_places(info["names"], task.results_at,
+                                                    slot.seg.size):
             if int(view(mem, 0, (1,), HEADER)[0]) != task.use:
                 # a run the scheduler gave up on (the block ran again elsewhere) and the
                 # kernel has given the slot to another block since: write nothing there
                 raise RuntimeError(f"slot {task.name} was given to another block; this run "
                                    f"of block {index} is superseded")
-            if not dtype.hasobject and at + nbytes <= slot.seg.size:
+            if at is not None:
                 be.to_host_into(out[name], view(mem, at, shape, dtype))
-                placed[name], at = at, align(at + nbytes)
+                placed[name] = at
             else:
-                value = out[name]
-                values[name] = be.to_host(value) if be.is_device_array(value) \
-                    else np.asarray(value)
+                values[name] = as_host(be, out[name])
         return {**info, "placed": placed, "values": values}
     finally:
         batched.clear()  # the views go before the slot may close (a traceback keeps frames)

@@ -35,6 +35,7 @@ from ..units import format_bytes
 from . import devring, shm
 from .devslots import device_facts
 from .inputs import block_sizes, cut_inputs, row_bytes
+from .ring import SLOTS_PER_WORKER
 from .slots import ALIGN, align, host_facts, new_segment, track_again, tracker_id
 
 __all__ = ["Transport", "check_devices", "check_hosts", "choose", "device_room_reason",
@@ -78,14 +79,14 @@ class Transport:
 
     def _describe(self) -> str:
         if self.kind == "ipc":
-            ring = f"{shm.SLOTS_PER_WORKER} device slots per worker, from this kernel's budget"
+            ring = f"{SLOTS_PER_WORKER} device slots per worker, from this kernel's budget"
             if self.place:
                 return (f"CUDA IPC on this kernel's GPU ({ring}; this kernel copies the inputs "
                         "in and the row results out, the workers compute on the slots)")
             return (f"CUDA IPC on this kernel's GPU for the inputs ({ring}); the blocks' "
                     f"results are joined on the workers from their futures ({self.why}), "
                     "then gathered where --to-host asks")
-        ring = f"a ring of {shm.SLOTS_PER_WORKER} slots per worker"
+        ring = f"a ring of {SLOTS_PER_WORKER} slots per worker"
         if self.place:
             return (f"shared memory on this host ({ring}; inputs and row results copied "
                     "through it, no array sent)")
@@ -132,14 +133,29 @@ def same_host(kernel_host: str, facts: dict[str, Any]) -> str:
     if not facts:
         return "no workers to ask"
     for address, fact in sorted(facts.items()):
-        if not isinstance(fact, dict):
-            return f"worker {address} could not say where it runs ({fact!r})"
-        if fact.get("host") != kernel_host:
-            return f"worker {address} runs on {fact.get('host')!r}, this kernel on {kernel_host!r}"
-        if not fact.get("opened"):
-            return (f"worker {address} could not open this kernel's shared memory "
-                    f"({fact.get('why') or 'no reason given'})")
+        why = _elsewhere(address, fact, kernel_host) or _unopened(address, fact, "shared memory")
+        if why:
+            return why
     return ""
+
+
+def _elsewhere(address: str, fact: Any, kernel_host: str) -> str:
+    """Why the worker at ``address`` is not on this kernel's host, from what it answered
+    (``""``: it is)."""
+    if not isinstance(fact, dict):
+        return f"worker {address} could not say where it runs ({fact!r})"
+    if fact.get("host") != kernel_host:
+        return f"worker {address} runs on {fact.get('host')!r}, this kernel on {kernel_host!r}"
+    return ""
+
+
+def _unopened(address: str, fact: dict[str, Any], what: str) -> str:
+    """Why the worker at ``address`` could not open this kernel's probe of ``what``
+    (``""``: it did)."""
+    if fact.get("opened"):
+        return ""
+    return (f"worker {address} could not open this kernel's {what} "
+            f"({fact.get('why') or 'no reason given'})")
 
 
 _hosts: dict[tuple[int, tuple[str, ...]], str] = {}  # (client, workers) -> same_host's answer
@@ -186,13 +202,20 @@ def probe_room(free: int | None, workers: int) -> str:
             "the workers share this host's memory: give it more (docker run --shm-size=...)")
 
 
+def _ring_guess(block_bytes: int, blocks: int, workers: int) -> tuple[int, int]:
+    """The slots a cell's ring is first guessed to need and the bytes of each: one per
+    block up to :data:`~.ring.SLOTS_PER_WORKER` per worker, each holding a block's
+    ``block_bytes`` of input, as much again for its results, and the header."""
+    return min(blocks, SLOTS_PER_WORKER * workers), 2 * align(block_bytes) + ALIGN
+
+
 def room_reason(block_bytes: int, blocks: int, workers: int) -> str:
     """Why this host has no room for the ring a cell's blocks need (``""``: it has): the
     slots for ``blocks`` blocks of ``block_bytes`` of input each (and as much again for
     their results, as first guessed), beyond the ring's slots of now, which are reused."""
     free = shm.room()
-    slots = min(blocks, shm.SLOTS_PER_WORKER * workers)
-    need = slots * (2 * align(block_bytes) + ALIGN) - shm.slot_bytes()
+    slots, each = _ring_guess(block_bytes, blocks, workers)
+    need = slots * each - shm.slot_bytes()
     if free is None or need <= free * ROOM_SHARE:
         return ""
     return (f"{shm.SHM_DIR} has {format_bytes(free)} free, the slots need {format_bytes(need)}: "
@@ -222,18 +245,17 @@ def same_device(kernel_host: str, kernel_uuid: str, facts: dict[str, Any]) -> st
     if not facts:
         return "no workers to ask"
     for address, fact in sorted(facts.items()):
-        if not isinstance(fact, dict):
-            return f"worker {address} could not say where it runs ({fact!r})"
-        if fact.get("host") != kernel_host:
-            return f"worker {address} runs on {fact.get('host')!r}, this kernel on {kernel_host!r}"
+        why = _elsewhere(address, fact, kernel_host)
+        if why:
+            return why
         if fact.get("backend") != "cupy":
             return f"worker {address} runs on the CPU fallback"
         if fact.get("uuid") != kernel_uuid:
             return (f"worker {address} computes on GPU {fact.get('uuid')}, this kernel on "
                     f"{kernel_uuid}")
-        if not fact.get("opened"):
-            return (f"worker {address} could not open this kernel's device memory "
-                    f"({fact.get('why') or 'no reason given'})")
+        why = _unopened(address, fact, "device memory")
+        if why:
+            return why
     return ""
 
 
@@ -277,8 +299,8 @@ def device_room_reason(block_bytes: int, blocks: int, workers: int, free: int | 
     (``""``: it has): as many slots as :func:`room_reason` counts, of ``block_bytes`` of
     input each and as much again for results, against ``free``, the bytes the budget (or
     the GPU, without one) has left."""
-    slots = min(blocks, shm.SLOTS_PER_WORKER * workers)
-    size = -(-(2 * align(block_bytes) + ALIGN) // devring.DEVICE_ROUND) * devring.DEVICE_ROUND
+    slots, each = _ring_guess(block_bytes, blocks, workers)
+    size = devring.device_size(each)
     if free is None or slots * size <= free:
         return ""
     return (f"the device slots need {format_bytes(slots * size)} ({slots} of "

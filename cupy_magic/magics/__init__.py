@@ -14,7 +14,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, argument_group, magic_arguments
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from .. import session
@@ -22,14 +22,12 @@ from ..cluster.connect import CONNECT_TIMEOUT, LOCAL_CPU_WORKERS, ClusterError
 from ..config import BACKENDS, FALLBACK_DEFAULT
 from ..holders.free import FREE_TARGETS, FreeError
 from ..monitor.sampler import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
-from ..run.batching import COST_SHARE, DEFAULT_STREAMS, MAX_STREAMS, BatchOptions
+from ..run.batching import BatchOptions
 from ..run.cell import SYNC_MODES
 from ..run.errors import CellError
-from ..run.plan import CAST_TARGETS
-from ..run.reduce import RULES
-from ..run.whole import WARMUP_ELEMENTS
 from .arguments import cell_usage, parse_argstring, ran_in, syntax_message
 from .cellshell import magics_see_the_cell, shown
+from .gpuoptions import gpu_options
 from .postmortem import freed_once_shown, kept_for_pdb
 from .values import device_number, estimate_words, interval, modes, on_off, panel_action
 
@@ -42,65 +40,7 @@ class GpuMagics(Magics):
 
     @cell_usage
     @magic_arguments()
-    @argument_group("transfer")
-    @argument("--to-host", nargs="?", const="*", default=None, metavar="NAMES",
-              help="bring the arrays the cell assigns back as NumPy: all of them, or the "
-                   "comma-separated NAMES")
-    @argument("--dtype", default=None, metavar="DTYPE",
-              help=f"downcast inputs on the way in: {modes(tuple(CAST_TARGETS))}")
-    @argument_group("timing")
-    @argument("--warmup", action="store_true",
-              help=f"run once first on the first rows of the longest inputs (2 rows, or enough "
-                   f"for {WARMUP_ELEMENTS:,} elements of each, or all rows if fewer), then time "
-                   "the real run; the warm-up's prints are not shown, but what the cell does "
-                   "to objects outside it (a list it appends to, a file it writes) happens twice")
-    @argument("--timeline", action="store_true",
-              help="record each batch's start and end on the device (report.batch.timeline) "
-                   "and the run's phases; slows the overlap of streams a little")
-    @argument("--lines", action="store_true",
-              help="a table of where the time went, line by line: runs, GPU and host time, "
-                   "bytes moved, syncs, compile time, share; the hottest line marked (each "
-                   "line also an NVTX range on the GPU)")
-    @argument("--nvtx", action="store_true",
-              help="make each line an NVTX range In[n]:L<line> <code> for Nsight Systems")
-    @argument_group("host syncs")
-    @argument("--syncs", default=None, metavar="MODE", type=str.lower,
-              help=f"{modes(SYNC_MODES)}: report the host syncs, stop at the first, or look "
-                   "for none; the default is set with %%gpu_syncs")
-    @argument_group("CuPy's limits")
-    @argument("--fallback", action="store_const", const=True, default=None,
-              help="run with NumPy on the host the calls CuPy cannot run (names it lacks, "
-                   "options and dtypes it has not), their copies and time in the report; "
-                   f"default {on_off(FALLBACK_DEFAULT)} (%%gpu_fallback, c.CupyMagic.fallback)")
-    @argument_group("batching")
-    @argument("--batch", nargs="?", const="*", default=None, metavar="NAMES",
-              help="run batch by batch over the leading axis: of the largest inputs, or of "
-                   "the comma-separated NAMES (default: only when the inputs exceed the budget)")
-    @argument("--batch-rows", default=None, metavar="N", help="rows per batch")
-    @argument("--batch-bytes", default=None, metavar="SIZE",
-              help="input bytes per batch, e.g. 512MB")
-    @argument("--streams", default=None, metavar="K",
-              help=f"CUDA streams (batches in flight), 1 to {MAX_STREAMS}; default "
-                   f"{DEFAULT_STREAMS} (c.CupyMagic.streams)")
-    @argument("--reduce", action="append", default=None, metavar="NAME=RULE",
-              help=f"join a result without a row axis over the batches; rules: "
-                   f"{', '.join(RULES)}")
-    @argument("--no-graph", action="store_true",
-              help="launch every batch op by op: no replay of the batches' work as CUDA "
-                   "graphs (used on a GPU where the batches' launches cost more than "
-                   f"{COST_SHARE * 100:.0f}%% of their transfer, checked bit for bit first)")
-    @argument_group("devices")
-    @argument("--devices", default=None, metavar="LIST",
-              help="batch the cell and deal its batches over GPUs of this host (0,1 or all) "
-                   "by their measured throughput, each under its own budget")
-    @argument_group("cluster")
-    @argument("--cluster", action="store_true",
-              help="run on the cluster in use (%%gpu_cluster): NumPy inputs are cut into "
-                   "blocks along the leading axis and scattered first (a cell that reads a "
-                   "Dask array always runs there)")
-    @argument_group("display")
-    @argument("--quiet", action="store_true", help="show no report")
-    @argument("--panel", action="store_true", help="a live VRAM panel above the output as it runs")
+    @gpu_options
     @cell_magic
     def gpu(self, line: str, cell: str) -> Any:
         """Run the cell on the GPU with CuPy; NumPy inputs move to the device for the cell.

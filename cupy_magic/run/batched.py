@@ -9,7 +9,6 @@ per row (:mod:`~.batching` sizes the rest); nothing is committed unless every ba
 from __future__ import annotations
 
 import time
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +17,8 @@ import numpy as np
 from ..backend import Backend
 from ..backend.compiles import timed
 from ..backend.streams import make_engine
-from ..units import short_repr
 from . import progress
 from .batching import (
-    RULES,
     BatchCost,
     BatchOptions,
     BatchPlan,
@@ -30,6 +27,7 @@ from .batching import (
     probe_rows,
     size_rows,
 )
+from .batchjoin import BatchJoin
 from .commit import commit
 from .errors import CellError, fail, frames_freed
 from .firstbatch import measure_first
@@ -37,7 +35,7 @@ from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
-from .reduce import agree, check_names, combine, compared, name_a_rule, over_rows, rows_by_chance
+from .reduce import check_names
 from .report import InputMove, RunReport
 
 __all__ = ["BatchRun", "run_batched"]
@@ -54,8 +52,9 @@ def _empty_output(shape: tuple[int, ...], dtype: np.dtype,
     return empty(shape, dtype)
 
 
-class BatchRun:
-    """The state of one batched run: inputs, slots, gathered rows, partial results."""
+class BatchRun(BatchJoin):
+    """The state of one batched run: inputs, slots, gathered rows, partial results (joined
+    as :class:`~.batchjoin.BatchJoin` says)."""
 
     def __init__(self, plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
                  names: list[str], total: int, dtype: str | None, be: Backend,
@@ -125,87 +124,6 @@ class BatchRun:
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
-
-    def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any]) -> None:
-        rows = b - a
-        for name in sorted(self.plan.stored):
-            if name not in work:
-                continue
-            value = work[name]
-            if name in self.opts.reduce:
-                self.partials.setdefault(name, []).append((value, rows))
-                continue
-            is_array = isinstance(value, np.ndarray) or self.be.is_device_array(value)
-            if not is_array:
-                if isinstance(value, np.generic) and name not in self.plan.row_free:
-                    # data: a per-batch reduction needs a rule (a constant is kept, below)
-                    raise CellError(self._no_rule(name, value, rows))
-                if name in self.plan.over_rows:  # n = len(x): a batch's, even if all agree
-                    raise CellError(self._no_rule(name, value, rows, over=True))
-                if not (callable(value) or isinstance(value, types.ModuleType)):
-                    # numbers, strings, lists...: kept only if every batch agrees on them
-                    self._same_in_every_batch(name, value, i)
-                continue
-            if name in self.plan.row_free:  # c = np.sqrt(2.0) under CuPy, mu = np.array([..])
-                self._same_in_every_batch(name, compared(value, self.be.to_host), i)
-                continue
-            has_rows = value.ndim >= 1 and value.shape[0] == rows
-            if has_rows and name in self.plan.over_rows:  # np.histogram(v, bins=rows)[0]
-                raise CellError(rows_by_chance(name, f"{value.dtype} {value.shape}", rows, "batch"))
-            if i == 0 and has_rows:
-                self.specs[name] = (tuple(value.shape[1:]), np.dtype(value.dtype))
-                self.written[name] = 0
-            spec = self.specs.get(name)
-            if spec is None:
-                raise CellError(self._no_rule(name, value, rows))
-            if not has_rows or tuple(value.shape[1:]) != spec[0] or value.dtype != spec[1]:
-                raise CellError(
-                    f"the cell's result {name!r} is {value.dtype} {tuple(value.shape)} in batch "
-                    f"{i + 1} ({rows} rows) but {spec[1]} (rows, *{spec[0]}) in the first batch; "
-                    f"a row result must keep one row per input row, or name a rule: "
-                    f"--reduce {name}=concat (or {', '.join(RULES[:-1])})")
-            if i == 0:  # outputs are allocated once the first batch is measured
-                self.first.append((name, value))
-            else:
-                self.eng.download(slot, name, value, self.out[name], a, b)
-            self.written[name] += rows
-        # The other names are kept from the last batch (see tail). Row and reduced results,
-        # and the rows of the inputs the cell only reads (tail gives the user's arrays back),
-        # are dropped now: their device memory goes back to the slot's pool arena, and the next
-        # batch does not run beside them (the first batch, which sizes the rest, did not).
-        read_only = [n for n in self.inputs if n not in self.plan.stored]
-        for name in (*self.specs, *self.opts.reduce, *read_only):
-            work.pop(name, None)
-        self.last_work = work
-
-    def tail(self) -> dict[str, Any]:
-        """The last batch's other results; unrebound batched inputs: the user's arrays."""
-        kept = dict(self.last_work)
-        for name in self.inputs:
-            if name not in self.specs and name not in self.plan.stored:
-                kept[name] = self.namespace[name]
-        return kept
-
-    def _same_in_every_batch(self, name: str, value: Any, i: int) -> None:
-        """A Python value (a loop counter, a constant) is kept if every batch agrees on it."""
-        if name not in self.constants:
-            self.constants[name] = (value, i)
-            return
-        first, j = self.constants[name]
-        if not agree(value, first):
-            raise CellError(
-                f"the cell's result {name!r} is {short_repr(first)} in batch {j + 1} but "
-                f"{short_repr(value)} in batch {i + 1}: it depends on the batch, so the "
-                f"batches' values cannot be joined; {name_a_rule(name)}")
-
-    def _no_rule(self, name: str, value: Any, rows: int, over: bool = False) -> str:
-        shape = getattr(value, "shape", None)
-        what = (f"{type(value).__module__.split('.')[0]} array {value.dtype} {tuple(shape)}"
-                if shape is not None else type(value).__name__)
-        if over:  # a number the row check saw made over the batch's rows (len(x), a total)
-            return over_rows(name, f"{what} {short_repr(value)}", rows, "batch")
-        return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
-                f"rows, so the batches' values cannot be joined; {name_a_rule(name)}")
 
     # --- the whole run ------------------------------------------------------------------
     def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:
@@ -297,18 +215,6 @@ class BatchRun:
         replay.finish()
         self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)
-
-    def results(self) -> dict[str, Any]:
-        """What the cell leaves: gathered rows, joined partials, and the last batch's rest."""
-        unwritten = [n for n, w in self.written.items() if w != self.total]
-        if unwritten:
-            raise CellError(f"the cell assigned {', '.join(unwritten)} in some batches only, "
-                            "so rows would be missing; assign it in every batch")
-        final = self.tail()
-        final.update(self.out)
-        for name, parts in self.partials.items():
-            final[name] = combine(self.opts.reduce[name], parts, self.be.xp)
-        return final
 
     def input_rows(self, report: RunReport, seconds: float) -> None:
         """The report's rows for the streamed inputs."""

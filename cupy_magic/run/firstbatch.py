@@ -46,8 +46,6 @@ def _forget_first(run: Any) -> None:
     """Drop what a first batch over the budget left (nothing of it was committed), and
     collect its garbage, so that the next measure starts from what is held."""
     run.eng.drain(quiet=True)
-    for table in (run.specs, run.written, run.constants, run.partials):
-        table.clear()
-    run.first.clear()
-    run.last_work, run.cost = {}, None
+    run.forget()
+    run.cost = None
     gc.collect()

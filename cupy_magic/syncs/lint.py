@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import rules
-from .values import DeviceNames, Function, attr_path, parameters
+from .cellfuncs import CellFunctions
+from .values import attr_path
 
 __all__ = ["SyncFinding", "format_findings", "lint_cell"]
 
-_MAX_CALL_DEPTH = 4
 _Comprehension = ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp
 
 
@@ -79,7 +79,7 @@ def format_findings(findings: Iterable[SyncFinding]) -> str:
     return "\n".join(f.describe() for f in findings)
 
 
-class _Linter(DeviceNames):
+class _Linter(CellFunctions):
     """Walks one cell in order and records its host syncs."""
 
     def __init__(self, lines: list[str], device: set[str], xp: set[str]) -> None:
@@ -289,7 +289,8 @@ class _Linter(DeviceNames):
 
     def call(self, node: ast.Call) -> None:
         func = node.func
-        any_device = any(self.is_device(a) for a in [*node.args, *(k.value for k in node.keywords)])
+        args = [*node.args, *(k.value for k in node.keywords)]
+        any_device = any(self.is_device(a) for a in args)
         first = self.is_device(node.args[0]) if node.args else False
         path = self.xp_function(func)
         if path is not None:
@@ -358,43 +359,3 @@ class _Linter(DeviceNames):
             self.flag(node, "sync-function")
         elif name in rules.SHAPE_METHODS and any_device:
             self.flag(node, "scalar-conversion")
-
-    # -- functions defined in the cell ---------------------------------------------------
-    def call_function(self, node: ast.Call, name: str) -> bool:
-        """Lint a cell function's body for the device arguments of a call; return whether
-        the call returns a device value."""
-        func = self.functions[name]
-        params = parameters(func)
-        device_params = {i for i, a in enumerate(node.args) if self.is_device(a)}
-        for kw in node.keywords:
-            if kw.arg in params and self.is_device(kw.value):
-                device_params.add(params.index(kw.arg))
-        return self.lint_function(func, frozenset(device_params))
-
-    def lint_function(self, func: Function, dev: frozenset[int]) -> bool:
-        key = (func.name, dev, self.loop_depth > 0)
-        if key in self.returns or self.call_depth >= _MAX_CALL_DEPTH:
-            return self.returns.get(key, False)
-        self.returns[key] = False  # a recursive call sees "host" until the body is read
-        params = parameters(func)
-        saved = (set(self.device), set(self.masks), set(self.loop_ints))
-        local = set(params) | {a.arg for a in func.args.kwonlyargs}
-        self.device -= local
-        self.device |= {params[i] for i in dev if i < len(params)}
-        self.masks -= local
-        self.call_depth += 1
-        self.block(func.body)
-        self.returns[key] = any(
-            self.is_device(n.value) for n in ast.walk(func) if isinstance(n, ast.Return)
-        )
-        self.call_depth -= 1
-        self.device, self.masks, self.loop_ints = saved
-        return self.returns[key]
-
-    def lint_uncalled_functions(self) -> None:
-        """Lint functions the cell never calls with device arguments, taking as device the
-        parameters that the body uses as arrays (array attributes, array-module calls)."""
-        for func in list(self.functions.values()):
-            if any(name == func.name and dev for name, dev, _ in self.returns):
-                continue
-            self.lint_function(func, self.array_parameters(func))

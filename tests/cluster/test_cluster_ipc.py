@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from slotcells import BODY, ROWS, on_host, run_quiet
 
 import cupy_magic
 from cupy_magic.backend import BudgetExceeded
@@ -18,20 +19,7 @@ from cupy_magic.cluster import devring, devslots, transport
 from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 from cupy_magic.cluster.transport import Transport
 
-ROWS = "--batch-rows 100"  # 1003 rows: 11 blocks, the last of 3 rows
-BODY = ("y = np.sqrt(x) * 2 + 1\nm = x - x.mean(axis=1, keepdims=True)\n"
-        "n = np.linalg.norm(x, axis=1)\nk = 3\n")
 HERE = {"host": "node1", "backend": "cupy", "uuid": "GPU-aaaa", "opened": True, "why": ""}
-
-
-def _run(ip, body: str, line: str, names: str) -> dict:
-    ip.run_cell_magic("gpu", f"--quiet {line}".strip(), body)
-    return {n: ip.user_ns.pop(n) for n in names}
-
-
-def _host(value):
-    value = value.compute() if hasattr(value, "compute") else value
-    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else value
 
 
 # --- the decision, on given facts ------------------------------------------------------
@@ -155,7 +143,7 @@ def test_real_cpu_workers_say_where_they_run_and_are_not_given_device_slots(ip, 
     assert {f["host"] for f in facts.values()} == {kernel}
     assert transport.same_device(kernel, "GPU-aaaa", facts) == (
         f"worker {workers[0]} runs on the CPU fallback")
-    shared = _run(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
+    shared = run_quiet(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
     assert info.transport == Transport("shm")  # as before: no word of CUDA IPC on a CPU
     np.testing.assert_allclose(shared["y"], np.sqrt(x) * 2 + 1, rtol=1e-12)
@@ -169,9 +157,9 @@ def test_a_run_whose_device_slot_cannot_be_made_falls_back_with_a_note(
         pytest.skip("a GPU makes the slot: test_a_worker_that_cannot_open_a_slot_... below")
     from cupy_magic.cluster import execute
 
-    kernel = _run(ip, BODY, "--to-host", "ymnk")
+    kernel = run_quiet(ip, BODY, "--to-host", "ymnk")
     monkeypatch.setattr(execute, "choose", lambda *a, **k: Transport("ipc"))
-    got = _run(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
+    got = run_quiet(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
     rep = cupy_magic.last_report()
     info = rep.batch
     assert info.transport.kind == "shm" and info.transport.place
@@ -234,11 +222,11 @@ def test_ipc_results_equal_the_kernels_and_the_report_names_the_transport(ip, gp
     x = np.random.default_rng(2).random((40_000, 256), dtype=np.float32)  # 40 MiB
     ip.user_ns["x"] = x
     body = BODY + "w = x.astype(np.float64) * 3\n"  # results larger than the inputs
-    kernel = _run(ip, body, "--to-host", "ymnkw")
+    kernel = run_quiet(ip, body, "--to-host", "ymnkw")
     used = be.pool_used()
     workers = len(gpu_cluster.scheduler_info(n_workers=-1)["workers"])
     for _ in range(2):  # each run makes its device slots anew and frees them
-        got = _run(ip, body, "--to-host --cluster --batch-rows 5000", "ymnkw")
+        got = run_quiet(ip, body, "--to-host --cluster --batch-rows 5000", "ymnkw")
         rep = cupy_magic.last_report()
         info = rep.batch
         assert info.transport == Transport("ipc"), info.transport
@@ -257,7 +245,7 @@ def test_ipc_results_equal_the_kernels_and_the_report_names_the_transport(ip, gp
         _nothing_held(gpu_cluster, be, used)
     transport.use_ipc(False)
     try:
-        shm = _run(ip, body, "--to-host --cluster --batch-rows 5000", "ymnkw")
+        shm = run_quiet(ip, body, "--to-host --cluster --batch-rows 5000", "ymnkw")
         assert cupy_magic.last_report().batch.transport.kind == "shm"
     finally:
         transport.use_ipc(True)
@@ -273,18 +261,18 @@ def test_reduced_cells_through_ipc_equal_the_shared_memory_path(ip, gpu_cluster,
     body = "y = x * 2\ns = y.sum(axis=0) if RULE != 'concat' else y[y[:, 0] > 1]\n"
     body = body.replace("RULE", repr(rule))
     line = f"--to-host --cluster {ROWS} --reduce s={rule}"
-    got = _run(ip, body, line, "ys")
+    got = run_quiet(ip, body, line, "ys")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "ipc" and not info.transport.place
     assert info.reduced == {"s": rule} and info.gathered == ("y",)
     transport.use_ipc(False)
     try:
-        shm = _run(ip, body, line, "ys")
+        shm = run_quiet(ip, body, line, "ys")
         assert cupy_magic.last_report().batch.transport.not_ipc.startswith("CUDA IPC is off")
     finally:
         transport.use_ipc(True)
-    np.testing.assert_array_equal(_host(got["y"]), x * 2)
-    np.testing.assert_array_equal(_host(got["s"]), _host(shm["s"]))
+    np.testing.assert_array_equal(on_host(got["y"]), x * 2)
+    np.testing.assert_array_equal(on_host(got["s"]), on_host(shm["s"]))
 
 
 @pytest.mark.gpu
@@ -292,7 +280,7 @@ def test_a_failing_block_through_ipc_commits_nothing_and_leaves_nothing(ip, gpu_
     be = cupy_magic.backend.current()
     x = np.random.default_rng(4).random((1003, 4))
     ip.user_ns["x"] = x
-    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    run_quiet(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
     used = be.pool_used()
     body = "y = x * 2\nif len(x) == 3:\n    raise ValueError('bad rows')\nz = y + 1\n"
     with pytest.raises(ValueError, match="bad rows"):
@@ -300,7 +288,7 @@ def test_a_failing_block_through_ipc_commits_nothing_and_leaves_nothing(ip, gpu_
                             batch=cupy_magic.BatchOptions(rows=100), filename="<ipc-fail>")
     assert "y" not in ip.user_ns and "z" not in ip.user_ns
     _nothing_held(gpu_cluster, be, used)
-    again = _run(ip, "y = x * 3\n", f"--to-host --cluster {ROWS}", "y")
+    again = run_quiet(ip, "y = x * 3\n", f"--to-host --cluster {ROWS}", "y")
     assert cupy_magic.last_report().batch.transport.kind == "ipc"
     np.testing.assert_array_equal(again["y"], x * 3)
 
@@ -324,12 +312,12 @@ def test_a_worker_that_cannot_open_a_slot_falls_back_with_a_note(ip, gpu_cluster
     be = cupy_magic.backend.current()
     x = np.random.default_rng(5).random((1003, 4))
     ip.user_ns["x"] = x
-    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")  # the GPU check passed
+    run_quiet(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")  # the GPU check passed
     assert cupy_magic.last_report().batch.transport.kind == "ipc"
     used = be.pool_used()
     gpu_cluster.run(_open_fails, True)
     try:
-        got = _run(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
+        got = run_quiet(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
     finally:
         gpu_cluster.run(_open_fails, False)
     rep = cupy_magic.last_report()
@@ -342,7 +330,7 @@ def test_a_worker_that_cannot_open_a_slot_falls_back_with_a_note(ip, gpu_cluster
     # report says why
     cupy_magic.set_budget(4 << 20)
     try:
-        _run(ip, "y = x + 1\n", "--to-host --cluster --batch-rows 500", "y")
+        run_quiet(ip, "y = x + 1\n", "--to-host --cluster --batch-rows 500", "y")
         said = cupy_magic.last_report().batch.transport
         assert said.kind == "shm" and said.not_ipc.startswith("the device slots need ")
     finally:

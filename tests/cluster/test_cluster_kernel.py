@@ -63,6 +63,11 @@ def kernel() -> Iterator[Kernel]:
     k.close()
 
 
+START = ("%load_ext cupy_magic\nimport os, time\nimport numpy as np\n"
+         "import dask.array as da\nimport cupy_magic\n"
+         "_ = cupy_magic.use_cluster('local', n_workers=2)\n")  # every test's first cell starts so
+
+
 def _tasks(client, state: str | None = None) -> list[str]:
     return client.run_on_scheduler(
         lambda dask_scheduler, state=state: [
@@ -94,9 +99,7 @@ def _interrupted(kernel, watch, cell: str) -> dict:
 
 def test_ctrl_c_cancels_the_cells_blocks_commits_nothing_and_the_kernel_goes_on(kernel):
     reply, text = kernel.run(
-        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport dask.array as da\n"
-        "import cupy_magic\n_ = cupy_magic.use_cluster('local', n_workers=2)\n"
-        "print('ADDR', cupy_magic.cluster_status().address)\n"
+        START + "print('ADDR', cupy_magic.cluster_status().address)\n"
         "x = np.random.default_rng(0).random((800, 4))\nxd = da.from_array(x, chunks=(100, 4))",
         timeout=120)
     assert reply["status"] == "ok", text
@@ -144,9 +147,7 @@ def _segments(pid: int) -> set[str]:
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm to list here")
 def test_ctrl_c_through_shared_memory_keeps_the_ring_usable_and_off_unlinks_it(kernel):
     reply, text = kernel.run(
-        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport cupy_magic\n"
-        "from cupy_magic.cluster import shm\n"
-        "_ = cupy_magic.use_cluster('local', n_workers=2)\n"
+        START + "from cupy_magic.cluster import shm\n"
         "print('ADDR', cupy_magic.cluster_status().address, 'PID', os.getpid())\n"
         "x = np.random.default_rng(0).random((800, 4))", timeout=120)
     assert reply["status"] == "ok", text
@@ -199,8 +200,7 @@ def test_ctrl_c_of_long_blocks_says_where_the_kernel_was_and_the_next_cell_why_i
     busiest worker's blocks"); leaving the cluster while such blocks run prints nothing red
     (the nannies waited 4 s, killed the workers and said so, and the workers too)."""
     reply, text = kernel.run(
-        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport cupy_magic\n"
-        "_ = cupy_magic.use_cluster('local', n_workers=2)\nBLOCK_SECONDS = 6\n"
+        START + "BLOCK_SECONDS = 6\n"
         "print('ADDR', cupy_magic.cluster_status().address)\n"
         "x = np.random.default_rng(0).random((800, 4))", timeout=120)
     assert reply["status"] == "ok", text
@@ -277,10 +277,8 @@ def test_a_worker_dying_mid_cell_is_the_cells_one_line_not_distributeds_log_too(
     worker", "Couldn't gather", "Restarting worker" lines said it again, in red). A worker
     that dies between cells, and a cluster the user joined, keep distributed's lines."""
     reply, text = kernel.run(
-        "%load_ext cupy_magic\nimport os, time\nimport numpy as np\nimport dask.array as da\n"
-        "import cupy_magic\n_ = cupy_magic.use_cluster('local', n_workers=2)\n"
-        "x = np.random.default_rng(3).random((1000, 4))\nxd = da.from_array(x, chunks=(100, 4))\n"
-        "MARK = x[500, 0]", timeout=120)
+        START + "x = np.random.default_rng(3).random((1000, 4))\n"
+        "xd = da.from_array(x, chunks=(100, 4))\nMARK = x[500, 0]", timeout=120)
     assert reply["status"] == "ok", text
     # between cells: nothing of the kind is held back
     reply, text = kernel.run("from cupy_magic.cluster import connect\n"

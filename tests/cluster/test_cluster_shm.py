@@ -12,12 +12,13 @@ import time
 import numpy as np
 import pytest
 from conftest import failed_block
+from slotcells import BODY, ROWS, on_host, run_quiet
 
 import cupy_magic
 from cupy_magic.cluster import shm, slots, transport
+from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 
 SHM = "/dev/shm"
-ROWS = "--batch-rows 100"  # 1003 rows: 11 blocks, the last of 3 rows
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHM), reason="no /dev/shm to list here")
 
@@ -45,24 +46,10 @@ def x(ip):
     return x
 
 
-def _run(ip, body: str, line: str, names: str) -> dict:
-    ip.run_cell_magic("gpu", f"--quiet {line}".strip(), body)
-    return {n: ip.user_ns.pop(n) for n in names}
-
-
-def _host(value):
-    value = value.compute() if hasattr(value, "compute") else value
-    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else value
-
-
-BODY = ("y = np.sqrt(x) * 2 + 1\nm = x - x.mean(axis=1, keepdims=True)\n"
-        "n = np.linalg.norm(x, axis=1)\nk = 3\n")
-
-
 def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, joined, x):
     before = segments()
-    kernel = _run(ip, BODY, "--to-host", "ymnk")
-    shared = _run(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
+    kernel = run_quiet(ip, BODY, "--to-host", "ymnk")
+    shared = run_quiet(ip, BODY, f"--to-host --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "shm" and info.transport.place
     assert info.blocks == 11 and info.total_rows == 1003
@@ -76,14 +63,14 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
     assert any(f"(in {info.copy_in_seconds * 1e3:.1f}, out {info.copy_out_seconds * 1e3:.1f})"
                in line for line in lines)
     # the same cell rebinding its input takes the scatter path, and says why
-    scattered = _run(ip, "x = x + 0\n" + BODY, f"--to-host --cluster {ROWS}", "ymnk")
+    scattered = run_quiet(ip, "x = x + 0\n" + BODY, f"--to-host --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "scatter" and info.transport.why == (
         "the cell changes its input x")
     assert info.scattered == ("x",) and info.blocks == 11
     np.testing.assert_array_equal(ip.user_ns["x"], x)
     # y kept on the workers: the inputs go through the slots, y stays a Dask array there
-    kept = _run(ip, BODY, f"--to-host m,n,k --cluster {ROWS}", "ymnk")
+    kept = run_quiet(ip, BODY, f"--to-host m,n,k --cluster {ROWS}", "ymnk")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "shm" and not info.transport.place
     assert "y stays on the workers" in info.transport.why and info.kept == ("y",)
@@ -93,12 +80,12 @@ def test_element_and_row_wise_cells_equal_the_kernel_and_the_scatter_path(ip, jo
         got = shared[name]
         assert isinstance(got, np.ndarray) and got.dtype == kernel[name].dtype
         np.testing.assert_array_equal(got, scattered[name])
-        np.testing.assert_array_equal(got, _host(kept[name]))
+        np.testing.assert_array_equal(got, on_host(kept[name]))
         np.testing.assert_allclose(got, kernel[name], rtol=1e-12)
     assert shared["k"] == scattered["k"] == kept["k"] == kernel["k"] == 3
     ring = shm.slot_names()
-    assert 0 < len(ring) <= 2 * shm.SLOTS_PER_WORKER and segments() - before == set(ring)
-    again = _run(ip, BODY, f"--to-host --cluster {ROWS}", "y")
+    assert 0 < len(ring) <= 2 * SLOTS_PER_WORKER and segments() - before == set(ring)
+    again = run_quiet(ip, BODY, f"--to-host --cluster {ROWS}", "y")
     np.testing.assert_array_equal(again["y"], shared["y"])
     assert shm.slot_names() == ring  # the same slots, reused by the next cell
 
@@ -109,8 +96,8 @@ def test_results_larger_than_their_slots_come_back_whole_and_the_slots_grow(ip, 
     # 16 bytes of input a row, 121 of results: the first blocks' slots are too small
     body = ("w = x.astype(np.float64)\nr = np.repeat(x, 5, axis=1).reshape(len(x), 5, 4)\n"
             "c = (x > 0.5).sum(axis=1)\nb = x[:, 0] > 0.5\n")
-    kernel = _run(ip, body, "--to-host", "wrcb")
-    first = _run(ip, body, "--to-host --cluster --batch-rows 50000", "wrcb")
+    kernel = run_quiet(ip, body, "--to-host", "wrcb")
+    first = run_quiet(ip, body, "--to-host --cluster --batch-rows 50000", "wrcb")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "shm" and info.blocks == 20
     assert 0 < info.sent_back < info.blocks  # sent back until the slots grew
@@ -119,7 +106,7 @@ def test_results_larger_than_their_slots_come_back_whole_and_the_slots_grow(ip, 
     for name in "wrcb":
         assert first[name].dtype == kernel[name].dtype
         np.testing.assert_array_equal(first[name], kernel[name])
-    second = _run(ip, body, "--to-host --cluster --batch-rows 50000", "wrcb")
+    second = run_quiet(ip, body, "--to-host --cluster --batch-rows 50000", "wrcb")
     assert cupy_magic.last_report().batch.sent_back == 0  # every block fits a grown slot
     for name in "wrcb":
         np.testing.assert_array_equal(second[name], kernel[name])
@@ -132,8 +119,8 @@ def test_several_batched_inputs_of_other_shapes_and_dtypes_share_a_slot(ip, join
     bt = np.asfortranarray(rng.random((1003, 5)))[:, ::2]  # neither C- nor F-ordered rows
     ip.user_ns.update(a=a, b=b, bt=bt, w=np.arange(3.0))
     body = "y = a[:, None, None] * b + w\nz = bt.sum(axis=1) + a\n"
-    kernel = _run(ip, body, "--to-host", "yz")
-    shared = _run(ip, body, f"--to-host --cluster {ROWS}", "yz")
+    kernel = run_quiet(ip, body, "--to-host", "yz")
+    shared = run_quiet(ip, body, f"--to-host --cluster {ROWS}", "yz")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "shm" and info.batched == ("a", "b", "bt")
     assert info.shared == ("w",) and info.blocks == 11
@@ -156,7 +143,7 @@ def test_a_cell_without_rows_is_refused_as_the_scatter_path_refuses_it(ip, joine
 
 def test_a_failing_block_commits_nothing_and_leaves_the_ring_usable(ip, joined, x):
     before = segments()
-    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")  # the ring exists
+    run_quiet(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")  # the ring exists
     made = segments() - before
     ip.user_ns.pop("y", None)
     body = "y = x * 2\nif len(x) == 3:\n    raise ValueError('bad rows')\nz = y + 1\n"
@@ -175,8 +162,8 @@ def test_a_failing_block_commits_nothing_and_leaves_the_ring_usable(ip, joined, 
     assert cell_tasks(joined) == []
     # slots a block still used were unlinked; none is left behind beyond the ring's own
     assert segments() - before <= made and segments() - before == set(shm.slot_names())
-    again = _run(ip, "y = x * 3\n", f"--to-host --cluster {ROWS}", "y")
-    np.testing.assert_array_equal(_host(again["y"]), x * 3)
+    again = run_quiet(ip, "y = x * 3\n", f"--to-host --cluster {ROWS}", "y")
+    np.testing.assert_array_equal(on_host(again["y"]), x * 3)
     assert cupy_magic.last_report().batch.transport.kind == "shm"
     assert segments() - before == set(shm.slot_names())
 
@@ -184,7 +171,7 @@ def test_a_failing_block_commits_nothing_and_leaves_the_ring_usable(ip, joined, 
 def test_off_and_unload_unlink_every_segment_and_the_workers_close_theirs(
         ip, joined, x):
     before = segments()
-    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    run_quiet(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
     ring = set(shm.slot_names())
     assert ring and ring <= segments()
     opened = {n for names in worker_slots(joined).values() for n in names}
@@ -193,7 +180,7 @@ def test_off_and_unload_unlink_every_segment_and_the_workers_close_theirs(
     assert segments() - before == set() and shm.slot_names() == []
     assert all(names == [] for names in worker_slots(joined).values())
     cupy_magic.use_cluster(joined)
-    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    run_quiet(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
     assert segments() - before
     ip.run_line_magic("unload_ext", "cupy_magic")
     try:
@@ -209,7 +196,7 @@ def test_reduced_results_equal_the_scatter_path_with_inputs_through_the_slots(
     body = "y = x * 2\ns = y.sum(axis=0) if RULE != 'concat' else y[y[:, 0] > 1]\n"
     body = body.replace("RULE", repr(rule))
     line = f"--to-host --cluster {ROWS} --reduce s={rule}"
-    shared = _run(ip, body, line, "ys")
+    shared = run_quiet(ip, body, line, "ys")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "shm" and not info.transport.place
     assert info.transport.why.startswith("--reduce s is a Dask tree reduction")
@@ -218,7 +205,7 @@ def test_reduced_results_equal_the_scatter_path_with_inputs_through_the_slots(
                 if "shared memory on this host for the inputs" in t)
     # the results line says y's rows were gathered: the transport line does not contradict it
     assert "gathered where --to-host asks" in said and "stay on the workers" not in said
-    scattered = _run(ip, "x = x + 0\n" + body, line, "ys")
+    scattered = run_quiet(ip, "x = x + 0\n" + body, line, "ys")
     assert cupy_magic.last_report().batch.transport.kind == "scatter"
     np.testing.assert_array_equal(shared["y"], scattered["y"])
     np.testing.assert_array_equal(shared["s"], scattered["s"])  # the same tree, same sums
@@ -303,7 +290,7 @@ def test_on_the_cpu_fallback_no_slot_is_page_locked(ip, joined, x):
 
     if probe_cupy()[0] is not None:  # the workers pick their backend themselves
         pytest.skip("workers on a GPU machine lock their slots: the gpu test below")
-    _run(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
+    run_quiet(ip, "y = x + 1\n", f"--to-host --cluster {ROWS}", "y")
     opened = worker_slots(joined)
     assert any(opened.values())
     assert all(names == [] for names in joined.run(slots.locked_slots).values())
@@ -323,12 +310,12 @@ def test_on_a_gpu_each_worker_locks_its_slots_once_and_the_results_equal_the_ker
     x = np.random.default_rng(2).random((40_000, 256), dtype=np.float32)  # 40 MiB
     ip.user_ns["x"] = x
     body = "y = np.sqrt(x * x + 1)\nn = (x * 2).sum(axis=1)\nk = 3\n"
-    kernel = _run(ip, body, "--to-host", "ynk")
+    kernel = run_quiet(ip, body, "--to-host", "ynk")
     ip.run_line_magic("gpu_cluster", "local")
     try:
         client = connect.client()
         for run in range(2):
-            got = _run(ip, body, "--to-host --cluster --batch-rows 5000", "ynk")
+            got = run_quiet(ip, body, "--to-host --cluster --batch-rows 5000", "ynk")
             info = cupy_magic.last_report().batch
             assert info.transport.kind == "shm" and info.blocks == 8, info.transport
             assert all(w.device != "CPU (NumPy)" for w in info.workers)
