@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from .batchcost import COST_SHARE, BatchCost
 
-__all__ = ["MIN_REPLAYS", "REPLAYS_PER_STREAM", "GraphNote", "consider"]
+__all__ = ["MIN_REPLAYS", "REPLAYS_PER_STREAM", "REPLAY_GAIN", "GraphNote", "consider",
+           "not_kept"]
 
 # Each stream's graph is captured and checked on a batch that runs twice (launched, then
 # replayed), with the stream waited for both times: about three batches' fixed cost, and
@@ -27,6 +28,15 @@ __all__ = ["MIN_REPLAYS", "REPLAYS_PER_STREAM", "GraphNote", "consider"]
 # and fewer than eight replays in all are not worth a run's extra code path.
 REPLAYS_PER_STREAM = 4
 MIN_REPLAYS = 8
+
+# Graphs are kept only where a checked batch replayed takes at most this share of the same
+# batch launched: a clear gain, not noise. On the H200 (2026-12-05), under a 16MB budget a
+# checked batch took 0.302 ms replayed against 0.882 ms launched (ratio 0.34; the run 0.125 s
+# with graphs, 0.368 s without), while cluster_bench's 128MiB batches of 32,768 rows took
+# 5.696 ms replayed against 5.789 ms launched (0.98), and that run took 1.09 s with graphs
+# against 0.38 s without (benchmarks/results/cluster-2026-12-04T1929.md): a few per cent
+# measured on one batch per stream does not pay for the captures, checks and replays.
+REPLAY_GAIN = 0.8
 
 
 def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None, rows: int,
@@ -74,6 +84,27 @@ def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None
                        f"to replay after checking one graph per stream, fewer than the {need} "
                        f"that repay the checks")
     return True, None
+
+
+def not_kept(launched: float, replayed: float) -> str | None:
+    """Why the checked graphs are not kept (``None``: keep them).
+
+    Parameters
+    ----------
+    launched, replayed
+        Seconds one checked batch took on average, launched op by op and replayed.
+
+    Returns
+    -------
+    str or None
+        The report's reason where ``replayed`` exceeds :data:`REPLAY_GAIN` of ``launched``.
+    """
+    if replayed <= REPLAY_GAIN * launched:
+        return None
+    gain = round((1 - REPLAY_GAIN) * 100)
+    return (f"replayed {replayed * 1e3:.3f} ms vs launched {launched * 1e3:.3f} ms per checked "
+            f"batch: under the {gain}% gain that pays for capturing, checking and replaying "
+            "the graphs")
 
 
 @dataclass

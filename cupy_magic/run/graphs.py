@@ -20,7 +20,8 @@ A graph writes to the addresses it was captured with, so this protects itself:
   buffers again (launched, it needs them: the budget sized the batches for no more).
 - Checked before trusted: each slot's batch runs launched first, then captured and replayed
   into the same rows; the rows, partials and row-free values must agree bit for bit, and
-  replays must be faster than launches on those batches, or no graph is kept.
+  replays must take at most :data:`.graphplan.REPLAY_GAIN` of the launches' time on those
+  batches, or no graph is kept.
 - A capture that fails (a host sync, a library CuPy cannot capture, host data copied to the
   device, refused through CuPy's pinned allocator while capturing) ends cleanly and the run
   goes on launched; the report says why (:class:`.graphplan.GraphNote`).
@@ -40,7 +41,7 @@ import numpy as np
 
 from ..backend.compiles import timed
 from ..syncs.record import uncharged
-from .graphplan import GraphNote, consider
+from .graphplan import GraphNote, consider, not_kept
 from .mainmod import as_main
 from .reduce import agree, compared
 
@@ -270,15 +271,15 @@ class GraphReplay:
         return ""
 
     def all_checked(self) -> None:
-        """Every slot's graph is checked: keep them if replays were faster."""
+        """Every slot's graph is checked: keep them if replays were clearly faster
+        (:func:`.graphplan.not_kept`)."""
         launched = sum(t for t, _ in self.times)
         replayed = sum(t for _, t in self.times)
         self.note.launched_seconds = launched / len(self.times)
         self.note.replay_seconds = replayed / len(self.times)
-        if replayed >= launched:
-            return self.stop(f"a checked batch took {self.note.replay_seconds * 1e3:.3f} ms "
-                             f"replayed against {self.note.launched_seconds * 1e3:.3f} ms "
-                             "launched: no faster")
+        why = not_kept(self.note.launched_seconds, self.note.replay_seconds)
+        if why:
+            return self.stop(why)
         for name, dev in next(iter(self.graphs.values())).partials.items():
             self.partial_rows[name] = self.eng.allocate((self.full, *dev.shape), dev.dtype)
 

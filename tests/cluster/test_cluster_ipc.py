@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import HAS_GPU
 from slotcells import BODY, ROWS, on_host, run_quiet
 
 import cupy_magic
@@ -130,6 +131,13 @@ def x(ip):
     return x
 
 
+# with the kernel on the host backend a GPU machine's LocalCluster workers still find the
+# GPU (backend 'cupy') and CUDA makes the buffer: these two describe a machine without one
+NO_GPU_HERE = pytest.mark.skipif(HAS_GPU, reason="describes a machine without a GPU: here the "
+                                 "workers find the GPU and CUDA makes the device buffer")
+
+
+@NO_GPU_HERE
 def test_real_cpu_workers_say_where_they_run_and_are_not_given_device_slots(ip, joined, x):
     if cupy_magic.backend.current().is_gpu:
         pytest.skip("the CPU fallback's variant")
@@ -149,6 +157,7 @@ def test_real_cpu_workers_say_where_they_run_and_are_not_given_device_slots(ip, 
     np.testing.assert_allclose(shared["y"], np.sqrt(x) * 2 + 1, rtol=1e-12)
 
 
+@NO_GPU_HERE
 def test_a_run_whose_device_slot_cannot_be_made_falls_back_with_a_note(
         ip, joined, x, monkeypatch):
     """Here CUDA refuses every device buffer (no driver): a run given CUDA IPC falls back to

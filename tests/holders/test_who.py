@@ -231,7 +231,10 @@ def test_arrays_a_cell_keeps_in_containers_are_listed_and_counted(fresh):
     paths = by_path(cupy_magic.vram_holders(ip.user_ns))
     assert paths["held[0]"].nbytes == 2 * MiB
     assert paths["held[1]['k']"].nbytes == 3 * MiB
-    assert paths["held[2][0]"].nbytes == 64
+    # nbytes is memory held: CuPy's pool rounds an allocation up to 512 bytes
+    small = paths["held[2][0]"]
+    assert small.array_bytes == 64
+    assert small.nbytes == (64 if backend.current().name == "host" else 512)
     # on the CPU fallback the budget counts them as the device's, as a GPU's pool would
     if backend.current().name == "host":
         assert backend.current().resident_bytes() >= 5 * MiB

@@ -13,7 +13,14 @@ from cupy_magic.run.batchcost import BatchCost
 from cupy_magic.run.batching import BatchOptions, BatchPlan
 from cupy_magic.run.batchoptions import BatchOptions as Options
 from cupy_magic.run.errors import CellError
-from cupy_magic.run.graphplan import MIN_REPLAYS, REPLAYS_PER_STREAM, GraphNote, consider
+from cupy_magic.run.graphplan import (
+    MIN_REPLAYS,
+    REPLAY_GAIN,
+    REPLAYS_PER_STREAM,
+    GraphNote,
+    consider,
+    not_kept,
+)
 from cupy_magic.run.graphscan import refusal
 from cupy_magic.run.rowwise import check_cell
 from cupy_magic.syncs.lint import lint_cell
@@ -77,9 +84,28 @@ def test_the_report_says_how_many_batches_replayed_and_the_cost_before_and_after
                                       "replays")
     unused = GraphNote(why_not="the cell prints")
     assert unused.lines(54) == ["batch graphs: not used: the cell prints"]
-    checked = GraphNote(why_not="a checked batch took 1 ms replayed: no faster", captured=2)
-    assert checked.lines(9) == ["batch graphs: not used (after checking 2 graphs): a checked "
-                                "batch took 1 ms replayed: no faster"]
+    checked = GraphNote(why_not=not_kept(5.789e-3, 5.696e-3), captured=2)
+    assert checked.lines(9) == [
+        "batch graphs: not used (after checking 2 graphs): replayed 5.696 ms vs launched "
+        "5.789 ms per checked batch: under the 20% gain that pays for capturing, checking and "
+        "replaying the graphs"]
+
+
+@pytest.mark.parametrize(("launched_ms", "replayed_ms", "kept"), [
+    (0.882, 0.302, True),    # the H200 under a 16MB budget: graphs won (run 0.125 s vs 0.368 s)
+    (5.789, 5.696, False),   # cluster_bench's 128MiB batches: 2% faster, the run 3x slower
+    (11.798, 9.678, False),  # the same cell's first run: 18% faster is still under 20%
+    (1.0, 1.0 * REPLAY_GAIN, True),  # exactly the gain asked for
+    (1.0, 1.2, False),       # slower
+])
+def test_graphs_are_kept_only_for_a_clear_gain_on_the_checked_batches(launched_ms, replayed_ms,
+                                                                      kept):
+    assert REPLAY_GAIN == 0.8
+    why = not_kept(launched_ms * 1e-3, replayed_ms * 1e-3)
+    assert (why is None) == kept
+    if not kept:
+        assert why.startswith(f"replayed {replayed_ms:.3f} ms vs launched {launched_ms:.3f} ms "
+                              "per checked batch: under the 20% gain")
 
 
 def test_the_batch_plan_shows_the_graph_line_after_the_cost():

@@ -12,6 +12,7 @@ import pytest
 
 import cupy_magic
 from cupy_magic import backend
+from cupy_magic.run.graphplan import REPLAY_GAIN
 
 pytestmark = pytest.mark.gpu
 
@@ -67,7 +68,7 @@ def _replayed(report) -> None:
     note = report.batch.graph
     assert note is not None and note.used, _graph_line(report)
     assert note.captured == report.batch.streams and note.why_not == ""
-    assert note.replayed >= 8 and note.replay_seconds < note.launched_seconds
+    assert note.replayed >= 8 and note.replay_seconds <= REPLAY_GAIN * note.launched_seconds
     assert _graph_line(report).startswith(
         f"batch graphs: {note.replayed} of {report.batch.batches} batches replayed as CUDA "
         f"graphs ({note.captured} captured")
@@ -126,15 +127,26 @@ def test_gpu_a_reduce_sum_cell_replays_its_partials_and_equals_numpy(gip):
     np.testing.assert_allclose(got["total"], want.sum(), rtol=1e-12)
 
 
+# why checked graphs may be refused without the run failing: the pool gave blocks back (a
+# graph's buffers may have been among them), or the replays were no clear gain
+SAFE_REFUSALS = ("the pool released cached blocks", "replayed ")
+
+
 def test_gpu_a_row_free_array_is_checked_as_the_launched_batches_keep_it(gip):
     """w depends on no row: the launched batches keep it as a host array compared batch by
     batch, and the check compares the captured batch's w the same way (not as one number,
-    which raised for an array of four and failed the run)."""
+    which raised for an array of four and failed the run). The run succeeds with NumPy's
+    and --no-graph's results; whether it replays is not the point: on the H200 (2026-12-05)
+    the pool released cached blocks during the checks, and refusing graphs then is safe."""
     x = np.random.default_rng(5).random(4_000_000)
     gip.user_ns["x"] = x
     cell = "w = np.linspace(0.5, 2.0, 4) ** 2\ny = x * w[1] + w[3]\n" + SINES
     graphs, _, got = _both(gip, cell, "--batch --to-host", ("y", "w"))
-    _replayed(graphs)
+    if graphs.batch.graph.used:
+        _replayed(graphs)
+    else:  # checked, then refused for a known safe reason
+        why = graphs.batch.graph.why_not
+        assert why.startswith(SAFE_REFUSALS), _graph_line(graphs)
     w = np.linspace(0.5, 2.0, 4) ** 2
     np.testing.assert_allclose(got["w"], w, rtol=1e-15)
     np.testing.assert_allclose(got["y"], _sines(x * w[1] + w[3]), rtol=1e-12, atol=1e-15)
