@@ -52,8 +52,10 @@ def outcome(ip, cell: str, rules: str, how: str, earlier: dict | None = None) ->
         if info is None or info.blocks != BLOCKS:
             return f"ERROR: not run in {BLOCKS} blocks on the cluster ({info})"
         moved = info.transport
-        # scattered only where the cell changes its input: each block needs a copy of its own
-        if how == "--cluster" and moved.kind != "shm" and "changes its input" not in moved.why:
+        # scattered only where the cell changes its input: each block needs a copy of its own;
+        # on a GPU whose workers share it, device slots by CUDA IPC stand for shared memory
+        if how == "--cluster" and moved.kind not in ("shm", "ipc") \
+                and "changes its input" not in moved.why:
             return f"ERROR: the blocks went by {moved.kind} ({moved.why}), not shared memory"
     return got
 
