@@ -441,14 +441,3 @@ def test_once_a_slot_grew_the_rings_smaller_slots_grow_before_they_are_used_agai
     finally:
         ring.close(workers=False)
 
-
-def test_every_worker_is_read_from_a_distributed_with_or_without_n_workers(joined):
-    from cupy_magic.cluster.inputs import scheduler_workers, worker_addresses
-
-    class Older:  # a distributed before scheduler_info took n_workers (it listed all)
-        def scheduler_info(self):
-            return joined.scheduler_info(n_workers=-1)
-
-    every = joined.scheduler_info(n_workers=-1)["workers"]
-    assert scheduler_workers(joined).keys() == every.keys() == scheduler_workers(Older()).keys()
-    assert worker_addresses(Older()) == tuple(sorted(every)) and len(every) == 2
