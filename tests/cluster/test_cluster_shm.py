@@ -15,6 +15,7 @@ from conftest import failed_block
 
 import cupy_magic
 from cupy_magic.cluster import shm, slots, transport
+from cupy_magic.cluster.inputs import worker_addresses
 
 SHM = "/dev/shm"
 ROWS = "--batch-rows 100"  # 1003 rows: 11 blocks, the last of 3 rows
@@ -264,7 +265,7 @@ def test_what_the_cell_needs_decides_the_inputs_and_the_results_way():
 
 
 def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
-    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    workers = worker_addresses(joined)
     before = segments()
     assert transport.check_hosts(joined, workers) == ""  # a LocalCluster on this host
     assert segments() == before  # the probes are gone
@@ -286,7 +287,7 @@ def _open_fails(on: bool) -> None:
 
 
 def test_a_host_check_a_worker_failed_is_asked_again_next_cell(joined):
-    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    workers = worker_addresses(joined)
     transport.forget()
     joined.run(_open_fails, True, workers=[workers[0]])
     try:
