@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,12 @@ for var, sub in (("HOME", ""), ("IPYTHONDIR", ".ipython"), ("CUPY_CACHE_DIR", ".
     os.environ[var] = str(_HOME / sub)
     (_HOME / sub).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+
+# The Ctrl-C tests send SIGINT to this process: a run started with SIGINT ignored (a background
+# job of a non-interactive shell, `pytest ... &` in a script) never sees it, and their cells
+# loop on for hours. Python's own handler, as under a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def gpu_available() -> bool:

@@ -142,14 +142,18 @@ def check_blocks(chunks: tuple[int, ...], row_nbytes: int, names: Iterable[str],
 
 
 def scheduler_workers(client: Any) -> dict[str, Any]:
-    """The scheduler's record of every worker, by address (``scheduler_info()["workers"]``).
+    """The scheduler's record of every worker, by address (its ``identity()["workers"]``).
 
+    Asked of the scheduler itself, not through ``client.scheduler_info()``: that returns the
+    client's cached identity, which the client's own refresh (every 2 s, on its event loop)
+    replaces with one listing no workers, so a refresh landing between the fetch and the
+    return read none (a ``--cluster`` cell then took the scatter path, "no workers to ask").
     Recent ``distributed`` lists only the first few unless asked for all (``n_workers=-1``);
     older releases take no ``n_workers`` and list all."""
     try:
-        return client.scheduler_info(n_workers=-1)["workers"]
-    except TypeError:  # a distributed without n_workers
-        return client.scheduler_info()["workers"]
+        return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+    except TypeError:  # a scheduler without n_workers
+        return client.sync(client.scheduler.identity)["workers"]
 
 
 def worker_addresses(client: Any) -> tuple[str, ...]:

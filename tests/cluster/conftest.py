@@ -10,11 +10,16 @@ import pytest
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("dask.array")
 
+import cupy_magic  # noqa: E402 - after the skips: the cluster layer needs distributed
+from cupy_magic.cluster import connect  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def local_client() -> Iterator:
+    # the scheduler's HTTP server on a free port, as %gpu_cluster local's: on 8787, taken by
+    # another cluster, it warns (and distributed leaves its first socket unclosed)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None)
+                                       host="127.0.0.1", **connect._QUIET_SCHEDULER)
     client = distributed.Client(cluster, timeout=30)
     yield client
     client.close(timeout=30)
@@ -24,8 +29,6 @@ def local_client() -> Iterator:
 @pytest.fixture
 def joined(ip, local_client) -> Iterator:
     """The shell ``ip`` with the module's cluster in use."""
-    import cupy_magic
-
     cupy_magic.use_cluster(local_client)
     yield local_client
     cupy_magic.use_cluster("off")

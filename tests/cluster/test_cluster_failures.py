@@ -18,6 +18,7 @@ from IPython.core.error import UsageError
 
 import cupy_magic
 from cupy_magic.cluster import connect, shm, slots
+from cupy_magic.cluster.inputs import worker_addresses
 
 da = pytest.importorskip("dask.array")
 
@@ -63,7 +64,7 @@ def test_a_worker_killed_mid_cell_is_one_line_naming_it_and_the_next_cell_runs(
     before = segments()
     name = "xd" if "--cluster" not in how else "x"
     ip.user_ns["MARK"] = x[500, 0]
-    started = set(connect.client().scheduler_info(n_workers=-1)["workers"])
+    started = set(worker_addresses(connect.client()))
     ip.user_ns.pop("y", None)
     with pytest.raises(UsageError) as err:
         ip.run_cell_magic("gpu", f"--quiet {how}", KILLER.replace("XX", name))
@@ -112,7 +113,7 @@ def test_a_client_closed_behind_the_extensions_back_is_one_line_and_left(ip, loc
 
 def test_a_cluster_closed_behind_the_extensions_back_is_one_line_not_a_hang(ip, x):
     cluster = distributed.LocalCluster(n_workers=0, host="127.0.0.1",
-                                       dashboard_address=None)
+                                       **connect._QUIET_SCHEDULER)
     try:
         ip.run_line_magic("gpu_cluster", cluster.scheduler_address)
         address = cluster.scheduler_address
@@ -228,7 +229,7 @@ def test_ctrl_c_names_the_blocks_still_running_and_the_next_cell_waits_for_them(
     assert exc._render_traceback_() == [f"KeyboardInterrupt: {line}"]
     assert "futures on the cluster cancelled, nothing committed" in line, line
     assert "blocks 1, 2 of 4 still run on " in line, line
-    assert all(w in line for w in joined.scheduler_info()["workers"]), line
+    assert all(w in line for w in worker_addresses(joined)), line
     ip.user_ns["x"] = np.arange(400.0).reshape(100, 4)
     ip.run_cell_magic("gpu", "--quiet --to-host --cluster --batch-rows 25", "y = x + 1\n")
     assert time.monotonic() - started > 1.5  # the blocks took 3 s

@@ -17,6 +17,7 @@ from slotcells import BODY, ROWS, on_host, run_quiet
 import cupy_magic
 from cupy_magic.backend import BudgetExceeded
 from cupy_magic.cluster import devring, devslots, transport
+from cupy_magic.cluster.inputs import worker_addresses
 from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 from cupy_magic.cluster.transport import Transport
 
@@ -141,7 +142,7 @@ NO_GPU_HERE = pytest.mark.skipif(HAS_GPU, reason="describes a machine without a 
 def test_real_cpu_workers_say_where_they_run_and_are_not_given_device_slots(ip, joined, x):
     if cupy_magic.backend.current().is_gpu:
         pytest.skip("the CPU fallback's variant")
-    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    workers = worker_addresses(joined)
     facts = joined.run(devslots.device_facts, b"", b"token")
     assert set(facts) == set(workers)
     for fact in facts.values():
@@ -233,7 +234,7 @@ def test_ipc_results_equal_the_kernels_and_the_report_names_the_transport(ip, gp
     body = BODY + "w = x.astype(np.float64) * 3\n"  # results larger than the inputs
     kernel = run_quiet(ip, body, "--to-host", "ymnkw")
     used = be.pool_used()
-    workers = len(gpu_cluster.scheduler_info(n_workers=-1)["workers"])
+    workers = len(worker_addresses(gpu_cluster))
     for _ in range(2):  # each run makes its device slots anew and frees them
         got = run_quiet(ip, body, "--to-host --cluster --batch-rows 5000", "ymnkw")
         rep = cupy_magic.last_report()

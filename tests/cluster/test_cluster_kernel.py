@@ -17,6 +17,7 @@ distributed = pytest.importorskip("distributed")
 jupyter_client = pytest.importorskip("jupyter_client")
 
 from cupy_magic.cluster import slots  # noqa: E402  (after the skips)
+from cupy_magic.cluster.inputs import worker_addresses  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -207,7 +208,7 @@ def test_ctrl_c_of_long_blocks_says_where_the_kernel_was_and_the_next_cell_why_i
     address = re.search(r"ADDR (tcp://\S+)", text).group(1)
     watch = distributed.Client(address, timeout=30)
     try:
-        workers = sorted(watch.scheduler_info()["workers"])
+        workers = list(worker_addresses(watch))
         reply = _interrupted(kernel, watch, LONG_BLOCKS_CELL)
         interrupted = time.monotonic()
     finally:

@@ -16,6 +16,7 @@ from slotcells import BODY, ROWS, on_host, run_quiet
 
 import cupy_magic
 from cupy_magic.cluster import shm, slots, transport
+from cupy_magic.cluster.inputs import worker_addresses
 from cupy_magic.cluster.ring import SLOTS_PER_WORKER
 
 SHM = "/dev/shm"
@@ -260,7 +261,7 @@ def test_what_the_cell_needs_decides_the_inputs_and_the_results_way():
 
 
 def test_the_host_check_asks_real_workers_and_leaves_no_probe(joined):
-    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    workers = worker_addresses(joined)
     before = segments()
     assert transport.check_hosts(joined, workers) == ""  # a LocalCluster on this host
     assert segments() == before  # the probes are gone
@@ -282,7 +283,7 @@ def _open_fails(on: bool) -> None:
 
 
 def test_a_host_check_a_worker_failed_is_asked_again_next_cell(joined):
-    workers = tuple(sorted(joined.scheduler_info(n_workers=-1)["workers"]))
+    workers = worker_addresses(joined)
     transport.forget()
     joined.run(_open_fails, True, workers=[workers[0]])
     try:
@@ -437,14 +438,3 @@ def test_once_a_slot_grew_the_rings_smaller_slots_grow_before_they_are_used_agai
     finally:
         ring.close(workers=False)
 
-
-def test_every_worker_is_read_from_a_distributed_with_or_without_n_workers(joined):
-    from cupy_magic.cluster.inputs import scheduler_workers, worker_addresses
-
-    class Older:  # a distributed before scheduler_info took n_workers (it listed all)
-        def scheduler_info(self):
-            return joined.scheduler_info(n_workers=-1)
-
-    every = joined.scheduler_info(n_workers=-1)["workers"]
-    assert scheduler_workers(joined).keys() == every.keys() == scheduler_workers(Older()).keys()
-    assert worker_addresses(Older()) == tuple(sorted(every)) and len(every) == 2

@@ -16,6 +16,7 @@ import pytest
 import cupy_magic
 from cupy_magic import backend
 from cupy_magic.cluster import connect
+from cupy_magic.cluster.inputs import scheduler_workers
 from cupy_magic.monitor import sampler as monitor
 from cupy_magic.monitor.gather import WORKER_WAIT, ClusterRows
 from cupy_magic.monitor.nvml import NA
@@ -54,7 +55,7 @@ def _asking_threads() -> int:
 
 def test_a_row_per_worker_read_on_that_worker(held, joined):
     pids = joined.run(os.getpid)
-    limits = {a: w["memory_limit"] for a, w in joined.scheduler_info()["workers"].items()}
+    limits = {a: w["memory_limit"] for a, w in scheduler_workers(joined).items()}
     rows = _rows(held)
     assert sorted(rows) == sorted(pids)
     for address, row in rows.items():

@@ -55,7 +55,8 @@ def test_arange_that_both_compute_alike_runs(ip, xp, cupy_names):
 def test_fallback_refuses_a_view_of_a_device_argument(ip, xp, cupy_names):
     ip.user_ns["x"] = np.arange(4.0).reshape(2, 2)
     ip.user_ns.pop("m", None)
-    message = _error(ip, "m = np.asmatrix(x)\n", "--quiet --fallback")
+    with pytest.warns(PendingDeprecationWarning, match="matrix subclass"):  # NumPy's
+        message = _error(ip, "m = np.asmatrix(x)\n", "--quiet --fallback")
     assert message.startswith("np.asmatrix at line 1 `m = np.asmatrix(x)`: NumPy returns a "
                               "view of its argument here")
     assert "--fallback" not in message.split(":", 2)[2]  # no hint to use what failed

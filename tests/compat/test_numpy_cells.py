@@ -11,6 +11,8 @@ import pytest
 import cupy_magic
 from cupy_magic.compat.advice import CupyLimit
 
+MATRIX = "the matrix subclass is not the recommended way"  # NumPy's PendingDeprecationWarning
+
 # (the cell, the names to compare); each is NumPy code as a user writes it
 CELLS = [
     # percentile/quantile of data holding a NaN: NaN, as NumPy's (CuPy interpolated past it)
@@ -100,15 +102,16 @@ def test_randint_with_array_bounds_is_numpys(ip, xp, cupy_names):
 
 
 def test_bmat_of_a_string_reads_the_cells_names(ip, xp, cupy_names):
-    ip.run_cell_magic("gpu", "--quiet --fallback",
-                      "A = np.asmatrix('1 1; 1 1')\nB = np.asmatrix('2 2; 2 2')\n"
-                      "M = np.bmat('A, B; B, A')\nC = np.ones((2, 2))\nD = 2 * C\n"
-                      "N = np.bmat('C, D; D, C')\n")  # C, D: device arrays on a GPU
+    with pytest.warns(PendingDeprecationWarning, match=MATRIX):  # NumPy's, as in a plain cell
+        ip.run_cell_magic("gpu", "--quiet --fallback",
+                          "A = np.asmatrix('1 1; 1 1')\nB = np.asmatrix('2 2; 2 2')\n"
+                          "M = np.bmat('A, B; B, A')\nC = np.ones((2, 2))\nD = 2 * C\n"
+                          "N = np.bmat('C, D; D, C')\n")  # C, D: device arrays on a GPU
     assert isinstance(ip.user_ns["N"], np.matrix)
     np.testing.assert_array_equal(ip.user_ns["N"], np.block([[np.ones((2, 2)), 2 * np.ones(
         (2, 2))], [2 * np.ones((2, 2)), np.ones((2, 2))]]))
-    want = np.bmat([[np.ones((2, 2)), 2 * np.ones((2, 2))], [2 * np.ones((2, 2)),
-                                                              np.ones((2, 2))]])
+    want = np.block([[np.ones((2, 2)), 2 * np.ones((2, 2))], [2 * np.ones((2, 2)),
+                                                               np.ones((2, 2))]])
     assert isinstance(ip.user_ns["M"], np.matrix)
     np.testing.assert_array_equal(ip.user_ns["M"], want)
     assert "np.bmat" in [r.function for r in cupy_magic.last_report().fallbacks]
@@ -125,13 +128,15 @@ def test_strings_kept_on_the_host_index_with_host_results(ip, xp, cupy_names):
 
 def test_np_matrix_of_a_device_array_under_fallback_is_numpys(ip, xp, cupy_names):
     ip.user_ns["a"] = np.array([[1.0, 2.0], [3.0, 4.0]])
-    ip.run_cell_magic("gpu", "--quiet --fallback --to-host",
-                      "m = np.matrix(a)\nis_m = isinstance(m, np.matrix)\n"
-                      "sub = issubclass(type(m), np.matrix)\nainv = np.linalg.inv(np.matrix(a))\n"
-                      "w, v = np.linalg.eigh(np.matrix([[2.0, 1.0], [1.0, 2.0]]))\n")
+    with pytest.warns(PendingDeprecationWarning, match=MATRIX):  # NumPy's, as in a plain cell
+        ip.run_cell_magic("gpu", "--quiet --fallback --to-host",
+                          "m = np.matrix(a)\nis_m = isinstance(m, np.matrix)\n"
+                          "sub = issubclass(type(m), np.matrix)\n"
+                          "ainv = np.linalg.inv(np.matrix(a))\n"
+                          "w, v = np.linalg.eigh(np.matrix([[2.0, 1.0], [1.0, 2.0]]))\n")
     ns = ip.user_ns
     assert type(ns["m"]) is np.matrix and ns["is_m"] and ns["sub"]
-    np.testing.assert_allclose(ns["ainv"], np.linalg.inv(np.matrix(ns["a"])))
+    np.testing.assert_allclose(ns["ainv"], np.linalg.inv(ns["a"]))
     assert type(ns["ainv"]) is np.matrix and type(ns["v"]) is np.matrix
     np.testing.assert_allclose(ns["w"], [1.0, 3.0])
     assert "np.matrix" in [r.function for r in cupy_magic.last_report().fallbacks]

@@ -70,13 +70,17 @@ def test_a_stop_that_ends_the_thread_says_nothing(caplog: pytest.LogCaptureFixtu
 class SilentScheduler:
     """A client whose scheduler never answers until released (as a stopped one)."""
 
-    scheduler = None
+    address = ""  # its scheduler is itself: client.scheduler.address, .identity()
 
     def __init__(self) -> None:
         self.asked = threading.Event()
         self.release = threading.Event()
+        self.scheduler = self
 
-    def scheduler_info(self, n_workers: int = -1) -> dict[str, Any]:
+    def sync(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    def identity(self, n_workers: int = -1) -> dict[str, Any]:
         self.asked.set()
         self.release.wait(60)
         return {"workers": {}}
