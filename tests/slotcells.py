@@ -23,3 +23,10 @@ def on_host(value: Any) -> Any:
     """A result as a host value: a Dask array computed, a CuPy array copied back."""
     value = value.compute() if hasattr(value, "compute") else value
     return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else value
+
+
+def reduce_cell(rule: str) -> tuple[str, str]:
+    """A cell whose ``s`` is joined by ``--reduce s=rule`` (a column total, or the rows
+    past a threshold for ``concat``), and its magic line over blocks of ``ROWS``."""
+    body = "y = x * 2\ns = y.sum(axis=0) if RULE != 'concat' else y[y[:, 0] > 1]\n"
+    return body.replace("RULE", repr(rule)), f"--to-host --cluster {ROWS} --reduce s={rule}"

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 from conftest import HAS_GPU
-from slotcells import BODY, ROWS, on_host, run_quiet
+from slotcells import BODY, ROWS, on_host, reduce_cell, run_quiet
 
 import cupy_magic
 from cupy_magic.backend import BudgetExceeded
@@ -268,9 +268,7 @@ def test_ipc_results_equal_the_kernels_and_the_report_names_the_transport(ip, gp
 def test_reduced_cells_through_ipc_equal_the_shared_memory_path(ip, gpu_cluster, rule):
     x = np.random.default_rng(3).random((1003, 4))
     ip.user_ns["x"] = x
-    body = "y = x * 2\ns = y.sum(axis=0) if RULE != 'concat' else y[y[:, 0] > 1]\n"
-    body = body.replace("RULE", repr(rule))
-    line = f"--to-host --cluster {ROWS} --reduce s={rule}"
+    body, line = reduce_cell(rule)
     got = run_quiet(ip, body, line, "ys")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "ipc" and not info.transport.place

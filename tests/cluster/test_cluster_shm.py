@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 from conftest import failed_block
-from slotcells import BODY, ROWS, on_host, run_quiet
+from slotcells import BODY, ROWS, on_host, reduce_cell, run_quiet
 
 import cupy_magic
 from cupy_magic.cluster import shm, slots, transport
@@ -203,9 +203,7 @@ def test_off_and_unload_unlink_every_segment_and_the_workers_close_theirs(
 @pytest.mark.parametrize("rule", ["sum", "max", "mean", "concat"])
 def test_reduced_results_equal_the_scatter_path_with_inputs_through_the_slots(
         ip, joined, x, rule):
-    body = "y = x * 2\ns = y.sum(axis=0) if RULE != 'concat' else y[y[:, 0] > 1]\n"
-    body = body.replace("RULE", repr(rule))
-    line = f"--to-host --cluster {ROWS} --reduce s={rule}"
+    body, line = reduce_cell(rule)
     shared = run_quiet(ip, body, line, "ys")
     info = cupy_magic.last_report().batch
     assert info.transport.kind == "shm" and not info.transport.place
