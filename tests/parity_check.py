@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from IPython.core.error import UsageError
 
+from cupy_magic.backend import current
 from cupy_magic.backend.base import BudgetExceeded
 
 __all__ = ["ASKED", "INPUTS", "N", "compare", "inputs"]
@@ -91,3 +92,16 @@ def compare(ip: Any, cell: str, line: str, given: dict[str, Any] | None = None,
     if out.getvalue() != printed:
         wrong.append(f"printed {out.getvalue()[:60]!r}, NumPy {printed[:60]!r}")
     return "same" if not wrong else "DIFFERS: " + "; ".join(wrong)
+
+
+CUPY_REFUSED = "refused: CuPy lacks it (CupyLimit naming --fallback)"
+
+
+def judged(got: str) -> str:
+    """``got`` as :func:`compare` gave it, except that on the cupy backend a one-line
+    ``CupyLimit`` naming ``--fallback`` (the compat layer refusing a call CuPy cannot run
+    as NumPy would) is :data:`CUPY_REFUSED`, a refusal."""
+    if (current().name == "cupy" and got.startswith("ERROR: CupyLimit: ")
+            and "\n" not in got and "--fallback" in got):
+        return CUPY_REFUSED
+    return got

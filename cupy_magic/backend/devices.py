@@ -85,7 +85,15 @@ class DeviceEngines:
         engine, s = self._at(slot)
         engine.download(s, name, value, out, a, b)
 
+    def download_small(self, slot: int, value: Any, out: np.ndarray) -> None:
+        engine, s = self._at(slot)
+        engine.download_small(s, value, out)
+
     # --- the run ------------------------------------------------------------------------
+    def small_rows(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A small page-locked host array (registered for every device)."""
+        return self.engines[0].small_rows(key, shape, dtype)
+
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A full-length host array for a gathered result (page-locked for every device)."""
         return self.engines[0].allocate(shape, dtype)

@@ -19,6 +19,7 @@ import numpy as np
 from ..lifecycle import on_unload
 from .base import Backend
 from .cupy import CupyBackend
+from .hostmem import D2H
 from .timeline import Timeline
 
 __all__ = ["make_engine"]
@@ -73,6 +74,12 @@ class HostEngine(Timeline):
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return self._allocate(shape, np.dtype(dtype), np.empty)
+
+    def small_rows(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def download_small(self, slot: int, value: Any, out: np.ndarray) -> None:
+        np.copyto(out, np.asarray(value))
 
     def finish_locking(self, arr: np.ndarray) -> None:
         pass
@@ -273,6 +280,27 @@ class CupyEngine(Timeline):
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A full-length result array in page-locked memory (a block reused across cells)."""
         return self._allocate(shape, np.dtype(dtype), self.host.empty)
+
+    def small_rows(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A small page-locked host array for the run (``--reduce`` partials, a row per
+        batch): a staging buffer, given back at :meth:`close`."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        old = self.staging.pop((-1, key), None)
+        if old is not None:
+            self.drain()
+            self.host.unstage(old)
+        buf = self.staging[(-1, key)] = self.host.staging(nbytes)
+        return buf[:nbytes].view(dtype).reshape(shape)
+
+    def download_small(self, slot: int, value: Any, out: np.ndarray) -> None:
+        """Copy the device array ``value`` into ``out`` (from :meth:`small_rows`, its shape)
+        on the slot's stream: no staging, nothing for the report."""
+        if not value.flags.c_contiguous:
+            value = self.cp.ascontiguousarray(value)  # on this stream, before the copy
+        if value.nbytes:
+            self.host.rt.memcpyAsync(out.ctypes.data, value.data.ptr, value.nbytes, D2H,
+                                     self.streams[slot].ptr)
 
     def warm(self, rows: int, peak_row: float,
              buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:

@@ -74,6 +74,8 @@ class BatchRun(BatchJoin):
         self.written: dict[str, int] = {}
         self.constants: dict[str, tuple[Any, int]] = {}  # Python values: (value, first batch)
         self.partials: dict[str, list[tuple[Any, int]]] = {}
+        self.partial_rows: dict[str, np.ndarray] = {}  # --reduce partials: a row per batch
+        self.first_slot = 0
         self.last_work: dict[str, Any] = {}
         self.first: list[tuple[str, Any]] = []
         self.current, self.n_batches = (0, 0, 0), 0
@@ -137,6 +139,7 @@ class BatchRun(BatchJoin):
                                        self.opts.streams, self.opts, self.cost)
             bounds = [(a, min(a + rows, self.total)) for a in range(first, self.total, rows)]
             self.n_batches = 1 + len(bounds)
+            self.rows_for_partials(self.n_batches)
             bp = BatchPlan(tuple(self.inputs), tuple(shared), self.total, self.row_bytes,
                            self.opts.streams, reason, first, rows if bounds else first,
                            self.n_batches, peak_row, sized_by, tuple(self.specs),
@@ -260,7 +263,8 @@ class BatchRun(BatchJoin):
         self.eng.drain(quiet=True)
         self.first.clear()
         graphs = self.replay.graphs if self.replay is not None else {}
-        for table in (graphs, self.partials, self.out, self.last_work, self.base):
+        for table in (graphs, self.partials, self.partial_rows, self.out, self.last_work,
+                      self.base):
             table.clear()  # the graphs first, then the buffers they write
 
 

@@ -37,6 +37,8 @@ class BatchJoin:
     written: dict[str, int]
     constants: dict[str, tuple[Any, int]]
     partials: dict[str, list[tuple[Any, int]]]
+    partial_rows: dict[str, np.ndarray]
+    first_slot: int
     last_work: dict[str, Any]
     first: list[tuple[str, Any]]
 
@@ -48,7 +50,7 @@ class BatchJoin:
                 continue
             value = work[name]
             if name in self.opts.reduce:
-                self.partials.setdefault(name, []).append((value, rows))
+                self.keep_partial(i, slot, name, value, rows)
                 continue
             is_array = isinstance(value, np.ndarray) or self.be.is_device_array(value)
             if not is_array:
@@ -93,9 +95,53 @@ class BatchJoin:
             work.pop(name, None)
         self.last_work = work
 
+    def keep_partial(self, i: int, slot: int, name: str, value: Any, rows: int) -> None:
+        """Keep batch ``i``'s ``--reduce`` partial ``name``: a device array is copied (on
+        ``slot``'s stream) to row ``i`` of its host buffer where :meth:`rows_for_partials`
+        made one, so that the partials of many batches do not pile up on the device (CuPy
+        holds at least 512 bytes for each; under a small budget hundreds of batches ran over
+        it); the device copy then goes back to the slot's pool arena."""
+        if i == 0:
+            self.first_slot = slot
+        buf = self.partial_rows.get(name)
+        if (buf is not None and i < len(buf) and self.be.is_device_array(value)
+                and (tuple(value.shape), value.dtype) == (buf.shape[1:], buf.dtype)):
+            row = buf[i:i + 1].reshape(value.shape)  # a view, filled when the slot is done
+            self.eng.download_small(slot, value, row)
+            value = row
+        self.partials.setdefault(name, []).append((value, rows))
+
+    def rows_for_partials(self, batches: int) -> None:
+        """Once the batches are counted: a page-locked host row per batch for each
+        ``--reduce`` partial the first batch left as a device array (not ``concat``, whose
+        partials differ in length), the first batch's copied into row 0."""
+        for name, parts in self.partials.items():
+            value, rows = parts[0]
+            if (self.opts.reduce[name] == "concat" or len(parts) != 1
+                    or not self.be.is_device_array(value)):
+                continue
+            self.partial_rows[name] = self.eng.small_rows(name, (batches, *value.shape),
+                                                          value.dtype)
+            parts.clear()
+            with self.eng.on(self.first_slot):
+                self.keep_partial(0, self.first_slot, name, value, rows)
+        if self.partial_rows:
+            self.eng.record(self.first_slot)
+
+    def joined(self, name: str, parts: list[tuple[Any, int]]) -> Any:
+        """The partials of ``name`` joined by its rule: on the host where every batch's
+        was copied there (the result then goes to the device once), else on the device."""
+        rule, xp, on_device = self.opts.reduce[name], self.be.xp, self.be.is_device_array
+        if name in self.partial_rows:
+            if not any(on_device(v) for v, _ in parts):
+                return xp.asarray(combine(rule, parts, np))
+            parts = [(v if on_device(v) else xp.asarray(v), r) for v, r in parts]
+        return combine(rule, parts, xp)
+
     def forget(self) -> None:
         """Drop everything the batches left so far (a first batch measured again)."""
-        for table in (self.specs, self.written, self.constants, self.partials):
+        for table in (self.specs, self.written, self.constants, self.partials,
+                      self.partial_rows):
             table.clear()
         self.first.clear()
         self.last_work = {}
@@ -138,5 +184,5 @@ class BatchJoin:
         final = self.tail()
         final.update(self.out)
         for name, parts in self.partials.items():
-            final[name] = combine(self.opts.reduce[name], parts, self.be.xp)
+            final[name] = self.joined(name, parts)
         return final

@@ -92,9 +92,6 @@ class GraphReplay:
         self.full = full
         self.on = on
         self.seen: tuple[int, int] | None = None  # releases, bytes held: since the first capture
-        self.partial_rows: dict[str, np.ndarray] = {}
-        self.kept: dict[str, int] = {}
-        self.host_parts: list[tuple[str, int]] = []
         self.times: list[tuple[float, float]] = []  # (launched, replayed) per checked batch
         self.issued = 0.0
         self.note.cost_seconds = run.cost.seconds if run.cost is not None else 0.0
@@ -144,20 +141,9 @@ class GraphReplay:
             if not check:
                 for name in g.outputs:
                     run.written[name] += b - a
-                for name, dev in g.partials.items():
-                    self.keep_partial(slot, name, dev, b - a)
+                for name, dev in g.partials.items():  # into the run's host row (no allocation)
+                    run.keep_partial(run.current[0], slot, name, dev, b - a)
             return time.perf_counter() - t1
-
-    def keep_partial(self, slot: int, name: str, dev: Any, rows: int) -> None:
-        """Copy a replay's ``--reduce`` partial to its row of a host buffer made before the
-        replays (a device copy would allocate); :meth:`finish` moves them back."""
-        k = self.kept.get(name, 0)
-        buf = self.partial_rows[name]
-        self.eng.download(slot, name, dev.reshape((1, *dev.shape)), buf, k, k + 1)
-        self.kept[name] = k + 1
-        parts = self.run.partials.setdefault(name, [])
-        parts.append((buf[k:k + 1].reshape(dev.shape), rows))
-        self.host_parts.append((name, len(parts) - 1))
 
     # --- capture and check ----------------------------------------------------------------
     def check(self, i: int, a: int, b: int, slot: int) -> None:
@@ -280,8 +266,6 @@ class GraphReplay:
         why = not_kept(self.note.launched_seconds, self.note.replay_seconds)
         if why:
             return self.stop(why)
-        for name, dev in next(iter(self.graphs.values())).partials.items():
-            self.partial_rows[name] = self.eng.allocate((self.full, *dev.shape), dev.dtype)
 
     # --- the end --------------------------------------------------------------------------
     def released(self) -> bool:
@@ -309,15 +293,9 @@ class GraphReplay:
         self.to_check.clear()
 
     def finish(self) -> None:
-        """After the streams are drained: drop the graphs, put the partials copied to the
-        host back on the device (the launched batches' are there), fill the report's record."""
+        """After the streams are drained: drop the graphs, fill the report's record."""
         self.graphs.clear()
         self.on = False
-        xp = self.run.be.xp
-        for name, k in self.host_parts:
-            value, rows = self.run.partials[name][k]
-            self.run.partials[name][k] = (xp.asarray(value), rows)
-        self.host_parts.clear()
         if self.note.replayed:
             self.note.issue_seconds = self.issued / self.note.replayed
         self.run = None  # no cycle with the run, whose device arrays then go when it does

@@ -11,7 +11,7 @@ distributed = pytest.importorskip("distributed")
 pytest.importorskip("dask.array")
 
 import cupy_magic  # noqa: E402 - after the skips: the cluster layer needs distributed
-from cupy_magic.cluster import connect  # noqa: E402
+from cupy_magic.cluster import connect, transport  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +32,12 @@ def joined(ip, local_client) -> Iterator:
     cupy_magic.use_cluster(local_client)
     yield local_client
     cupy_magic.use_cluster("off")
+
+
+@pytest.fixture
+def shm_only() -> Iterator[None]:
+    """For a test of the shared-memory slots: on a GPU whose workers share this kernel's GPU
+    the blocks would go by CUDA IPC (test_cluster_ipc.py tests that path)."""
+    before = transport.use_ipc(False)
+    yield
+    transport.use_ipc(before)

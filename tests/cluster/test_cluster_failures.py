@@ -88,7 +88,8 @@ def _clients(dask_scheduler) -> int:
     return len(dask_scheduler.clients)
 
 
-def test_a_client_closed_behind_the_extensions_back_is_one_line_and_left(ip, local_client, x):
+def test_a_client_closed_behind_the_extensions_back_is_one_line_and_left(ip, local_client, x,
+                                                                       shm_only):
     clients = local_client.run_on_scheduler(_clients)
     cupy_magic.use_cluster(local_client.scheduler.address)  # the kernel's own client
     address = local_client.scheduler.address

@@ -40,13 +40,7 @@ def cell_tasks(client) -> list[str]:
         lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if "cupy-magic" in str(k)])
 
 
-@pytest.fixture(autouse=True)
-def shared_memory_only():
-    """These tests are of the shared-memory slots: on a GPU whose workers share this
-    kernel's GPU the blocks would go by CUDA IPC (test_cluster_ipc.py tests that path)."""
-    before = transport.use_ipc(False)
-    yield
-    transport.use_ipc(before)
+pytestmark = pytest.mark.usefixtures("shm_only")  # the shared-memory slots, not CUDA IPC
 
 
 @pytest.fixture

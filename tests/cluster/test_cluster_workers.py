@@ -43,8 +43,8 @@ def test_every_worker_is_read_while_the_client_refreshes_its_cached_identity(ref
     assert [s for s in seen if s != every] == []
 
 
-def test_a_cluster_cell_goes_through_shared_memory_while_the_client_refreshes(ip,
-                                                                              refreshing):
+def test_a_cluster_cell_goes_through_shared_memory_while_the_client_refreshes(ip, refreshing,
+                                                                              shm_only):
     """The cells' transport, every time: a cell that read no worker went by scatter."""
     x = np.random.default_rng(3).random((1003, 4))
     ip.user_ns["x"] = x

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
-from parity_check import ASKED, compare, inputs
+from parity_check import ASKED, CUPY_REFUSED, compare, inputs, judged
 from parity_corpus import CELLS, ROW_WISE
 from parity_rowwise import CUPY_LACKS, EARLIER, MIXING, MUST_RUN, NOT_YET, SCALAR_TOTALS
 
@@ -30,19 +30,6 @@ def outcome(ip, cell: str, rules: str, asked: bool, earlier: dict | None = None)
         return compare(ip, cell, line, earlier=earlier)
     finally:
         ip.run_line_magic("vram_budget", "off")
-
-
-CUPY_REFUSED = "refused: CuPy lacks it (CupyLimit naming --fallback)"
-
-
-def judged(got: str) -> str:
-    """``got`` as :func:`outcome` gave it, except that on the cupy backend a one-line
-    ``CupyLimit`` naming ``--fallback`` (the compat layer refusing a call CuPy cannot run
-    as NumPy would) is :data:`CUPY_REFUSED`, a refusal."""
-    if (backend.current().name == "cupy" and got.startswith("ERROR: CupyLimit: ")
-            and "\n" not in got and "--fallback" in got):
-        return CUPY_REFUSED
-    return got
 
 
 @pytest.mark.parametrize(("cell", "rules"), CELLS,
