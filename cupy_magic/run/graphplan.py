@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import format_bytes
 from .batchcost import COST_SHARE, BatchCost
 
-__all__ = ["MIN_REPLAYS", "REPLAYS_PER_STREAM", "REPLAY_GAIN", "GraphNote", "consider",
-           "not_kept"]
+__all__ = ["CHECK_RATE", "MIN_REPLAYS", "REPLAYS_PER_STREAM", "REPLAY_GAIN", "REPLAY_SAVES",
+           "GraphNote", "consider", "not_kept"]
 
 # Each stream's graph is captured and checked on a batch that runs twice (launched, then
 # replayed), with the stream waited for both times: about three batches' fixed cost, and
@@ -35,12 +36,27 @@ MIN_REPLAYS = 8
 # with graphs, 0.368 s without), while cluster_bench's 128MiB batches of 32,768 rows took
 # 5.696 ms replayed against 5.789 ms launched (0.98), and that run took 1.09 s with graphs
 # against 0.38 s without (benchmarks/results/cluster-2026-12-04T1929.md): a few per cent
-# measured on one batch per stream does not pay for the captures, checks and replays.
+# measured on one batch per stream does not pay for the captures, checks and replays. (Most
+# of that 1.09 s was the checks themselves, CHECK_RATE below: with the graphs not kept, the
+# same run took 1.11 to 1.18 s on 2026-12-05.)
 REPLAY_GAIN = 0.8
+
+# A replay saves at most this share of a batch's fixed cost (the ratio 0.25 above).
+REPLAY_SAVES = 0.75
+
+# Bytes of a batch's row results per second that checking one stream's graph costs on the
+# host (the launched rows copied aside, the replayed rows compared with them byte for byte).
+# On the H200 (2026-12-05, cluster_bench's cell, results/cluster-2026-12-05T0415-pause3s.md)
+# the three checks of 128 MiB batches (134 MB of results each) took a run from 0.345 s to
+# 1.178 s, about 0.28 s each: 0.48 GB/s. They saved nothing there (5.744 ms replayed against
+# 5.761 ms launched), while row sums over the same input (128 KiB of results per batch) ran
+# at 49.8 GB/s after checking their graphs.
+CHECK_RATE = 0.48e9
 
 
 def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None, rows: int,
-             row_bytes: int, full_batches: int, streams: int) -> tuple[bool, str | None]:
+             row_bytes: int, full_batches: int, streams: int,
+             out_row_bytes: int = 0) -> tuple[bool, str | None]:
     """Whether to capture graphs for a run, and the report's reason when not.
 
     Parameters
@@ -61,6 +77,8 @@ def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None
         Batches of ``rows`` rows after the first one (the last, shorter one not counted).
     streams
         Slots in use, one graph each.
+    out_row_bytes
+        Bytes per row of the row results the batches download (checked on the host).
 
     Returns
     -------
@@ -83,6 +101,15 @@ def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None
         return False, (f"{full_batches} batches of {rows:,} rows leave {full_batches - slots} "
                        f"to replay after checking one graph per stream, fewer than the {need} "
                        f"that repay the checks")
+    checks = slots * rows * out_row_bytes / CHECK_RATE
+    saves = (full_batches - slots) * cost.seconds * REPLAY_SAVES
+    if checks > saves:
+        return False, (f"checking one graph per stream would take about {checks:.2f} s on the "
+                       f"host ({slots} x {format_bytes(rows * out_row_bytes)} of row results "
+                       f"compared, at the {CHECK_RATE / 1e9:.2f} GB/s measured on the H200), "
+                       f"more than the {saves * 1e3:.1f} ms the replays could save "
+                       f"({full_batches - slots} batches of {cost.seconds * 1e3:.2f} ms fixed "
+                       "cost)")
     return True, None
 
 

@@ -115,8 +115,13 @@ def test_free_traceback_and_a_name(fresh):
     freed = ip.run_line_magic("vram_who", "--free traceback")
     assert freed.dropped == ["the last traceback"] and freed.returned >= 8 * MiB
     assert not freed.still_held
+    # The GPU's figure is device-wide (cudaMemGetInfo): on the H200 it once grew by 65 MB
+    # while ``other`` went (after the cluster tests), so the array and the pool are checked.
+    gone, pool = weakref.ref(ip.user_ns["other"]), backend.current().pool_used()
     freed = cupy_magic.vram_free("other")
-    assert "other" not in ip.user_ns and freed.returned >= 2 * MiB
+    assert "other" not in ip.user_ns and gone() is None
+    assert pool - backend.current().pool_used() >= 2 * MiB
+    assert freed.returned >= 2 * MiB or (backend.current().is_gpu and freed.after > freed.before)
 
 
 def test_free_out_after_later_outputs_also_drops_the_displayhooks_older_copies(fresh):

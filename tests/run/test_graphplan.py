@@ -14,6 +14,7 @@ from cupy_magic.run.batching import BatchOptions, BatchPlan
 from cupy_magic.run.batchoptions import BatchOptions as Options
 from cupy_magic.run.errors import CellError
 from cupy_magic.run.graphplan import (
+    CHECK_RATE,
     MIN_REPLAYS,
     REPLAY_GAIN,
     REPLAYS_PER_STREAM,
@@ -68,6 +69,25 @@ def test_graphs_need_enough_full_batches_to_repay_checking_one_per_stream(stream
     assert why == (f"{streams + need - 1} batches of 37,183 rows leave {need - 1} to replay "
                    f"after checking one graph per stream, fewer than the {need} that repay "
                    "the checks")
+
+
+def test_graphs_are_not_checked_where_comparing_the_results_costs_more_than_replays_save():
+    """cluster_bench's cell on the H200: 128 MiB batches of 32,768 float32 rows of 1,024,
+    0.74 ms of fixed cost each (18% of their transfer): checking three graphs compared
+    3 x 128 MiB of results on the host (about 0.84 s at CHECK_RATE) to save at most 0.07 s;
+    the run took 1.18 s against 0.35 s without graphs. Row sums over the same input download 128 KiB per
+    batch and the issue's 16 MB pricing batches 0.3 MB: their graphs are checked."""
+    big = BatchCost(0.74e-3, 134_217_728 / 32.89e9, 134_217_728)
+    args = dict(cost=big, rows=32_768, row_bytes=4096, full_batches=126, streams=3)
+    capture, why = _consider(**args, out_row_bytes=4096)
+    checks = 3 * 32_768 * 4096 / CHECK_RATE
+    assert not capture and why == (
+        f"checking one graph per stream would take about {checks:.2f} s on the host (3 x "
+        "128.00 MiB of row results compared, at the 0.48 GB/s measured on the H200), more "
+        "than the 68.3 ms the replays could save (123 batches of 0.74 ms fixed cost)")
+    assert _consider(**args, out_row_bytes=4) == (True, None)  # row sums
+    assert _consider(out_row_bytes=8) == (True, None)  # the issue's pricing cell
+    assert _consider(**args) == (True, None)  # no row results: nothing to compare
 
 
 def test_the_report_says_how_many_batches_replayed_and_the_cost_before_and_after():
