@@ -75,8 +75,9 @@ def test_graphs_are_not_checked_where_comparing_the_results_costs_more_than_repl
     """cluster_bench's cell on the H200: 128 MiB batches of 32,768 float32 rows of 1,024,
     0.74 ms of fixed cost each (18% of their transfer): checking three graphs compared
     3 x 128 MiB of results on the host (about 0.84 s at CHECK_RATE) to save at most 0.07 s;
-    the run took 1.18 s against 0.35 s without graphs. Row sums over the same input download 128 KiB per
-    batch and the issue's 16 MB pricing batches 0.3 MB: their graphs are checked."""
+    the run took 1.18 s against 0.35 s without graphs. Row sums over the same input
+    download 128 KiB per batch and the issue's 16 MB pricing batches 0.3 MB: their graphs
+    are checked."""
     big = BatchCost(0.74e-3, 134_217_728 / 32.89e9, 134_217_728)
     args = dict(cost=big, rows=32_768, row_bytes=4096, full_batches=126, streams=3)
     capture, why = _consider(**args, out_row_bytes=4096)
