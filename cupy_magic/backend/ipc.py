@@ -46,7 +46,9 @@ def device_view(ptr: int, size: int, offset: int, shape: tuple[int, ...], dtype:
 
 class DeviceBuffer:
     """``nbytes`` of device memory on the current device, an allocation of its own, with
-    the IPC handle another process opens it by and a stream for this process's copies.
+    the IPC handle another process opens it by and two streams for this process's copies:
+    ``stream`` for copies in, ``out_stream`` for copies out (a block's results can leave
+    while the next block's inputs arrive, each on its own copy engine).
 
     Raises CuPy's ``CUDARuntimeError`` (or ``OutOfMemoryError``) where CUDA refuses the
     memory or the handle; nothing is left allocated then.
@@ -60,6 +62,7 @@ class DeviceBuffer:
         try:
             self.handle = bytes(rt.ipcGetMemHandle(self.ptr))
             self.stream = cp.cuda.Stream(non_blocking=True)
+            self.out_stream = cp.cuda.Stream(non_blocking=True)
         except BaseException:
             rt.free(self.ptr)
             self.ptr = 0
@@ -70,13 +73,14 @@ class DeviceBuffer:
         return device_view(self.ptr, self.nbytes, offset, shape, dtype, self)
 
     def synchronize(self) -> None:
-        """Wait for the copies queued on this buffer's stream."""
+        """Wait for the copies queued on this buffer's streams."""
         self.stream.synchronize()
+        self.out_stream.synchronize()
 
     def free(self) -> None:
         """Free the memory (every process that opened it closed it before); idempotent."""
         if self.ptr:
-            self.stream.synchronize()
+            self.synchronize()
             _cupy().cuda.runtime.free(self.ptr)
             self.ptr = 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ class DeviceSlot:
     buf: DeviceBuffer
     busy: bool = False
     use: int = 0  # blocks it was given so far: written in its header (slots.HEADER)
+    reading_from: int | None = None  # the lowest byte a queued copy out still reads
 
     @property
     def capacity(self) -> int:
@@ -119,15 +121,29 @@ class DeviceRing(SlotRing):
     def fill(self, slot: DeviceSlot, places: dict[str, Any], local: dict[str, np.ndarray],
              start: int, rows: int) -> None:
         """Copy the slot's use into its header and the block's input rows into it, on the
-        slot's stream (after its last block's copies out), and wait until they are there."""
+        slot's stream, and wait until they are there and the slot's last block's copies out
+        are done (the worker then writes its results where they read).
+
+        The copies out run on the slot's other stream, so the inputs arrive while the last
+        results leave: on the H200 a slot's 512 MiB copied in behind its last 512 MiB out on
+        one stream took 18.7 ms per block (0.60 s of a 16 GiB run,
+        benchmarks/results/cluster-2026-12-05T0335.md), about each direction's 10.7 ms in
+        turn. Where the inputs would overwrite bytes a copy out still reads (a block with
+        more rows than the slot's last), that copy is waited for first."""
         stream = slot.buf.stream
+        end = max((off + math.prod(shape) * np.dtype(dtype).itemsize
+                   for off, shape, dtype in places.values()), default=0)
+        if slot.reading_from is not None and end > slot.reading_from:
+            slot.buf.out_stream.synchronize()
+            slot.reading_from = None
         copy_in(self.be, slot.view(0, (1,), HEADER), np.array([slot.use], HEADER), stream)
         for name, (off, shape, dtype) in places.items():
             if self.be.host is not None:  # page-locked in the background (once): later
                 self.be.host.lock(local[name])  # blocks and cells copy at pinned speed
             copy_in(self.be, slot.view(off, shape, dtype), local[name][start:start + rows],
                     stream)
-        slot.buf.synchronize()  # on the device before the worker reads it
+        slot.buf.synchronize()  # inputs in, last results out: before the worker runs
+        slot.reading_from = None
 
     def task(self, slot: DeviceSlot, places: dict[str, Any], results_at: int,
              place: bool) -> DeviceTask:
@@ -138,13 +154,17 @@ class DeviceRing(SlotRing):
     def drain(self, slot: DeviceSlot, offset: int, shape: tuple[int, ...], dtype: Any,
               dst: np.ndarray) -> None:
         """Queue the copy of a row result the worker placed at ``offset`` into ``dst`` on the
-        slot's stream (the slot's next block is copied in behind it)."""
-        copy_out(self.be, dst, slot.view(offset, shape, dtype), slot.buf.stream)
+        slot's stream for copies out (the slot's next block is copied in meanwhile,
+        :meth:`fill`)."""
+        at = offset if slot.reading_from is None else min(offset, slot.reading_from)
+        slot.reading_from = at
+        copy_out(self.be, dst, slot.view(offset, shape, dtype), slot.buf.out_stream)
 
     def finish(self) -> None:
         """Wait for every copy out still queued."""
         for slot in [*self.slots, *self.retired]:
             slot.buf.synchronize()
+            slot.reading_from = None
 
     def end(self) -> None:
         """After the blocks: nothing here; :meth:`close` frees the slots."""
