@@ -73,9 +73,11 @@ class DeviceBuffer:
         return device_view(self.ptr, self.nbytes, offset, shape, dtype, self)
 
     def synchronize(self) -> None:
-        """Wait for the copies queued on this buffer's streams."""
-        self.stream.synchronize()
-        self.out_stream.synchronize()
+        """Wait for the copies queued on this buffer's streams (both, even if one fails)."""
+        try:
+            self.stream.synchronize()
+        finally:
+            self.out_stream.synchronize()
 
     def free(self) -> None:
         """Free the memory (every process that opened it closed it before); idempotent."""

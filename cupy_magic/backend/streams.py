@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import itertools
+import mmap
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -290,7 +291,10 @@ class CupyEngine(Timeline):
         if old is not None:
             self.drain()
             self.host.unstage(old)
-        buf = self.staging[(-1, key)] = self.host.staging(nbytes)
+        # whole pages asked for: a buffer is made of whole pages, and one given back is
+        # reused only for a request of at least half its size
+        page = mmap.PAGESIZE
+        buf = self.staging[(-1, key)] = self.host.staging(-(-max(nbytes, 1) // page) * page)
         return buf[:nbytes].view(dtype).reshape(shape)
 
     def download_small(self, slot: int, value: Any, out: np.ndarray) -> None:

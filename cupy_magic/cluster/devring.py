@@ -161,10 +161,17 @@ class DeviceRing(SlotRing):
         copy_out(self.be, dst, slot.view(offset, shape, dtype), slot.buf.out_stream)
 
     def finish(self) -> None:
-        """Wait for every copy out still queued."""
+        """Wait for every copy out still queued (on every slot, though one fails: the first
+        error is raised after)."""
+        failed: BaseException | None = None
         for slot in [*self.slots, *self.retired]:
-            slot.buf.synchronize()
-            slot.reading_from = None
+            try:
+                slot.buf.synchronize()
+                slot.reading_from = None
+            except BaseException as exc:  # raised below, after the others
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def end(self) -> None:
         """After the blocks: nothing here; :meth:`close` frees the slots."""

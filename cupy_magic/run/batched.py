@@ -2,8 +2,9 @@
 
 Batch ``i`` goes to slot ``i % K`` (a CUDA stream each; the host waits for one only to reuse
 it): rows uploaded, the cell run on its stream, row results copied into full-length host
-arrays, ``--reduce`` partials kept on the device. The small first batch measures pool bytes
-per row (:mod:`~.batching` sizes the rest); nothing is committed unless every batch succeeds.
+arrays, ``--reduce`` partials into a host row per batch (:class:`~.batchjoin.BatchJoin`). The
+small first batch measures pool bytes per row (:mod:`~.batching` sizes the rest); nothing is
+committed unless every batch succeeds.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ class BatchRun(BatchJoin):
         __tracebackhide__ = True
         self.current = (i, a, b)
         slot = self.slot_for(i, a, b)
+        if i == 0:
+            self.first_slot = slot  # the measuring batch's (another device's if measured again)
         self.eng.wait(slot)
         self.eng.start(slot)
         work = dict(self.base)
@@ -185,13 +188,14 @@ class BatchRun(BatchJoin):
             self.cost = self.cost.with_large_rate(self.be.upload_rate())  # a batch too small
         peak_row = max(0, mem.peak_bytes - mem.start_bytes) / first
         self.peak = max(self.peak, mem.peak_bytes)
-        with eng.on(0):
+        slot = self.first_slot
+        with eng.on(slot):
             for name, value in self.first:
                 self.out[name] = eng.allocate((self.total, *self.specs[name][0]),
                                               self.specs[name][1])
-                eng.download(0, name, value, self.out[name], 0, first)
+                eng.download(slot, name, value, self.out[name], 0, first)
         self.first.clear()
-        eng.record(0)
+        eng.record(slot)
         return first, peak_row
 
     def rest(self, first: int, rows: int, peak_row: float, bounds: list[tuple[int, int]]) -> None:

@@ -101,8 +101,6 @@ class BatchJoin:
         made one, so that the partials of many batches do not pile up on the device (CuPy
         holds at least 512 bytes for each; under a small budget hundreds of batches ran over
         it); the device copy then goes back to the slot's pool arena."""
-        if i == 0:
-            self.first_slot = slot
         buf = self.partial_rows.get(name)
         if (buf is not None and i < len(buf) and self.be.is_device_array(value)
                 and (tuple(value.shape), value.dtype) == (buf.shape[1:], buf.dtype)):
@@ -123,10 +121,8 @@ class BatchJoin:
             self.partial_rows[name] = self.eng.small_rows(name, (batches, *value.shape),
                                                           value.dtype)
             parts.clear()
-            with self.eng.on(self.first_slot):
-                self.keep_partial(0, self.first_slot, name, value, rows)
-        if self.partial_rows:
-            self.eng.record(self.first_slot)
+            with self.eng.on(self.first_slot):  # behind batch 0 on its stream: the host
+                self.keep_partial(0, self.first_slot, name, value, rows)  # reads it drained
 
     def joined(self, name: str, parts: list[tuple[Any, int]]) -> Any:
         """The partials of ``name`` joined by its rule: on the host where every batch's

@@ -161,7 +161,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                                        source, namespace, plan.module_names, found=check.found,
                                        syncs=findings, traced=lines or nvtx,
                                        timeline=opts.timeline, devices=devices is not None,
-                                       is_device=be.is_device_array) if be.is_gpu else None)
+                                       is_device=be.is_device_array, reduce=opts.reduce)
+                                   if be.is_gpu else None)
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -16,9 +16,9 @@ batch left out (it pays for loading kernels and growing the pool); until a later
 finished, a device counts at the mean rate of the others (all equal before any is measured).
 
 Row results are gathered into the host arrays in row order whichever device ran a batch;
-``--reduce`` partials are brought to the home device and joined there. The run is one
-transaction: a batch that fails on any device stops the cell, names the device, drains every
-device and commits nothing.
+``--reduce`` partials go from each device to a host row per batch, joined on the host (the
+rest, ``concat``'s, on the home device). The run is one transaction: a batch that fails on
+any device stops the cell, names the device, drains every device and commits nothing.
 """
 
 from __future__ import annotations
@@ -310,8 +310,14 @@ class DeviceRun(BatchRun):
         super().rest(first, rows, peak_row, bounds)
         self.poll()  # drained: every batch is finished
 
+    def forget(self) -> None:
+        """As one device's (a first batch measured again); the dealing starts over."""
+        super().forget()
+        self.dealer, self.turn = Dealer(self.devices), dict.fromkeys(self.devices, 0)
+        self.flight.clear()
+
     def results(self) -> dict[str, Any]:
-        """As one device's, with the ``--reduce`` partials brought to the home device."""
+        """As one device's, the ``--reduce`` partials left on devices brought home."""
         home = self.be.home
         for name, parts in self.partials.items():
             self.partials[name] = [(self.be.move_to(v, home), r) for v, r in parts]

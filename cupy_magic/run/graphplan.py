@@ -44,8 +44,9 @@ REPLAY_GAIN = 0.8
 # A replay saves at most this share of a batch's fixed cost (the ratio 0.25 above).
 REPLAY_SAVES = 0.75
 
-# Bytes of a batch's row results per second that checking one stream's graph costs on the
-# host (the launched rows copied aside, the replayed rows compared with them byte for byte).
+# Bytes of a batch's row results per second that checking one stream's graph goes at: the
+# capture, the checking replay, the waits, and on the host the launched rows copied aside and
+# the replayed rows compared with them byte for byte.
 # On the H200 (2026-12-05, cluster_bench's cell, results/cluster-2026-12-05T0415-pause3s.md)
 # the three checks of 128 MiB batches (134 MB of results each) took a run from 0.345 s to
 # 1.178 s, about 0.28 s each: 0.48 GB/s. They saved nothing there (5.744 ms replayed against
@@ -104,9 +105,10 @@ def consider(refusal: str | None, graph: bool, gpu: bool, cost: BatchCost | None
     checks = slots * rows * out_row_bytes / CHECK_RATE
     saves = (full_batches - slots) * cost.seconds * REPLAY_SAVES
     if checks > saves:
-        return False, (f"checking one graph per stream would take about {checks:.2f} s on the "
-                       f"host ({slots} x {format_bytes(rows * out_row_bytes)} of row results "
-                       f"compared, at the {CHECK_RATE / 1e9:.2f} GB/s measured on the H200), "
+        return False, (f"checking one graph per stream would take about {checks:.2f} s "
+                       f"({slots} x {format_bytes(rows * out_row_bytes)} of row results; "
+                       f"checks went at {CHECK_RATE / 1e9:.2f} GB/s of them on the H200: "
+                       f"capture, replay, waits and the comparison on the host), "
                        f"more than the {saves * 1e3:.1f} ms the replays could save "
                        f"({full_batches - slots} batches of {cost.seconds * 1e3:.2f} ms fixed "
                        "cost)")

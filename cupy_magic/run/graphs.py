@@ -222,6 +222,10 @@ class GraphReplay:
             if name in run.opts.reduce:
                 if not (is_device(value) and value.flags.c_contiguous):
                     return f"the --reduce partial {name!r} is not one contiguous device array"
+                row = run.partial_rows.get(name)
+                if row is None or (tuple(value.shape), value.dtype) != (row.shape[1:], row.dtype):
+                    return (f"the --reduce partial {name!r} has no host row of its shape to be "
+                            "copied to, and a replay would write the next batch's over it")
                 partials[name] = value
             elif name in run.specs:
                 if not (is_device(value) and value.shape[:1] == (rows,)

@@ -50,7 +50,8 @@ MAX_DEPTH = 3
 def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,
             found: Sequence[Any] = (), syncs: Sequence[Any] = (), traced: bool = False,
             timeline: bool = False, devices: bool = False,
-            is_device: Callable[[Any], bool] = lambda v: False) -> str:
+            is_device: Callable[[Any], bool] = lambda v: False,
+            reduce: Mapping[str, str] | None = None) -> str:
     """Why the cell's batches may not be replayed as CUDA graphs (``""``: nothing here).
 
     Parameters
@@ -73,7 +74,15 @@ def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,
         ``--devices``: batches dealt over several devices.
     is_device
         Whether a value is a device array (the backend's).
+    reduce
+        The ``--reduce`` rules: a ``concat`` partial is kept as each batch left it, where a
+        replay would write the next batch's over it (the other rules' partials are copied
+        to a host row per batch).
     """
+    concat = sorted(n for n, rule in (reduce or {}).items() if rule == "concat")
+    if concat:
+        return (f"the --reduce partial {concat[0]!r} (concat) is kept as each batch leaves it, "
+                "and a replay would write the next batch's into the same device array")
     if devices:
         return "batches dealt over several devices are launched op by op"
     if traced:

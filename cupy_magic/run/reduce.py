@@ -1,4 +1,5 @@
-"""Joining the per-batch partial results of a ``--reduce`` rule, on the device."""
+"""Joining the per-batch partial results of a ``--reduce`` rule (on the host where each batch's
+was copied to a host row, else on the device: :meth:`~.batchjoin.BatchJoin.joined`)."""
 
 from __future__ import annotations
 

@@ -238,6 +238,28 @@ def test_the_report_has_a_row_per_device_and_the_total(two):
         assert d.rows * 16 == d.nbytes and d.seconds > 0 and d.peak_pool_bytes > 0
 
 
+def test_a_first_batch_measured_again_is_no_device_s_batch(two):
+    """A first batch over the budget runs again on fewer rows (firstbatch.py); the dropped
+    attempt was counted as a batch of device 0, so the devices' rows came to more than the
+    input's and the measuring batch went on to device 1."""
+    v = data(21_000, 1)[:, 0].copy()
+    two.user_ns["v"] = v
+    for device in (0, 1):
+        two.run_line_magic("vram_budget", f"160KB --device {device}")
+    try:
+        two.run_cell_magic("gpu", "--quiet --to-host y --devices all --batch",
+                           "def stacked(a):\n    parts = [a * k for k in range(24)]\n"
+                           "    return sum(parts)\ny = stacked(v)\n")
+    finally:
+        two.run_line_magic("vram_budget", "off")
+    report = cupy_magic.last_report()
+    np.testing.assert_allclose(two.user_ns["y"], sum(v * k for k in range(24)), rtol=1e-12)
+    bp = report.batch
+    assert bp.first_rows < 1_250  # measured again (the probe's first batch is 1,250 rows)
+    assert sum(d.rows for d in report.devices) == 21_000
+    assert sum(d.batches for d in report.devices) == bp.batches
+
+
 # --- the transaction: a failing device commits nothing ------------------------------------
 
 
