@@ -2430,9 +2430,10 @@ def nb06():
         '''),
         md('''
         `--cluster` sends the same cell to the cluster: the kernel cuts `x` into blocks of rows
-        and hands them to the workers (through shared memory when they run on this machine, as
-        a local cluster's do; scattered over the network otherwise: the report's `cluster
-        transport:` line says which), sends `w` once to every worker, and each block runs the
+        and hands them to the workers (through device slots by CUDA IPC when they compute on
+        this kernel's own GPU, through shared memory when they run on this machine, as a local
+        cluster's do; scattered over the network otherwise: the report's `cluster transport:`
+        line says which), sends `w` once to every worker, and each block runs the
         cell as it runs here. The report has a row per worker:
         '''),
         code('''
@@ -2454,7 +2455,11 @@ def nb06():
         with `--to-host`, the results come back. On one machine it goes through shared memory:
         the kernel copies each block into a slot of a ring it keeps, the worker reads it there
         (page-locked, so its uploads run at full speed) and writes its results back into the
-        slot. Between machines every block crosses the network (scattered, and gathered back).
+        slot. When the workers compute on the kernel's own GPU (a `LocalCUDACluster` on a one-GPU
+        machine) the slots are on the GPU instead: the kernel copies each block there at its
+        page-locked speed and the worker opens the slot by its CUDA IPC handle, so the data
+        never crosses between processes on the host. Between machines every block crosses the
+        network (scattered, and gathered back).
         `w` crosses once per worker, not once per block, and each worker copies it to its
         device once per cell. The report's cluster rows hold the figures:
         '''),
@@ -2523,8 +2528,9 @@ def nb06():
 
         - **On one GPU the kernel wins**: batching in the kernel streams rows over PCIe with
           no scheduler, no serialisation and no second copy of the data; a local cluster on
-          the same GPU adds all three. `benchmarks/cluster_bench.py` measures the ratio on a
-          GPU with larger data.
+          the same GPU adds all three (through CUDA IPC the second copy is on the GPU).
+          `benchmarks/cluster_bench.py` measures the ratio on a GPU with larger data, through
+          CUDA IPC and through shared memory.
         - **A cluster pays off** with more devices than one kernel can drive (a node of 8
           GPUs, several nodes), data larger than this machine's memory, or data that already
           lives near the workers (each worker reads its blocks from storage): then nothing
