@@ -76,6 +76,8 @@ def _timed(cell: str, x: Any, path: str, opts: BatchOptions,
     row = {"path": path, "wall_s": wall, "input_gbps": x.nbytes / wall / 1e9,
            "report": rep.text_lines()}
     info = rep.batch
+    if info is not None and getattr(info, "phases", None):  # the kernel's: where its time went
+        row["phases"] = {k: round(v, 4) for k, v in info.phases.items()}
     if info is not None and hasattr(info, "scatter_seconds"):  # it ran on the cluster
         row.update(blocks=info.blocks, run_s=info.run_seconds,
                    scatter_s=info.scatter_seconds, outside_blocks_s=info.scheduler_seconds)
