@@ -36,9 +36,9 @@ MIN_REPLAYS = 8
 # with graphs, 0.368 s without), while cluster_bench's 128MiB batches of 32,768 rows took
 # 5.696 ms replayed against 5.789 ms launched (0.98), and that run took 1.09 s with graphs
 # against 0.38 s without (benchmarks/results/cluster-2026-12-04T1929.md): a few per cent
-# measured on one batch per stream does not pay for the captures, checks and replays. (Most
-# of that 1.09 s was the checks themselves, CHECK_RATE below: with the graphs not kept, the
-# same run took 1.11 to 1.18 s on 2026-12-05.)
+# measured on one batch per stream does not pay for the captures, checks and replays. (With
+# the graphs checked but not kept the same run took 1.11 to 1.18 s on 2026-12-05: the checks
+# themselves, most likely, CHECK_RATE below.)
 REPLAY_GAIN = 0.8
 
 # A replay saves at most this share of a batch's fixed cost (the ratio 0.25 above).
@@ -47,9 +47,10 @@ REPLAY_SAVES = 0.75
 # Bytes of a batch's row results per second that checking one stream's graph goes at: the
 # capture, the checking replay, the waits, and on the host the launched rows copied aside and
 # the replayed rows compared with them byte for byte.
-# On the H200 (2026-12-05, cluster_bench's cell, results/cluster-2026-12-05T0415-pause3s.md)
-# the three checks of 128 MiB batches (134 MB of results each) took a run from 0.345 s to
-# 1.178 s, about 0.28 s each: 0.48 GB/s. They saved nothing there (5.744 ms replayed against
+# On the H200 (2026-12-05, cluster_bench's cell) a run of 128 MiB batches (134 MB of results
+# each) took 1.178 s after checking three graphs (results/cluster-2026-12-05T0415-pause3s.md)
+# and 0.345 s without graphs (results/again-profile-2026-12-05T0410.log, another run): about
+# 0.28 s per check if the difference is the checks, 0.48 GB/s. They saved nothing there (5.744 ms replayed against
 # 5.761 ms launched), while row sums over the same input (128 KiB of results per batch) ran
 # at 49.8 GB/s after checking their graphs.
 CHECK_RATE = 0.48e9
