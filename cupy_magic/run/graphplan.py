@@ -50,9 +50,9 @@ REPLAY_SAVES = 0.75
 # On the H200 (2026-12-05, cluster_bench's cell) a run of 128 MiB batches (134 MB of results
 # each) took 1.178 s after checking three graphs (results/cluster-2026-12-05T0415-pause3s.md)
 # and 0.345 s without graphs (results/again-profile-2026-12-05T0410.log, another run): about
-# 0.28 s per check if the difference is the checks, 0.48 GB/s. They saved nothing there (5.744 ms replayed against
-# 5.761 ms launched), while row sums over the same input (128 KiB of results per batch) ran
-# at 49.8 GB/s after checking their graphs.
+# 0.28 s per check if the difference is the checks, 0.48 GB/s. They saved nothing there
+# (5.744 ms replayed against 5.761 ms launched), while row sums over the same input (128 KiB
+# of results per batch) ran at 49.8 GB/s after checking their graphs.
 CHECK_RATE = 0.48e9
 
 
