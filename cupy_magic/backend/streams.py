@@ -9,7 +9,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import itertools
-import mmap
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -284,18 +283,8 @@ class CupyEngine(Timeline):
 
     def small_rows(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A small page-locked host array for the run (``--reduce`` partials, a row per
-        batch): a staging buffer, given back at :meth:`close`."""
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        old = self.staging.pop((-1, key), None)
-        if old is not None:
-            self.drain()
-            self.host.unstage(old)
-        # whole pages asked for: a buffer is made of whole pages, and one given back is
-        # reused only for a request of at least half its size
-        page = mmap.PAGESIZE
-        buf = self.staging[(-1, key)] = self.host.staging(-(-max(nbytes, 1) // page) * page)
-        return buf[:nbytes].view(dtype).reshape(shape)
+        batch, made once per run): a staging buffer, given back at :meth:`close`."""
+        return self._buffer(-1, "rows:" + key, shape, np.dtype(dtype))
 
     def download_small(self, slot: int, value: Any, out: np.ndarray) -> None:
         """Copy the device array ``value`` into ``out`` (from :meth:`small_rows`, its shape)

@@ -102,7 +102,7 @@ class BatchJoin:
         holds at least 512 bytes for each; under a small budget hundreds of batches ran over
         it); the device copy then goes back to the slot's pool arena."""
         buf = self.partial_rows.get(name)
-        if (buf is not None and i < len(buf) and self.be.is_device_array(value)
+        if (buf is not None and self.be.is_device_array(value)
                 and (tuple(value.shape), value.dtype) == (buf.shape[1:], buf.dtype)):
             row = buf[i:i + 1].reshape(value.shape)  # a view, filled when the slot is done
             self.eng.download_small(slot, value, row)
@@ -114,9 +114,8 @@ class BatchJoin:
         ``--reduce`` partial the first batch left as a device array (not ``concat``, whose
         partials differ in length), the first batch's copied into row 0."""
         for name, parts in self.partials.items():
-            value, rows = parts[0]
-            if (self.opts.reduce[name] == "concat" or len(parts) != 1
-                    or not self.be.is_device_array(value)):
+            value, rows = parts[0]  # the first batch's, the only one so far
+            if self.opts.reduce[name] == "concat" or not self.be.is_device_array(value):
                 continue
             self.partial_rows[name] = self.eng.small_rows(name, (batches, *value.shape),
                                                           value.dtype)

@@ -347,8 +347,7 @@ def graph_replay(run: Any, rows: int, bounds: list[tuple[int, int]]) -> GraphRep
     first (``bounds``): off where :func:`.graphplan.consider` says no (its note, if any, is
     the report's line)."""
     full = sum(1 for a, b in bounds if b - a == rows)
-    out_row = sum(a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
-                  for a in run.out.values())
+    out_row = sum(a.nbytes for a in run.out.values()) // run.total  # row results' bytes
     capture, why_not = consider(run.plan.graph_refusal, run.opts.graph, run.be.is_gpu,
                                 run.cost, rows, run.row_bytes, full, run.eng.slots, out_row)
     note = GraphNote(why_not=why_not or "") if capture or why_not is not None else None
