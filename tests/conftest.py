@@ -45,7 +45,43 @@ def gpu_available() -> bool:
 HAS_GPU = gpu_available()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard", default=None, metavar="K/N",
+        help="run only the K-th of N groups of whole test files, balanced by their number of "
+             "tests (scripts/gpu-check's GPU_CHECK_SHARD spreads one run over device calls)")
+
+
+def shard_of(files: dict[str, int], count: int) -> dict[str, int]:
+    """Each file's group (0 to ``count - 1``): the largest files first, each into the group
+    with the fewest tests so far (ties to the lower group), so that the groups are as even
+    as whole files allow and the same files always give the same groups."""
+    sizes = [0] * count
+    group: dict[str, int] = {}
+    for name in sorted(files, key=lambda f: (-files[f], f)):
+        k = sizes.index(min(sizes))
+        group[name] = k
+        sizes[k] += files[name]
+    return group
+
+
+def _shard(text: str) -> tuple[int, int]:
+    k, sep, n = text.partition("/")
+    if sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n):
+        return int(k), int(n)
+    raise pytest.UsageError(f"--shard {text!r}: give K/N with 1 <= K <= N, e.g. --shard 1/3")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("shard"):
+        k, n = _shard(config.getoption("shard"))
+        path = {item: item.nodeid.split("::")[0] for item in items}
+        files: dict[str, int] = {}
+        for name in path.values():
+            files[name] = files.get(name, 0) + 1
+        group = shard_of(files, n)
+        config.hook.pytest_deselected(items=[i for i in items if group[path[i]] != k - 1])
+        items[:] = [i for i in items if group[path[i]] == k - 1]
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none visible here)")
