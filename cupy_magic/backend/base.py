@@ -152,6 +152,16 @@ class Backend:
     def keep_on_device(self, obj: object) -> None:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 
+    def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
+        """Note the contents of device copies, each with the host array :meth:`to_device`
+        made it from, so that :meth:`changed` can tell which the cell changed, whatever name
+        it wrote through (:mod:`cupy_magic.backend.writes`). Returns the token to give it."""
+        raise NotImplementedError
+
+    def changed(self, token: Any) -> list[bool]:
+        """For each copy :meth:`watch` noted, whether its contents differ now."""
+        raise NotImplementedError
+
     def to_host_into(self, value: Any, out: np.ndarray) -> None:
         """Copy ``value`` (a device array, or a NumPy one) into ``out``, a host array of
         its shape and dtype (a slot of shared memory the kernel reads)."""

@@ -26,6 +26,7 @@ from .gpuinfo import describe, device_name
 from .hostmem import HostMemory
 from .marks import EventMarks
 from .preheat import preheat
+from .writes import DeviceFingerprints
 
 
 def probe_cupy() -> tuple[ModuleType | None, str]:
@@ -253,6 +254,12 @@ class CupyBackend(Backend):
         out = cp.asarray(array)
         cp.cuda.get_current_stream().synchronize()
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
+
+    def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
+        return DeviceFingerprints(self.cp, [copy for copy, _ in copies])
+
+    def changed(self, token: Any) -> list[bool]:
+        return token.changed()
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)

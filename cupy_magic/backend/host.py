@@ -24,6 +24,7 @@ from .base import (
     Transfer,
     _Measurement,
 )
+from .writes import same_bytes
 
 
 def _host_ram_total() -> int:
@@ -125,7 +126,16 @@ class HostBackend(Backend):
         t0 = time.perf_counter()
         # A copy, like an upload: in-place changes in the cell must not reach the user's array.
         out = np.array(array, copy=True, order="K")
+        if not array.flags.writeable:  # a write raises as on the user's array
+            out.flags.writeable = False
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
+
+    def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
+        # the copies are compared with the arrays they were made from, at the end
+        return list(copies)
+
+    def changed(self, token: Any) -> list[bool]:
+        return [not same_bytes(np.asarray(copy), source) for copy, source in token]
 
     def to_host(self, array: Any) -> np.ndarray:
         self._resident.pop(id(array), None)

@@ -67,7 +67,10 @@ class HostEngine(Timeline):
     def upload(self, slot: int, name: str, arr: np.ndarray, a: int, b: int,
                dtype: np.dtype) -> np.ndarray:
         # A copy, like an upload: in-place changes in the cell must not reach the input.
-        return np.array(arr[a:b], dtype=dtype, order="C", copy=True)
+        out = np.array(arr[a:b], dtype=dtype, order="C", copy=True)
+        if not arr.flags.writeable:  # a write raises as on the user's array
+            out.flags.writeable = False
+        return out
 
     def download(self, slot: int, name: str, value: Any, out: np.ndarray, a: int, b: int) -> None:
         np.copyto(out[a:b], np.asarray(value))

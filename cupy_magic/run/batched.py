@@ -34,6 +34,7 @@ from .errors import CellError, fail, frames_freed
 from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
+from .inputwrites import InputWatch
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
 from .reduce import check_names
@@ -64,6 +65,7 @@ class BatchRun(BatchJoin):
         self.filename, self.dtype, self.total = filename, dtype, total
         self.inputs = {n: plan.inputs[n] for n in names}
         self.dtypes = {n: cast_target(a, dtype) for n, a in self.inputs.items()}
+        self.shared_sources: dict[str, np.ndarray] = {}  # the shared inputs' host arrays
         self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
                              for n, a in self.inputs.items())
         self.fixed = opts.fixed_rows(self.row_bytes)  # refused here if under one row
@@ -116,10 +118,13 @@ class BatchRun(BatchJoin):
             if i == 0:  # the first batch measures its upload apart from the rest (issue 20)
                 self.eng.record(slot)
                 self.eng.wait(slot)
+                watch = self.watch_first(work, a, b)
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored):  # pickle finds its defs
                     exec(self.plan.code, work)
+                if i == 0:
+                    watch.refuse_unseen("a batched run")
             except BaseException:  # the cell frame's globals: emptied, the arrays freed
                 if frames_freed():  # (unless %pdb on: its post-mortem reads them)
                     work.clear()
@@ -129,6 +134,15 @@ class BatchRun(BatchJoin):
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
+
+    def watch_first(self, work: dict[str, Any], a: int, b: int) -> InputWatch:
+        """Watch the first batch's rows of the batched inputs and the shared inputs' copies,
+        which the source does not show changing (see :meth:`InputWatch.refuse_unseen`)."""
+        sources = {n: arr[a:b] if arr.dtype == self.dtypes[n] else arr[a:b].astype(self.dtypes[n])
+                   for n, arr in self.inputs.items()}
+        sources.update(self.shared_sources)
+        return InputWatch(self.plan.inputs, self.plan.stored,
+                          {n: work[n] for n in sources}, sources, self.be)
 
     # --- the whole run ------------------------------------------------------------------
     def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:
@@ -168,7 +182,8 @@ class BatchRun(BatchJoin):
     def upload_shared(self, report: RunReport) -> dict[str, np.ndarray]:
         """Upload the inputs every batch shares, once; finish page-locking the batched ones."""
         shared = {n: a for n, a in self.plan.inputs.items() if n not in self.inputs}
-        moved, report.inputs = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be)
+        moved, report.inputs = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be,
+                                           self.shared_sources)
         self.base = {**self.namespace, **self.plan.overrides, **moved}
         for arr in self.inputs.values():
             self.eng.finish_locking(arr)  # one a previous run started

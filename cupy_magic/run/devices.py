@@ -12,8 +12,8 @@ batch goes to the device that would finish its share soonest at its measured rat
 rows dealt so far plus this batch over rows per second, so that shares follow throughput
 and a slower or busier device gets fewer. A device's rate is re-measured whenever one of its
 batches is seen finished: rows finished over the time it had a batch in flight, its first
-batch left out (it pays for loading kernels and growing the pool); until a later batch of it
-finished, a device counts at the mean rate of the others (all equal before any is measured).
+left out (it pays for loading kernels and growing the pool); until a later batch of it finished,
+a device counts at the mean rate of the others (all equal before any is measured).
 
 Row results are gathered into the host arrays in row order whichever device ran a batch;
 ``--reduce`` partials go from each device to a host row per batch, joined on the host (the
@@ -128,8 +128,7 @@ def for_devices(spec: Any, batch: BatchOptions | None, remote: Any,
     return replace(opts, forced=True)
 
 
-def devices_reason(inputs: dict[str, np.ndarray], devices: tuple[int, ...],
-                   reason: str) -> str:
+def devices_reason(inputs: dict[str, np.ndarray], devices: tuple[int, ...], reason: str) -> str:
     """Why the cell is batched when ``--devices`` is given (it always is); ``reason``: why
     the budget alone would batch it, or ``""``."""
     if not any(a.ndim >= 1 and a.shape[0] >= 1 for a in inputs.values()):
@@ -290,7 +289,8 @@ class DeviceRun(BatchRun):
         for device in self.devices:
             self.device = device  # an error while copying names this device
             with self.be.on_device(device):
-                moved, moves = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be)
+                moved, moves = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be,
+                                           self.shared_sources)
                 moved.update({n: self.be.move_to(v, device) for n, v in device_arrays.items()})
             self.bases[device] = {**self.namespace, **self.plan.overrides, **moved}
             for m in moves:

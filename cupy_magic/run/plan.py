@@ -284,9 +284,11 @@ def register_source(source: str, filename: str) -> None:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
-def move_inputs(plan: CellPlan, dtype: str | None,
-                be: Backend) -> tuple[dict[str, Any], list[InputMove]]:
-    """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
+def move_inputs(plan: CellPlan, dtype: str | None, be: Backend,
+                sources: dict[str, np.ndarray] | None = None
+                ) -> tuple[dict[str, Any], list[InputMove]]:
+    """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows.
+    ``sources``, if given, gets the host array each copy was made from (the cast one)."""
     moved: dict[str, Any] = {}
     moves: list[InputMove] = []
     for name, arr in plan.inputs.items():
@@ -299,6 +301,8 @@ def move_inputs(plan: CellPlan, dtype: str | None,
             cast_s = time.perf_counter() - t0
         t = be.to_device(host)
         moved[name] = t.array
+        if sources is not None:
+            sources[name] = host
         moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, dtype_name(host.dtype),
                                cast_from, saved))
     return moved, moves

@@ -16,6 +16,7 @@ import numpy as np
 from ..backend import Backend
 from .commit import ShownOnHost, commit, leave_copy
 from .errors import CellError, fail
+from .inputwrites import InputWatch
 from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
 from .reduce import combine
@@ -52,13 +53,17 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             report.warmup_seconds, report.warmup_rows = warmup(plan, dtype, be, namespace)
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
-            moved, report.inputs = move_inputs(plan, dtype, be)
+            sources: dict[str, np.ndarray] = {}
+            moved, report.inputs = move_inputs(plan, dtype, be, sources)
+            watch = InputWatch(plan.inputs, plan.stored, moved, sources, be)
             work = {**namespace, **plan.overrides, **moved}
-            del moved
+            del moved, sources
             shown = ShownOnHost(to_host, plan.stored, work, be) \
                 if plan.displays and to_host is not False else None
             with be.time_device() as timing, recorder:
                 value = plan.run(work, namespace, shown)
+            plan = watch.commit_plan(plan)  # inputs changed through other names too
+            del watch
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:

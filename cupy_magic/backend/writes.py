@@ -1,0 +1,153 @@
+"""Whether a cell changed an input's device copy, whatever name it wrote through.
+
+A cell changes an input in place through its own name (``x[0] = 1``), which the cell's
+source shows, but also through another: an alias (``y = x; y += 1``), a view
+(``r = x[0]; r[:] = 0``) or a function (``def center(a): a -= a.mean()``, then
+``center(x)``). A plain cell leaves ``x`` changed in all of them; so must a ``%%gpu`` cell,
+so the run looks at each input's device copy after the cell instead of trusting the source.
+
+On the CPU fallback the "device copy" is a NumPy copy of the user's array: it is compared
+with the array it was made from, byte for byte (:func:`same_bytes`). On a GPU the device
+copy's bytes are summed into a 64-bit fingerprint right after the upload and again after
+the cell (:data:`FINGERPRINT_KERNEL`, one pass over the copy in device memory, no
+temporaries); two different contents give the same fingerprint with a chance of about one
+in 2**64. :func:`fingerprint_reference` is the same sum in NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FINGERPRINT_KERNEL", "DeviceFingerprints", "fingerprint_reference", "same_bytes",
+           "unsigned_view"]
+
+_CHUNK_BYTES = 16 * 2**20  # compared at a time: no temporary larger than this
+
+
+def unsigned_view(arr: np.ndarray) -> np.ndarray:
+    """``arr`` viewed as unsigned integers of its item size (any strides, items of 1, 2, 4
+    or 8 bytes): equal items are equal bytes, so NaN equals the same NaN and -0.0 differs
+    from 0.0."""
+    size = arr.dtype.itemsize
+    if size not in (1, 2, 4, 8):
+        raise TypeError(f"no unsigned view for items of {size} bytes ({arr.dtype})")
+    return arr.view(f"u{size}")
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` (one shape, one dtype) hold the same bytes item for item,
+    compared a row block at a time (complex items of 16 bytes as their two halves)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.size == 0:
+        return True
+    if a.dtype.kind == "c" and a.dtype.itemsize == 16:
+        return same_bytes(a.real, b.real) and same_bytes(a.imag, b.imag)
+    ua, ub = unsigned_view(a), unsigned_view(b)
+    if ua.ndim == 0:
+        return bool(ua == ub)
+    step = max(1, _CHUNK_BYTES // max(1, ua[0].nbytes))
+    return all(np.array_equal(ua[i:i + step], ub[i:i + step]) for i in range(0, len(ua), step))
+
+
+# The fingerprint of the bytes p[0 .. n): the sum, modulo 2**64, of mix(w_i ^ (i * GOLDEN))
+# over the n // 8 words w_i (little-endian), then of mix(b_j ^ ((j + 1) << 56) ^ T) over the
+# last n % 8 bytes b_j (T a constant), with mix splitmix64's finaliser: a sum of mixed
+# (value, place) pairs, so that a changed word or two swapped words change it.
+FINGERPRINT_KERNEL = r"""
+__device__ __forceinline__ unsigned long long cm_mix(unsigned long long v) {
+    v ^= v >> 30; v *= 0xBF58476D1CE4E5B9ULL;
+    v ^= v >> 27; v *= 0x94D049BB133111EBULL;
+    return v ^ (v >> 31);
+}
+extern "C" __global__ void cupy_magic_fingerprint(
+        const unsigned char* p, unsigned long long n, unsigned long long* out) {
+    const unsigned long long* w = (const unsigned long long*)p;
+    unsigned long long words = n >> 3, acc = 0;
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < words; i += step) {
+        acc += cm_mix(w[i] ^ (i * 0x9E3779B97F4A7C15ULL));
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        for (unsigned long long j = words << 3; j < n; ++j) {
+            acc += cm_mix((unsigned long long)p[j] ^ ((j - (words << 3) + 1) << 56)
+                          ^ 0xD1B54A32D192ED03ULL);
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        acc += __shfl_down_sync(0xffffffffu, acc, offset);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd(out, acc);
+    }
+}
+"""
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_TAIL = np.uint64(0xD1B54A32D192ED03)
+
+
+def _mix(v: np.ndarray) -> np.ndarray:
+    v = v ^ (v >> np.uint64(30))
+    v = v * np.uint64(0xBF58476D1CE4E5B9)
+    v = v ^ (v >> np.uint64(27))
+    v = v * np.uint64(0x94D049BB133111EB)
+    return v ^ (v >> np.uint64(31))
+
+
+def fingerprint_reference(data: Any) -> int:
+    """:data:`FINGERPRINT_KERNEL`'s sum over the bytes of ``data`` (a bytes-like object or a
+    contiguous array), in NumPy."""
+    raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+    words = len(raw) // 8
+    with np.errstate(over="ignore"):
+        w = raw[:words * 8].view("<u8")
+        acc = _mix(w ^ (np.arange(words, dtype=np.uint64) * _GOLDEN)).sum(dtype=np.uint64)
+        tail = raw[words * 8:].astype(np.uint64)
+        places = (np.arange(1, len(tail) + 1, dtype=np.uint64) << np.uint64(56))
+        acc = acc + _mix(tail ^ places ^ _TAIL).sum(dtype=np.uint64)
+    return int(acc)
+
+
+_KERNEL: list[Any] = []  # the RawKernel, made once (CuPy compiles it per device, cached)
+
+
+class DeviceFingerprints:
+    """The fingerprints of CuPy device copies on the current device: taken at once (queued
+    on the current stream) and again by :meth:`changed`, into 2 x n words of device memory
+    from no pool (not the cell's: its pool figures and budget do not see them)."""
+
+    def __init__(self, cp: Any, copies: list[Any]) -> None:
+        self.cp = cp
+        self.copies = copies
+        self.device = cp.cuda.Device().id
+        if not _KERNEL:
+            _KERNEL.append(cp.RawKernel(FINGERPRINT_KERNEL, "cupy_magic_fingerprint"))
+        with cp.cuda.using_allocator(None):
+            self.prints = cp.zeros(2 * len(copies), dtype=cp.uint64)
+        for k, copy in enumerate(copies):
+            self._launch(copy, k)
+
+    def _launch(self, copy: Any, k: int) -> None:
+        cp = self.cp
+        if copy.size == 0:
+            return
+        if not (copy.flags.c_contiguous or copy.flags.f_contiguous) or copy.data.ptr % 8:
+            copy = cp.ascontiguousarray(copy)  # not a fresh copy: read as a packed one
+        threads = 256
+        blocks = max(1, min(4096, -(-(copy.nbytes // 8) // threads)))
+        _KERNEL[0]((blocks,), (threads,), (copy, np.uint64(copy.nbytes), self.prints[k:]))
+
+    def changed(self) -> list[bool]:
+        """Whether each copy's bytes differ from when this was made, after all the work
+        queued on the device so far (every stream: a cell may have made its own)."""
+        cp, n = self.cp, len(self.copies)
+        with cp.cuda.Device(self.device):
+            cp.cuda.runtime.deviceSynchronize()
+            for k, copy in enumerate(self.copies):
+                self._launch(copy, n + k)
+            both = self.prints.get()
+        return [bool(both[k] != both[n + k]) for k in range(n)]

@@ -1,0 +1,70 @@
+"""Inputs a cell changed in place through another name than their own.
+
+The cell's source shows ``x[0] = 1`` as a change of ``x`` (``CellPlan.stored``), but not
+``y = x; y += 1``, ``r = x[0]; r[:] = 0`` or ``center(x)`` with ``def center(a): a -= a.mean()``.
+A plain cell leaves ``x`` changed after all of them, so the run asks the backend which device
+copies changed (:meth:`~cupy_magic.backend.Backend.watch`, ``changed``) and commits those as if
+the source had shown it. A read-only input (``x.flags.writeable`` false) the cell changed is
+refused, as NumPy refuses the write (on the CPU fallback the copy is read-only too, so the
+write itself raises NumPy's error at its line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from .errors import CellError
+
+__all__ = ["InputWatch"]
+
+
+class InputWatch:
+    """The device copies of a cell's inputs that may change unseen, watched from their upload
+    to the cell's end."""
+
+    def __init__(self, inputs: dict[str, np.ndarray], stored: set[str], moved: dict[str, Any],
+                 sources: dict[str, np.ndarray], be: Backend) -> None:
+        # the names the source does not show changing, and the read-only ones (refused if
+        # changed even through their own name)
+        self.inputs = inputs
+        self.names = [n for n in moved if n in inputs
+                      and (n not in stored or not inputs[n].flags.writeable)]
+        self.be = be
+        self.token = be.watch([(moved[n], sources[n]) for n in self.names]) \
+            if self.names else None
+
+    def changed(self) -> set[str]:
+        """The watched inputs whose copies the cell changed; a read-only one raises."""
+        if self.token is None:
+            return set()
+        changed = {n for n, c in zip(self.names, self.be.changed(self.token), strict=True) if c}
+        for name in sorted(changed):
+            if not self.inputs[name].flags.writeable:
+                raise CellError(
+                    f"the cell changed {name!r}, which is read-only ({name}.flags.writeable is "
+                    "False), where NumPy raises 'ValueError: assignment destination is "
+                    f"read-only'; make it writeable ({name}.flags.writeable = True) or change "
+                    f"a copy ({name} = {name}.copy())")
+        return changed
+
+    def refuse_unseen(self, run: str) -> None:
+        """Raise if the cell changed a watched input: ``run`` (a batched run, a run over
+        several devices) cannot write back a change its source does not show, and checks
+        the first batch only (the others run as it did, on other rows)."""
+        changed = self.changed()
+        if changed:
+            name = sorted(changed)[0]
+            raise CellError(
+                f"the cell changes {name!r} through another name than its own (an alias, a "
+                f"view or a function it is passed to), which {run} cannot write back; change "
+                f"it through its name ({name}[...] = ..., {name} += ...), or run the cell "
+                "whole (a larger budget, no --batch)")
+
+    def commit_plan(self, plan: Any) -> Any:
+        """``plan`` with the inputs the cell changed unseen among the names it stores."""
+        changed = self.changed()
+        return replace(plan, stored=plan.stored | changed) if changed - plan.stored else plan
