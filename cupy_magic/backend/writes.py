@@ -113,12 +113,26 @@ def fingerprint_reference(data: Any) -> int:
 
 
 _KERNEL: list[Any] = []  # the RawKernel, made once (CuPy compiles it per device, cached)
+_WORDS: dict[int, Any] = {}  # per device: the words the fingerprints go to, kept for reuse
+
+
+def _words(cp: Any, device: int, n: int) -> Any:
+    """``n`` zeroed words of device memory from no pool (not the cell's: its pool figures
+    and budget do not see them), kept from cell to cell: a ``cudaMalloc`` and ``cudaFree``
+    per cell would cost more than the fingerprints."""
+    words = _WORDS.get(device)
+    if words is None or words.size < n:
+        with cp.cuda.using_allocator(None):
+            words = _WORDS[device] = cp.empty(max(n, 64), dtype=cp.uint64)
+    words = words[:n]
+    words.fill(0)
+    return words
 
 
 class DeviceFingerprints:
     """The fingerprints of CuPy device copies on the current device: taken at once (queued
-    on the current stream) and again by :meth:`changed`, into 2 x n words of device memory
-    from no pool (not the cell's: its pool figures and budget do not see them)."""
+    on the current stream) and again by :meth:`changed`. One cell's at a time (the words
+    are shared)."""
 
     def __init__(self, cp: Any, copies: list[Any]) -> None:
         self.cp = cp
@@ -126,8 +140,7 @@ class DeviceFingerprints:
         self.device = cp.cuda.Device().id
         if not _KERNEL:
             _KERNEL.append(cp.RawKernel(FINGERPRINT_KERNEL, "cupy_magic_fingerprint"))
-        with cp.cuda.using_allocator(None):
-            self.prints = cp.zeros(2 * len(copies), dtype=cp.uint64)
+        self.prints = _words(cp, self.device, 2 * len(copies))
         for k, copy in enumerate(copies):
             self._launch(copy, k)
 
