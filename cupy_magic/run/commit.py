@@ -18,6 +18,7 @@ from ..backend import Backend
 from ..compat.cupyonly import host_copy
 from ..compat.scope import host_value
 from ..units import dtype_text
+from .helpers import user_function
 from .rehome import Rehomer, cell_codes, makes_functions
 from .report import OutputInfo, RunReport
 
@@ -104,7 +105,9 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     updates: dict[str, Any] = {}
     made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
-    rehome = Rehomer(plan.code.co_filename, namespace, deep=makes_functions(plan.code))
+    # (or the copies of the user's functions the cell ran them as, .helpers)
+    rehome = Rehomer(plan.code.co_filename, namespace,
+                     deep=bool(plan.helpers) or makes_functions(plan.code))
     for name in _rebound(work, namespace):
         value = work[name]
         if name == "__builtins__" and name not in namespace:
@@ -115,6 +118,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if value is original:
             continue
         if name in plan.overrides and value is plan.overrides[name]:
+            continue
+        if user_function(value) is namespace.get(name, _MISSING):  # a helper's copy (.helpers)
             continue
         wants_host = to_host is True or (host_names is not None and name in host_names)
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk

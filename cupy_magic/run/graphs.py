@@ -42,6 +42,7 @@ import numpy as np
 from ..backend.compiles import timed
 from ..syncs.record import uncharged
 from .graphplan import GraphNote, consider, not_kept
+from .helpers import bind
 from .mainmod import as_main
 from .reduce import agree, compared
 
@@ -193,6 +194,7 @@ class GraphReplay:
         run, eng, cp = self.run, self.eng, self.run.be.cp
         stream = eng.streams[slot]
         work = dict(run.base)
+        bind(work, run.plan.helpers)
         with eng.on(slot):
             inputs = {n: eng.upload_into(slot, n, arr, a, b,
                                          cp.empty((b - a, *arr.shape[1:]), run.dtypes[n]))

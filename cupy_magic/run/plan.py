@@ -17,10 +17,10 @@ import sys
 import time
 import tokenize
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import is_
-from types import CodeType, ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from ..units import dtype_name, format_bytes, short_repr
 from .batching import BatchOptions
 from .compiled import Transform, compile_cell
 from .errors import CellError
+from .helpers import bind, helpers_of
 from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names
@@ -114,6 +115,7 @@ class CellPlan:
     over_rows: frozenset[str] = frozenset()
     row_free: frozenset[str] = frozenset()
     graph_refusal: str | None = None
+    helpers: dict[str, FunctionType] = field(default_factory=dict)
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
@@ -126,6 +128,7 @@ class CellPlan:
         ``show``: what goes to the hook for each such value (``--to-host``: the host array).
         """
         __tracebackhide__ = True
+        bind(namespace, self.helpers)
         with as_main(namespace, user, self.stored):  # pickle finds what the cell defines
             if self.last is None:
                 exec(self.code, namespace)
@@ -251,7 +254,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         overrides["cp"] = module
     inputs: dict[str, np.ndarray] = {}
     generator = getattr(getattr(be.xp, "random", None), "Generator", None)
-    for name in sorted((names.loaded | names.mutated) - names.written_first):
+    helpers, reads, writes = helpers_of(compiled.code, namespace)
+    for name in sorted((names.loaded | names.mutated | reads) - names.written_first):
         value = namespace.get(name)
         if (isinstance(value, np.ndarray) and name not in numpy_names
                 and not be.is_device_array(value)):
@@ -259,9 +263,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
-    return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
+    return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated | writes,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
-                    next(reversed(namespace.keys()), ""))
+                    next(reversed(namespace.keys()), ""), helpers=helpers)
 
 
 @functools.lru_cache(maxsize=256)

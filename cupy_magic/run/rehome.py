@@ -15,6 +15,8 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .helpers import user_function
+
 __all__ = ["Rehomer", "cell_codes", "makes_functions"]
 
 _CACHED = type(functools.lru_cache(lambda: None))  # what lru_cache and cache make
@@ -115,7 +117,8 @@ class Rehomer:
 
     def _walk(self, value: Any, kind: type) -> Any:
         if kind is types.FunctionType:
-            return self._function(value)
+            user = user_function(value)  # a copy of the user's function made for the cell
+            return user if user is not value else self._function(value)
         if isinstance(value, type):
             return self._class(value)
         if kind in _FRAMED:
