@@ -131,6 +131,7 @@ class Calls(Moves):
     def failed(self, spec: CallSpec, func: Any, host_func: Any, args: tuple, kwargs: dict,
                exc: BaseException) -> Any:
         """CuPy raised: retry once with Python values converted, else tell or fall back."""
+        __tracebackhide__ = True  # an error NumPy raises too is the cell's own, as it is
         found = classify(exc)
         if found is None:
             if not self._numpy_runs(spec, host_func, args, kwargs):

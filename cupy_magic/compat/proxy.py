@@ -58,6 +58,7 @@ _FACTORIES: dict[tuple, Any] = {}
 _FAST = """
 def factory(func, spec, host_func, slow, failed, LIMIT_ERRORS, SEQ, DTYPES_OK):
     def call(*args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest show the call's frame as hidden
         if kwargs:{keyword_checks}
         n = len(args)
         if {positional_checks}:

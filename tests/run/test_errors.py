@@ -150,3 +150,19 @@ def test_a_memory_error_the_cell_catches_does_not_count_against_a_host_budget(ip
     result = run(ip, "try:\n    z = np.ones(10**14)\nexcept MemoryError:\n    z = None\nw = 1\n")
     assert result.error_in_exec is None
     assert ip.user_ns["z"] is None and ip.user_ns["w"] == 1
+
+
+def test_an_error_inside_numpy_shows_numpys_frames_and_none_of_the_checks_wrappers(ip, capsys):
+    """A plain cell shows the cell's line, then NumPy's own frames; the checked call in front
+    of NumPy's function (``<cupy_magic.compat wrapper N>``, ``Calls.failed``) is hidden (as
+    shown when the cell fails: its frames are freed after)."""
+    capsys.readouterr()
+    result = run(ip, "a = np.zeros((2, 2))\nb = np.linalg.inv(a)\n")
+    exc = result.error_in_exec
+    assert type(exc).__name__ == "LinAlgError"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    cell = text.split("----> 2 b = np.linalg.inv(a)")[-1]
+    assert "cupy_magic" not in cell and "factory.<locals>.call" not in cell
+    assert "Could not get source" not in cell
+    if not backend.current().is_gpu:  # NumPy's own frames, as after a plain cell
+        assert "in inv(a)" in cell and "LinAlgError: Singular matrix" in cell
