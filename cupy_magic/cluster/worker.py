@@ -24,6 +24,7 @@ from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
 from ..run.errors import fail
+from ..run.inputwrites import InputWatch
 from ..run.plan import register_source
 from ..syncs.record import SyncRecorder
 
@@ -243,6 +244,10 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             for name, arr in batched.items():  # a device slot's rows: a copy of the block's own
                 work[name] = arr.copy() if be.is_device_array(arr) \
                     else be.to_device(np.asarray(arr)).array
+            sources = {n: a if be.is_device_array(a) else np.asarray(a)  # (or a device slot's)
+                       for n, a in {**shared, **batched}.items()}
+            watch = InputWatch(sources, set(spec.stored), {n: work[n] for n in sources},
+                               sources, be)
             code = compile(spec.source, spec.filename, "exec", spec.flags, dont_inherit=True)
             if recorder is not None:
                 with recorder:
@@ -250,6 +255,7 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             else:
                 exec(code, work)
             be.synchronize()
+            watch.refuse_unseen("a run on a cluster")
         peak = mem.peak_bytes
     except BaseException as exc:
         work.clear()

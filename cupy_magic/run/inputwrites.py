@@ -22,6 +22,11 @@ from .errors import CellError
 __all__ = ["InputWatch"]
 
 
+def _writeable(arr: Any) -> bool:
+    """Whether NumPy lets the cell write ``arr`` (a device array: always)."""
+    return bool(getattr(arr.flags, "writeable", True))
+
+
 class InputWatch:
     """The device copies of a cell's inputs that may change unseen, watched from their upload
     to the cell's end."""
@@ -32,7 +37,7 @@ class InputWatch:
         # changed even through their own name)
         self.inputs = inputs
         self.names = [n for n in moved if n in inputs
-                      and (n not in stored or not inputs[n].flags.writeable)]
+                      and (n not in stored or not _writeable(inputs[n]))]
         self.be = be
         self.token = be.watch([(moved[n], sources[n]) for n in self.names]) \
             if self.names else None
@@ -43,7 +48,7 @@ class InputWatch:
             return set()
         changed = {n for n, c in zip(self.names, self.be.changed(self.token), strict=True) if c}
         for name in sorted(changed):
-            if not self.inputs[name].flags.writeable:
+            if not _writeable(self.inputs[name]):
                 raise CellError(
                     f"the cell changed {name!r}, which is read-only ({name}.flags.writeable is "
                     "False), where NumPy raises 'ValueError: assignment destination is "

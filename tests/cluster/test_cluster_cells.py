@@ -335,3 +335,18 @@ def test_a_cluster_run_notes_the_last_expression_only_where_a_plain_cell_shows_o
     said = [n for n in cupy_magic.last_report().notes if "last expression" in n]
     assert said == (["the cell's last expression is not shown in a cluster run (each block "
                      "has its own); assign it and join it with --reduce"] if noted else [])
+
+
+@pytest.mark.parametrize(("body", "name"), [("y = xd\ny += 1\n", "xd"),
+                                            ("z = xd * 2\nv = w\nv += 1\n", "w")])
+def test_a_change_through_another_name_is_refused_on_the_cluster(ip, joined, data, body, name):
+    """A plain cell leaves the input changed; the blocks cannot write it back: refused in one
+    line naming the input, nothing committed (before, the change was silently dropped)."""
+    w = np.arange(4.0)
+    ip.user_ns["w"] = w
+    with pytest.raises(UsageError, match=(
+            f"the cell changes '{name}' through another name than its own .* which a run on a "
+            r"cluster cannot write back; change it through its name")):
+        ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    assert ip.user_ns["w"] is w and w.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert not {"y", "z", "v"} & set(ip.user_ns)
