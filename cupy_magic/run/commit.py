@@ -105,9 +105,10 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     updates: dict[str, Any] = {}
     made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
-    # (or the copies of the user's functions the cell ran them as, .helpers)
+    # (or the copies of the user's functions the cell ran them as, .helpers, or the array
+    # module may be kept in one, plan.escapes)
     rehome = Rehomer(plan.code.co_filename, namespace,
-                     deep=bool(plan.helpers) or makes_functions(plan.code))
+                     deep=bool(plan.helpers) or plan.escapes or makes_functions(plan.code))
     for name in _rebound(work, namespace):
         value = work[name]
         if name == "__builtins__" and name not in namespace:

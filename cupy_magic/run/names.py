@@ -240,3 +240,30 @@ def _nested_global_reads(tree: ast.Module) -> set[str]:
                 reads.add(sym.get_name())
     return reads
 
+
+
+@functools.lru_cache(maxsize=256)
+def module_escapes(source: str, modules: frozenset[str]) -> bool:
+    """Whether the cell may keep the array module, or one of its functions or types, as a
+    value (``mods = {"n": np}``, ``ops = (np.sqrt,)``, ``f = lambda a, m=np: ...``): a
+    name of ``modules`` read other than as the start of an attribute, or an attribute chain
+    on one that is not called (``np.float32`` passed as a dtype counts: the check is cheap,
+    the walk it asks for bounded). Calls (``np.sqrt(x)``, ``np.linalg.inv(a)``) do not."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    parent: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parent[child] = node
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and node.id in modules
+                and isinstance(node.ctx, ast.Load)):
+            continue
+        top: ast.AST = node
+        while isinstance(up := parent.get(top), ast.Attribute) and up.value is top:
+            top = up
+        if top is node or not (isinstance(up, ast.Call) and up.func is top):
+            return True
+    return False

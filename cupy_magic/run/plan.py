@@ -39,7 +39,7 @@ from .errors import CellError
 from .helpers import bind, helpers_of
 from .lines import off_the_lines
 from .mainmod import as_main
-from .names import CellNames, cell_names
+from .names import CellNames, cell_names, module_escapes
 from .report import InputMove
 
 __all__ = [
@@ -116,6 +116,7 @@ class CellPlan:
     row_free: frozenset[str] = frozenset()
     graph_refusal: str | None = None
     helpers: dict[str, FunctionType] = field(default_factory=dict)
+    escapes: bool = False
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
@@ -182,6 +183,7 @@ def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None,
 
 
 _UNDERSCORES = ("_", "__", "___")
+_MODULE_NAMES = ("np", "numpy", "cp", "cupy")  # what the cell may import the module as
 
 
 def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
@@ -265,7 +267,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated | writes,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
-                    next(reversed(namespace.keys()), ""), helpers=helpers)
+                    next(reversed(namespace.keys()), ""), helpers=helpers,
+                    escapes=module_escapes(source, frozenset({*numpy_names, *_MODULE_NAMES})))
 
 
 @functools.lru_cache(maxsize=256)

@@ -15,6 +15,8 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..compat.proxy import ArrayModule
+from ..compat.scope import host_value
 from .helpers import user_function
 
 __all__ = ["Rehomer", "cell_codes", "makes_functions"]
@@ -26,8 +28,8 @@ _IN_PLACE = (list, set, *_DICTS)
 _FRAMED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame",
            types.AsyncGeneratorType: "ag_frame"}
 # what the cell's own functions can be reached through (a tuple subclass: a named tuple)
-_REACHES = frozenset({*_FRAMED, types.FunctionType, types.MethodType, staticmethod, classmethod,
-                      property, functools.cached_property, functools.partial, _CACHED,
+_REACHES = frozenset({*_FRAMED, ArrayModule, types.FunctionType, types.MethodType, staticmethod,
+                      classmethod, property, functools.cached_property, functools.partial, _CACHED,
                       list, tuple, set, frozenset, *_DICTS})
 # code objects a cell compiles that make no object which outlives the cell holding its globals
 _DEEPEST = 50  # objects nested deeper than this are left as they are (no RecursionError)
@@ -35,6 +37,7 @@ _DEEPEST = 50  # objects nested deeper than this are left as they are (no Recurs
 # lambda cell naming a list of a million tuples walked them all, seconds at every such cell)
 _ITEMS = 10_000
 _INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
+_MARK = "__cupy_magic_numpy__"  # what a function or type of the array module in a cell has
 
 
 def cell_codes(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -116,6 +119,9 @@ class Rehomer:
         return new
 
     def _walk(self, value: Any, kind: type) -> Any:
+        if kind is ArrayModule or ((kind is types.FunctionType or isinstance(value, type))
+                                   and _MARK in value.__dict__):
+            return host_value(value)  # the array module in the cell: NumPy's after it
         if kind is types.FunctionType:
             user = user_function(value)  # a copy of the user's function made for the cell
             return user if user is not value else self._function(value)
@@ -142,8 +148,11 @@ class Rehomer:
         if value.__code__.co_filename != self.filename or value.__globals__ is self.namespace:
             self._rewrap(value)  # a library's wrapper made in the cell
             return value
+        defaults = value.__defaults__
+        if defaults and self.deep and not _same(moved := self._each(list(defaults)), defaults):
+            defaults = tuple(moved)  # `lambda a, m=np: ...`
         new = types.FunctionType(value.__code__, self.namespace, value.__name__,
-                                 value.__defaults__, value.__closure__)
+                                 defaults, value.__closure__)
         self.seen[id(value)] = (value, new)
         new.__kwdefaults__ = value.__kwdefaults__
         new.__qualname__ = value.__qualname__
