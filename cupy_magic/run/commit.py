@@ -108,7 +108,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     # (or the copies of the user's functions the cell ran them as, .helpers, or the array
     # module may be kept in one, plan.escapes)
     rehome = Rehomer(plan.code.co_filename, namespace,
-                     deep=bool(plan.helpers) or plan.escapes or makes_functions(plan.code))
+                     deep=bool(plan.helpers) or plan.escapes or makes_functions(plan.code),
+                     work=work)
     for name in _rebound(work, namespace):
         value = work[name]
         if name == "__builtins__" and name not in namespace:

@@ -100,6 +100,12 @@ class CellPlan:
     graph_refusal
         In a batched run on a GPU, why its batches may not be replayed as CUDA graphs
         (:func:`~.graphscan.refusal`): ``""`` nothing refuses, ``None`` not checked.
+    helpers
+        The functions of earlier plain cells the cell calls by name, run over its namespace
+        (:mod:`~.helpers`).
+    escapes
+        Whether the cell may keep the array module or its own namespace as a value in a
+        container (:func:`~.names.module_escapes`, ``globals()``): the commit then walks them.
     """
 
     code: CodeType
@@ -268,7 +274,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated | writes,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
                     next(reversed(namespace.keys()), ""), helpers=helpers,
-                    escapes=module_escapes(source, frozenset({*numpy_names, *_MODULE_NAMES})))
+                    escapes="globals" in names.loaded or module_escapes(
+                        source, frozenset({*numpy_names, *_MODULE_NAMES})))
 
 
 @functools.lru_cache(maxsize=256)

@@ -92,10 +92,15 @@ class Rehomer:
         The user namespace, their new globals.
     deep
         Whether to walk plain containers (see above).
+    work
+        The namespace the cell ran in: where the cell kept it (``g = globals()``), the user
+        namespace instead.
     """
 
-    def __init__(self, filename: str, namespace: dict[str, Any], deep: bool = True) -> None:
+    def __init__(self, filename: str, namespace: dict[str, Any], deep: bool = True,
+                 work: dict[str, Any] | None = None) -> None:
         self.filename, self.namespace, self.deep = filename, namespace, deep
+        self.work = work  # the cell's namespace: `g = globals()` in the cell is the user's
         self.seen: dict[int, tuple[Any, Any]] = {}
         self.depth = 0
         self.left = _ITEMS  # items the walk may still enter one by one
@@ -103,6 +108,8 @@ class Rehomer:
 
     def __call__(self, value: Any) -> Any:
         """``value`` re-homed: the same object, changed in place, or one made again."""
+        if value is self.work and value is not None:
+            return self.namespace
         met = self.seen.get(id(value))
         if met is not None and met[0] is value:
             return met[1]

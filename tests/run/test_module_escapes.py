@@ -49,3 +49,13 @@ def test_the_users_own_list_gets_numpy_back_too(ip):
 ])
 def test_which_cells_may_keep_the_module(source, escapes):
     assert module_escapes(source, MODULES) is escapes
+
+
+def test_the_cells_globals_kept_by_the_cell_are_the_user_namespace(ip):
+    ip.run_cell_magic("gpu", "--quiet",
+                      "g = globals()\ndef setg():\n    g['late'] = 1\n")
+    assert ip.user_ns["g"] is ip.user_ns
+    ip.user_ns["setg"]()
+    assert ip.user_ns["late"] == 1
+    ip.run_cell_magic("gpu", "--quiet", "kept = {'ns': [globals()]}")  # no function made
+    assert ip.user_ns["kept"]["ns"][0] is ip.user_ns
