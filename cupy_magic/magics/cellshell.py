@@ -21,6 +21,7 @@ class _CellShell:
 
     def __init__(self, shell: Any) -> None:
         self._shell = shell
+        self._getter: Any = None  # the cell's get_ipython, which returns this
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._shell, name)
@@ -41,6 +42,25 @@ class _CellShell:
     def run_cell_magic(self, name: str, line: str, cell: str) -> Any:
         return self._in_cell("run_cell_magic", name, line, cell)
 
+    # what a plain cell runs in its own namespace through the shell, this one runs in the
+    # cell's: its names are there, and what it binds is committed with the cell (or dropped)
+    def ex(self, cmd: str) -> Any:
+        return self._in_cell("ex", cmd)
+
+    def ev(self, expr: str) -> Any:
+        return self._in_cell("ev", expr)
+
+    def run_cell(self, *args: Any, **kwargs: Any) -> Any:
+        return self._in_cell("run_cell", *args, **kwargs)
+
+    @property
+    def user_ns(self) -> dict[str, Any]:
+        """The cell's namespace where the cell's code (or a function running over it) asks,
+        as a plain cell's ``get_ipython().user_ns`` is the namespace it runs in; the user
+        namespace elsewhere (a library handed this shell)."""
+        here = sys._getframe(1).f_globals
+        return here if here.get("get_ipython") is self._getter else self._shell.user_ns
+
 
 def _stand_ins(cell_ns: dict[str, Any], user_ns: dict[str, Any]) -> dict[str, Any]:
     """The names the cell has that a plain cell would not list (``%who``, ``%whos``): its
@@ -57,7 +77,7 @@ def magics_see_the_cell(shell: Any) -> Iterator[None]:
     had = "get_ipython" in shell.user_ns
     saved = shell.user_ns.get("get_ipython")
     proxy = _CellShell(shell)
-    shell.user_ns["get_ipython"] = lambda: proxy
+    shell.user_ns["get_ipython"] = proxy._getter = lambda: proxy
     try:
         yield
     finally:
