@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -42,3 +44,14 @@ def test_a_library_handed_the_shell_sees_the_user_namespace(ip):
     ip.run_cell("%%gpu --quiet\nlibns = lib.names(get_ipython())\n"
                 "mine = get_ipython().user_ns is globals()")
     assert ip.user_ns["libns"] is ip.user_ns and ip.user_ns["mine"] is True
+
+
+def test_a_coroutine_left_unawaited_by_a_failing_cell_gives_no_warning_of_ours(ip):
+    """A plain cell's traceback keeps the coroutine until the next error; the %%gpu cell
+    frees its frames at once, which gave "coroutine 'co' was never awaited" from
+    cupy_magic/run/errors.py (found by helper-70)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = ip.run_cell("%%gpu --quiet\nasync def co():\n    return 1\nc = co()\n1 / 0\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    assert [str(w.message) for w in seen if "never awaited" in str(w.message)] == []

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from types import FrameType, TracebackType
@@ -90,15 +91,27 @@ def _frames_of(exc: BaseException) -> list[FrameType]:
     return found
 
 
+@contextlib.contextmanager
+def _unawaited_quiet() -> Iterator[None]:
+    """No "coroutine ... was never awaited" warning while a failed cell's names and frames
+    go: a plain cell's traceback keeps them until the next error, and the warning would name
+    this file."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        yield
+
+
 def free_frames(frames: Iterable[FrameType]) -> None:
     """Clear failed cells' ``frames``, so that the device arrays their locals hold go back
     to the pool; and the dict of their locals that reading ``f_locals`` (IPython's traceback
-    does) left behind, which ``frame.clear()`` keeps (Python 3.11)."""
-    for frame in frames:
-        with contextlib.suppress(RuntimeError):  # one still executing keeps its locals
-            frame.clear()
-        frame.f_locals  # noqa: B018 (read again: it drops the names cleared)
-    gc.collect()
+    does) left behind, which ``frame.clear()`` keeps (Python 3.11); without the warnings of
+    coroutines never awaited (:func:`_unawaited_quiet`)."""
+    with _unawaited_quiet():
+        for frame in frames:
+            with contextlib.suppress(RuntimeError):  # one still executing keeps its locals
+                frame.clear()
+            frame.f_locals  # noqa: B018 (read again: it drops the names cleared)
+        gc.collect()
 
 
 class CellError(ValueError):
@@ -312,7 +325,8 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
     freed = frames_freed()
     if freed:
         if work is not None:
-            work.clear()
+            with _unawaited_quiet():
+                work.clear()
         later = _LATER.get()
         if later is None:
             free_frames(_frames_of(exc))
