@@ -96,9 +96,19 @@ def _unawaited_quiet() -> Iterator[None]:
     """No "coroutine ... was never awaited" warning while a failed cell's names and frames
     go: a plain cell's traceback keeps them until the next error, and the warning would name
     this file."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+    shown = warnings.showwarning  # swapped, not filtered: a filter change (catch_warnings)
+    # would make every warning already shown once show again (the registries start over)
+
+    def show(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+        if not (category is RuntimeWarning and "was never awaited" in str(message)):
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
+    try:
         yield
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = shown
 
 
 def free_frames(frames: Iterable[FrameType]) -> None:
