@@ -55,3 +55,14 @@ def test_a_coroutine_left_unawaited_by_a_failing_cell_gives_no_warning_of_ours(i
         result = ip.run_cell("%%gpu --quiet\nasync def co():\n    return 1\nc = co()\n1 / 0\n")
     assert isinstance(result.error_in_exec, ZeroDivisionError)
     assert [str(w.message) for w in seen if "never awaited" in str(w.message)] == []
+
+
+def test_a_library_handed_the_shell_runs_its_code_in_the_user_namespace(ip):
+    """As after a plain cell: ``shell.ex`` from a library's module binds in the user
+    namespace, not in the library's globals (found by helper-71)."""
+    ip.run_cell("import types\nlib2 = types.ModuleType('lib2')\n"
+                "exec('def run(shell):\\n    shell.ex(\"lib_w = 3\")\\n'"
+                "     '    return shell.ev(\"1 + 1\")', lib2.__dict__)")
+    ip.run_cell("%%gpu --quiet\nr = lib2.run(get_ipython())")
+    assert ip.user_ns["r"] == 2 and ip.user_ns["lib_w"] == 3
+    assert "lib_w" not in ip.user_ns["lib2"].__dict__

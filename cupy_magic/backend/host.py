@@ -24,7 +24,7 @@ from .base import (
     Transfer,
     _Measurement,
 )
-from .writes import same_bytes
+from .writes import host_checksum
 
 
 def _host_ram_total() -> int:
@@ -131,11 +131,12 @@ class HostBackend(Backend):
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
     def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
-        # the copies are compared with the arrays they were made from, at the end
-        return list(copies)
+        # each copy's checksums now, not the arrays they were made from (which the cell may
+        # change through another reference)
+        return [(copy, host_checksum(np.asarray(copy))) for copy, _ in copies]
 
     def changed(self, token: Any) -> list[bool]:
-        return [not same_bytes(np.asarray(copy), source) for copy, source in token]
+        return [host_checksum(np.asarray(copy)) != sums for copy, sums in token]
 
     def to_host(self, array: Any) -> np.ndarray:
         self._resident.pop(id(array), None)

@@ -26,8 +26,17 @@ class _CellShell:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._shell, name)
 
+    def _cell_ns(self, depth: int) -> dict[str, Any] | None:
+        """The globals of the frame ``depth`` up from the caller if they are the cell's
+        namespace (its ``get_ipython`` is this shell's): the cell's code or a function over
+        it asks; ``None`` for another (a library handed the shell)."""
+        here = sys._getframe(depth + 1).f_globals
+        return here if here.get("get_ipython") is self._getter else None
+
     def _in_cell(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        cell_ns = sys._getframe(2).f_globals  # the cell's code calls get_ipython().method
+        cell_ns = self._cell_ns(2)  # the cell's code calls get_ipython().method
+        if cell_ns is None:  # elsewhere: the shell as it is, on the user namespace
+            return getattr(self._shell, method)(*args, **kwargs)
         saved, hidden = self._shell.user_ns, self._shell.user_ns_hidden
         self._shell.user_ns = cell_ns
         self._shell.user_ns_hidden = {**hidden, **_stand_ins(cell_ns, saved)}
@@ -58,8 +67,8 @@ class _CellShell:
         """The cell's namespace where the cell's code (or a function running over it) asks,
         as a plain cell's ``get_ipython().user_ns`` is the namespace it runs in; the user
         namespace elsewhere (a library handed this shell)."""
-        here = sys._getframe(1).f_globals
-        return here if here.get("get_ipython") is self._getter else self._shell.user_ns
+        cell_ns = self._cell_ns(1)
+        return self._shell.user_ns if cell_ns is None else cell_ns
 
 
 def _stand_ins(cell_ns: dict[str, Any], user_ns: dict[str, Any]) -> dict[str, Any]:

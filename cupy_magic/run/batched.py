@@ -34,7 +34,6 @@ from .errors import CellError, fail, frames_freed
 from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
-from .helpers import bind
 from .inputwrites import InputWatch
 from .mainmod import as_main
 from .plan import CellPlan, cast_target, inputs_need, move_inputs
@@ -112,7 +111,6 @@ class BatchRun(BatchJoin):
         self.eng.wait(slot)
         self.eng.start(slot)
         work = dict(self.base)
-        bind(work, self.plan.helpers)  # over this batch's namespace
         t0 = time.perf_counter()
         with self.eng.on(slot), timed() as built:
             for name, arr in self.inputs.items():

@@ -18,7 +18,6 @@ from ..backend import Backend
 from ..compat.cupyonly import host_copy
 from ..compat.scope import host_value
 from ..units import dtype_text
-from .helpers import user_function
 from .rehome import Rehomer, cell_codes, makes_functions
 from .report import OutputInfo, RunReport
 
@@ -105,10 +104,9 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     updates: dict[str, Any] = {}
     made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
-    # (or the copies of the user's functions the cell ran them as, .helpers, or the array
-    # module may be kept in one, plan.escapes)
+    # (or the array module or the cell's globals may be kept in one, plan.escapes)
     rehome = Rehomer(plan.code.co_filename, namespace,
-                     deep=bool(plan.helpers) or plan.escapes or makes_functions(plan.code),
+                     deep=plan.escapes or makes_functions(plan.code),
                      work=work)
     for name in _rebound(work, namespace):
         value = work[name]
@@ -120,8 +118,6 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if value is original:
             continue
         if name in plan.overrides and value is plan.overrides[name]:
-            continue
-        if user_function(value) is namespace.get(name, _MISSING):  # a helper's copy (.helpers)
             continue
         wants_host = to_host is True or (host_names is not None and name in host_names)
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk

@@ -42,7 +42,6 @@ import numpy as np
 from ..backend.compiles import timed
 from ..syncs.record import uncharged
 from .graphplan import GraphNote, consider, not_kept
-from .helpers import bind
 from .mainmod import as_main
 from .reduce import agree, compared
 
@@ -194,7 +193,6 @@ class GraphReplay:
         run, eng, cp = self.run, self.eng, self.run.be.cp
         stream = eng.streams[slot]
         work = dict(run.base)
-        bind(work, run.plan.helpers)
         with eng.on(slot):
             inputs = {n: eng.upload_into(slot, n, arr, a, b,
                                          cp.empty((b - a, *arr.shape[1:]), run.dtypes[n]))

@@ -5,8 +5,10 @@ The cell's source shows ``x[0] = 1`` as a change of ``x`` (``CellPlan.stored``),
 A plain cell leaves ``x`` changed after all of them, so the run asks the backend which device
 copies changed (:meth:`~cupy_magic.backend.Backend.watch`, ``changed``) and commits those as if
 the source had shown it. A read-only input (``x.flags.writeable`` false) the cell changed is
-refused, as NumPy refuses the write (on the CPU fallback the copy is read-only too, so the
-write itself raises NumPy's error at its line).
+refused, as NumPy refuses the write, where its copy cannot be read-only (CuPy's); on the CPU
+fallback the copy is read-only too, so the write itself raises NumPy's error at its line, and
+a cell that makes it writeable first (``x.flags.writeable = True``) may write it, as NumPy
+lets it.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ class InputWatch:
 
     def __init__(self, inputs: dict[str, np.ndarray], stored: set[str], moved: dict[str, Any],
                  sources: dict[str, np.ndarray], be: Backend) -> None:
-        # the names the source does not show changing, and the read-only ones (refused if
-        # changed even through their own name)
+        # the names the source does not show changing, and the read-only ones whose copies
+        # cannot be read-only (a GPU's): refused if changed, even through their own name
         self.inputs = inputs
+        self.unguarded = {n for n in moved if n in inputs and not _writeable(inputs[n])
+                          and not hasattr(moved[n].flags, "writeable")}
         self.names = [n for n in moved if n in inputs
-                      and (n not in stored or not _writeable(inputs[n]))]
+                      and (n not in stored or n in self.unguarded)]
         self.be = be
         self.token = be.watch([(moved[n], sources[n]) for n in self.names]) \
             if self.names else None
@@ -48,12 +52,12 @@ class InputWatch:
             return set()
         changed = {n for n, c in zip(self.names, self.be.changed(self.token), strict=True) if c}
         for name in sorted(changed):
-            if not _writeable(self.inputs[name]):
+            if name in self.unguarded:
                 raise CellError(
                     f"the cell changed {name!r}, which is read-only ({name}.flags.writeable is "
                     "False), where NumPy raises 'ValueError: assignment destination is "
-                    f"read-only'; make it writeable ({name}.flags.writeable = True) or change "
-                    f"a copy ({name} = {name}.copy())")
+                    f"read-only'; make it writeable in a plain cell first ({name}.flags."
+                    f"writeable = True), or change a copy ({name} = {name}.copy())")
         return changed
 
     def refuse_unseen(self, run: str) -> None:

@@ -17,10 +17,10 @@ import sys
 import time
 import tokenize
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import is_
-from types import CodeType, FunctionType, ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,6 @@ from ..units import dtype_name, format_bytes, short_repr
 from .batching import BatchOptions
 from .compiled import Transform, compile_cell
 from .errors import CellError
-from .helpers import bind, helpers_of
 from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
@@ -100,9 +99,6 @@ class CellPlan:
     graph_refusal
         In a batched run on a GPU, why its batches may not be replayed as CUDA graphs
         (:func:`~.graphscan.refusal`): ``""`` nothing refuses, ``None`` not checked.
-    helpers
-        The functions of earlier plain cells the cell calls by name, run over its namespace
-        (:mod:`~.helpers`).
     escapes
         Whether the cell may keep the array module or its own namespace as a value in a
         container (:func:`~.names.module_escapes`, ``globals()``): the commit then walks them.
@@ -121,7 +117,6 @@ class CellPlan:
     over_rows: frozenset[str] = frozenset()
     row_free: frozenset[str] = frozenset()
     graph_refusal: str | None = None
-    helpers: dict[str, FunctionType] = field(default_factory=dict)
     escapes: bool = False
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
@@ -135,7 +130,6 @@ class CellPlan:
         ``show``: what goes to the hook for each such value (``--to-host``: the host array).
         """
         __tracebackhide__ = True
-        bind(namespace, self.helpers)
         with as_main(namespace, user, self.stored):  # pickle finds what the cell defines
             if self.last is None:
                 exec(self.code, namespace)
@@ -262,8 +256,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         overrides["cp"] = module
     inputs: dict[str, np.ndarray] = {}
     generator = getattr(getattr(be.xp, "random", None), "Generator", None)
-    helpers, reads, writes = helpers_of(compiled.code, namespace)
-    for name in sorted((names.loaded | names.mutated | reads) - names.written_first):
+    for name in sorted((names.loaded | names.mutated) - names.written_first):
         value = namespace.get(name)
         if (isinstance(value, np.ndarray) and name not in numpy_names
                 and not be.is_device_array(value)):
@@ -271,9 +264,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
-    return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated | writes,
+    return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
-                    next(reversed(namespace.keys()), ""), helpers=helpers,
+                    next(reversed(namespace.keys()), ""),
                     escapes="globals" in names.loaded or module_escapes(
                         source, frozenset({*numpy_names, *_MODULE_NAMES})))
 

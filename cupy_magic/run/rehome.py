@@ -17,7 +17,6 @@ from typing import Any
 
 from ..compat.proxy import ArrayModule
 from ..compat.scope import host_value
-from .helpers import user_function
 
 __all__ = ["Rehomer", "cell_codes", "makes_functions"]
 
@@ -130,8 +129,7 @@ class Rehomer:
                                    and _MARK in value.__dict__):
             return host_value(value)  # the array module in the cell: NumPy's after it
         if kind is types.FunctionType:
-            user = user_function(value)  # a copy of the user's function made for the cell
-            return user if user is not value else self._function(value)
+            return self._function(value)
         if isinstance(value, type):
             return self._class(value)
         if kind in _FRAMED:

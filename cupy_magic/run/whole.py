@@ -16,7 +16,6 @@ import numpy as np
 from ..backend import Backend
 from .commit import ShownOnHost, commit, leave_copy
 from .errors import CellError, fail
-from .helpers import bind
 from .inputwrites import InputWatch
 from .mainmod import as_main
 from .plan import CellPlan, check_budget, has_rows, move_inputs
@@ -145,7 +144,6 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     try:
         moved, _ = move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
-        bind(scratch, plan.helpers)
         # pickle finds what the cell defines, as in the run; what it prints is held
         with as_main(scratch, namespace), _held_output() as held:
             exec(plan.code, scratch)

@@ -12,7 +12,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from cupy_magic import backend
-from cupy_magic.backend.writes import fingerprint_reference, same_bytes
+from cupy_magic.backend.writes import fingerprint_reference, host_checksum
 from cupy_magic.run.errors import CellError
 
 HELPER = "def center(a):\n    a -= a.mean()\n"
@@ -102,27 +102,39 @@ def test_a_read_only_input_is_refused_as_numpy_refuses_the_write(ip, cell, numpy
         assert str(info.value) == (
             "the cell changed 'x', which is read-only (x.flags.writeable is False), where "
             "NumPy raises 'ValueError: assignment destination is read-only'; make it "
-            "writeable (x.flags.writeable = True) or change a copy (x = x.copy())")
+            "writeable in a plain cell first (x.flags.writeable = True), or change a copy "
+            "(x = x.copy())")
     else:  # the CPU fallback's copy is read-only too: NumPy's own error, at the line
         assert numpy_says in str(info.value)
     assert ip.user_ns["x"] is x and list(x) == list(np.arange(6.0))
     assert "y" not in ip.user_ns
 
 
-def test_same_bytes_tells_apart_what_equality_does_not() -> None:
-    a = np.array([0.0, np.nan, 1.5])
-    assert same_bytes(a, a.copy())  # NaN is the same NaN
+def test_a_change_to_the_users_array_through_a_container_is_not_undone(ip):
+    """The cell reaches the user's own ``x`` through ``d`` (not a copy: only arrays the cell
+    names are copied) and changes it; its copy of ``x`` is unchanged, so ``x`` stays the
+    user's array, changed (before the copies were checksummed, comparing the copy with the
+    user's array took this for a change of the copy and wrote the stale copy back)."""
+    x = np.zeros(3)
+    ip.user_ns.update(x=x, d={"a": x})
+    ip.run_cell_magic("gpu", "--quiet", "d['a'][0] = 5\ns = x.sum()")
+    assert ip.user_ns["x"] is x and x.tolist() == [5.0, 0.0, 0.0]
+    assert ip.user_ns["d"]["a"] is x
+
+
+def test_the_host_checksum_sees_bytes_order_and_layout() -> None:
+    a = np.array([0.0, np.nan, 1.5, 2.0])
+    assert host_checksum(a) == host_checksum(a.copy())
     b = a.copy()
-    b[0] = -0.0
-    assert not same_bytes(a, b)  # though -0.0 == 0.0
-    c = (np.arange(24.0) + 1j).reshape(4, 6)[:, ::2]  # complex128, strided
-    d = c.copy()
-    assert same_bytes(c, d)
-    d[3, 2] += 1j
-    assert not same_bytes(c, d)
-    assert not same_bytes(np.zeros(3), np.zeros(3, np.float32))
-    assert same_bytes(np.zeros((0, 4)), np.zeros((0, 4)))
-    assert same_bytes(np.float64(2.0).reshape(()), np.array(2.0))
+    b[0] = -0.0  # == 0.0, other bytes
+    assert host_checksum(b) != host_checksum(a)
+    assert host_checksum(a[::-1].copy()) != host_checksum(a)
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    g = f.copy(order="F")
+    g[2, 3] += 1
+    assert host_checksum(f) != host_checksum(g)
+    assert host_checksum(np.arange(12.0).reshape(3, 4)[:, ::2]) == \
+        host_checksum(np.arange(12.0).reshape(3, 4)[:, ::2].copy())
 
 
 def test_the_fingerprint_sees_each_word_its_place_and_the_last_bytes() -> None:
@@ -203,3 +215,14 @@ def test_a_batched_read_only_input_raises_numpy_s_error_or_is_refused(ip):
     assert ("output array is read-only" in str(info.value) if not backend.current().is_gpu
             else "which is read-only (x.flags.writeable is False)" in str(info.value))
     assert ip.user_ns["x"] is x and "y" not in ip.user_ns
+
+
+def test_a_read_only_input_the_cell_makes_writeable_may_be_written_as_in_numpy(ip):
+    x = np.arange(4.0)
+    x.flags.writeable = False
+    ip.user_ns["x"] = x
+    if backend.current().is_gpu:
+        pytest.skip("CuPy arrays have no writeable flag to set (AttributeError, as CuPy)")
+    ip.run_cell_magic("gpu", "--quiet", "x.flags.writeable = True\nx[0] = 9")
+    assert _host(ip.user_ns["x"]).tolist() == [9.0, 1.0, 2.0, 3.0]
+    assert list(x) == [0.0, 1.0, 2.0, 3.0]
