@@ -23,6 +23,7 @@ from .. import backend as _backend
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
+from ..run.aliases import MODULE_NAMES, only_read
 from ..run.errors import fail
 from ..run.inputwrites import InputWatch
 from ..run.plan import register_source
@@ -247,7 +248,8 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             sources = {n: a if be.is_device_array(a) else np.asarray(a)  # (or a device slot's)
                        for n, a in {**shared, **batched}.items()}
             watch = InputWatch(sources, set(spec.stored), {n: work[n] for n in sources},
-                               sources, be)
+                               sources, be, only_read(spec.source, frozenset(sources), frozenset(
+                                   {*spec.numpy_names, *MODULE_NAMES})))
             code = compile(spec.source, spec.filename, "exec", spec.flags, dont_inherit=True)
             if recorder is not None:
                 with recorder:

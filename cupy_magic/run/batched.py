@@ -142,7 +142,7 @@ class BatchRun(BatchJoin):
                    for n, arr in self.inputs.items()}
         sources.update(self.shared_sources)
         return InputWatch(self.plan.inputs, self.plan.stored,
-                          {n: work[n] for n in sources}, sources, self.be)
+                          {n: work[n] for n in sources}, sources, self.be, self.plan.only_read)
 
     # --- the whole run ------------------------------------------------------------------
     def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:

@@ -34,13 +34,14 @@ class InputWatch:
     to the cell's end."""
 
     def __init__(self, inputs: dict[str, np.ndarray], stored: set[str], moved: dict[str, Any],
-                 sources: dict[str, np.ndarray], be: Backend) -> None:
+                 sources: dict[str, np.ndarray], be: Backend,
+                 only_read: frozenset[str] = frozenset()) -> None:
         # the names the source does not show changing, and the read-only ones whose copies
         # cannot be read-only (a GPU's): refused if changed, even through their own name
         self.inputs = inputs
         self.unguarded = {n for n in moved if n in inputs and not _writeable(inputs[n])
                           and not hasattr(moved[n].flags, "writeable")}
-        self.names = [n for n in moved if n in inputs
+        self.names = [n for n in moved if n in inputs and n not in only_read
                       and (n not in stored or n in self.unguarded)]
         self.be = be
         self.token = be.watch([(moved[n], sources[n]) for n in self.names]) \

@@ -33,6 +33,7 @@ from ..compat.scope import cell_builtins
 from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
 from ..units import dtype_name, format_bytes, short_repr
+from .aliases import MODULE_NAMES, only_read
 from .batching import BatchOptions
 from .compiled import Transform, compile_cell
 from .errors import CellError
@@ -102,6 +103,9 @@ class CellPlan:
     escapes
         Whether the cell may keep the array module or its own namespace as a value in a
         container (:func:`~.names.module_escapes`, ``globals()``): the commit then walks them.
+    only_read
+        The inputs the cell's source can only read (:func:`~.aliases.only_read`): their copies
+        need no watch for changes through other names.
     """
 
     code: CodeType
@@ -118,6 +122,7 @@ class CellPlan:
     row_free: frozenset[str] = frozenset()
     graph_refusal: str | None = None
     escapes: bool = False
+    only_read: frozenset[str] = frozenset()
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
@@ -183,7 +188,6 @@ def _outputs_kept(namespace: dict[str, Any], user: dict[str, Any] | None,
 
 
 _UNDERSCORES = ("_", "__", "___")
-_MODULE_NAMES = ("np", "numpy", "cp", "cupy")  # what the cell may import the module as
 
 
 def cast_target(arr: np.ndarray, dtype: str | None) -> np.dtype:
@@ -264,11 +268,12 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
+    modules = frozenset({*numpy_names, *MODULE_NAMES})
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
                     next(reversed(namespace.keys()), ""),
-                    escapes="globals" in names.loaded or module_escapes(
-                        source, frozenset({*numpy_names, *_MODULE_NAMES})))
+                    escapes="globals" in names.loaded or module_escapes(source, modules),
+                    only_read=only_read(source, frozenset(inputs), modules))
 
 
 @functools.lru_cache(maxsize=256)

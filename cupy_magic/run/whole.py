@@ -55,7 +55,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             report.start_pool_bytes = mem.start_bytes
             sources: dict[str, np.ndarray] = {}
             moved, report.inputs = move_inputs(plan, dtype, be, sources)
-            watch = InputWatch(plan.inputs, plan.stored, moved, sources, be)
+            watch = InputWatch(plan.inputs, plan.stored, moved, sources, be, plan.only_read)
             work = {**namespace, **plan.overrides, **moved}
             del moved, sources
             shown = ShownOnHost(to_host, plan.stored, work, be) \

@@ -1,0 +1,124 @@
+"""Which inputs a cell can only read: no other name, view or function ever holds them.
+
+:class:`~.inputwrites.InputWatch` checksums the device copy of every input the cell's source
+does not show changing, after the copy and after the cell: the copy can change through an
+alias, a view or a function the cell passes it to. Where the source shows none can exist,
+the checksums are skipped (on the CPU fallback each costs a pass over the input at about
+2 GB/s). An input is only read when every mention of it is consumed at once into a new value:
+an operand (``x * 2``, ``x > 0``, ``-x``), a method or attribute that makes a new value
+(``x.sum()``, ``x.shape``, ``x.astype(...)``), an argument of a NumPy ufunc or of a NumPy
+function that returns a new array (``np.sqrt(x)``, ``np.mean(x, axis=0)``) without ``out=``,
+of ``len``, ``print`` and the like; or a view of it (``x[0]``, ``x.T``, ``x.reshape(...)``)
+itself consumed so. Anything else (bound to a name, put in a container, passed to another
+function, iterated, mentioned inside a function or lambda of the cell) may alias it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+import numpy as np
+
+__all__ = ["MODULE_NAMES", "only_read"]
+
+# what a cell may name the array module, besides the names bound to NumPy before it
+MODULE_NAMES = ("np", "numpy", "cp", "cupy")
+
+# a NumPy array's methods and attributes that give a new value, never one over its memory
+_FRESH_ATTRS = frozenset({
+    "sum", "mean", "std", "var", "min", "max", "prod", "any", "all", "argmax", "argmin",
+    "cumsum", "cumprod", "round", "clip", "copy", "astype", "dot", "nonzero", "tolist", "item",
+    "tobytes", "trace", "ptp", "argsort", "searchsorted", "get", "shape", "dtype", "ndim",
+    "size", "nbytes", "itemsize", "strides",
+})
+# those that give a view of it (consumed at once, safe as the array itself)
+# (``conj`` of a real array is the array itself)
+_VIEW_ATTRS = frozenset({"T", "real", "imag", "conj", "conjugate", "reshape", "ravel", "view",
+                         "transpose", "swapaxes", "squeeze", "diagonal", "flatten"})
+# NumPy functions (besides every ufunc) that return a new array, never their argument
+_FRESH_FUNCS = frozenset({
+    "sum", "mean", "std", "var", "min", "max", "amin", "amax", "prod", "any", "all", "argmax",
+    "argmin", "cumsum", "cumprod", "dot", "vdot", "inner", "outer", "tensordot", "einsum",
+    "where", "clip", "round", "around", "concatenate", "stack", "vstack", "hstack",
+    "column_stack", "sort", "argsort", "unique", "median", "percentile", "quantile", "norm",
+    "copy", "array", "count_nonzero", "allclose", "isclose", "array_equal", "nansum",
+    "nanmean", "nanmax", "nanmin", "histogram", "diff", "cross", "trace", "average", "cov",
+    "corrcoef", "linspace", "searchsorted", "bincount", "cholesky", "inv", "solve", "det",
+    "eigh", "svd", "qr", "lstsq", "pinv", "fft", "ifft", "rfft", "irfft", "fft2", "ifft2",
+    "asnumpy",
+})
+_FRESH_BUILTINS = frozenset({"len", "print", "float", "int", "bool", "repr", "str",
+                             "isinstance", "type", "id", "abs", "format"})
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _module_call(func: ast.expr, modules: frozenset[str]) -> str | None:
+    """The last name of ``np.linalg.norm`` when ``func`` is such a chain on a module name."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name) and func.id in modules and parts:
+        return parts[0]
+    return None
+
+
+def _copies(call: ast.Call) -> bool:
+    """No ``out=``, and no ``copy=`` other than ``True`` (``x.astype(t, copy=False)`` may be
+    ``x`` itself)."""
+    return not any(k.arg == "out" or (k.arg == "copy" and not (
+        isinstance(k.value, ast.Constant) and k.value.value is True)) for k in call.keywords)
+
+
+def _fresh_call(call: ast.Call, modules: frozenset[str]) -> bool:
+    if not _copies(call):
+        return False
+    if isinstance(call.func, ast.Name):
+        return call.func.id in _FRESH_BUILTINS
+    name = _module_call(call.func, modules)
+    return name is not None and (name in _FRESH_FUNCS
+                                 or isinstance(getattr(np, name, None), np.ufunc))
+
+
+def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset[str]) -> bool:
+    """Whether the value of ``node`` (the array, or a view of it) is consumed at once."""
+    up = parent.get(node)
+    if isinstance(up, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+        return True
+    if isinstance(up, ast.Attribute) and up.value is node:
+        call = parent.get(up)
+        whole = call if isinstance(call, ast.Call) and call.func is up else up
+        if up.attr in _FRESH_ATTRS:
+            return whole is up or _copies(whole)
+        return up.attr in _VIEW_ATTRS and _consumed(whole, parent, modules)
+    if isinstance(up, ast.Subscript) and up.value is node and isinstance(up.ctx, ast.Load):
+        return _consumed(up, parent, modules)
+    if isinstance(up, ast.keyword):
+        up = parent.get(up)
+        return isinstance(up, ast.Call) and _fresh_call(up, modules)
+    if isinstance(up, ast.Call) and node in up.args:
+        return _fresh_call(up, modules)
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> frozenset[str]:
+    """Those of ``names`` (the cell's inputs) that the cell's source can only read (see the
+    module's docstring); ``modules``: the names that mean the array module in the cell."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    parent: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parent[child] = node
+    unsafe: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, _SCOPES):  # a function of the cell may keep or pass anything
+            unsafe.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        elif (isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load)
+              and not _consumed(node, parent, modules)):
+            unsafe.add(node.id)
+    return frozenset(names - unsafe)

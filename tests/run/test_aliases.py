@@ -1,0 +1,69 @@
+"""Which inputs a cell can only read (``run.aliases.only_read``): their copies need no watch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cupy_magic import backend
+from cupy_magic.run.aliases import MODULE_NAMES, only_read
+
+MODULES = frozenset(MODULE_NAMES)
+
+
+@pytest.mark.parametrize("source", [
+    "s = x.sum()",
+    "y = np.sqrt(x) * 2 + 1",
+    "y = x.T @ w",
+    "y = x[:, 0] * 2",
+    "z = (x - x.mean(axis=0)) / x.std(axis=0)",
+    "s = x.reshape(-1).sum()",
+    "n = len(x)\nprint(x)",
+    "y = np.linalg.norm(x, axis=1)",
+    "y = x.astype(np.float32)\ny += 1",  # a copy
+    "s = x.conj().sum()",
+    "m = np.maximum(x, 0) > 1",
+])
+def test_a_mention_consumed_at_once_only_reads(source):
+    assert only_read(source, frozenset({"x"}), MODULES) == {"x"}
+
+
+@pytest.mark.parametrize("source", [
+    "y = x\ny += 1",
+    "r = x[1:]\nr *= 10",
+    "center(x)",
+    "t = x.T\nt[0] = 1",
+    "np.add(x, 1, out=y)",
+    "for r in x:\n    r[:] = 0",
+    "ys = [x]",
+    "f = lambda: x",
+    "def g():\n    return x.sum()",
+    "y = np.asarray(x)",
+    "y = np.ravel(x)",
+    "y = x.astype(float, copy=False)\ny += 1",  # x itself where the dtype is float already
+    "y = x.conj()\ny[0] = 1",  # a real array's conj() is the array
+    "y = x if c else z",
+    "y = x.flat",
+])
+def test_a_mention_that_may_alias_is_watched(source):
+    assert only_read(source, frozenset({"x"}), MODULES) == frozenset()
+
+
+def test_a_cell_that_only_reads_its_inputs_takes_no_checksums(ip, monkeypatch):
+    be = backend.current()
+    watched: list[list[str]] = []
+    real = be.watch
+
+    def counting(copies):
+        watched.append([c.shape for c, _ in copies])
+        return real(copies)
+
+    monkeypatch.setattr(be, "watch", counting)
+    ip.user_ns.update(x=np.arange(6.0), w=np.ones(6))
+    ip.run_cell_magic("gpu", "--quiet", "s = (x * w).sum()\ny = np.sqrt(x)")
+    assert watched == []
+    ip.run_cell_magic("gpu", "--quiet", "v = x\nv += 1")
+    assert watched == [[(6,)]]
+    assert np.asarray(backend.current().to_host(ip.user_ns["x"])
+                      if be.is_device_array(ip.user_ns["x"]) else ip.user_ns["x"]).tolist() == \
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
