@@ -9,8 +9,10 @@ an operand (``x * 2``, ``x > 0``, ``-x``), a method or attribute that makes a ne
 (``x.sum()``, ``x.shape``, ``x.astype(...)``), an argument of a NumPy ufunc or of a NumPy
 function that returns a new array (``np.sqrt(x)``, ``np.mean(x, axis=0)``) without ``out=``,
 of ``len``, ``print`` and the like; or a view of it (``x[0]``, ``x.T``, ``x.reshape(...)``)
-itself consumed so. Anything else (bound to a name, put in a container, passed to another
-function, iterated, mentioned inside a function or lambda of the cell) may alias it.
+itself consumed so. A name a plain assignment binds to it or a view of it (``y = x``,
+``r = x[1:]``) counts as it: ``y = x`` then ``y = y * 2`` only reads ``x``, ``y += 1`` does
+not. Anything else (put in a container, passed to another function, iterated, mentioned
+inside a function or lambda of the cell) may alias it.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset
     up = parent.get(node)
     if isinstance(up, (ast.BinOp, ast.UnaryOp, ast.Compare)):
         return True
+    if isinstance(up, ast.AugAssign) and up.value is node:  # z += x reads x into z
+        return True
     if isinstance(up, ast.Attribute) and up.value is node:
         call = parent.get(up)
         whole = call if isinstance(call, ast.Call) and call.func is up else up
@@ -102,10 +106,58 @@ def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset
     return False
 
 
+def _viewed(expr: ast.expr) -> ast.Name | None:
+    """The name ``expr`` is, or is a view of (``x``, ``x[1:]``, ``x.T``, ``x.reshape(2, 3)``)."""
+    while True:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+                and expr.func.attr in _VIEW_ATTRS:
+            expr = expr.func.value
+        elif isinstance(expr, ast.Subscript) or (
+                isinstance(expr, ast.Attribute) and expr.attr in _VIEW_ATTRS):
+            expr = expr.value
+        else:
+            return expr if isinstance(expr, ast.Name) else None
+
+
+def _aliases(tree: ast.Module, names: frozenset[str]) -> tuple[dict[str, set[str]], set[int]]:
+    """For each name that may hold an input or a view of one through plain assignments
+    (``y = x``, ``r = x[1:]``, then ``z = y``), the inputs it may hold; and the ids of the
+    name nodes those assignments read (the binding itself is no use of the value)."""
+    binds = [(node.targets[0].id, _viewed(node.value)) for node in _module_level(tree)
+             if isinstance(node, ast.Assign) and len(node.targets) == 1
+             and isinstance(node.targets[0], ast.Name)]
+    holds: dict[str, set[str]] = {n: {n} for n in names}
+    passed: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for target, source in binds:
+            if source is not None and source.id in holds:
+                passed.add(id(source))
+                new = holds.setdefault(target, set())
+                if not holds[source.id] <= new:
+                    new |= holds[source.id]
+                    changed = True
+    return holds, passed
+
+
+def _module_level(tree: ast.Module) -> list[ast.AST]:
+    """The nodes of the cell outside its functions, lambdas and classes."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES))
+    return found
+
+
 @functools.lru_cache(maxsize=256)
 def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> frozenset[str]:
     """Those of ``names`` (the cell's inputs) that the cell's source can only read (see the
-    module's docstring); ``modules``: the names that mean the array module in the cell."""
+    module's docstring); ``modules``: the names that mean the array module in the cell. A
+    name a plain assignment binds to an input or a view of one (``y = x``) counts as the
+    input: ``y = x`` then ``y = y * 2`` only reads ``x``; ``y += 1`` does not."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -114,11 +166,17 @@ def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> fr
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             parent[child] = node
+    holds, passed = _aliases(tree, names)
     unsafe: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, _SCOPES):  # a function of the cell may keep or pass anything
-            unsafe.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
-        elif (isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load)
-              and not _consumed(node, parent, modules)):
-            unsafe.add(node.id)
+            for name in ast.walk(node):
+                if isinstance(name, ast.Name) and name.id in holds:
+                    unsafe |= holds[name.id]
+        elif isinstance(node, ast.Name) and node.id in holds and (
+                (isinstance(node.ctx, ast.Load) and id(node) not in passed
+                and not _consumed(node, parent, modules))
+                or (isinstance(up := parent.get(node), ast.AugAssign)
+                and up.target is node)):  # y += 1 writes y in place
+            unsafe |= holds[node.id]
     return frozenset(names - unsafe)

@@ -23,6 +23,9 @@ MODULES = frozenset(MODULE_NAMES)
     "y = x.astype(np.float32)\ny += 1",  # a copy
     "s = x.conj().sum()",
     "m = np.maximum(x, 0) > 1",
+    "y = x\nfor _ in range(3):\n    y = y * 0.999 + 0.001",  # y is x, then new arrays
+    "r = x[1:]\ns = r.sum()",
+    "z = w.copy()\nz += x",  # x only read into z
 ])
 def test_a_mention_consumed_at_once_only_reads(source):
     assert only_read(source, frozenset({"x"}), MODULES) == {"x"}
@@ -44,6 +47,12 @@ def test_a_mention_consumed_at_once_only_reads(source):
     "y = x.conj()\ny[0] = 1",  # a real array's conj() is the array
     "y = x if c else z",
     "y = x.flat",
+    "y = x\ny += 1",
+    "y = x\nz = y\nz[0] = 1",
+    "y = x.T\nt = y.T\nt[0] = 1",
+    "y = x\nys = [y]",
+    "y = a = x\ny[0] = 1",
+    "(y := x)[0] = 1",
 ])
 def test_a_mention_that_may_alias_is_watched(source):
     assert only_read(source, frozenset({"x"}), MODULES) == frozenset()
