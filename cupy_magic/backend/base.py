@@ -152,10 +152,10 @@ class Backend:
     def keep_on_device(self, obj: object) -> None:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 
-    def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
-        """Note the contents of device copies, each with the host array :meth:`to_device`
-        made it from, so that :meth:`changed` can tell which the cell changed, whatever name
-        it wrote through (:mod:`cupy_magic.backend.writes`). Returns the token to give it."""
+    def watch(self, copies: list[Any]) -> Any:
+        """Note the contents of device copies (checksums), so that :meth:`changed` can tell
+        which the cell changed, whatever name it wrote through
+        (:mod:`cupy_magic.backend.writes`). Returns the token to give it."""
         raise NotImplementedError
 
     def changed(self, token: Any) -> list[bool]:

@@ -255,8 +255,8 @@ class CupyBackend(Backend):
         cp.cuda.get_current_stream().synchronize()
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
-    def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
-        return DeviceFingerprints(self.cp, [copy for copy, _ in copies])
+    def watch(self, copies: list[Any]) -> Any:
+        return DeviceFingerprints(self.cp, copies)
 
     def changed(self, token: Any) -> list[bool]:
         return token.changed()

@@ -24,7 +24,7 @@ from .base import (
     Transfer,
     _Measurement,
 )
-from .writes import host_checksum
+from .writes import host_changed, host_copy_of, host_mark
 
 
 def _host_ram_total() -> int:
@@ -124,19 +124,16 @@ class HostBackend(Backend):
 
     def to_device(self, array: np.ndarray) -> Transfer:
         t0 = time.perf_counter()
-        # A copy, like an upload: in-place changes in the cell must not reach the user's array.
-        out = np.array(array, copy=True, order="K")
-        if not array.flags.writeable:  # a write raises as on the user's array
-            out.flags.writeable = False
+        out = host_copy_of(array)  # like an upload: the cell's writes stay in the copy
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
-    def watch(self, copies: list[tuple[Any, np.ndarray]]) -> Any:
+    def watch(self, copies: list[Any]) -> Any:
         # each copy's checksums now, not the arrays they were made from (which the cell may
         # change through another reference)
-        return [(copy, host_checksum(np.asarray(copy))) for copy, _ in copies]
+        return [(copy, host_mark(np.asarray(copy))) for copy in copies]
 
     def changed(self, token: Any) -> list[bool]:
-        return [host_checksum(np.asarray(copy)) != sums for copy, sums in token]
+        return [host_changed(np.asarray(copy), mark) for copy, mark in token]
 
     def to_host(self, array: Any) -> np.ndarray:
         self._resident.pop(id(array), None)

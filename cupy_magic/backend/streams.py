@@ -21,6 +21,7 @@ from .base import Backend
 from .cupy import CupyBackend
 from .hostmem import D2H
 from .timeline import Timeline
+from .writes import host_copy_of
 
 __all__ = ["make_engine"]
 
@@ -66,11 +67,7 @@ class HostEngine(Timeline):
 
     def upload(self, slot: int, name: str, arr: np.ndarray, a: int, b: int,
                dtype: np.dtype) -> np.ndarray:
-        # A copy, like an upload: in-place changes in the cell must not reach the input.
-        out = np.array(arr[a:b], dtype=dtype, order="C", copy=True)
-        if not arr.flags.writeable:  # a write raises as on the user's array
-            out.flags.writeable = False
-        return out
+        return host_copy_of(arr, slice(a, b), dtype)
 
     def download(self, slot: int, name: str, value: Any, out: np.ndarray, a: int, b: int) -> None:
         np.copyto(out[a:b], np.asarray(value))

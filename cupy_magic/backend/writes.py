@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FINGERPRINT_KERNEL", "DeviceFingerprints", "fingerprint_reference",
-           "host_checksum"]
+           "host_changed", "host_checksum", "host_copy_of", "host_mark"]
 
 
 def host_checksum(arr: np.ndarray) -> tuple[int, int]:
@@ -34,6 +34,30 @@ def host_checksum(arr: np.ndarray) -> tuple[int, int]:
     data = arr if arr.flags.c_contiguous or arr.flags.f_contiguous else np.ascontiguousarray(arr)
     view = memoryview(data.reshape(-1, order="A").view(np.uint8)) if data.size else b""
     return zlib.crc32(view), zlib.adler32(view)
+
+
+def host_copy_of(arr: np.ndarray, rows: slice = slice(None), dtype: Any = None) -> np.ndarray:
+    """The CPU fallback's "upload" of ``arr[rows]`` (cast to ``dtype``): a copy, so that the
+    cell's in-place changes do not reach the user's array, read-only where ``arr`` is, so
+    that a write raises NumPy's error as on the user's array."""
+    out = np.array(arr[rows], dtype=dtype, order="K" if dtype is None else "C", copy=True)
+    out.flags.writeable = bool(arr.flags.writeable)
+    return out
+
+
+def host_mark(arr: np.ndarray) -> Any:
+    """What :func:`host_changed` compares ``arr`` with later: its checksums, or a copy where
+    its items are references (NumPy's ``StringDType``: no bytes to sum)."""
+    if arr.dtype.hasobject or arr.dtype.kind == "T":
+        return arr.copy()
+    return host_checksum(arr)
+
+
+def host_changed(arr: np.ndarray, mark: Any) -> bool:
+    """Whether ``arr`` differs from when :func:`host_mark` gave ``mark``."""
+    if isinstance(mark, np.ndarray):
+        return not np.array_equal(arr, mark)
+    return host_checksum(arr) != mark
 
 
 # The fingerprint of the bytes p[0 .. n): the sum, modulo 2**64, of mix(w_i ^ (i * GOLDEN))
@@ -84,7 +108,7 @@ def _mix(v: np.ndarray) -> np.ndarray:
 
 def fingerprint_reference(data: Any) -> int:
     """:data:`FINGERPRINT_KERNEL`'s sum over the bytes of ``data`` (a bytes-like object or a
-    contiguous array), in NumPy."""
+    C-contiguous array), in NumPy."""
     raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     words = len(raw) // 8
     with np.errstate(over="ignore"):
@@ -97,26 +121,26 @@ def fingerprint_reference(data: Any) -> int:
 
 
 _KERNEL: list[Any] = []  # the RawKernel, made once (CuPy compiles it per device, cached)
-_WORDS: dict[int, Any] = {}  # per device: the words the fingerprints go to, kept for reuse
+_SPARE: dict[int, list[Any]] = {}  # per device: word buffers no watch holds, for the next
+_SPARES_KEPT = 4
 
 
-def _words(cp: Any, device: int, n: int) -> Any:
-    """``n`` zeroed words of device memory from no pool (not the cell's: its pool figures
-    and budget do not see them), kept from cell to cell: a ``cudaMalloc`` and ``cudaFree``
-    per cell would cost more than the fingerprints."""
-    words = _WORDS.get(device)
-    if words is None or words.size < n:
-        with cp.cuda.using_allocator(None):
-            words = _WORDS[device] = cp.empty(max(n, 64), dtype=cp.uint64)
-    words = words[:n]
-    words.fill(0)
-    return words
+def _take_words(cp: Any, device: int, n: int) -> Any:
+    """A buffer of at least ``n`` words of device memory from no pool (not the cell's: its
+    pool figures and budget do not see them), a spare one if there is one: a ``cudaMalloc``
+    and ``cudaFree`` per cell would cost more than the fingerprints. Each watch alive has its
+    own (a cell that runs another through ``get_ipython().run_cell``, a worker's threads)."""
+    spares = _SPARE.setdefault(device, [])
+    for i, words in enumerate(spares):
+        if words.size >= n:
+            return spares.pop(i)
+    with cp.cuda.using_allocator(None):
+        return cp.empty(max(n, 64), dtype=cp.uint64)
 
 
 class DeviceFingerprints:
-    """The fingerprints of CuPy device copies on the current device: taken at once (queued
-    on the current stream) and again by :meth:`changed`. One cell's at a time (the words
-    are shared)."""
+    """The fingerprints of CuPy device copies on the current device: taken at once and
+    again by :meth:`changed`, into words of this watch's own."""
 
     def __init__(self, cp: Any, copies: list[Any]) -> None:
         self.cp = cp
@@ -124,16 +148,20 @@ class DeviceFingerprints:
         self.device = cp.cuda.Device().id
         if not _KERNEL:
             _KERNEL.append(cp.RawKernel(FINGERPRINT_KERNEL, "cupy_magic_fingerprint"))
-        self.prints = _words(cp, self.device, 2 * len(copies))
+        self._words = _take_words(cp, self.device, 2 * len(copies))
+        self.prints = self._words[:2 * len(copies)]
+        self.prints.fill(0)
         for k, copy in enumerate(copies):
             self._launch(copy, k)
+        # done before the cell runs: a stream the cell makes (non-blocking) is not ordered
+        # after this one, and a write on it must not come before the first fingerprint
+        cp.cuda.get_current_stream().synchronize()
 
     def _launch(self, copy: Any, k: int) -> None:
-        cp = self.cp
         if copy.size == 0:
             return
         if not (copy.flags.c_contiguous or copy.flags.f_contiguous) or copy.data.ptr % 8:
-            copy = cp.ascontiguousarray(copy)  # not a fresh copy: read as a packed one
+            copy = copy.copy()  # not a fresh copy: read as a new, packed and aligned one
         threads = 256
         blocks = max(1, min(4096, -(-(copy.nbytes // 8) // threads)))
         _KERNEL[0]((blocks,), (threads,), (copy, np.uint64(copy.nbytes), self.prints[k:]))
@@ -148,3 +176,9 @@ class DeviceFingerprints:
                 self._launch(copy, n + k)
             both = self.prints.get()
         return [bool(both[k] != both[n + k]) for k in range(n)]
+
+    def __del__(self) -> None:  # its words go back to the spares (no CUDA call here)
+        spares = _SPARE.get(getattr(self, "device", -1))
+        words = getattr(self, "_words", None)
+        if spares is not None and words is not None and len(spares) < _SPARES_KEPT:
+            spares.append(words)

@@ -24,7 +24,7 @@ from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
 from ..run.aliases import MODULE_NAMES, only_read
-from ..run.errors import fail
+from ..run.errors import fail, unawaited_quiet
 from ..run.inputwrites import InputWatch
 from ..run.plan import register_source
 from ..syncs.record import SyncRecorder
@@ -245,11 +245,10 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             for name, arr in batched.items():  # a device slot's rows: a copy of the block's own
                 work[name] = arr.copy() if be.is_device_array(arr) \
                     else be.to_device(np.asarray(arr)).array
-            sources = {n: a if be.is_device_array(a) else np.asarray(a)  # (or a device slot's)
-                       for n, a in {**shared, **batched}.items()}
-            watch = InputWatch(sources, set(spec.stored), {n: work[n] for n in sources},
-                               sources, be, only_read(spec.source, frozenset(sources), frozenset(
-                                   {*spec.numpy_names, *MODULE_NAMES})))
+            given = {**shared, **batched}  # (the host's arrays, or a device slot's rows)
+            watch = InputWatch(given, set(spec.stored), {n: work[n] for n in given}, be,
+                               only_read(spec.source, frozenset(given),
+                                         frozenset({*spec.numpy_names, *MODULE_NAMES})))
             code = compile(spec.source, spec.filename, "exec", spec.flags, dont_inherit=True)
             if recorder is not None:
                 with recorder:
@@ -260,7 +259,9 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             watch.refuse_unseen("a run on a cluster")
         peak = mem.peak_bytes
     except BaseException as exc:
-        work.clear()
+        watch = None  # the copies it watched go with the block's names
+        with unawaited_quiet():
+            work.clear()
         new = fail(exc, be, peak, spec.filename)
         where = (f"block {index + 1} of {spec.nblocks} (rows {start:,}:{start + rows:,}) "
                  f"failed on worker {worker}")

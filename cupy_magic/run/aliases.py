@@ -22,6 +22,8 @@ import functools
 
 import numpy as np
 
+from .names import SCOPES, parents
+
 __all__ = ["MODULE_NAMES", "only_read"]
 
 # what a cell may name the array module, besides the names bound to NumPy before it
@@ -38,21 +40,27 @@ _FRESH_ATTRS = frozenset({
 # (``conj`` of a real array is the array itself)
 _VIEW_ATTRS = frozenset({"T", "real", "imag", "conj", "conjugate", "reshape", "ravel", "view",
                          "transpose", "swapaxes", "squeeze", "diagonal", "flatten"})
-# NumPy functions (besides every ufunc) that return a new array, never their argument
-_FRESH_FUNCS = frozenset({
-    "sum", "mean", "std", "var", "min", "max", "amin", "amax", "prod", "any", "all", "argmax",
-    "argmin", "cumsum", "cumprod", "dot", "vdot", "inner", "outer", "tensordot", "einsum",
-    "where", "clip", "round", "around", "concatenate", "stack", "vstack", "hstack",
-    "column_stack", "sort", "argsort", "unique", "median", "percentile", "quantile", "norm",
-    "copy", "array", "count_nonzero", "allclose", "isclose", "array_equal", "nansum",
-    "nanmean", "nanmax", "nanmin", "histogram", "diff", "cross", "trace", "average", "cov",
-    "corrcoef", "linspace", "searchsorted", "bincount", "cholesky", "inv", "solve", "det",
-    "eigh", "svd", "qr", "lstsq", "pinv", "fft", "ifft", "rfft", "irfft", "fft2", "ifft2",
-    "asnumpy",
-})
+# NumPy functions (besides the ufuncs) that return a new array, never an argument, by the
+# positional arguments they may be given before one that is ``out`` (``np.sum(a, axis,
+# dtype, out)``) or ``copy`` (``np.array(a, dtype, copy)``); ufuncs take ``nin``
+_FRESH_FUNCS = {
+    "sum": 3, "mean": 3, "std": 3, "var": 3, "prod": 3, "cumsum": 3, "cumprod": 3,
+    "nansum": 3, "nanmean": 3, "min": 2, "max": 2, "amin": 2, "amax": 2, "any": 2, "all": 2,
+    "argmax": 2, "argmin": 2, "nanmax": 2, "nanmin": 2, "round": 2, "around": 2, "clip": 3,
+    "dot": 2, "vdot": 2, "inner": 2, "outer": 2, "tensordot": 3, "where": 3,
+    "concatenate": 2, "stack": 2, "vstack": 1, "hstack": 1, "column_stack": 1, "sort": 4,
+    "argsort": 4, "unique": 1, "median": 2, "percentile": 3, "quantile": 3, "norm": 4,
+    "copy": 2, "array": 2, "count_nonzero": 2, "allclose": 5, "isclose": 5, "array_equal": 3,
+    "trace": 5, "average": 4, "searchsorted": 4, "bincount": 3, "cholesky": 1, "inv": 1,
+    "solve": 2, "det": 1, "asnumpy": 1,
+}
+# a method that may give the array itself past this many positional arguments (``copy``)
+_METHOD_ARGS = {"astype": 4}
 _FRESH_BUILTINS = frozenset({"len", "print", "float", "int", "bool", "repr", "str",
                              "isinstance", "type", "id", "abs", "format"})
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+# what reaches the cell's namespace other than by name: every input may then be changed
+_REACH_NAMESPACE = frozenset({"exec", "eval", "globals", "vars", "locals", "get_ipython",
+                              "__import__", "compile"})
 
 
 def _module_call(func: ast.expr, modules: frozenset[str]) -> str | None:
@@ -66,21 +74,28 @@ def _module_call(func: ast.expr, modules: frozenset[str]) -> str | None:
     return None
 
 
-def _copies(call: ast.Call) -> bool:
-    """No ``out=``, and no ``copy=`` other than ``True`` (``x.astype(t, copy=False)`` may be
-    ``x`` itself)."""
-    return not any(k.arg == "out" or (k.arg == "copy" and not (
-        isinstance(k.value, ast.Constant) and k.value.value is True)) for k in call.keywords)
+def _copies(call: ast.Call, positional: int | None = None) -> bool:
+    """No ``out=`` or ``overwrite_*=`` (``np.median(x, overwrite_input=True)`` sorts ``x``),
+    no ``copy=`` other than ``True`` (``x.astype(t, copy=False)`` may be ``x`` itself), no
+    starred arguments, and at most ``positional`` positional ones (past them: ``out``)."""
+    if positional is not None and len(call.args) > positional:
+        return False
+    return not any(isinstance(a, ast.Starred) for a in call.args) and not any(
+        k.arg is None or k.arg == "out" or k.arg.startswith("overwrite")
+        or (k.arg == "copy" and not (isinstance(k.value, ast.Constant)
+                                     and k.value.value is True)) for k in call.keywords)
 
 
 def _fresh_call(call: ast.Call, modules: frozenset[str]) -> bool:
-    if not _copies(call):
-        return False
     if isinstance(call.func, ast.Name):
-        return call.func.id in _FRESH_BUILTINS
+        return call.func.id in _FRESH_BUILTINS and _copies(call)
     name = _module_call(call.func, modules)
-    return name is not None and (name in _FRESH_FUNCS
-                                 or isinstance(getattr(np, name, None), np.ufunc))
+    if name is None:
+        return False
+    ufunc = getattr(np, name, None)
+    if isinstance(ufunc, np.ufunc):
+        return _copies(call, ufunc.nin)
+    return name in _FRESH_FUNCS and _copies(call, _FRESH_FUNCS[name])
 
 
 def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset[str]) -> bool:
@@ -94,7 +109,7 @@ def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset
         call = parent.get(up)
         whole = call if isinstance(call, ast.Call) and call.func is up else up
         if up.attr in _FRESH_ATTRS:
-            return whole is up or _copies(whole)
+            return whole is up or _copies(whole, _METHOD_ARGS.get(up.attr))
         return up.attr in _VIEW_ATTRS and _consumed(whole, parent, modules)
     if isinstance(up, ast.Subscript) and up.value is node and isinstance(up.ctx, ast.Load):
         return _consumed(up, parent, modules)
@@ -148,7 +163,7 @@ def _module_level(tree: ast.Module) -> list[ast.AST]:
     while todo:
         node = todo.pop()
         found.append(node)
-        todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES))
+        todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, SCOPES))
     return found
 
 
@@ -162,14 +177,13 @@ def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> fr
         tree = ast.parse(source)
     except SyntaxError:
         return frozenset()
-    parent: dict[ast.AST, ast.AST] = {}
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parent[child] = node
+    parent = parents(tree)
+    if any(isinstance(n, ast.Name) and n.id in _REACH_NAMESPACE for n in ast.walk(tree)):
+        return frozenset()  # exec('x[0] = 5'), globals()['x'], get_ipython().ex(...), %time
     holds, passed = _aliases(tree, names)
     unsafe: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, _SCOPES):  # a function of the cell may keep or pass anything
+        if isinstance(node, SCOPES):  # a function of the cell may keep or pass anything
             for name in ast.walk(node):
                 if isinstance(name, ast.Name) and name.id in holds:
                     unsafe |= holds[name.id]

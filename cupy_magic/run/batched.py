@@ -30,7 +30,7 @@ from .batching import (
 )
 from .batchjoin import BatchJoin
 from .commit import commit
-from .errors import CellError, fail, frames_freed
+from .errors import CellError, fail, frames_freed, unawaited_quiet
 from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
@@ -65,7 +65,6 @@ class BatchRun(BatchJoin):
         self.filename, self.dtype, self.total = filename, dtype, total
         self.inputs = {n: plan.inputs[n] for n in names}
         self.dtypes = {n: cast_target(a, dtype) for n, a in self.inputs.items()}
-        self.shared_sources: dict[str, np.ndarray] = {}  # the shared inputs' host arrays
         self.row_bytes = sum(_row_len(a) * self.dtypes[n].itemsize
                              for n, a in self.inputs.items())
         self.fixed = opts.fixed_rows(self.row_bytes)  # refused here if under one row
@@ -118,16 +117,19 @@ class BatchRun(BatchJoin):
             if i == 0:  # the first batch measures its upload apart from the rest (issue 20)
                 self.eng.record(slot)
                 self.eng.wait(slot)
-                watch = self.watch_first(work, a, b)
+            watch = self.watch_first(work) if i == 0 else None
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored):  # pickle finds its defs
                     exec(self.plan.code, work)
-                if i == 0:
+                if watch is not None:
                     watch.refuse_unseen("a batched run")
+                    watch = None
             except BaseException:  # the cell frame's globals: emptied, the arrays freed
+                watch = None  # (and the copies it watched)
                 if frames_freed():  # (unless %pdb on: its post-mortem reads them)
-                    work.clear()
+                    with unawaited_quiet():
+                        work.clear()
                 raise
             self.collect(i, a, b, slot, work)
         if i == 0:
@@ -135,14 +137,12 @@ class BatchRun(BatchJoin):
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
 
-    def watch_first(self, work: dict[str, Any], a: int, b: int) -> InputWatch:
+    def watch_first(self, work: dict[str, Any]) -> InputWatch:
         """Watch the first batch's rows of the batched inputs and the shared inputs' copies,
         which the source does not show changing (see :meth:`InputWatch.refuse_unseen`)."""
-        sources = {n: arr[a:b] if arr.dtype == self.dtypes[n] else arr[a:b].astype(self.dtypes[n])
-                   for n, arr in self.inputs.items()}
-        sources.update(self.shared_sources)
-        return InputWatch(self.plan.inputs, self.plan.stored,
-                          {n: work[n] for n in sources}, sources, self.be, self.plan.only_read)
+        names = [*self.inputs, *(n for n in self.plan.inputs if n not in self.inputs)]
+        return InputWatch(self.plan.inputs, self.plan.stored, {n: work[n] for n in names},
+                          self.be, self.plan.only_read)
 
     # --- the whole run ------------------------------------------------------------------
     def execute(self, report: RunReport, reason: str) -> tuple[dict[str, Any], BatchPlan]:
@@ -182,8 +182,7 @@ class BatchRun(BatchJoin):
     def upload_shared(self, report: RunReport) -> dict[str, np.ndarray]:
         """Upload the inputs every batch shares, once; finish page-locking the batched ones."""
         shared = {n: a for n, a in self.plan.inputs.items() if n not in self.inputs}
-        moved, report.inputs = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be,
-                                           self.shared_sources)
+        moved, report.inputs = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be)
         self.base = {**self.namespace, **self.plan.overrides, **moved}
         for arr in self.inputs.values():
             self.eng.finish_locking(arr)  # one a previous run started

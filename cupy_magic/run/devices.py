@@ -289,8 +289,7 @@ class DeviceRun(BatchRun):
         for device in self.devices:
             self.device = device  # an error while copying names this device
             with self.be.on_device(device):
-                moved, moves = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be,
-                                           self.shared_sources)
+                moved, moves = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be)
                 moved.update({n: self.be.move_to(v, device) for n, v in device_arrays.items()})
             self.bases[device] = {**self.namespace, **self.plan.overrides, **moved}
             for m in moves:

@@ -30,8 +30,20 @@ from ..source import line_code
 from ..syncs.record import HostSyncError
 from ..units import format_bytes
 
-__all__ = ["FREED", "CellError", "at_cell_line", "cell_line", "cell_traceback", "explain_oom",
-           "fail", "frames_freed", "free_frames", "freeing_later", "keeping_frames"]
+__all__ = [
+    "FREED",
+    "CellError",
+    "at_cell_line",
+    "cell_line",
+    "cell_traceback",
+    "explain_oom",
+    "fail",
+    "frames_freed",
+    "free_frames",
+    "freeing_later",
+    "keeping_frames",
+    "unawaited_quiet",
+]
 
 # The attribute fail() sets on the error of a cell whose frames it cleared: a debugger that
 # opens on it finds no values, and says why (magics.postmortem)
@@ -92,7 +104,7 @@ def _frames_of(exc: BaseException) -> list[FrameType]:
 
 
 @contextlib.contextmanager
-def _unawaited_quiet() -> Iterator[None]:
+def unawaited_quiet() -> Iterator[None]:
     """No "coroutine ... was never awaited" warning while a failed cell's names and frames
     go: a plain cell's traceback keeps them until the next error, and the warning would name
     this file."""
@@ -115,8 +127,8 @@ def free_frames(frames: Iterable[FrameType]) -> None:
     """Clear failed cells' ``frames``, so that the device arrays their locals hold go back
     to the pool; and the dict of their locals that reading ``f_locals`` (IPython's traceback
     does) left behind, which ``frame.clear()`` keeps (Python 3.11); without the warnings of
-    coroutines never awaited (:func:`_unawaited_quiet`)."""
-    with _unawaited_quiet():
+    coroutines never awaited (:func:`unawaited_quiet`)."""
+    with unawaited_quiet():
         for frame in frames:
             with contextlib.suppress(RuntimeError):  # one still executing keeps its locals
                 frame.clear()
@@ -335,7 +347,7 @@ def fail(exc: BaseException, be: Backend, peak: int, filename: str,
     freed = frames_freed()
     if freed:
         if work is not None:
-            with _unawaited_quiet():
+            with unawaited_quiet():
                 work.clear()
         later = _LATER.get()
         if later is None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from ..backend import Backend
 from .errors import CellError
 
@@ -33,9 +31,8 @@ class InputWatch:
     """The device copies of a cell's inputs that may change unseen, watched from their upload
     to the cell's end."""
 
-    def __init__(self, inputs: dict[str, np.ndarray], stored: set[str], moved: dict[str, Any],
-                 sources: dict[str, np.ndarray], be: Backend,
-                 only_read: frozenset[str] = frozenset()) -> None:
+    def __init__(self, inputs: dict[str, Any], stored: set[str], moved: dict[str, Any],
+                 be: Backend, only_read: frozenset[str] = frozenset()) -> None:
         # the names the source does not show changing, and the read-only ones whose copies
         # cannot be read-only (a GPU's): refused if changed, even through their own name
         self.inputs = inputs
@@ -44,8 +41,7 @@ class InputWatch:
         self.names = [n for n in moved if n in inputs and n not in only_read
                       and (n not in stored or n in self.unguarded)]
         self.be = be
-        self.token = be.watch([(moved[n], sources[n]) for n in self.names]) \
-            if self.names else None
+        self.token = be.watch([moved[n] for n in self.names]) if self.names else None
 
     def changed(self) -> set[str]:
         """The watched inputs whose copies the cell changed; a read-only one raises."""

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from ..syncs.values import imported
 
-__all__ = ["CellNames", "analyse"]
+__all__ = ["SCOPES", "CellNames", "analyse", "cell_names", "module_escapes", "parents"]
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)  # a scope of its own
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 # Methods and functions that change their array argument in place (NumPy and CuPy alike).
 _MUTATING_METHODS = {"sort", "fill", "put", "partition", "itemset", "resize", "setfield"}
@@ -181,7 +181,7 @@ def _walk_module_scope(node: ast.AST):
     """Walk a node without entering function, class, lambda or comprehension scopes."""
     yield node
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, (*_SCOPES, ast.comprehension)):
+        if isinstance(child, (*SCOPES, ast.comprehension)):
             continue
         yield from _walk_module_scope(child)
 
@@ -242,6 +242,11 @@ def _nested_global_reads(tree: ast.Module) -> set[str]:
 
 
 
+def parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    """Each node of ``tree`` but the root, to the node it is in."""
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
 @functools.lru_cache(maxsize=256)
 def module_escapes(source: str, modules: frozenset[str]) -> bool:
     """Whether the cell may keep the array module, or one of its functions or types, as a
@@ -253,10 +258,7 @@ def module_escapes(source: str, modules: frozenset[str]) -> bool:
         tree = ast.parse(source)
     except SyntaxError:
         return False
-    parent: dict[ast.AST, ast.AST] = {}
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parent[child] = node
+    parent = parents(tree)
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Name) and node.id in modules
                 and isinstance(node.ctx, ast.Load)):

@@ -296,11 +296,9 @@ def register_source(source: str, filename: str) -> None:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
-def move_inputs(plan: CellPlan, dtype: str | None, be: Backend,
-                sources: dict[str, np.ndarray] | None = None
-                ) -> tuple[dict[str, Any], list[InputMove]]:
-    """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows.
-    ``sources``, if given, gets the host array each copy was made from (the cast one)."""
+def move_inputs(plan: CellPlan, dtype: str | None,
+                be: Backend) -> tuple[dict[str, Any], list[InputMove]]:
+    """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
     moved: dict[str, Any] = {}
     moves: list[InputMove] = []
     for name, arr in plan.inputs.items():
@@ -309,12 +307,11 @@ def move_inputs(plan: CellPlan, dtype: str | None, be: Backend,
         if target != arr.dtype:
             t0 = time.perf_counter()
             host = arr.astype(target)
+            host.flags.writeable = arr.flags.writeable  # read-only stays read-only
             cast_from, saved = dtype_name(arr.dtype), arr.nbytes - host.nbytes
             cast_s = time.perf_counter() - t0
         t = be.to_device(host)
         moved[name] = t.array
-        if sources is not None:
-            sources[name] = host
         moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, dtype_name(host.dtype),
                                cast_from, saved))
     return moved, moves

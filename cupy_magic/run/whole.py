@@ -46,27 +46,27 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     __tracebackhide__ = True
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
-    mem = None
+    mem = watch = None
     try:
         check_budget(plan, dtype, be)
         if warm:
             report.warmup_seconds, report.warmup_rows = warmup(plan, dtype, be, namespace)
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
-            sources: dict[str, np.ndarray] = {}
-            moved, report.inputs = move_inputs(plan, dtype, be, sources)
-            watch = InputWatch(plan.inputs, plan.stored, moved, sources, be, plan.only_read)
+            moved, report.inputs = move_inputs(plan, dtype, be)
+            watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read)
             work = {**namespace, **plan.overrides, **moved}
-            del moved, sources
+            del moved
             shown = ShownOnHost(to_host, plan.stored, work, be) \
                 if plan.displays and to_host is not False else None
             with be.time_device() as timing, recorder:
                 value = plan.run(work, namespace, shown)
             plan = watch.commit_plan(plan)  # inputs changed through other names too
-            del watch
+            watch = None
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
+        watch = None  # its copies go now: this frame outlives a failed cell
         new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
                    work=work)

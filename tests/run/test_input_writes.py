@@ -226,3 +226,49 @@ def test_a_read_only_input_the_cell_makes_writeable_may_be_written_as_in_numpy(i
     ip.run_cell_magic("gpu", "--quiet", "x.flags.writeable = True\nx[0] = 9")
     assert _host(ip.user_ns["x"]).tolist() == [9.0, 1.0, 2.0, 3.0]
     assert list(x) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_an_input_of_strings_is_watched_by_a_copy(ip):
+    if backend.current().is_gpu:
+        pytest.skip("CuPy holds no strings: such an input is refused before the run")
+    x = np.array(["a", "bb", "ccc"], dtype=np.dtypes.StringDType())
+    ip.user_ns["x"] = x
+    ip.run_cell_magic("gpu", "--quiet", "t = [x]")  # checksums cannot read references
+    assert ip.user_ns["x"] is x
+    ip.run_cell_magic("gpu", "--quiet", "y = x\ny[0] = 'z'")
+    assert list(ip.user_ns["x"]) == ["z", "bb", "ccc"] and list(x) == ["a", "bb", "ccc"]
+
+
+def test_a_read_only_input_cast_by_dtype_stays_read_only(ip):
+    x = np.arange(4.0)
+    x.flags.writeable = False
+    ip.user_ns["x"] = x
+    with pytest.raises((ValueError, UsageError), match="read-only"):
+        ip.run_cell_magic("gpu", "--quiet --dtype float32", "y = x\ny += 1")
+    assert ip.user_ns["x"] is x and "y" not in ip.user_ns
+
+
+def test_a_failing_cell_lets_its_copies_go(ip):
+    import gc
+
+    ip.user_ns["x"] = np.arange(6.0)
+    seen: list = []
+    ip.user_ns["seen"] = seen
+    with pytest.raises(ZeroDivisionError):
+        ip.run_cell_magic("gpu", "--quiet", "t = [x]\nseen.append(__import__('weakref').ref(x))"
+                                            "\n1 / 0")
+    ip.events.trigger("post_execute")  # the shell shows the traceback, then frees the frames
+    gc.collect()
+    assert seen and seen[0]() is None  # the watch no longer holds the copy
+
+
+def test_a_batched_failing_cell_gives_no_unawaited_coroutine_warning(ip):
+    import warnings
+
+    ip.user_ns["x"] = np.arange(16.0).reshape(8, 2)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ZeroDivisionError):
+            ip.run_cell_magic("gpu", "--quiet --batch-rows 2",
+                              "async def co():\n    return 1\nc = co()\ny = x * 2\n1 / 0")
+    assert [str(w.message) for w in seen if "never awaited" in str(w.message)] == []
