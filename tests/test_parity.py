@@ -429,3 +429,24 @@ def test_a_star_import_of_numpy_binds_what_the_cell_uses_as_in_a_plain_cell(ip, 
         seen.append((ip.user_ns["y"].tolist(), ip.user_ns["z"], float(ip.user_ns["s"]),
                      ip.user_ns["sqrt"] is np.sqrt))
     assert seen[1] == seen[0] == ([0.0, 1.0, 2.0 ** 0.5, 3.0 ** 0.5], np.pi, 3.0, True)
+
+
+@pytest.mark.parametrize("body", [
+    "d = {}\nd['missing']",
+    "def f(a):\n    return a.sum(axis=5)\nf(x)",
+    "raise ExceptionGroup('several', [ValueError('one'), KeyError('two')])",
+    "try:\n    raise ExceptionGroup('g', [ValueError('one')])\nexcept* ValueError:\n"
+    "    raise KeyError('handled')",
+])
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --batch --batch-rows 2"])
+def test_a_traceback_goes_from_the_magics_call_to_the_cells_frame(ip, capsys, body, line):
+    """Below the line that called the magic, the traceback is the cell's own, as a plain
+    cell's: no frame of cupy_magic, none counted as hidden; also for an exception group,
+    which IPython prints with Python's ``traceback`` module (it shows every frame)."""
+    ip.user_ns["x"] = np.arange(4.0)
+    capsys.readouterr()
+    err = ip.run_cell(f"%%gpu {line}\ny = x + 1\n{body}", store_history=True).error_in_exec
+    shown = ANSI.sub("", "".join(capsys.readouterr()))
+    assert err is not None and "y" not in ip.user_ns
+    assert "cupy_magic" not in shown and "skipping hidden" not in shown, shown
+    assert body.splitlines()[-1].strip() in shown

@@ -95,9 +95,9 @@ ROWS = [
     Row("traceback_frames", "d = {}\nd['missing']", frames=True, marks=(pytest.mark.xfail(
         strict=True, reason=(
             "IPython shows a cell magic's own call above the cell's frames: the traceback "
-            "starts at the line `get_ipython().run_cell_magic('gpu', ...)` and "
-            "'[... skipping hidden 4 frame]'; the frames are prepended as the error leaves "
-            "the magic, and only IPython's showtraceback could drop them")),)),
+            "starts at the line `get_ipython().run_cell_magic('gpu', ...)`; that frame is "
+            "prepended as the error leaves the magic, and only IPython's showtraceback could "
+            "drop it (the magic's own frames between are dropped)")),)),
     Row("key_error", "d['missing']", setup="d = {}"),
     Row("traceback_arguments", "(lambda a: a.sum(axis=5))(x)"),
     Row("exception_note", "try:\n    raise ValueError('bad')\nexcept ValueError as e:\n"

@@ -28,7 +28,7 @@ from ..run.errors import CellError
 from .arguments import cell_usage, parse_argstring, ran_in, syntax_message
 from .cellshell import magics_see_the_cell, shown
 from .gpuoptions import gpu_options
-from .postmortem import freed_once_shown, kept_for_pdb
+from .postmortem import freed_once_shown, from_the_cell, kept_for_pdb
 from .values import device_number, estimate_words, interval, modes, on_off, panel_action
 
 __all__ = ["GpuMagics", "parse_argstring", "syntax_message"]
@@ -105,6 +105,9 @@ class GpuMagics(Magics):
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:
             raise UsageError(str(exc)) from None
+        except BaseException as exc:
+            from_the_cell(exc, filename)  # its traceback starts at the cell's frame
+            raise
         if not args.quiet:
             display(outcome.report)
         # Returned, IPython's displayhook shows it and sets Out and _ (not after a `;`).

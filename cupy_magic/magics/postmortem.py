@@ -1,4 +1,4 @@
-"""Post-mortem debugging of a failed ``%%gpu`` cell.
+"""Post-mortem debugging of a failed ``%%gpu`` cell, and its traceback.
 
 A failed cell frees its frames and its namespace copy, so that the device memory they hold
 goes back to the pool. Under ``%pdb on`` it keeps them, and IPython's debugger opens in the
@@ -7,6 +7,12 @@ whose traceback shows each frame's values. In a shell's cell the frames are free
 shell has shown the traceback, whose frames name their arguments (``in f(a)``) as a plain
 cell's do. ``%debug`` on a cell that freed them says so in one line, with the fix, before the
 debugger opens on the empty frames.
+
+A failed cell's traceback starts at the cell's own frame, below the line that called the
+magic, as a plain cell's starts at its own: without the frames of ``cupy_magic`` between
+them, which IPython would count as ``[... skipping hidden 4 frame]`` and which Python's own
+``traceback`` module, used by IPython for an exception group (``ExceptionGroup``,
+``except*``), would print in full.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
 from .. import lifecycle
 from ..run.errors import FREED, free_frames, freeing_later, keeping_frames
 
-__all__ = ["FREED_MESSAGE", "freed_once_shown", "kept_for_pdb", "watch_debugger"]
+__all__ = ["FREED_MESSAGE", "freed_once_shown", "from_the_cell", "kept_for_pdb",
+           "watch_debugger"]
+
 
 FREED_MESSAGE = ("%%gpu freed the failed cell's values (their memory goes back to the pool), "
                  "so the debugger shows none; run %pdb on, then the cell again, to debug it "
@@ -76,3 +85,27 @@ def watch_debugger(shell: Any) -> None:
             del shell.debugger
 
     lifecycle.on_unload(unwatch)
+
+
+def _hidden(tb: TracebackType) -> bool:
+    frame = tb.tb_frame
+    return bool(frame.f_locals.get("__tracebackhide__",
+                                   frame.f_globals.get("__tracebackhide__", False)))
+
+
+def from_the_cell(exc: BaseException, filename: str) -> BaseException:
+    """``exc``, given a traceback from the cell's (``filename``) first frame on, without the
+    hidden frames (``__tracebackhide__``) between it and the last; ``exc`` as it is where
+    the cell's code is not on its traceback (an error before the cell ran)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    if tb is None:
+        return exc
+    kept = tb
+    while kept.tb_next is not None:
+        if kept.tb_next.tb_next is not None and _hidden(kept.tb_next):  # the last one stays
+            kept.tb_next = kept.tb_next.tb_next
+        else:
+            kept = kept.tb_next
+    return exc.with_traceback(tb)

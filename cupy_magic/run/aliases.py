@@ -106,6 +106,8 @@ def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset
     if isinstance(up, ast.AugAssign) and up.value is node:  # z += x reads x into z
         return True
     if isinstance(up, ast.Attribute) and up.value is node:
+        if not isinstance(up.ctx, ast.Load):  # y.shape = (2, 3) reshapes the array itself
+            return False
         call = parent.get(up)
         whole = call if isinstance(call, ast.Call) and call.func is up else up
         if up.attr in _FRESH_ATTRS:

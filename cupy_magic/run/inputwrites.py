@@ -3,8 +3,9 @@
 The cell's source shows ``x[0] = 1`` as a change of ``x`` (``CellPlan.stored``), but not
 ``y = x; y += 1``, ``r = x[0]; r[:] = 0`` or ``center(x)`` with ``def center(a): a -= a.mean()``.
 A plain cell leaves ``x`` changed after all of them, so the run asks the backend which device
-copies changed (:meth:`~cupy_magic.backend.Backend.watch`, ``changed``) and commits those as if
-the source had shown it. A read-only input (``x.flags.writeable`` false) the cell changed is
+copies changed (:meth:`~cupy_magic.backend.Backend.watch`, ``changed``), or changed their shape,
+strides or dtype in place (``y = x; y.shape = (2, 3)``), and commits those as if the source
+had shown it. A read-only input (``x.flags.writeable`` false) the cell changed is
 refused, as NumPy refuses the write, where its copy cannot be read-only (CuPy's); on the CPU
 fallback the copy is read-only too, so the write itself raises NumPy's error at its line, and
 a cell that makes it writeable first (``x.flags.writeable = True``) may write it, as NumPy
@@ -27,6 +28,12 @@ def _writeable(arr: Any) -> bool:
     return bool(getattr(arr.flags, "writeable", True))
 
 
+def _layout(arr: Any) -> tuple[Any, ...]:
+    """What a change of ``arr``'s metadata alters (``y = x; y.shape = (2, 3)`` reshapes
+    ``x`` in a plain cell) and its bytes' fingerprint does not see."""
+    return arr.shape, arr.strides, arr.dtype
+
+
 class InputWatch:
     """The device copies of a cell's inputs that may change unseen, watched from their upload
     to the cell's end."""
@@ -41,13 +48,17 @@ class InputWatch:
         self.names = [n for n in moved if n in inputs and n not in only_read
                       and (n not in stored or n in self.unguarded)]
         self.be = be
-        self.token = be.watch([moved[n] for n in self.names]) if self.names else None
+        self.copies = [moved[n] for n in self.names]
+        self.layouts = [_layout(c) for c in self.copies]
+        self.token = be.watch(self.copies) if self.names else None
 
     def changed(self) -> set[str]:
         """The watched inputs whose copies the cell changed; a read-only one raises."""
         if self.token is None:
             return set()
-        changed = {n for n, c in zip(self.names, self.be.changed(self.token), strict=True) if c}
+        changed = {n for n, c, copy, was in zip(self.names, self.be.changed(self.token),
+                                                self.copies, self.layouts, strict=True)
+                   if c or _layout(copy) != was}
         for name in sorted(changed):
             if name in self.unguarded:
                 raise CellError(

@@ -53,6 +53,9 @@ def test_a_mention_consumed_at_once_only_reads(source):
     "y = x\nys = [y]",
     "y = a = x\ny[0] = 1",
     "(y := x)[0] = 1",
+    "y = x\ny.shape = (2, 3)",
+    "x.T.shape = (6,)",
+    "y = x\ndel y.shape",
 ])
 def test_a_mention_that_may_alias_is_watched(source):
     assert only_read(source, frozenset({"x"}), MODULES) == frozenset()

@@ -27,6 +27,9 @@ CELLS = [
     "def scale(a, k):\n    a *= k\nscale(x, 3)",
     "xs = [x]\nxs[0][:] = 0",
     "y = x[::2]\ny.fill(-0.0)",
+    "y = x\ny.shape = (2, 3)",
+    "def flat(a):\n    a.shape = (3, 2)\nflat(x)",
+    "xs = [x]\nxs[0].shape = (6, 1)",
 ]
 
 
@@ -51,6 +54,7 @@ def test_a_change_through_another_name_comes_back_as_in_a_plain_cell(ip, cell):
     want = _plain(cell, np.arange(6.0))
     got = _host(ip.user_ns["x"])
     assert got.tobytes() == want.tobytes(), (got, want)  # -0.0 is not 0.0
+    assert got.shape == want.shape
     assert list(x) == list(np.arange(6.0))  # the user's NumPy array itself is left as it was
 
 
