@@ -36,11 +36,13 @@ def host_checksum(arr: np.ndarray) -> tuple[int, int]:
     return zlib.crc32(view), zlib.adler32(view)
 
 
-def host_copy_of(arr: np.ndarray, rows: slice = slice(None), dtype: Any = None) -> np.ndarray:
-    """The CPU fallback's "upload" of ``arr[rows]`` (cast to ``dtype``): a copy, so that the
-    cell's in-place changes do not reach the user's array, read-only where ``arr`` is, so
-    that a write raises NumPy's error as on the user's array."""
-    out = np.array(arr[rows], dtype=dtype, order="K" if dtype is None else "C", copy=True)
+def host_copy_of(arr: np.ndarray, rows: slice | None = None, dtype: Any = None) -> np.ndarray:
+    """The CPU fallback's "upload" of ``arr[rows]`` (all of it without ``rows``: a 0-d array
+    has no rows; cast to ``dtype``): a copy, so that the cell's in-place changes do not reach
+    the user's array, read-only where ``arr`` is, so that a write raises NumPy's error as on
+    the user's array."""
+    out = np.array(arr if rows is None else arr[rows], dtype=dtype,
+                   order="K" if dtype is None else "C", copy=True)
     out.flags.writeable = bool(arr.flags.writeable)
     return out
 

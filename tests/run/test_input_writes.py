@@ -276,3 +276,18 @@ def test_a_batched_failing_cell_gives_no_unawaited_coroutine_warning(ip):
             ip.run_cell_magic("gpu", "--quiet --batch-rows 2",
                               "async def co():\n    return 1\nc = co()\ny = x * 2\n1 / 0")
     assert [str(w.message) for w in seen if "never awaited" in str(w.message)] == []
+
+
+@pytest.mark.parametrize("cell, want", [("r = z0 + 1", 5.0), ("z0 += 1", 6.0),
+                                        ("y = z0\ny += 2", 7.0), ("q = z0", 5.0)])
+def test_a_0d_input_is_copied_read_and_changed_as_in_a_plain_cell(ip, cell, want):
+    """A 0-d array (``np.array(5.0)``: no rows) is an input like any other."""
+    z0 = np.array(5.0)
+    ip.user_ns["z0"] = z0
+    ip.run_cell_magic("gpu", "--quiet", cell)
+    assert float(_host(ip.user_ns["z0"])) == want
+    assert float(z0) == 5.0  # the user's array is left as it was
+    for name, plain in (("r", 6.0), ("q", 5.0)):
+        if name in ip.user_ns:
+            assert float(_host(ip.user_ns[name])) == plain
+            ip.user_ns.pop(name)
