@@ -53,8 +53,8 @@ class CheckedGenerator:
     def __getattr__(self, name: str) -> Any:
         calls, generator = self.__dict__["_calls"], self.__dict__["_generator"]
         reference = _reference_generator()
-        if name in _SUPPLIED:
-            value = _supplied(name, generator)
+        if name in _SUPPLIED:  # NumPy's own where the Generator has it (the CPU fallback)
+            value = getattr(generator, name, None) or _supplied(name, generator)
         elif (calls.checked and not name.startswith("_") and reference is not MISSING
                 and not hasattr(reference, name) and hasattr(numpy.random.Generator, name)):
             spec = CallSpec(f"Generator.{name}")
@@ -66,6 +66,13 @@ class CheckedGenerator:
         if callable(value):  # a method: later calls (a loop's) skip these checks
             self.__dict__[name] = value
         return value
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(rng, np.random.Generator), as for the plain one
+        return type(self.__dict__["_generator"])
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # copy, deepcopy, pickle: the plain one's
+        return self.__dict__["_generator"].__reduce_ex__(protocol)
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.__dict__["_generator"], name, value)
@@ -150,6 +157,10 @@ def checked_default_rng(calls: Calls, default_rng: Any) -> Any:
     :class:`CheckedGenerator`."""
 
     def checked(*args: Any, **kwargs: Any) -> CheckedGenerator:
+        if len(args) == 1 and not kwargs and type(args[0]) is CheckedGenerator:
+            return args[0]  # default_rng(rng) is rng itself, as NumPy's
+        args = tuple(map(plain, args))
+        kwargs = {k: plain(v) for k, v in kwargs.items()}
         return CheckedGenerator(calls, default_rng(*args, **kwargs), (args, kwargs))
 
     return dressed_like(checked, default_rng)
@@ -165,4 +176,4 @@ def checked_generator(module: Any, generator: Any) -> CheckedGenerator:
 def plain(value: Any) -> Any:
     """The Generator a cell made, as the user namespace keeps it (outside cells there is no
     cell to check its calls against); any other value as it is."""
-    return value.__dict__["_generator"] if isinstance(value, CheckedGenerator) else value
+    return value.__dict__["_generator"] if type(value) is CheckedGenerator else value

@@ -87,3 +87,31 @@ def test_device_normal_draws_a_normal_distribution(ip):
                       "rng = np.random.default_rng(11)\nn = rng.normal(3.0, 2.0, 200_000)\n")
     n = ip.user_ns["n"]
     assert abs(n.mean() - 3.0) < 0.03 and abs(n.std() - 2.0) < 0.03
+
+
+def test_the_cells_generator_is_a_generator_to_isinstance_and_default_rng(ip, xp, cupy_names):
+    """Libraries take a Generator after ``isinstance(rng, np.random.Generator)`` (SciPy's
+    ``random_state=``, pandas' ``sample``), and ``default_rng(rng)`` is ``rng`` itself: one
+    the cell makes, and on the CPU fallback one an earlier plain cell made (NumPy's, checked
+    in the cell; on a GPU it stays NumPy's, not the cell's module's)."""
+    ip.run_cell("rng0 = np.random.default_rng(5)")
+    gens = "(rng, rng0)" if xp is np else "(rng,)"
+    ip.run_cell_magic("gpu", "--quiet", "rng = np.random.default_rng(1)\n"
+                      f"ok = [isinstance(g, np.random.Generator) for g in {gens}]\n"
+                      f"same = [np.random.default_rng(g) is g for g in {gens}]\n")
+    assert ip.user_ns["ok"] == ip.user_ns["same"] == [True] * (2 if xp is np else 1)
+
+
+def test_normal_on_numpys_generator_gives_numpys_own_types(ip, xp):
+    """On the CPU fallback ``rng.normal()`` is NumPy's Python float and ``size=()`` its 0-d
+    array (on a GPU, CuPy's 0-d array: README)."""
+    if xp is not np:
+        pytest.skip("NumPy's Generator is the CPU fallback's")
+    ip.run_cell_magic("gpu", "--quiet", "rng = np.random.default_rng(3)\n"
+                      "draws = [rng.normal(), rng.normal(0, 1), rng.lognormal(), "
+                      "rng.normal(size=())]\n")
+    ref = np.random.default_rng(3)
+    want = [ref.normal(), ref.normal(0, 1), ref.lognormal(), ref.normal(size=())]
+    got = ip.user_ns["draws"]
+    assert [type(v) for v in got] == [type(v) for v in want] == [float, float, float, np.ndarray]
+    assert [float(v) for v in got] == [float(v) for v in want]
