@@ -23,7 +23,15 @@ from ..run.batching import RULES, BatchOptions, check_rows
 from ..run.commit import describe_value
 from ..run.errors import CellError
 from ..run.plan import CellPlan
-from ..run.reduce import agree, check_names, name_a_rule, over_rows, rows_by_chance
+from ..run.reduce import (
+    agree,
+    check_names,
+    like_partials,
+    name_a_rule,
+    over_rows,
+    python_kind,
+    rows_by_chance,
+)
 from ..run.report import InputMove, OutputInfo, RunReport
 from ..units import short_repr
 from . import abandoned, connect
@@ -305,9 +313,14 @@ class ClusterExecutor:
         else:
             value = getattr(da, rule)(stack, axis=0, split_every=SPLIT_EVERY).compute()
         python = all(k[0] == "python" for k in kinds)
+        if rule != "concat":  # the partials' dtype, or their Python type
+            kind = python_kind([k[1] for k in kinds], rule) if python else None
+            value = like_partials(np.asarray(value), rule, dtype, kind)
+            if kind is int and rule == "sum":  # exact, as Python's ints: not through int64
+                value = sum(k[1] for k in kinds)
         if python or not be.is_gpu or to_host is True or \
                 (not isinstance(to_host, bool) and name in to_host):
-            return value[()] if np.ndim(value) == 0 else value
+            return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
         return be.to_device(np.asarray(value)).array
 
     def _agreed(self, name: str, values: list[Any]) -> Any:

@@ -10,8 +10,8 @@ import numpy as np
 
 from .errors import CellError
 
-__all__ = ["RULES", "agree", "check_names", "combine", "compared", "name_a_rule", "over_rows",
-           "rows_by_chance"]
+__all__ = ["RULES", "agree", "check_names", "combine", "compared", "like_partials",
+           "name_a_rule", "over_rows", "python_kind", "rows_by_chance"]
 
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
 
@@ -73,13 +73,40 @@ def check_names(rules: Any, stored: Any) -> None:
                         "BatchOptions(reduce=...) in Python)")
 
 
+def like_partials(value: Any, rule: str, dtype: Any, kind: type | None = None) -> Any:
+    """A joined ``value`` in the partials' own type, as the unbatched cell's result: their
+    ``dtype`` (a sum of ``uint8`` or ``int32`` partials wraps as NumPy's sum in that dtype
+    does, a mean of ``float32`` ones is ``float32``), or ``kind``, the Python type of every
+    partial (``float(x.sum())``)."""
+    if kind is not None:
+        return kind(value)
+    if rule in ("sum", "mean") and np.dtype(dtype).kind in ("fc" if rule == "mean" else "uifc"):
+        return value.astype(dtype, copy=False)
+    return value
+
+
+def python_kind(values: list[Any], rule: str) -> type | None:
+    """The Python type every partial has (``int``, ``float``, ``complex``; ``bool`` but for
+    a sum), or None."""
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1 and (kinds <= {int, float, complex} or (kinds == {bool}
+                                                               and rule != "sum")):
+        return kinds.pop()
+    return None
+
+
 def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:
     """Join per-batch partial results with ``rule``; ``parts`` holds ``(value, rows)`` pairs.
 
-    Device partials stay on the device (``xp`` is the backend's array module); Python
-    scalars give a Python or NumPy scalar, like an unbatched cell would.
+    The result has the partials' type (:func:`like_partials`). Device partials stay on the
+    device (``xp`` is the backend's array module).
     """
     values = [v for v, _ in parts]
+    kind = python_kind(values, rule)
+    if kind is int and rule == "sum":
+        return sum(values)  # exact, as Python's own ints
+    if kind is not None:
+        return kind(combine(rule, [(np.asarray(v), r) for v, r in parts], np))
     on_device = all(hasattr(v, "shape") for v in values)
     mod = xp if on_device else np
     if rule == "concat":
@@ -88,8 +115,10 @@ def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:
     if rule == "mean":
         rows = mod.asarray([r for _, r in parts], dtype=np.float64)
         shape = (len(parts),) + (1,) * (stack.ndim - 1)
-        total = (stack * rows.reshape(shape)).sum(axis=0) / math.fsum(r for _, r in parts)
-        return total if on_device else total[()]
-    fn = {"sum": mod.sum, "min": mod.min, "max": mod.max, "any": mod.any, "all": mod.all}[rule]
-    result = fn(stack, axis=0)
+        result = (stack * rows.reshape(shape)).sum(axis=0) / math.fsum(r for _, r in parts)
+    else:
+        fn = {"sum": mod.sum, "min": mod.min, "max": mod.max, "any": mod.any,
+              "all": mod.all}[rule]
+        result = fn(stack, axis=0)
+    result = like_partials(result, rule, stack.dtype)
     return result if on_device else result[()]

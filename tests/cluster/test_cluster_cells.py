@@ -350,3 +350,27 @@ def test_a_change_through_another_name_is_refused_on_the_cluster(ip, joined, dat
         ip.run_cell_magic("gpu", "--quiet --to-host", body)
     assert ip.user_ns["w"] is w and w.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert not {"y", "z", "v"} & set(ip.user_ns)
+
+
+@pytest.mark.parametrize("cell, rule", [
+    ("m = f32.mean()", "m=mean"), ("s = u8.sum(dtype=np.uint8)", "s=sum"),
+    ("s = i32.sum(axis=0, dtype=np.int32)", "s=sum"), ("s = float(f64.sum())", "s=sum"),
+    ("s = int(i32.sum())", "s=sum"), ("b = bool((f64 > 0.99).any())", "b=any")])
+def test_a_reduced_result_has_the_type_and_dtype_of_the_unbatched_one(ip, joined, cell, rule):
+    """The blocks' partials are joined into their own type, as the batched kernel run's."""
+    rng = np.random.default_rng(0)
+    data = {"f32": rng.random((400, 3), dtype=np.float32), "f64": rng.random((400, 3)),
+            "u8": rng.integers(0, 256, (400, 3), dtype=np.uint8),
+            "i32": rng.integers(2**30, 2**31 - 1, (400, 3), dtype=np.int32)}
+    plain = dict(data, np=np)
+    exec(cell, plain)
+    name = rule.split("=")[0]
+    ip.user_ns.update(data)
+    ip.run_cell_magic("gpu", f"--quiet --to-host --cluster --batch-rows 150 --reduce {rule}",
+                      cell)
+    got, want = ip.user_ns[name], plain[name]
+    assert type(got) is type(want) and getattr(got, "dtype", None) == getattr(want, "dtype", None)
+    if np.asarray(want).dtype.kind in "iub":
+        assert np.array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5)

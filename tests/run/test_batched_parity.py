@@ -118,3 +118,36 @@ def test_a_squeeze_of_a_one_row_batch_is_refused_not_joined(ip, cell):
         else:
             ip.run_cell_magic("gpu", f"--quiet --to-host {ASKED}", cell)
             np.testing.assert_array_equal(ip.user_ns["y"], given[:, 0])
+
+
+JOINS = [
+    ("m = f32.mean()", "m=mean"), ("m = f32.mean(axis=0)", "m=mean"),
+    ("m = f16.mean()", "m=mean"), ("s = f32.sum()", "s=sum"),
+    ("s = u8.sum(dtype=np.uint8)", "s=sum"), ("s = i32.sum(axis=0, dtype=np.int32)", "s=sum"),
+    ("s = float(f64.sum())", "s=sum"), ("s = int(i32.sum())", "s=sum"),
+    ("s = int((f64 > 0.5).sum())", "s=sum"), ("m = float(f64.max())", "m=max"),
+    ("b = bool((f64 > 0.99).any())", "b=any"),
+]
+
+
+@pytest.mark.parametrize("cell, rule", JOINS)
+def test_a_joined_result_has_the_type_and_dtype_of_the_unbatched_one(ip, cell, rule):
+    """``--reduce`` joins the batches' partials into the partials' own type: a ``float32``
+    mean stays ``float32``, a ``uint8`` or ``int32`` sum wraps in its dtype as NumPy's does,
+    ``float(...)`` and ``int(...)`` stay Python numbers."""
+    rng = np.random.default_rng(0)
+    data = {"f32": rng.random((40, 3), dtype=np.float32), "f64": rng.random((40, 3)),
+            "u8": rng.integers(0, 256, (40, 3), dtype=np.uint8),
+            "i32": rng.integers(2**30, 2**31 - 1, (40, 3), dtype=np.int32)}
+    data["f16"] = data["f32"].astype(np.float16)
+    plain = dict(data, np=np)
+    exec(cell, plain)
+    name = rule.split("=")[0]
+    ip.user_ns.update(data)
+    ip.run_cell_magic("gpu", f"--quiet --to-host --batch --batch-rows 7 --reduce {rule}", cell)
+    got, want = ip.user_ns[name], plain[name]
+    assert type(got) is type(want) and getattr(got, "dtype", None) == getattr(want, "dtype", None)
+    if np.asarray(want).dtype.kind in "iub":
+        assert np.array_equal(got, want)  # integer sums wrap alike whatever the order
+    else:
+        np.testing.assert_allclose(got, want, rtol=2e-3 if "16" in cell else 1e-5)
