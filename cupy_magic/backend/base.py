@@ -149,6 +149,13 @@ class Backend:
     def to_host(self, array: Any) -> np.ndarray:
         raise NotImplementedError
 
+    def view_of(self, copy: Any, offset: int, shape: tuple[int, ...],
+                strides: tuple[int, ...], dtype: np.dtype) -> Any:
+        """An array of ``shape``, ``strides`` and ``dtype`` over ``copy``'s memory (a 1-d
+        ``uint8`` device array) from byte ``offset`` on: an input that shares memory with
+        another (:mod:`cupy_magic.run.overlap`)."""
+        raise NotImplementedError
+
     def keep_on_device(self, obj: object) -> None:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 

@@ -255,6 +255,10 @@ class CupyBackend(Backend):
         cp.cuda.get_current_stream().synchronize()
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
+    def view_of(self, copy: Any, offset: int, shape: tuple[int, ...],
+                strides: tuple[int, ...], dtype: np.dtype) -> Any:
+        return self.cp.ndarray(shape, dtype, memptr=copy.data + offset, strides=strides)
+
     def watch(self, copies: list[Any]) -> Any:
         return DeviceFingerprints(self.cp, copies)
 

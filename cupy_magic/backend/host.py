@@ -127,6 +127,10 @@ class HostBackend(Backend):
         out = host_copy_of(array)  # like an upload: the cell's writes stay in the copy
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
+    def view_of(self, copy: Any, offset: int, shape: tuple[int, ...],
+                strides: tuple[int, ...], dtype: np.dtype) -> Any:
+        return np.ndarray(shape, dtype, buffer=copy, offset=offset, strides=strides)
+
     def watch(self, copies: list[Any]) -> Any:
         # each copy's checksums now, not the arrays they were made from (which the cell may
         # change through another reference)

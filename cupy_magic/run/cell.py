@@ -35,6 +35,7 @@ from .graphscan import refusal as graph_refusal
 from .lines import LineRecord
 from .names import cell_names
 from .options import SYNC_MODES
+from .overlap import refuse_overlaps
 from .plan import CellPlan, batch_reason, plan_cell, register_source
 from .report import RunReport
 from .sizes import check_sizes
@@ -124,6 +125,7 @@ def run_cell(
     findings = _lint(source, plan, namespace, syncs, be, filename,
                      getattr(remote, "names", ()))
     if remote is not None:  # a cluster runs the blocks; nothing was sent before the check
+        refuse_overlaps(list(plan.overlaps), plan.only_read, "a cluster run", plan.inputs)
         outcome = _run_remote(remote, plan, namespace, findings, be, to_host=to_host,
                               dtype=dtype, filename=filename, syncs=syncs,
                               unsupported=_not_on_clusters(warmup_run, lines, nvtx, batch))
@@ -152,6 +154,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         reason = devices_reason(plan.inputs, devices, batch_reason(plan.inputs, None, be, dtype))
     opts, cut, total = batch or BatchOptions(), [], 0
     if reason:  # the promise batching relies on, checked before anything moves
+        refuse_overlaps(list(plan.overlaps), plan.only_read, "a run over several devices"
+                        if devices is not None else "a batched run", plan.inputs)
         cut, total = select_inputs(plan.inputs, opts)
         check = check_rows(source, plan.inputs, cut, namespace, plan.module_names, reason,
                            asked=devices is not None or (batch is not None and batch.requested),

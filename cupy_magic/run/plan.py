@@ -40,6 +40,7 @@ from .errors import CellError
 from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
+from .overlap import move_overlaps, overlapping, refuse_overlaps, span_of
 from .report import InputMove
 
 __all__ = [
@@ -105,7 +106,10 @@ class CellPlan:
         container (:func:`~.names.module_escapes`, ``globals()``): the commit then walks them.
     only_read
         The inputs the cell's source can only read (:func:`~.aliases.only_read`): their copies
-        need no watch for changes through other names.
+        need no watch for changes through other names; none of a group in ``overlaps`` where
+        the cell may change one of it.
+    overlaps
+        The groups of inputs whose memory overlaps (:func:`~.overlap.overlapping`).
     """
 
     code: CodeType
@@ -123,6 +127,7 @@ class CellPlan:
     graph_refusal: str | None = None
     escapes: bool = False
     only_read: frozenset[str] = frozenset()
+    overlaps: tuple[tuple[str, ...], ...] = ()
 
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
@@ -269,11 +274,18 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     modules = frozenset({*numpy_names, *MODULE_NAMES})
+    only = only_read(source, frozenset(inputs), modules)
+    overlaps = overlapping(inputs)
+    for group in overlaps:  # a change through one shows through the others: watch them all
+        if not set(group) <= only:
+            only -= set(group)
+    refuse_overlaps(overlaps, only, "the cell's copies", inputs,
+                    casts=lambda a: cast_target(a, dtype) != a.dtype)
     return CellPlan(compiled.code, inputs, overrides, names.assigned | names.mutated,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
                     next(reversed(namespace.keys()), ""),
                     escapes="globals" in names.loaded or module_escapes(source, modules),
-                    only_read=only_read(source, frozenset(inputs), modules))
+                    only_read=only, overlaps=tuple(overlaps))
 
 
 @functools.lru_cache(maxsize=256)
@@ -301,7 +313,12 @@ def move_inputs(plan: CellPlan, dtype: str | None,
     """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
     moved: dict[str, Any] = {}
     moves: list[InputMove] = []
+    shared = move_overlaps(plan.inputs, lambda a: cast_target(a, dtype) != a.dtype, be)
     for name, arr in plan.inputs.items():
+        if name in shared:
+            moved[name], move = shared[name]
+            moves.append(move)
+            continue
         cast_from, saved, host, cast_s = "", 0, arr, 0.0
         target = cast_target(arr, dtype)
         if target != arr.dtype:
@@ -350,9 +367,15 @@ def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,
 
 
 def inputs_need(inputs: dict[str, np.ndarray], dtype: str | None) -> int:
-    """Device bytes of the inputs' copies (after ``--dtype``); whole when they fit the
-    budget (:func:`input_shortfall`)."""
-    return sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
+    """Device bytes of the inputs' copies (after ``--dtype``; inputs sharing memory copied
+    once, :mod:`.overlap`); whole when they fit the budget (:func:`input_shortfall`)."""
+    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
+    for group in overlapping(inputs) if len(inputs) > 1 else ():
+        arrays = {n: inputs[n] for n in group}
+        span = span_of(arrays, lambda a: cast_target(a, dtype) != a.dtype)
+        if span is not None:
+            need += span.host.nbytes - sum(a.nbytes for a in arrays.values())
+    return need
 
 
 def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:

@@ -47,6 +47,7 @@ class InputMove:
     cast_from: str = ""
     saved_bytes: int = 0
     streamed: bool = False  # batched: ``seconds`` is the whole pipelined run, not the upload
+    view_of: str = ""  # it shares memory with this input: a view into its copy, no bytes moved
 
     @property
     def how(self) -> str:
@@ -170,6 +171,9 @@ class RunReport:
 
     def _move_text(self, m: InputMove) -> str:
         """One input's row: a transfer over PCIe on the GPU, a copy in host RAM on the host."""
+        if m.view_of:
+            return (f"a view into the copy of {m.view_of}, with which it shares memory (as "
+                    "in NumPy: a change through one shows through the other); nothing moved")
         cast = (f", cast {m.cast_from}->{m.dtype} saved {format_bytes(m.saved_bytes)}"
                 if m.cast_from else "")
         if not self.on_host:

@@ -1,0 +1,141 @@
+"""Inputs that share memory: one a view of another, or two views of one array.
+
+After ``X = ...; Xtr = X[:800]`` in earlier cells, a plain cell that normalises ``X`` in
+place sees the change through ``Xtr``. Copied one by one, the two device copies would not
+share memory, and ``Xtr`` would silently keep the old values. So inputs whose memory overlaps
+move together: the smallest stretch of bytes that holds them all is copied once, and each is
+made a view into that copy with its own offset, shape and strides, as NumPy has them; a change
+through one shows through the others, and those the cell changed are committed as views of
+one device array, as in a plain cell. Where they cannot (a ``--dtype`` cast, a byte order the
+device does not hold, memory that is not one NumPy array's, a batched or cluster run, which
+copies rows of each apart), a cell that may change one of them is refused before anything
+moves; one that only reads them runs on separate copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from ..units import dtype_name
+from .errors import CellError
+from .report import InputMove
+
+__all__ = ["Span", "move_overlaps", "overlapping", "refuse_overlaps", "span_of"]
+
+try:  # NumPy 2
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # pragma: no cover - NumPy 1.x
+    byte_bounds = np.byte_bounds  # type: ignore[attr-defined]
+
+
+def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=10_000))
+    except np.exceptions.TooHardError:  # cannot tell cheaply: as if they did
+        return True
+
+
+def overlapping(inputs: dict[str, np.ndarray]) -> list[tuple[str, ...]]:
+    """The groups (two names or more, sorted) of ``inputs`` whose memory overlaps, directly
+    or through another input."""
+    names = [n for n, a in inputs.items() if a.size]
+    if len(names) < 2:
+        return []
+    group = {n: n for n in names}
+
+    def find(n: str) -> str:
+        while group[n] != n:
+            n = group[n]
+        return n
+
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if find(a) != find(b) and _shares(inputs[a], inputs[b]):
+                group[find(b)] = find(a)
+    found: dict[str, list[str]] = {}
+    for n in names:
+        found.setdefault(find(n), []).append(n)
+    return sorted(tuple(sorted(g)) for g in found.values() if len(g) > 1)
+
+
+def _owner(arr: np.ndarray) -> np.ndarray:
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr
+
+
+class Span:
+    """The bytes a group of overlapping inputs lies in (``host``: a ``uint8`` view of them),
+    and where each input starts in it."""
+
+    def __init__(self, host: np.ndarray, offsets: dict[str, int]) -> None:
+        self.host, self.offsets = host, offsets
+
+
+def span_of(arrays: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool]) -> Span | None:
+    """The :class:`Span` of ``arrays`` (a group :func:`overlapping` found), or None where
+    they cannot share one copy: one cast (``cast(array)``: under ``--dtype``), a byte order
+    other than the machine's, or no one contiguous NumPy array that owns them all."""
+    if any(map(cast, arrays.values())) or not all(a.dtype.isnative for a in arrays.values()):
+        return None
+    owners = {id(_owner(a)): _owner(a) for a in arrays.values()}
+    if len(owners) != 1:
+        return None
+    owner = next(iter(owners.values()))
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+        return None
+    raw = owner.reshape(-1, order="A").view(np.uint8)
+    start = owner.__array_interface__["data"][0]
+    bounds = [byte_bounds(a) for a in arrays.values()]
+    low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    offsets = {n: a.__array_interface__["data"][0] - low for n, a in arrays.items()}
+    return Span(raw[low - start:high - start], offsets)
+
+
+def refuse_overlaps(groups: list[tuple[str, ...]], only_read: frozenset[str], run: str,
+                    inputs: dict[str, np.ndarray], casts: Any = None) -> None:
+    """Raise, naming the fix, where a group of overlapping inputs the cell may change cannot
+    share one copy: in ``run`` (a batched or cluster run, which copies rows of each apart:
+    ``casts`` None), or in a whole run where :func:`span_of` finds none (``casts``: whether
+    ``--dtype`` casts an input)."""
+    for group in groups:
+        if set(group) <= only_read:
+            continue
+        if casts is not None and span_of({n: inputs[n] for n in group}, casts) is not None:
+            continue
+        a, b = group[0], group[1]
+        whole = ", or run the cell whole (a larger budget, no --batch)" if casts is None else ""
+        raise CellError(
+            f"the inputs {a!r} and {b!r} share memory (one is a view of the other, or both of "
+            f"one array), which {run} cannot keep: a change the cell makes through one would "
+            f"not show through the other; make one a copy in a plain cell first ({b} = "
+            f"{b}.copy()){whole}")
+
+
+def move_overlaps(inputs: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool],
+                  be: Backend) -> dict[str, tuple[Any, InputMove]]:
+    """The inputs whose memory overlaps, each group copied to the device once as one stretch
+    of bytes and each input a view into it, with the report's row (the first carries the
+    bytes, the others name it); a group that cannot share (:func:`span_of`) is left out, to
+    be copied one by one."""
+    shared: dict[str, tuple[Any, InputMove]] = {}
+    for group in overlapping(inputs):
+        arrays = {n: inputs[n] for n in group}
+        span = span_of(arrays, cast)
+        if span is None:
+            continue
+        t = be.to_device(span.host)
+        for k, (name, arr) in enumerate(arrays.items()):
+            view = be.view_of(t.array, span.offsets[name], arr.shape, arr.strides, arr.dtype)
+            if not arr.flags.writeable and hasattr(view.flags, "writeable"):
+                view.flags.writeable = False  # read-only stays so (the CPU fallback's copies)
+            shared[name] = view, InputMove(name, 0 if k else t.nbytes, 0.0 if k else t.seconds,
+                                           t.pinned, dtype_name(arr.dtype),
+                                           view_of=group[0] if k else "")
+    return shared

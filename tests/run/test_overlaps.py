@@ -1,0 +1,103 @@
+"""Inputs that share memory (a view made in an earlier cell, ``a = x``): inside a ``%%gpu``
+cell a change through one shows through the other, as in a plain cell, or the cell is
+refused before anything moves (run/overlap.py). Before, each was copied apart and a cell that
+normalised ``X`` in place read the old values through ``Xtr = X[:8]``."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import cell_error
+
+import cupy_magic
+from cupy_magic import backend
+
+
+def _host(value):
+    return backend.current().to_host(value) if backend.current().is_device_array(value) \
+        else np.asarray(value)
+
+
+def _setups():
+    x = np.arange(40.0).reshape(10, 4)
+    return {
+        "prefix view": ("X = x.copy()\nXtr = X[:8]", "X -= X.mean(axis=0)\nm = Xtr.mean()"),
+        "same array": ("X = x.copy()\nXtr = X", "X[0] = 100\nXtr[1] = 200\nm = X.sum()"),
+        "reversed view": ("X = x.copy()\nXtr = X[::-1, ::2]", "Xtr *= -1\nm = X.sum()"),
+        "column view": ("X = x.copy()\nXtr = X[:, 1]", "X[:, 1] = 7\nm = Xtr.sum()"),
+        "two slices": ("X = x.copy()\nA = X[2:8]\nXtr = X[4:]", "A += 1\nm = Xtr.sum()"),
+        "function": ("X = x.copy()\nXtr = X[1:3]\ndef bump(a):\n    a += 1",
+                     "bump(X)\nm = Xtr.sum()"),
+        "fortran": ("X = np.asfortranarray(x)\nXtr = X[:, 2:]", "X[:, 3] = 0\nm = Xtr.sum()"),
+        "odd offset": ("X = np.zeros(33, np.uint8)\nXtr = X[1:].view(np.uint32)",
+                       "X[5] = 9\nm = Xtr.sum()"),
+    }, x
+
+
+@pytest.mark.parametrize("case", list(_setups()[0]))
+def test_a_change_through_one_input_shows_through_another_sharing_its_memory(ip, case):
+    (setup, cell), x = _setups()[0][case], _setups()[1]
+    plain = {"np": np, "x": x}
+    exec(setup, plain)
+    exec(cell, plain)
+    ip.user_ns.update(np=np, x=x)
+    ip.run_cell(setup)
+    named = [n for n in ("X", "Xtr", "A") if re.search(rf"\b{n}\b", cell)]  # the others stay
+    before = {n: ip.user_ns[n].copy() for n in named}
+    ip.run_cell_magic("gpu", "--quiet", cell)
+    assert float(_host(ip.user_ns["m"])) == pytest.approx(float(plain["m"]))
+    for name in named:
+        np.testing.assert_array_equal(_host(ip.user_ns[name]), plain[name], err_msg=name)
+    # the transaction: the user's NumPy arrays themselves are left as they were
+    assert any(not np.array_equal(before[n], plain[n]) for n in before)
+
+
+def test_inputs_sharing_memory_move_once_and_the_report_says_so(ip):
+    ip.user_ns["X"] = X = np.ones((1000, 8))
+    ip.user_ns["Xtr"] = X[:800]
+    ip.run_cell_magic("gpu", "--quiet", "s = X.sum() + Xtr.sum()")
+    rows = {m.name: m for m in cupy_magic.last_report().inputs}
+    assert rows["X"].nbytes == X.nbytes and rows["Xtr"].nbytes == 0
+    assert rows["Xtr"].view_of == "X"
+    assert "a view into the copy of X" in str(cupy_magic.last_report())
+    assert float(_host(ip.user_ns["s"])) == 8000 + 6400
+
+
+def test_a_failing_cell_leaves_inputs_sharing_memory_as_they_were(ip):
+    X = np.arange(12.0)
+    ip.user_ns.update(X=X, Xtr=X[:6])
+    msg = cell_error(ip, "X *= 2\nXtr[0] = -1\nraise ValueError('boom')\n")
+    assert "boom" in msg
+    assert ip.user_ns["X"] is X and list(X) == list(np.arange(12.0))
+    assert ip.user_ns["Xtr"].base is X
+
+
+@pytest.mark.parametrize("line, run", [("--batch --batch-rows 4", "a batched run"),
+                                       ("--dtype float32", "the cell's copies")])
+def test_where_they_cannot_share_a_copy_a_cell_that_changes_one_is_refused(ip, line, run):
+    X = np.arange(24.0).reshape(12, 2)
+    ip.user_ns.update(X=X, Xb=X[::-1])
+    msg = cell_error(ip, "X += 1\ny = Xb * 2\n", line)
+    assert msg.startswith("the inputs 'X' and 'Xb' share memory") and run in msg
+    assert "Xb = Xb.copy()" in msg
+    assert "y" not in ip.user_ns and ip.user_ns["X"] is X
+
+
+def test_where_they_cannot_share_a_copy_a_cell_that_only_reads_them_runs(ip):
+    X = np.arange(24.0).reshape(12, 2)
+    ip.user_ns.update(X=X, Xb=X[::-1])
+    ip.run_cell_magic("gpu", "--quiet --to-host --batch --batch-rows 4", "y = X + Xb\n")
+    np.testing.assert_array_equal(ip.user_ns["y"], X + X[::-1])
+
+
+def test_inputs_sharing_memory_count_once_against_the_budget(ip):
+    """``X`` and ``Xtr = X[:800]`` need ``X``'s bytes, not both: a cell that changes one
+    runs whole under a budget that holds ``X`` once (summed, it would be batched, where
+    such a cell is refused)."""
+    X = np.ones((1000, 128))  # 1 MB
+    ip.user_ns.update(X=X, Xtr=X[:800])
+    ip.run_line_magic("vram_budget", "1.6MB")
+    ip.run_cell_magic("gpu", "--quiet", "X -= 1\nm = float(Xtr.sum())")
+    assert ip.user_ns["m"] == 0.0 and cupy_magic.last_report().batch is None
