@@ -12,7 +12,8 @@ A failed cell's traceback starts at the cell's own frame, below the line that ca
 magic, as a plain cell's starts at its own: without the frames of ``cupy_magic`` between
 them, which IPython would count as ``[... skipping hidden 4 frame]`` and which Python's own
 ``traceback`` module, used by IPython for an exception group (``ExceptionGroup``,
-``except*``), would print in full.
+``except*``), would print in full; nor after the cell's last (the array module's wrapper of a
+NumPy function that raised).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -87,10 +89,19 @@ def watch_debugger(shell: Any) -> None:
     lifecycle.on_unload(unwatch)
 
 
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
 def _hidden(tb: TracebackType) -> bool:
     frame = tb.tb_frame
     return bool(frame.f_locals.get("__tracebackhide__",
                                    frame.f_globals.get("__tracebackhide__", False)))
+
+
+def _ours(tb: TracebackType) -> bool:
+    """A frame of cupy_magic (a module of the package, or a wrapper it made)."""
+    name = tb.tb_frame.f_code.co_filename
+    return name.startswith(("<cupy_magic", _PACKAGE))
 
 
 def from_the_cell(exc: BaseException, filename: str) -> BaseException:
@@ -104,8 +115,11 @@ def from_the_cell(exc: BaseException, filename: str) -> BaseException:
         return exc
     kept = tb
     while kept.tb_next is not None:
-        if kept.tb_next.tb_next is not None and _hidden(kept.tb_next):  # the last one stays
-            kept.tb_next = kept.tb_next.tb_next
+        following = kept.tb_next
+        # the last hidden one stays (where it raised), unless it is ours: a NumPy function
+        # the array module wraps raised, and a plain cell's traceback ends at the cell's line
+        if _hidden(following) and (following.tb_next is not None or _ours(following)):
+            kept.tb_next = following.tb_next
         else:
-            kept = kept.tb_next
+            kept = following
     return exc.with_traceback(tb)
