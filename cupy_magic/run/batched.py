@@ -30,6 +30,7 @@ from .batching import (
 )
 from .batchjoin import BatchJoin
 from .commit import commit
+from .echo import BatchEcho
 from .errors import CellError, fail, frames_freed, unawaited_quiet
 from .firstbatch import measure_first
 from .gathered import rows_on_host
@@ -84,6 +85,7 @@ class BatchRun(BatchJoin):
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
         self.replay: GraphReplay | None = None  # CUDA graphs of the full batches (rest)
+        self.echo = BatchEcho()  # what the batches print: shown once
 
     # --- what a run over several devices changes (cupy_magic.run.devices) ----------------
     def engine(self) -> Any:
@@ -120,8 +122,8 @@ class BatchRun(BatchJoin):
             watch = self.watch_first(work) if i == 0 else None
             t1 = time.perf_counter()
             try:
-                with as_main(work, self.namespace, self.plan.stored):  # pickle finds its defs
-                    exec(self.plan.code, work)
+                with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
+                    exec(self.plan.code, work)  # (as_main: pickle finds its defs)
                 if watch is not None:
                     watch.refuse_unseen("a batched run")
                     watch = None
@@ -317,6 +319,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
         progress.finish()
         run.eng.close()
     report.peak_pool_bytes = run.peak
+    report.notes += [run.echo.note()] if run.echo.dropped else []
     commit(plan, final, namespace, to_host, be, report)
     rows_on_host(bp, namespace, report, be)
     report.batch = bp

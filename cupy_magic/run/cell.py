@@ -30,7 +30,9 @@ from .batched import run_batched
 from .batching import BatchOptions, check_rows, select_inputs
 from .compiled import Transform
 from .devices import device_run, devices_reason, for_devices, resolve_devices
+from .echo import effect_note
 from .errors import CellError, at_cell_line
+from .graphscan import outside_effect
 from .graphscan import refusal as graph_refusal
 from .lines import LineRecord
 from .names import cell_names
@@ -176,6 +178,9 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
                          be=be, make=None if devices is None else device_run(devices))
             report.notes += _last_not_shown(source, plan, namespace, "batched", "batch")
+            effect = outside_effect(source, namespace, plan.module_names, be.is_device_array)
+            if report.batch is not None and effect_note(effect, report.batch.batches):
+                report.notes.append(effect_note(effect, report.batch.batches))
         else:
             if batch is not None and batch.batch_only():
                 report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "

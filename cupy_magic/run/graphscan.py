@@ -26,7 +26,7 @@ import numpy as np
 from ..syncs.values import attr_path
 from .batching import _definition
 
-__all__ = ["refusal"]
+__all__ = ["outside_effect", "refusal"]
 
 # builtins whose calls change nothing outside the cell (a host sync among them, float(x),
 # fails the capture itself)
@@ -45,6 +45,23 @@ _VALUES = (np.ndarray, np.generic, int, float, complex, bool, str, bytes)
 # modules whose calls give another value at every call, whatever the cell passes them
 _CHANGING = frozenset({"random", "secrets", "time", "uuid"})
 MAX_DEPTH = 3
+# modules whose calls write outside the cell: a figure, a log, a file, the display
+_WRITERS = frozenset({"matplotlib", "seaborn", "plotly", "logging", "os", "sys", "shutil",
+                      "json", "pickle", "csv", "subprocess", "IPython", "tqdm"})
+
+
+def outside_effect(source: str, namespace: Mapping[str, Any], xp: Iterable[str],
+                   is_device: Callable[[Any], bool] = lambda v: False) -> str:
+    """What in the cell may act on something outside it (a call on an object from outside,
+    a write into one, a plot, a log, a file), which a batched run repeats once per batch:
+    the first such place as a phrase (``"calls hist.append on an object from outside the
+    cell"``), or ``""``. Its prints are not counted (a batched run shows them once), nor its
+    random draws or host data (the row check and the static sync check see those)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    return _Scan(namespace, set(xp), is_device, 0, effects=True).tree(tree)
 
 
 def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,
@@ -111,8 +128,9 @@ class _Scan:
 
     def __init__(self, namespace: Mapping[str, Any], xp: set[str],
                  is_device: Callable[[Any], bool], depth: int,
-                 seen: set[int] | None = None) -> None:
+                 seen: set[int] | None = None, effects: bool = False) -> None:
         self.ns, self.xp, self.is_device, self.depth = namespace, xp, is_device, depth
+        self.effects = effects  # only what acts outside the cell (outside_effect)
         self.seen = seen if seen is not None else set()
         self.bound: set[str] = set()
         self.imported: dict[str, str] = {}
@@ -157,9 +175,14 @@ class _Scan:
         if not path:
             return ""  # a method of an expression's value: its parts are calls checked here
         name, dotted = path[-1], ".".join(path)
-        if self.origin(path[0]).split(".")[0] in _CHANGING or "random" in path[:-1]:
+        if self.effects:
+            if len(path) > 1 and self.origin(path[0]).split(".")[0] in _WRITERS:
+                return f"calls {dotted}, which writes outside it (a figure, a log, a file)"
+            if name == "print" or name in _HOST_DATA:
+                return ""
+        elif self.origin(path[0]).split(".")[0] in _CHANGING or "random" in path[:-1]:
             return f"calls {dotted}, which gives another value at every call"
-        if name in _HOST_DATA:
+        elif name in _HOST_DATA:
             return f"calls {dotted}, which moves host data to or from the device"
         if len(path) > 1:
             return "" if self.local(path[0]) else f"calls {dotted} on an object from outside " \
@@ -187,15 +210,17 @@ class _Scan:
         if id(value) in self.seen:
             return ""
         definition = _definition(value)
-        if definition is None or self.depth >= MAX_DEPTH:
-            return f"calls {name}, whose code the check cannot read"
+        if definition is None or self.depth >= MAX_DEPTH:  # a library's: not an effect known
+            return "" if self.effects else f"calls {name}, whose code the check cannot read"
         self.seen.add(id(value))
         defaults = (*(getattr(value, "__defaults__", None) or ()),
                     *(getattr(value, "__kwdefaults__", None) or {}).values())
-        if not all(d is None or isinstance(d, (*_VALUES, tuple)) for d in defaults):
+        if not self.effects and not all(d is None or isinstance(d, (*_VALUES, tuple))
+                                        for d in defaults):
             return f"calls {name}, whose defaults hold an object each call may change"
         ns = {**getattr(value, "__globals__", {}), **self.ns}
-        return _Scan(ns, self.xp, self.is_device, self.depth + 1, self.seen).tree(definition)
+        return _Scan(ns, self.xp, self.is_device, self.depth + 1, self.seen,
+                     self.effects).tree(definition)
 
 
 def _bound(tree: ast.AST) -> set[str]:

@@ -1,0 +1,64 @@
+"""What a batched cell prints and does outside itself, once per batch.
+
+A batched run runs the cell once per batch; a plain cell runs once. What the cell prints
+can depend on no batch (the row check refuses a print of a batch's values), so every batch
+prints the same: it is shown once, from the first batch, and of a later batch's output only
+what differs (what follows the first batch's output, when it begins the same: a batch that
+failed after printing it). What acts outside the cell (``hist.append(...)``, ``plt.plot(...)``, a log, a
+file: :func:`~.graphscan.outside_effect`) cannot be undone that way; the report says it ran
+once per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from collections.abc import Iterator
+
+__all__ = ["BatchEcho", "effect_note"]
+
+
+class BatchEcho:
+    """The output of a batched run's batches: the first shown, the same again dropped."""
+
+    def __init__(self) -> None:
+        self.first: tuple[str, str] | None = None
+        self.dropped = 0  # batches whose output was the first's
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Run one batch with its ``stdout`` and ``stderr`` held; show them once it ends
+        (also when it fails) unless they are the first batch's again."""
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                yield
+        finally:
+            text = (out.getvalue(), err.getvalue())
+            first = self.first or ("", "")
+            if any(text) and text == first:
+                self.dropped += 1
+            else:  # what differs from the first batch's: what follows the same beginning
+                for stream, now, was in zip((sys.stdout, sys.stderr), text, first, strict=True):
+                    stream.write(now[len(was):] if now.startswith(was) else now)
+            if self.first is None:
+                self.first = text
+
+    def note(self) -> str:
+        """The report's note when batches printed the same (``""`` when none did)."""
+        if not self.dropped:
+            return ""
+        return (f"what the cell printed is shown once: {self.dropped + 1} batches printed "
+                "the same, as one plain cell prints it")
+
+
+def effect_note(effect: str, batches: int) -> str:
+    """The report's note for a batched run of ``batches`` whose cell ``effect`` (a phrase
+    of :func:`~.graphscan.outside_effect`), or ``""``."""
+    if not effect or batches < 2:
+        return ""
+    return (f"the cell {effect}: a batched run did that once per batch ({batches} times), "
+            "where a plain cell does it once (a list appended to, a figure drawn on, a line "
+            "logged that many times); run it in a plain cell before or after this one, or "
+            "run this one whole")

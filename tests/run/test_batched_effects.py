@@ -1,0 +1,68 @@
+"""A batched cell runs once per batch; a plain cell once. What it prints is shown once (every
+batch prints the same: the row check refuses a print of a batch's values), and what it does
+outside itself (a list it appends to, a log, a figure) is named in the report with the count
+(run/echo.py). Before, a print showed once per batch, silently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+BATCHED = "--batch --batch-rows 3"
+
+
+@pytest.fixture
+def rows(ip):
+    ip.user_ns["x"] = np.arange(20.0).reshape(10, 2)  # 4 batches of 3 rows
+    return ip
+
+
+def _notes() -> list[str]:
+    return cupy_magic.last_report().notes
+
+
+def test_a_batched_cells_prints_are_shown_once(rows, capsys):
+    capsys.readouterr()
+    rows.run_cell_magic("gpu", f"--quiet {BATCHED}",
+                        "y = x * 2\nprint('normalised')\nprint(f'{y.shape[1]} cols')\n")
+    assert capsys.readouterr().out == "normalised\n2 cols\n"
+    assert cupy_magic.last_report().batch.batches == 4
+    assert any("shown once: 4 batches printed the same" in n for n in _notes())
+
+
+def test_a_batched_cell_that_prints_nothing_has_no_note(rows, capsys):
+    rows.run_cell_magic("gpu", f"--quiet {BATCHED}", "y = x * 2\n")
+    assert capsys.readouterr().out == ""
+    assert not any("printed" in n or "once per batch" in n for n in _notes())
+
+
+@pytest.mark.parametrize("setup, cell, named", [
+    ("hist = []", "hist.append('step')", "calls hist.append on an object from outside"),
+    ("import logging", "logging.getLogger('cm').debug('batch')", "calls logging.getLogger"),
+    ("log = {}", "log['last'] = 1", "changes log, an object from outside the cell"),
+])
+def test_what_a_batched_cell_does_outside_itself_is_named_with_its_count(rows, setup, cell,
+                                                                         named):
+    rows.run_cell(setup)
+    rows.run_cell_magic("gpu", f"--quiet {BATCHED}", f"y = x * 2\n{cell}\n")
+    [note] = [n for n in _notes() if "once per batch" in n]
+    assert named in note and "(4 times)" in note
+
+
+def test_a_whole_run_prints_and_acts_as_a_plain_cell(rows, capsys):
+    rows.run_cell("hist = []")
+    capsys.readouterr()
+    rows.run_cell_magic("gpu", "--quiet", "y = x * 2\nprint('once')\nhist.append(1)\n")
+    assert capsys.readouterr().out == "once\n" and rows.user_ns["hist"] == [1]
+    assert not any("once per batch" in n for n in _notes())
+
+
+def test_a_failing_batch_shows_what_it_printed_before_the_error(rows, capsys):
+    capsys.readouterr()
+    cell = ("y = x * 2\nprint('start')\n"
+            "if y.shape[0] < 3:\n    print('short batch')\n    raise ValueError('stop')\n")
+    rows.run_cell(f"%%gpu --quiet {BATCHED}\n{cell}")
+    printed = capsys.readouterr().out.split("-" * 20)[0]  # before the traceback
+    assert printed == "start\nshort batch\n"
