@@ -259,7 +259,7 @@ class ClusterExecutor:
                     first = kinds[0][1]
                     raise CellError(over_rows(name, f"{type(first).__name__} "
                                             f"{short_repr(first)}", infos[0]["stats"].rows,
-                                              "block"))
+                                              "block", first))
                 out[name] = self._agreed(name, [k[1] for k in kinds])
             elif name in self.row_free and all(len(k) == 4 for k in kinds):
                 out[name] = self._agreed(name, [k[3] for k in kinds])  # eps, mu: row-free
@@ -330,7 +330,7 @@ class ClusterExecutor:
                 raise CellError(
                     f"the cell's result {name!r} is {short_repr(first)} in block 1 but "
                     f"{short_repr(v)} in block {j}: it depends on the block, so the blocks' "
-                    f"values cannot be joined; {name_a_rule(name)}")
+                    f"values cannot be joined; {name_a_rule(name, first)}")
         return first
 
     @staticmethod

@@ -159,16 +159,16 @@ class BatchJoin:
             raise CellError(
                 f"the cell's result {name!r} is {short_repr(first)} in batch {j + 1} but "
                 f"{short_repr(value)} in batch {i + 1}: it depends on the batch, so the "
-                f"batches' values cannot be joined; {name_a_rule(name)}")
+                f"batches' values cannot be joined; {name_a_rule(name, value)}")
 
     def _no_rule(self, name: str, value: Any, rows: int, over: bool = False) -> str:
         shape = getattr(value, "shape", None)
         what = (f"{type(value).__module__.split('.')[0]} array {value.dtype} {tuple(shape)}"
                 if shape is not None else type(value).__name__)
         if over:  # a number the row check saw made over the batch's rows (len(x), a total)
-            return over_rows(name, f"{what} {short_repr(value)}", rows, "batch")
+            return over_rows(name, f"{what} {short_repr(value)}", rows, "batch", value)
         return (f"the cell's result {name!r} ({what}) has no row axis of the batch's {rows} "
-                f"rows, so the batches' values cannot be joined; {name_a_rule(name)}")
+                f"rows, so the batches' values cannot be joined; {name_a_rule(name, value)}")
 
     def results(self) -> dict[str, Any]:
         """What the cell leaves: gathered rows, joined partials, and the last batch's rest."""

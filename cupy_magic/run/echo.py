@@ -4,9 +4,9 @@ A batched run runs the cell once per batch; a plain cell runs once. What the cel
 can depend on no batch (the row check refuses a print of a batch's values), so every batch
 prints the same: it is shown once, from the first batch, and of a later batch's output only
 what differs (what follows the first batch's output, when it begins the same: a batch that
-failed after printing it). What acts outside the cell (``hist.append(...)``, ``plt.plot(...)``, a log, a
-file: :func:`~.graphscan.outside_effect`) cannot be undone that way; the report says it ran
-once per batch.
+failed after printing it). What acts outside the cell (``hist.append(...)``,
+``plt.plot(...)``, a log, a file: :func:`~.graphscan.outside_effect`) cannot be undone that
+way; the report says it ran once per batch.
 """
 
 from __future__ import annotations

@@ -16,8 +16,13 @@ __all__ = ["RULES", "agree", "check_names", "combine", "compared", "like_partial
 RULES = ("sum", "min", "max", "mean", "any", "all", "concat")
 
 
-def name_a_rule(name: str) -> str:
-    """The fix for result ``name`` that the batches (or blocks) cannot join, in both forms."""
+def name_a_rule(name: str, value: Any = 0) -> str:
+    """The fix for result ``name`` that the batches (or blocks) cannot join, in both forms;
+    for a ``value`` no rule joins (a list, a dict, an object: the rules join numbers and
+    arrays), the cell of its own."""
+    if not (isinstance(value, (int, float, complex, np.generic)) or hasattr(value, "shape")):
+        return (f"compute it in a cell of its own, or run this one whole (a --reduce rule "
+                f"joins numbers and arrays, and {name!r} is a {type(value).__name__})")
     return (f"name a rule, e.g. --reduce {name}=sum (BatchOptions(reduce={{{name!r}: 'sum'}}) "
             f"from Python; rules: {', '.join(RULES)}), or compute it in a cell of its own")
 
@@ -43,13 +48,13 @@ def compared(value: Any, to_host: Any) -> Any:
     return value.item() if value.ndim == 0 else to_host(value)
 
 
-def over_rows(name: str, what: str, rows: int, unit: str) -> str:
-    """Why result ``name`` (``what``: its type and value), a value the row check saw made
-    over a ``unit``'s ``rows`` rows (``len(x)``, a total, a test of one), cannot be kept:
-    each batch (or block) has its own, even where all of them agree."""
+def over_rows(name: str, what: str, rows: int, unit: str, value: Any = 0) -> str:
+    """Why result ``name`` (``what``: its type and value; ``value`` itself), a value the
+    row check saw made over a ``unit``'s ``rows`` rows (``len(x)``, a total, a test of one),
+    cannot be kept: each batch (or block) has its own, even where all of them agree."""
     return (f"the cell's result {name!r} ({what}) is a value over the {unit}'s {rows} rows "
             "(a count, a total, a test of one), not all rows, so it cannot be kept; "
-            f"{name_a_rule(name)}, or del {name} at the end")
+            f"{name_a_rule(name, value)}, or del {name} at the end")
 
 
 def rows_by_chance(name: str, what: str, rows: int, unit: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import cell_error
 
 import cupy_magic
 
@@ -66,3 +67,15 @@ def test_a_failing_batch_shows_what_it_printed_before_the_error(rows, capsys):
     rows.run_cell(f"%%gpu --quiet {BATCHED}\n{cell}")
     printed = capsys.readouterr().out.split("-" * 20)[0]  # before the traceback
     assert printed == "start\nshort batch\n"
+
+
+@pytest.mark.parametrize("cell, kind", [("info = {'rows': len(y)}", "dict"),
+                                        ("t = [float(y[0, 0])]", "list")])
+def test_a_result_no_rule_joins_is_refused_with_the_fix_that_works(rows, cell, kind):
+    """A list or a dict made per batch: the fix is a cell of its own, not a --reduce rule
+    (the rules join numbers and arrays)."""
+    name = cell.split(" =")[0]
+    msg = cell_error(rows, f"y = x * 2\n{cell}\n", BATCHED)
+    assert f"compute it in a cell of its own, or run this one whole (a --reduce rule joins " \
+           f"numbers and arrays, and {name!r} is a {kind})" in msg
+    assert "--reduce " + name not in msg and name not in rows.user_ns
