@@ -435,6 +435,7 @@ def test_a_star_import_of_numpy_binds_what_the_cell_uses_as_in_a_plain_cell(ip, 
     "d = {}\nd['missing']",
     "def f(a):\n    return a.sum(axis=5)\nf(x)",
     "b = np.dot(x, np.ones((3, 3)))",
+    "b = eval('1 +')",
     "b = np.concatenate([x, np.ones((2, 2))])",
     "raise ExceptionGroup('several', [ValueError('one'), KeyError('two')])",
     "try:\n    raise ExceptionGroup('g', [ValueError('one')])\nexcept* ValueError:\n"

@@ -101,6 +101,7 @@ class GpuMagics(Magics):
                     ast_transform=shell.transform_ast if shell.ast_transformers else None)
         except SyntaxError as exc:
             if ran_in(exc, filename):  # raised by the cell's own code (eval, compile)
+                from_the_cell(exc, filename)
                 raise
             raise UsageError(syntax_message(exc, source)) from None
         except (CellError, ClusterError) as exc:

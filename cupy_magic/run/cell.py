@@ -32,7 +32,7 @@ from .compiled import Transform
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .echo import effect_note
 from .errors import CellError, at_cell_line
-from .graphscan import outside_effect
+from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
 from .lines import LineRecord
 from .names import cell_names
@@ -169,6 +169,12 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                                        timeline=opts.timeline, devices=devices is not None,
                                        is_device=be.is_device_array, reduce=opts.reduce)
                                    if be.is_gpu else None)
+        effect = outside_effect(source, namespace, plan.module_names, be.is_device_array)
+        if WRITES_FILE in effect:  # each batch's rows over the last's: wrong for certain
+            raise CellError(f"the cell {effect}, which a batched run would do once per batch, "
+                            "each batch writing its own rows over the last's; write the "
+                            "gathered result in a cell of its own after this one, or run "
+                            "this one whole (a larger budget, no --batch)")
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None
@@ -178,7 +184,6 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
                          be=be, make=None if devices is None else device_run(devices))
             report.notes += _last_not_shown(source, plan, namespace, "batched", "batch")
-            effect = outside_effect(source, namespace, plan.module_names, be.is_device_array)
             if report.batch is not None and effect_note(effect, report.batch.batches):
                 report.notes.append(effect_note(effect, report.batch.batches))
         else:

@@ -26,7 +26,7 @@ import numpy as np
 from ..syncs.values import attr_path
 from .batching import _definition
 
-__all__ = ["outside_effect", "refusal"]
+__all__ = ["WRITES_FILE", "outside_effect", "refusal"]
 
 # builtins whose calls change nothing outside the cell (a host sync among them, float(x),
 # fails the capture itself)
@@ -50,13 +50,19 @@ _WRITERS = frozenset({"matplotlib", "seaborn", "plotly", "logging", "os", "sys",
                       "json", "pickle", "csv", "subprocess", "IPython", "tqdm"})
 
 
+_FILES = frozenset({"save", "savez", "savez_compressed", "savetxt", "tofile"})
+WRITES_FILE = "which writes a file"
+
+
 def outside_effect(source: str, namespace: Mapping[str, Any], xp: Iterable[str],
                    is_device: Callable[[Any], bool] = lambda v: False) -> str:
     """What in the cell may act on something outside it (a call on an object from outside,
     a write into one, a plot, a log, a file), which a batched run repeats once per batch:
     the first such place as a phrase (``"calls hist.append on an object from outside the
-    cell"``), or ``""``. Its prints are not counted (a batched run shows them once), nor its
-    random draws or host data (the row check and the static sync check see those)."""
+    cell"``; one that writes an array to a file has :data:`WRITES_FILE`: each batch would
+    write its own rows over the last's), or ``""``. Its prints are not counted (a batched
+    run shows them once), nor its random draws or host data (the row check and the static
+    sync check see those)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -133,10 +139,13 @@ class _Scan:
         self.effects = effects  # only what acts outside the cell (outside_effect)
         self.seen = seen if seen is not None else set()
         self.bound: set[str] = set()
+        self.assigned: set[str] = set()  # names a plain assignment of the code binds
         self.imported: dict[str, str] = {}
 
     def tree(self, tree: ast.AST) -> str:
         self.bound, self.imported = _bound(tree), _imported(tree)
+        self.assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                         for t in n.targets if isinstance(t, ast.Name)}
         for node in ast.walk(tree):
             why = self.node(node)
             if why:
@@ -149,6 +158,11 @@ class _Scan:
         if (isinstance(node, ast.Name) and node.id not in self.bound
                 and isinstance(self.ns.get(node.id), Iterator)):
             return f"reads {node.id}, an iterator from outside it that moves on at every batch"
+        if (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name)
+                and isinstance(self.ns.get(node.target.id), (list, dict, set, bytearray))
+                and node.target.id not in self.assigned):
+            return f"changes {node.target.id}, a {type(self.ns[node.target.id]).__name__} " \
+                "from outside the cell, in place"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) \
                 else [node.target]
@@ -176,7 +190,11 @@ class _Scan:
             return ""  # a method of an expression's value: its parts are calls checked here
         name, dotted = path[-1], ".".join(path)
         if self.effects:
-            if len(path) > 1 and self.origin(path[0]).split(".")[0] in _WRITERS:
+            if name in _FILES and len(path) > 1:  # np.save(...), y.tofile(...)
+                return f"calls {dotted}, {WRITES_FILE}"
+            held = self.ns.get(path[0]) if path[0] not in self.bound else None
+            module = self.origin(path[0]) or getattr(held, "__module__", None) or ""
+            if module.split(".")[0] in _WRITERS:  # plt.plot, a display imported as dp
                 return f"calls {dotted}, which writes outside it (a figure, a log, a file)"
             if name == "print" or name in _HOST_DATA:
                 return ""

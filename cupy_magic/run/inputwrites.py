@@ -39,12 +39,17 @@ class InputWatch:
     to the cell's end."""
 
     def __init__(self, inputs: dict[str, Any], stored: set[str], moved: dict[str, Any],
-                 be: Backend, only_read: frozenset[str] = frozenset()) -> None:
+                 be: Backend, only_read: frozenset[str] = frozenset(),
+                 overlaps: tuple[tuple[str, ...], ...] = ()) -> None:
         # the names the source does not show changing, and the read-only ones whose copies
-        # cannot be read-only (a GPU's): refused if changed, even through their own name
+        # cannot be read-only (a GPU's): refused if changed, even through their own name,
+        # but for one sharing memory with a writeable input (changed through that one, as
+        # NumPy lets it) that the source does not show changing
         self.inputs = inputs
+        through = {n for g in overlaps if any(_writeable(inputs[m]) for m in g)
+                   for n in g if n not in stored}
         self.unguarded = {n for n in moved if n in inputs and not _writeable(inputs[n])
-                          and not hasattr(moved[n].flags, "writeable")}
+                          and not hasattr(moved[n].flags, "writeable") and n not in through}
         self.names = [n for n in moved if n in inputs and n not in only_read
                       and (n not in stored or n in self.unguarded)]
         self.be = be

@@ -24,7 +24,8 @@ from ..units import dtype_name
 from .errors import CellError
 from .report import InputMove
 
-__all__ = ["Span", "move_overlaps", "overlapping", "refuse_overlaps", "span_of"]
+__all__ = ["Span", "move_overlaps", "overlapping", "refuse_overlaps", "span_of",
+           "whole_groups"]
 
 try:  # NumPy 2
     from numpy.lib.array_utils import byte_bounds
@@ -64,6 +65,9 @@ def overlapping(inputs: dict[str, np.ndarray]) -> list[tuple[str, ...]]:
     return sorted(tuple(sorted(g)) for g in found.values() if len(g) > 1)
 
 
+_ALIGN = 256  # what CUDA's allocations are aligned to
+
+
 def _owner(arr: np.ndarray) -> np.ndarray:
     while isinstance(arr.base, np.ndarray):
         arr = arr.base
@@ -81,8 +85,11 @@ class Span:
 def span_of(arrays: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool]) -> Span | None:
     """The :class:`Span` of ``arrays`` (a group :func:`overlapping` found), or None where
     they cannot share one copy: one cast (``cast(array)``: under ``--dtype``), a byte order
-    other than the machine's, or no one contiguous NumPy array that owns them all."""
-    if any(map(cast, arrays.values())) or not all(a.dtype.isnative for a in arrays.values()):
+    other than the machine's, an array not aligned to its items (a GPU reads none such), or
+    no one contiguous NumPy array that owns them all. The span starts at a multiple of 256
+    bytes from the owner's start, so each view keeps its alignment in the device's copy."""
+    if any(map(cast, arrays.values())) or not all(a.dtype.isnative and a.flags.aligned
+                                                  for a in arrays.values()):
         return None
     owners = {id(_owner(a)): _owner(a) for a in arrays.values()}
     if len(owners) != 1:
@@ -94,6 +101,7 @@ def span_of(arrays: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool]) -
     start = owner.__array_interface__["data"][0]
     bounds = [byte_bounds(a) for a in arrays.values()]
     low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    low -= (low - start) % _ALIGN
     offsets = {n: a.__array_interface__["data"][0] - low for n, a in arrays.items()}
     return Span(raw[low - start:high - start], offsets)
 
@@ -119,23 +127,43 @@ def refuse_overlaps(groups: list[tuple[str, ...]], only_read: frozenset[str], ru
 
 
 def move_overlaps(inputs: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool],
-                  be: Backend) -> dict[str, tuple[Any, InputMove]]:
+                  be: Backend, only_read: frozenset[str] = frozenset()
+                  ) -> dict[str, tuple[Any, InputMove]]:
     """The inputs whose memory overlaps, each group copied to the device once as one stretch
-    of bytes and each input a view into it, with the report's row (the first carries the
-    bytes, the others name it); a group that cannot share (:func:`span_of`) is left out, to
-    be copied one by one."""
+    of bytes and each input a view into it (two names for one array: one view), with the
+    report's row (the first carries the bytes, the others name it). Left out, to be copied
+    one by one: a group that cannot share (:func:`span_of`), and one the cell only reads
+    (``only_read``) whose span is larger than its arrays (a row and a column of a matrix)."""
     shared: dict[str, tuple[Any, InputMove]] = {}
     for group in overlapping(inputs):
         arrays = {n: inputs[n] for n in group}
         span = span_of(arrays, cast)
-        if span is None:
+        if span is None or (set(group) <= only_read
+                            and span.host.nbytes > sum(a.nbytes for a in arrays.values())):
             continue
         t = be.to_device(span.host)
+        if hasattr(t.array.flags, "writeable"):  # a read-only owner's writeable view stays so
+            t.array.flags.writeable = True
+        views: dict[int, Any] = {}  # by id of the user's array: y = x is one array
         for k, (name, arr) in enumerate(arrays.items()):
-            view = be.view_of(t.array, span.offsets[name], arr.shape, arr.strides, arr.dtype)
-            if not arr.flags.writeable and hasattr(view.flags, "writeable"):
-                view.flags.writeable = False  # read-only stays so (the CPU fallback's copies)
+            view = views.get(id(arr))
+            if view is None:
+                view = views[id(arr)] = be.view_of(t.array, span.offsets[name], arr.shape,
+                                                   arr.strides, arr.dtype)
+                if not arr.flags.writeable and hasattr(view.flags, "writeable"):
+                    view.flags.writeable = False  # read-only stays so (the CPU fallback's)
             shared[name] = view, InputMove(name, 0 if k else t.nbytes, 0.0 if k else t.seconds,
                                            t.pinned, dtype_name(arr.dtype),
                                            view_of=group[0] if k else "")
     return shared
+
+
+def whole_groups(stored: set[str], groups: tuple[tuple[str, ...], ...]) -> set[str]:
+    """``stored`` with every input of a group one of whose inputs is in it: views of one
+    device array are committed together, so that a later cell's change through one shows
+    through the others (a name the cell rebinds gets its new value)."""
+    out = set(stored)
+    for group in groups:
+        if out & set(group):
+            out |= set(group)
+    return out

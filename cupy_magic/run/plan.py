@@ -313,7 +313,8 @@ def move_inputs(plan: CellPlan, dtype: str | None,
     """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
     moved: dict[str, Any] = {}
     moves: list[InputMove] = []
-    shared = move_overlaps(plan.inputs, lambda a: cast_target(a, dtype) != a.dtype, be)
+    shared = move_overlaps(plan.inputs, lambda a: cast_target(a, dtype) != a.dtype, be,
+                           plan.only_read)
     for name, arr in plan.inputs.items():
         if name in shared:
             moved[name], move = shared[name]
@@ -373,7 +374,7 @@ def inputs_need(inputs: dict[str, np.ndarray], dtype: str | None) -> int:
     for group in overlapping(inputs) if len(inputs) > 1 else ():
         arrays = {n: inputs[n] for n in group}
         span = span_of(arrays, lambda a: cast_target(a, dtype) != a.dtype)
-        if span is not None:
+        if span is not None and span.host.nbytes <= sum(a.nbytes for a in arrays.values()):
             need += span.host.nbytes - sum(a.nbytes for a in arrays.values())
     return need
 

@@ -108,6 +108,8 @@ def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:
     """
     values = [v for v, _ in parts]
     kind = python_kind(values, rule)
+    if rule == "mean" and kind in (int, bool):  # a mean of ints is a float
+        kind = float
     if kind is int and rule == "sum":
         return sum(values)  # exact, as Python's own ints
     if kind is not None:

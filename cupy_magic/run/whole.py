@@ -9,6 +9,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from .commit import ShownOnHost, commit, leave_copy
 from .errors import CellError, fail
 from .inputwrites import InputWatch
 from .mainmod import as_main
+from .overlap import whole_groups
 from .plan import CellPlan, check_budget, has_rows, move_inputs
 from .reduce import combine
 from .report import RunReport
@@ -54,7 +56,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
             moved, report.inputs = move_inputs(plan, dtype, be)
-            watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read)
+            watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
+                               plan.overlaps)
             work = {**namespace, **plan.overrides, **moved}
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, be) \
@@ -62,6 +65,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             with be.time_device() as timing, recorder:
                 value = plan.run(work, namespace, shown)
             plan = watch.commit_plan(plan)  # inputs changed through other names too
+            plan = replace(plan, stored=whole_groups(plan.stored, plan.overlaps))
             watch = None
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes

@@ -43,6 +43,8 @@ def test_a_batched_cell_that_prints_nothing_has_no_note(rows, capsys):
     ("hist = []", "hist.append('step')", "calls hist.append on an object from outside"),
     ("import logging", "logging.getLogger('cm').debug('batch')", "calls logging.getLogger"),
     ("log = {}", "log['last'] = 1", "changes log, an object from outside the cell"),
+    ("hist = []", "hist += [1]", "changes hist, a list from outside the cell, in place"),
+    ("from IPython.display import display as dp", "dp('batch')", "calls dp, which writes"),
 ])
 def test_what_a_batched_cell_does_outside_itself_is_named_with_its_count(rows, setup, cell,
                                                                          named):
@@ -79,3 +81,13 @@ def test_a_result_no_rule_joins_is_refused_with_the_fix_that_works(rows, cell, k
     assert f"compute it in a cell of its own, or run this one whole (a --reduce rule joins " \
            f"numbers and arrays, and {name!r} is a {kind})" in msg
     assert "--reduce " + name not in msg and name not in rows.user_ns
+
+
+@pytest.mark.parametrize("write", ["np.save(path, y)", "y.tofile(path)"])
+def test_a_batched_cell_that_writes_its_rows_to_a_file_is_refused(rows, tmp_path, write):
+    """Each batch would write its own rows over the last's: a file of the last batch."""
+    rows.user_ns["path"] = str(tmp_path / "y.npy")
+    msg = cell_error(rows, f"y = x * 2\n{write}\n", BATCHED)
+    assert "which writes a file, which a batched run would do once per batch" in msg
+    assert "write the gathered result in a cell of its own" in msg
+    assert not (tmp_path / "y.npy").exists() and "y" not in rows.user_ns

@@ -145,6 +145,8 @@ def test_combine_python_scalars():
     assert combine("sum", [(3, 2), (4, 5)], np) == 7
     assert combine("mean", [(1.0, 1), (4.0, 3)], np) == pytest.approx(3.25)
     assert combine("max", [(1, 1), (9, 1)], np) == 9
+    mean = combine("mean", [(1, 2), (2, 2)], np)  # a mean of Python ints is a float
+    assert mean == 1.5 and type(mean) is float
 
 
 def test_a_fixed_first_batch_steps_off_other_axis_lengths():
