@@ -341,7 +341,7 @@ class ClusterExecutor:
         what = f"array {k[2]} {k[1]}" if k[0] in ("rows", "array") else type(k[1]).__name__
         return (f"the cell's result {name!r} ({what} in block {j + 1}) has no row axis of the "
                 f"block's {rows} rows, so the blocks' values cannot be joined; "
-                f"{name_a_rule(name)}")
+                f"{name_a_rule(name, k[1] if k[0] == 'python' else 0)}")
 
     # --- commit -------------------------------------------------------------------------
     def _commit(self, plan: CellPlan, results: dict[str, Any], namespace: dict[str, Any],

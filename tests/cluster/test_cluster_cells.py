@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import failed_block
+from conftest import cell_error, failed_block
 from IPython.core.error import UsageError
 from test_parity import CHAINS
 
@@ -374,3 +374,12 @@ def test_a_reduced_result_has_the_type_and_dtype_of_the_unbatched_one(ip, joined
         assert np.array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_blocks_list_result_is_refused_with_the_fix_that_works(ip, joined):
+    """A list per block: the fix is a cell of its own, not a --reduce rule."""
+    ip.user_ns["x"] = np.arange(800.0).reshape(400, 2)
+    msg = cell_error(ip, "y = x * 2\nt = [1, 2]\nt.append(len(y))\n",
+                     "--cluster --batch-rows 150")
+    assert "compute it in a cell of its own, or run this one whole" in msg
+    assert "--reduce t=" not in msg and "t" not in ip.user_ns
