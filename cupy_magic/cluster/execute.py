@@ -315,7 +315,6 @@ class ClusterExecutor:
         python = all(k[0] == "python" for k in kinds)
         if rule != "concat":  # the partials' dtype, or their Python type
             kind = python_kind([k[1] for k in kinds], rule) if python else None
-            kind = float if rule == "mean" and kind in (int, bool) else kind
             value = like_partials(np.asarray(value), rule, dtype, kind)
             if kind is int and rule == "sum":  # exact, as Python's ints: not through int64
                 value = sum(k[1] for k in kinds)

@@ -91,12 +91,14 @@ def like_partials(value: Any, rule: str, dtype: Any, kind: type | None = None) -
 
 
 def python_kind(values: list[Any], rule: str) -> type | None:
-    """The Python type every partial has (``int``, ``float``, ``complex``; ``bool`` but for
-    a sum), or None."""
+    """The Python type the join of ``rule`` gives where every partial has one type (``int``,
+    ``float``, ``complex``; ``bool`` but for a sum): that type, ``float`` for a mean of ints;
+    else None."""
     kinds = {type(v) for v in values}
     if len(kinds) == 1 and (kinds <= {int, float, complex} or (kinds == {bool}
                                                                and rule != "sum")):
-        return kinds.pop()
+        kind = kinds.pop()
+        return float if rule == "mean" and kind in (int, bool) else kind
     return None
 
 
@@ -108,8 +110,6 @@ def combine(rule: str, parts: list[tuple[Any, int]], xp: Any) -> Any:
     """
     values = [v for v, _ in parts]
     kind = python_kind(values, rule)
-    if rule == "mean" and kind in (int, bool):  # a mean of ints is a float
-        kind = float
     if kind is int and rule == "sum":
         return sum(values)  # exact, as Python's own ints
     if kind is not None:
