@@ -453,3 +453,26 @@ def test_a_traceback_goes_from_the_magics_call_to_the_cells_frame(ip, capsys, bo
     assert err is not None and "y" not in ip.user_ns
     assert "cupy_magic" not in shown and "skipping hidden" not in shown, shown
     assert body.splitlines()[-1].strip() in shown
+
+
+SCALARS = ["m = f.mean()", "s = f.sum(dtype=np.float32)", "v = f[0, 1]", "n = np.dot(f[0], f[1])",
+           "d = np.linalg.det(f[:3, :3])", "t = divmod(f.sum(), 2)",
+           "r = np.linalg.slogdet(f[:3, :3])"]
+
+
+@pytest.mark.parametrize("body", SCALARS)
+def test_a_number_brought_to_the_host_is_the_numpy_scalar_a_plain_cell_gives(ip, body):
+    """Under ``--to-host`` a reduction, an element or a determinant is NumPy's scalar
+    (``np.float64``, a ``float`` subclass), where CuPy gives a 0-d device array on a GPU;
+    in a tuple too. A 0-d array the user had stays a 0-d array (``a += 1``)."""
+    f = np.arange(12.0).reshape(4, 3) + np.eye(4, 3)
+    plain = {"np": np, "f": f}
+    exec(body, plain)
+    name = body.split(" =")[0]
+    ip.user_ns.update(f=f, a=np.array(2.0))
+    ip.run_cell_magic("gpu", "--quiet --to-host", body + "\na += 1")
+    got, want = ip.user_ns[name], plain[name]
+    for g, w in zip(*((v if isinstance(v, tuple) else (v,)) for v in (got, want)), strict=True):
+        assert type(g) is type(w) and g == pytest.approx(w)
+    assert type(ip.user_ns["a"]) is np.ndarray and ip.user_ns["a"].ndim == 0
+    assert ip.user_ns["a"] == 3.0

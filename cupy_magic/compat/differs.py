@@ -49,6 +49,12 @@ results are compared with NumPy's):
   without NumPy's checks (``low >= high`` drew values outside the range, with no error); the
   cell draws them with :func:`cupy_magic.compat.draws.random_randint`, NumPy's errors and an
   exactly uniform draw per element.
+- **``np.linalg`` of a singular or non-converging matrix** (``inv``, ``solve``, ``cholesky``,
+  ``svd``, ``eigh``, ``lstsq`` and those built on them): CuPy does not read cuSOLVER's status
+  by default (``cupyx.errstate(linalg='ignore')``), so ``np.linalg.inv(np.zeros((2, 2)))``
+  gave an array of garbage where NumPy raises ``LinAlgError: Singular matrix``. The cell's
+  calls run under ``linalg='raise'`` (a host sync per call, as NumPy's LAPACK call returns
+  its status) and raise NumPy's error with NumPy's message.
 - **``np.trim_zeros`` of a Python list, tuple or range**: NumPy slices the sequence itself, so
   ``np.trim_zeros([0, 1, 2, 0])`` is the list ``[1, 2]``; made a device array first, it became
   an array. The cell calls NumPy's on the sequence (Python values in, Python values out:
@@ -79,6 +85,17 @@ _WINDOW_WHY = ("CuPy computes np.{name} with a float32 parameter (float32 precis
                "float64 array); NumPy's float64 window, computed on the host from scalars")
 _ARANGE = ("an integer dtype with a fractional start, stop or step (NumPy steps by "
            "int(start + step) - int(start))")
+#: NumPy's error where CuPy, by default, leaves NaN or garbage (``cupyx.errstate(linalg=
+#: 'ignore')``): the functions whose cuSOLVER/cuBLAS status CuPy reads under 'raise'.
+LINALG_ERRORS = {
+    **dict.fromkeys(("linalg.inv", "linalg.solve", "linalg.tensorinv", "linalg.tensorsolve",
+                     "linalg.matrix_power"), "Singular matrix"),
+    "linalg.cholesky": "Matrix is not positive definite",
+    **dict.fromkeys(("linalg.eigh", "linalg.eigvalsh"), "Eigenvalues did not converge"),
+    **dict.fromkeys(("linalg.svd", "linalg.pinv", "linalg.matrix_rank"),
+                    "SVD did not converge"),
+    "linalg.lstsq": "SVD did not converge in Linear Least Squares",
+}
 
 
 def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> Any:
@@ -195,6 +212,11 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                                         str(exc).split(": ", 1)[-1])
             return wrapped(*args, **kwargs)
         return dressed_like(randint, wrapped)
+    if sub in LINALG_ERRORS and on_device:
+        def checked_linalg(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # the cell's line, then NumPy's error, as a plain cell
+            return _raising(wrapped, LINALG_ERRORS[sub], args, kwargs)
+        return dressed_like(checked_linalg, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:
             result = wrapped(*args, **kwargs)
@@ -237,6 +259,22 @@ class DeviceNpz(Mapping):
 
     def __repr__(self) -> str:
         return f"{self._npz.npz_file!r} (its arrays read onto the device)"
+
+
+def _raising(wrapped: Any, message: str, args: tuple, kwargs: dict) -> Any:
+    """``wrapped`` run with CuPy reading the solver's status (a host sync, as NumPy's LAPACK
+    call returns it): a singular or non-converging input raises NumPy's ``LinAlgError`` with
+    NumPy's message, where CuPy's default gives NaN or garbage silently."""
+    __tracebackhide__ = True
+    import cupyx  # on a GPU only
+
+    with cupyx.errstate(linalg="raise"):
+        try:
+            return wrapped(*args, **kwargs)
+        except numpy.linalg.LinAlgError as exc:
+            if "cuSOLVER" not in str(exc) and "cuBLAS" not in str(exc):
+                raise  # a shape error CuPy raises as NumPy does
+            raise numpy.linalg.LinAlgError(message) from None
 
 
 def _nan_slices(xp: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:

@@ -74,6 +74,8 @@ class ShownOnHost:
             return value
         if any(self.work.get(n) is value for n in self.names):
             host = self.be.to_host(value)
+            if host.ndim == 0 and self.be.is_gpu:  # the NumPy scalar the name becomes
+                return host[()]
             self.kept[id(value)] = (value, host)
             return host
         if self.every:
@@ -123,7 +125,9 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
             _held_arrays(value, made)
         if wants_host:
-            value = _to_host(value, be, shown)
+            was = namespace.get(name)  # a 0-d array the user had stays one (a += 1)
+            value = _to_host(value, be, shown, scalars=be.is_gpu and not (
+                isinstance(was, np.ndarray) and was.ndim == 0))
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
@@ -275,15 +279,19 @@ def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
                                    map(namespace.get, keys, repeat(_MISSING)))))
 
 
-def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None) -> Any:
+def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
+             scalars: bool = False) -> Any:
     """``value`` with its device arrays brought to the host, also those in a tuple, a list
     or a named tuple (``np.diag_indices``, ``np.unique_all``, ``np.linalg.svd``); the same
-    object when it holds none."""
+    object when it holds none. With ``scalars`` (on a GPU, where CuPy's reductions give 0-d
+    arrays), a 0-d array becomes the NumPy scalar NumPy's reduction gives (``np.float32``)."""
     if be.is_device_array(value):
+        if scalars and value.ndim == 0:
+            return be.to_host(value)[()]
         kept = None if shown is None else shown.reuse(value)
         return be.to_host(value) if kept is None else kept
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [_to_host(v, be, shown) for v in value]
+        items = [_to_host(v, be, shown, scalars) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)

@@ -152,6 +152,29 @@ def test_a_memory_error_the_cell_catches_does_not_count_against_a_host_budget(ip
     assert ip.user_ns["z"] is None and ip.user_ns["w"] == 1
 
 
+SINGULAR = [("b = np.linalg.inv(a)", "Singular matrix"),
+            ("b = np.linalg.solve(a, np.ones(3))", "Singular matrix"),
+            ("from numpy.linalg import inv\nb = inv(a)", "Singular matrix"),
+            ("b = np.linalg.matrix_power(a, -2)", "Singular matrix"),
+            ("b = np.linalg.cholesky(a - 1)", "Matrix is not positive definite")]
+
+
+@pytest.mark.parametrize(("body", "message"), SINGULAR)
+def test_a_singular_matrix_stops_the_cell_with_numpys_linalg_error(ip, body, message):
+    """NumPy raises ``LinAlgError`` for a singular (or not positive definite) matrix, where
+    CuPy's default leaves garbage in the result silently: the cell stops with NumPy's error
+    and message at its line, and ``b`` is not bound; a regular matrix still runs."""
+    a = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]])  # rank 2
+    ip.user_ns.update(a=a)
+    ip.user_ns.pop("b", None)
+    exc = run(ip, body).error_in_exec
+    assert isinstance(exc, np.linalg.LinAlgError) and str(exc) == message
+    assert "b" not in ip.user_ns
+    ip.user_ns.update(a=np.eye(3) * 5.0 + 1.0)  # regular, and a - 1 positive definite
+    assert run(ip, body, "--quiet --to-host").error_in_exec is None
+    assert np.isfinite(ip.user_ns["b"]).all()
+
+
 def test_an_error_inside_numpy_shows_numpys_frames_and_none_of_the_checks_wrappers(ip, capsys):
     """A plain cell shows the cell's line, then NumPy's own frames; the checked call in front
     of NumPy's function (``<cupy_magic.compat wrapper N>``, ``Calls.failed``) is hidden (as
