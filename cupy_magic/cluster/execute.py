@@ -26,10 +26,10 @@ from ..run.plan import CellPlan
 from ..run.reduce import (
     agree,
     check_names,
+    combine,
     like_partials,
     name_a_rule,
     over_rows,
-    python_kind,
     rows_by_chance,
 )
 from ..run.report import InputMove, OutputInfo, RunReport
@@ -292,6 +292,9 @@ class ClusterExecutor:
         import dask.array as da
 
         rule = self.opts.reduce[name]
+        if all(k[0] == "python" for k in kinds):  # the numbers came back with the reports:
+            return combine(rule, [(k[1], i["stats"].rows)  # joined here as a batched run's
+                                  for k, i in zip(kinds, infos, strict=True)], np)
         parts = []
         for f, k, i in zip(futures, kinds, infos, strict=True):
             shape, dtype = (k[1], k[2]) if k[0] in ("rows", "array") else \
@@ -312,13 +315,9 @@ class ClusterExecutor:
                 sum(i["stats"].rows for i in infos)
         else:
             value = getattr(da, rule)(stack, axis=0, split_every=SPLIT_EVERY).compute()
-        python = all(k[0] == "python" for k in kinds)
-        if rule != "concat":  # the partials' dtype, or their Python type
-            kind = python_kind([k[1] for k in kinds], rule) if python else None
-            value = like_partials(np.asarray(value), rule, dtype, kind)
-            if kind is int and rule == "sum":  # exact, as Python's ints: not through int64
-                value = sum(k[1] for k in kinds)
-        if python or not be.is_gpu or to_host is True or \
+        if rule != "concat":  # the partials' dtype
+            value = like_partials(np.asarray(value), rule, dtype)
+        if not be.is_gpu or to_host is True or \
                 (not isinstance(to_host, bool) and name in to_host):
             return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
         return be.to_device(np.asarray(value)).array
