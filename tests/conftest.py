@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,25 @@ os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
 # loop on for hours. Python's own handler, as under a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_cluster_left() -> Iterator[None]:
+    """A Dask cluster a test module leaves running is closed after it, and the module fails
+    by name: its idle scheduler and workers allocate in this process, which the CPU
+    fallback's budget (tracemalloc, process-wide) counted against later modules' cells
+    (dozens of batched tests refused 'over the budget', 1,500 tests after the leak)."""
+    yield
+    if "distributed" not in sys.modules:
+        return
+    from distributed.core import Status
+    from distributed.deploy.spec import SpecCluster
+
+    left = [c for c in list(SpecCluster._instances)
+            if getattr(c, "status", Status.closed) not in (Status.closed, Status.failed)]
+    for cluster in left:
+        cluster.close(timeout=30)
+    assert not left, f"this module left {len(left)} Dask cluster(s) running: {left}"
 
 
 def gpu_available() -> bool:

@@ -332,16 +332,22 @@ def close() -> None:
     stays open) and the cluster it started."""
     c, cluster, owned = _state["client"], _state["cluster"], _state["owned"]
     _state.update(client=None, cluster=None, kind="", budget=None, owned=False, address="")
-    transport.forget()
-    abandoned.forget()
-    deathlog.uninstall()
-    shm.release()  # the workers close their slots while the client still reaches them
+    steps = [transport.forget, abandoned.forget, deathlog.uninstall,
+             shm.release]  # the workers close their slots while the client still reaches them
     if cluster is not None and c is not None:
-        _stop_busy_workers(c, cluster)
+        steps.append(lambda: _stop_busy_workers(c, cluster))
     if c is not None and owned:
-        c.close()
+        steps.append(c.close)
     if cluster is not None:
-        cluster.close()
+        steps.append(cluster.close)
+    failed: BaseException | None = None
+    for step in steps:  # every step, whatever failed before: a cluster left running (its
+        try:  # scheduler and worker processes) would outlive the kernel's use of it
+            step()
+        except Exception as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 STOP_SECONDS = 10.0  # for a busy worker to stop before its nanny kills it

@@ -20,10 +20,14 @@ def local_client() -> Iterator:
     # another cluster, it warns (and distributed leaves its first socket unclosed)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        host="127.0.0.1", **connect._QUIET_SCHEDULER)
-    client = distributed.Client(cluster, timeout=30)
-    yield client
-    client.close(timeout=30)
-    cluster.close(timeout=30)
+    try:
+        client = distributed.Client(cluster, timeout=30)
+        try:
+            yield client
+        finally:
+            client.close(timeout=30)
+    finally:  # a cluster left running would count against later modules' host budgets
+        cluster.close(timeout=30)
 
 
 @pytest.fixture

@@ -52,6 +52,27 @@ def test_local_starts_processes_show_lists_them_and_off_leaves_none(ip):
     assert "cluster" not in cupy_magic.session.describe_device()
 
 
+def test_off_closes_the_local_cluster_even_when_its_client_fails_to_close(ip, monkeypatch):
+    """A client that fails to close (a timeout under load) no longer leaves the cluster it
+    started running: its scheduler and workers are closed all the same, and the client's
+    error is shown, not swallowed."""
+    if _backend.current().is_gpu:
+        pytest.skip("a GPU kernel starts a LocalCUDACluster; the steps are the same")
+    ip.run_line_magic("gpu_cluster", "local --workers 1")
+    cluster, client = connect._state["cluster"], connect.client()
+    pids = list(client.run(os.getpid).values())
+    real_close = client.close
+
+    def failing_close(*args, **kwargs):
+        real_close(*args, **kwargs)
+        raise TimeoutError("the client took too long to close")
+    monkeypatch.setattr(client, "close", failing_close)
+    with pytest.raises(TimeoutError, match="took too long"):
+        ip.run_line_magic("gpu_cluster", "off")
+    assert connect.client() is None and cluster.status.name == "closed"
+    assert _gone(pids) == []
+
+
 def _fails(n: int) -> float:
     return 1 / (n - n)
 
