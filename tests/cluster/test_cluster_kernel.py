@@ -45,12 +45,12 @@ class Kernel:
 
         def hook(msg: dict) -> None:
             content = msg["content"]
-            out.append(content.get("text", ""))
-            out.append(content.get("data", {}).get("text/plain", ""))
-            out.extend(ANSI.sub("", t) for t in content.get("traceback", []))
+            out.append(content.get("text", ""))  # a print may come in several stream pieces
+            out.append(content.get("data", {}).get("text/plain", "") + "\n")
+            out.extend(ANSI.sub("", t) + "\n" for t in content.get("traceback", []))
 
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-        return reply["content"], "\n".join(out)
+        return reply["content"], "".join(out)
 
     def close(self) -> None:
         self.kc.stop_channels()
