@@ -78,13 +78,10 @@ def check_names(rules: Any, stored: Any) -> None:
                         "BatchOptions(reduce=...) in Python)")
 
 
-def like_partials(value: Any, rule: str, dtype: Any, kind: type | None = None) -> Any:
-    """A joined ``value`` in the partials' own type, as the unbatched cell's result: their
-    ``dtype`` (a sum of ``uint8`` or ``int32`` partials wraps as NumPy's sum in that dtype
-    does, a mean of ``float32`` ones is ``float32``), or ``kind``, the Python type of every
-    partial (``float(x.sum())``)."""
-    if kind is not None:
-        return kind(value)
+def like_partials(value: Any, rule: str, dtype: Any) -> Any:
+    """A joined ``value`` in the partials' own ``dtype``, as the unbatched cell's result (a
+    sum of ``uint8`` or ``int32`` partials wraps as NumPy's sum in that dtype does, a mean of
+    ``float32`` ones is ``float32``); Python partials keep their type in :func:`combine`."""
     if rule in ("sum", "mean") and np.dtype(dtype).kind in ("fc" if rule == "mean" else "uifc"):
         return value.astype(dtype, copy=False)
     return value
