@@ -109,3 +109,23 @@ def test_under_all_a_value_shown_mid_cell_is_kept_as_the_host_array_its_name_bec
     unnamed = ns["_"]  # x * 0, bound to no name: on the host under --to-host alone
     assert (type(unnamed) is np.ndarray) == (line == "--to-host")
     assert ns["Out"][n] is unnamed and ns[f"_{n}"] is unnamed
+
+
+@pytest.mark.parametrize("body", ["a += 1\na", "m = f.mean()\nm", "f.sum()\n0",
+                                  "a += 1\nm = a * 2\nm"])
+def test_under_all_a_0d_value_brought_to_the_host_shows_as_in_a_plain_cell(ip, capsys,
+                                                                          monkeypatch, body):
+    """A number a cell shows mid-cell under ``--to-host`` is what a plain cell shows: NumPy's
+    scalar for a reduction (``np.float64(5.5)``), a 0-d array for the 0-d array the user had
+    (``a += 1`` keeps ``array(3.)``), and the name holds what was shown."""
+    monkeypatch.setattr(ip, "ast_node_interactivity", "all")
+    ip.user_ns.update(f=np.arange(12.0).reshape(4, 3), a=np.array(2.0))
+    plain = _seen(ip, capsys, body)
+    held = {k: ip.user_ns.get(k) for k in ("a", "m")}
+    ip.user_ns.update(f=np.arange(12.0).reshape(4, 3), a=np.array(2.0))
+    ip.user_ns.pop("m", None)
+    gpu = _seen(ip, capsys, "%%gpu --quiet --to-host\n" + body)
+    assert gpu[:2] == plain[:2]  # success, what was shown
+    for k, v in held.items():
+        got = ip.user_ns.get(k)
+        assert type(got) is type(v) and (v is None or got == v), k

@@ -57,31 +57,30 @@ class ShownOnHost:
         The names the cell stores.
     work
         The cell's namespace, read as each value is shown.
+    namespace
+        The user's namespace before the commit: what each name held.
     be
         The live backend.
     """
 
     def __init__(self, to_host: bool | Iterable[str], stored: Iterable[str],
-                 work: dict[str, Any], be: Backend) -> None:
+                 work: dict[str, Any], namespace: dict[str, Any], be: Backend) -> None:
         self.every = to_host is True
         self.names = set(stored if to_host is True else to_host or ())
-        self.work, self.be = work, be
+        self.work, self.namespace, self.be = work, namespace, be
         self.kept: dict[int, tuple[Any, np.ndarray]] = {}
 
     def __call__(self, value: Any) -> Any:
         """What to show for ``value``."""
         if not self.be.is_device_array(value):
             return value
-        if any(self.work.get(n) is value for n in self.names):
-            host = self.be.to_host(value)
-            if host.ndim == 0 and self.be.is_gpu:  # the NumPy scalar the name becomes
-                return host[()]
-            self.kept[id(value)] = (value, host)
+        name = next((n for n in self.names if self.work.get(n) is value), None)
+        if name is not None:  # what the name becomes
+            host = host_form(value, self.be, self.namespace.get(name))
+            if isinstance(host, np.ndarray):
+                self.kept[id(value)] = (value, host)
             return host
-        if self.every:
-            host = self.be.to_host(value)
-            return host[()] if host.ndim == 0 else host
-        return value
+        return host_form(value, self.be) if self.every else value
 
     def reuse(self, value: Any) -> np.ndarray | None:
         """The host array shown for ``value``, holding what ``value`` holds now (the cell
@@ -125,9 +124,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
             _held_arrays(value, made)
         if wants_host:
-            was = namespace.get(name)  # a 0-d array the user had stays one (a += 1)
-            value = _to_host(value, be, shown, scalars=be.is_gpu and not (
-                isinstance(was, np.ndarray) and was.ndim == 0))
+            value = _to_host(value, be, shown, namespace.get(name))
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
@@ -279,19 +276,30 @@ def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
                                    map(namespace.get, keys, repeat(_MISSING)))))
 
 
+def host_form(value: Any, be: Backend, was: Any = None) -> Any:
+    """The device array ``value`` brought to the host as a NumPy cell holds it.
+
+    On a GPU a 0-d array becomes the NumPy scalar NumPy's reductions and indexing give
+    (``np.float32``), where CuPy gives a 0-d array; it stays a 0-d array when ``was`` (what
+    the name held before the cell) is one, as NumPy's ``a += 1`` keeps it. The CPU fallback's
+    arrays are NumPy's own and keep their form.
+    """
+    host = be.to_host(value)
+    if host.ndim == 0 and be.is_gpu and not (isinstance(was, np.ndarray) and was.ndim == 0):
+        return host[()]
+    return host
+
+
 def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
-             scalars: bool = False) -> Any:
-    """``value`` with its device arrays brought to the host, also those in a tuple, a list
-    or a named tuple (``np.diag_indices``, ``np.unique_all``, ``np.linalg.svd``); the same
-    object when it holds none. With ``scalars`` (on a GPU, where CuPy's reductions give 0-d
-    arrays), a 0-d array becomes the NumPy scalar NumPy's reduction gives (``np.float32``)."""
+             was: Any = None) -> Any:
+    """``value`` with its device arrays brought to the host (:func:`host_form`; ``was``: what
+    the name held), also those in a tuple, a list or a named tuple (``np.diag_indices``,
+    ``np.unique_all``, ``np.linalg.svd``); the same object when it holds none."""
     if be.is_device_array(value):
-        if scalars and value.ndim == 0:
-            return be.to_host(value)[()]
         kept = None if shown is None else shown.reuse(value)
-        return be.to_host(value) if kept is None else kept
+        return host_form(value, be, was) if kept is None else kept
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [_to_host(v, be, shown, scalars) for v in value]
+        items = [_to_host(v, be, shown) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
-from .commit import ShownOnHost, commit, leave_copy
+from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
 from .inputwrites import InputWatch
 from .mainmod import as_main
@@ -60,7 +60,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                                plan.overlaps)
             work = {**namespace, **plan.overrides, **moved}
             del moved
-            shown = ShownOnHost(to_host, plan.stored, work, be) \
+            shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
             with be.time_device() as timing, recorder:
                 value = plan.run(work, namespace, shown)
@@ -98,8 +98,7 @@ def shown_value(value: Any, names: list[str], namespace: dict[str, Any], to_host
         if name in namespace:
             return namespace[name]
     if to_host and be.is_device_array(value):
-        value = be.to_host(value)
-        return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+        return host_form(value, be)
     return value
 
 
