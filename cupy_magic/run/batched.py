@@ -168,7 +168,7 @@ class BatchRun(BatchJoin):
                                               self.opts.streams, self.cost, free, self.be.limit,
                                               None if self.opts.forced else  # batched anyway
                                               report.start_pool_bytes
-                                              + inputs_need(self.plan.inputs, self.dtype))
+                                              + inputs_need(self.plan, self.dtype))
             self.rest(first, rows, peak_row, bounds)
         # from the first batch to the drain, less the host's compiling (the report says so)
         seconds = max(0.0, self.clock[-1][1] - self.clock[1][1] - building.seconds)

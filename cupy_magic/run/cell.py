@@ -38,7 +38,7 @@ from .lines import LineRecord
 from .names import cell_names
 from .options import SYNC_MODES
 from .overlap import refuse_overlaps
-from .plan import CellPlan, batch_reason, plan_cell, register_source
+from .plan import CellPlan, batch_reason, check_budget, plan_cell, register_source
 from .report import RunReport
 from .sizes import check_sizes
 from .whole import run_whole, warmup
@@ -151,11 +151,14 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     recorder = _recorder(be, filename, source, syncs)
     liner = _line_record(be, plan, filename, source, lines, nvtx, label)
     watch = _both(recorder, liner)
-    reason = batch_reason(plan.inputs, batch, be, dtype)
+    reason = batch_reason(plan, batch, be, dtype)
     if devices is not None:
-        reason = devices_reason(plan.inputs, devices, batch_reason(plan.inputs, None, be, dtype))
+        reason = devices_reason(plan.inputs, devices, batch_reason(plan, None, be, dtype))
     opts, cut, total = batch or BatchOptions(), [], 0
     if reason:  # the promise batching relies on, checked before anything moves
+        if devices is None and not opts.requested and not all(
+                set(g) <= plan.only_read for g in plan.overlaps):
+            check_budget(plan, dtype, be)  # not batchable: refused as a whole cell is
         refuse_overlaps(list(plan.overlaps), plan.only_read, "a run over several devices"
                         if devices is not None else "a batched run", plan.inputs)
         cut, total = select_inputs(plan.inputs, opts)

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
-from ..units import dtype_name
+from ..units import dtype_name, format_bytes
 from .errors import CellError
 from .report import InputMove
 
-__all__ = ["Span", "move_overlaps", "overlapping", "refuse_overlaps", "span_of",
-           "whole_groups"]
+__all__ = ["Span", "move_overlaps", "overlapping", "refuse_overlaps", "shared_spans",
+           "span_of", "spans_words", "whole_groups"]
 
 try:  # NumPy 2
     from numpy.lib.array_utils import byte_bounds
@@ -126,21 +126,40 @@ def refuse_overlaps(groups: list[tuple[str, ...]], only_read: frozenset[str], ru
             f"{b}.copy()){whole}")
 
 
-def move_overlaps(inputs: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool],
-                  be: Backend, only_read: frozenset[str] = frozenset()
-                  ) -> dict[str, tuple[Any, InputMove]]:
-    """The inputs whose memory overlaps, each group copied to the device once as one stretch
-    of bytes and each input a view into it (two names for one array: one view), with the
-    report's row (the first carries the bytes, the others name it). Left out, to be copied
-    one by one: a group that cannot share (:func:`span_of`), and one the cell only reads
-    (``only_read``) whose span is larger than its arrays (a row and a column of a matrix)."""
-    shared: dict[str, tuple[Any, InputMove]] = {}
-    for group in overlapping(inputs):
+def shared_spans(inputs: dict[str, np.ndarray], groups: tuple[tuple[str, ...], ...],
+                 cast: Callable[[np.ndarray], bool], only_read: frozenset[str] = frozenset()
+                 ) -> dict[tuple[str, ...], Span]:
+    """The groups of overlapping ``inputs`` (``groups``: :func:`overlapping`'s) copied to the
+    device as one stretch of bytes, and their :class:`Span`. Left out, to be copied one by one:
+    a group that cannot share (:func:`span_of`), and one the cell only reads (``only_read``)
+    whose span is larger than its arrays (a row and a column of a matrix)."""
+    spans: dict[tuple[str, ...], Span] = {}
+    for group in groups:
         arrays = {n: inputs[n] for n in group}
         span = span_of(arrays, cast)
         if span is None or (set(group) <= only_read
                             and span.host.nbytes > sum(a.nbytes for a in arrays.values())):
             continue
+        spans[group] = span
+    return spans
+
+
+def spans_words(spans: dict[tuple[str, ...], Span], inputs: dict[str, np.ndarray]) -> str:
+    """What a budget message says of the spans larger than their arrays (``""``: none)."""
+    return "".join(
+        f"; {', '.join(map(repr, g[:-1]))} and {g[-1]!r} share memory and move as the one "
+        f"stretch of {format_bytes(s.host.nbytes)} that holds them"
+        for g, s in spans.items() if s.host.nbytes > sum(inputs[n].nbytes for n in g))
+
+
+def move_overlaps(inputs: dict[str, np.ndarray], spans: dict[tuple[str, ...], Span],
+                  be: Backend) -> dict[str, tuple[Any, InputMove]]:
+    """The groups of :func:`shared_spans` (``spans``) each copied to the device once as one
+    stretch of bytes and each input a view into it (two names for one array: one view), with
+    the report's row (the first carries the bytes, the others name it)."""
+    shared: dict[str, tuple[Any, InputMove]] = {}
+    for group, span in spans.items():
+        arrays = {n: inputs[n] for n in group}
         t = be.to_device(span.host)
         if hasattr(t.array.flags, "writeable"):  # a read-only owner's writeable view stays so
             t.array.flags.writeable = True

@@ -10,12 +10,9 @@ import __future__
 
 import codeop
 import contextlib
-import functools
-import io
 import linecache
 import sys
 import time
-import tokenize
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
@@ -35,12 +32,12 @@ from ..syncs.record import uncharged
 from ..units import dtype_name, format_bytes, short_repr
 from .aliases import MODULE_NAMES, only_read
 from .batching import BatchOptions
-from .compiled import Transform, compile_cell
+from .compiled import Transform, compile_cell, ends_quiet
 from .errors import CellError
 from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
-from .overlap import move_overlaps, overlapping, refuse_overlaps, span_of
+from .overlap import Span, move_overlaps, overlapping, refuse_overlaps, shared_spans, spans_words
 from .report import InputMove
 
 __all__ = [
@@ -163,7 +160,7 @@ class CellPlan:
 
     def with_inputs(self, inputs: dict[str, np.ndarray]) -> CellPlan:
         """The same cell over other inputs (a warm-up slice, the shared inputs of a batch)."""
-        return replace(self, inputs=inputs)
+        return replace(self, inputs=inputs, overlaps=tuple(overlapping(inputs)))
 
 
 @contextlib.contextmanager
@@ -247,7 +244,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     before any option is checked, as a plain cell reports it first.
     """
     compiler = codeop.Compile() if compiler is None else compiler
-    compiled = compile_cell(source, filename, compiler, split=not _ends_quiet(source),
+    compiled = compile_cell(source, filename, compiler, split=not ends_quiet(source),
                             shows=shows, transform=transform)
     names = cell_names(source)
     if dtype is not None and dtype not in CAST_TARGETS:
@@ -288,20 +285,6 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     only_read=only, overlaps=tuple(overlaps))
 
 
-@functools.lru_cache(maxsize=256)
-def _ends_quiet(source: str) -> bool:
-    """Whether the cell's last token is ``;``: a plain cell then shows nothing (kept per
-    text: tokenizing took about a sixth of a tiny cell's own cost, every run)."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return False
-    skip = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT,
-            tokenize.DEDENT, tokenize.INDENT)
-    last = next((t for t in reversed(tokens) if t.type not in skip), None)
-    return last is not None and last.type == tokenize.OP and last.string == ";"
-
-
 def register_source(source: str, filename: str) -> None:
     """Let tracebacks and messages quote the cell's lines (``linecache``)."""
     if filename not in linecache.cache:
@@ -313,8 +296,7 @@ def move_inputs(plan: CellPlan, dtype: str | None,
     """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
     moved: dict[str, Any] = {}
     moves: list[InputMove] = []
-    shared = move_overlaps(plan.inputs, lambda a: cast_target(a, dtype) != a.dtype, be,
-                           plan.only_read)
+    shared = move_overlaps(plan.inputs, _spans(plan, dtype), be)
     for name, arr in plan.inputs.items():
         if name in shared:
             moved[name], move = shared[name]
@@ -335,15 +317,15 @@ def move_inputs(plan: CellPlan, dtype: str | None,
     return moved, moves
 
 
-def batch_reason(inputs: dict[str, np.ndarray], opts: BatchOptions | None,
+def batch_reason(plan: CellPlan, opts: BatchOptions | None,
                  be: Backend, dtype: str | None) -> str:
     """Why the cell is run in batches, or ``""`` when it runs whole."""
     if opts is not None and opts.requested:
         return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
             (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
-    if not has_rows(inputs):
+    if not has_rows(plan.inputs):
         return ""
-    short = input_shortfall(inputs, dtype, be)
+    short = input_shortfall(plan, dtype, be)
     if short is None or be.limit is None:
         return ""
     need, free = short
@@ -357,37 +339,41 @@ def has_rows(inputs: dict[str, np.ndarray]) -> bool:
     return any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values())
 
 
-def input_shortfall(inputs: dict[str, np.ndarray], dtype: str | None,
-                    be: Backend) -> tuple[int, int] | None:
+def input_shortfall(plan: CellPlan, dtype: str | None, be: Backend) -> tuple[int, int] | None:
     """``(bytes the inputs need, bytes the budget leaves)`` when they do not fit, else None."""
     free = be.budget_left()
-    if free is None or not inputs:
-        return None
-    need = inputs_need(inputs, dtype)
-    return (need, free) if need > free else None
+    need = 0 if free is None or not plan.inputs else inputs_need(plan, dtype)
+    return (need, free) if free is not None and need > free else None
 
 
-def inputs_need(inputs: dict[str, np.ndarray], dtype: str | None) -> int:
-    """Device bytes of the inputs' copies (after ``--dtype``; inputs sharing memory copied
-    once, :mod:`.overlap`); whole when they fit the budget (:func:`input_shortfall`)."""
-    need = sum(a.size * cast_target(a, dtype).itemsize for a in inputs.values())
-    for group in overlapping(inputs) if len(inputs) > 1 else ():
-        arrays = {n: inputs[n] for n in group}
-        span = span_of(arrays, lambda a: cast_target(a, dtype) != a.dtype)
-        if span is not None and span.host.nbytes <= sum(a.nbytes for a in arrays.values()):
-            need += span.host.nbytes - sum(a.nbytes for a in arrays.values())
-    return need
+def _spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...], Span]:
+    return shared_spans(plan.inputs, plan.overlaps, lambda a: cast_target(a, dtype) != a.dtype,
+                        plan.only_read) if plan.overlaps else {}
+
+
+def inputs_need(plan: CellPlan, dtype: str | None) -> int:
+    """Device bytes of the inputs' copies (after ``--dtype``; inputs sharing memory copied as
+    the one stretch that holds them, :mod:`.overlap`); whole when they fit the budget
+    (:func:`input_shortfall`)."""
+    spans = _spans(plan, dtype)
+    shared = {n for group in spans for n in group}
+    return sum(a.size * cast_target(a, dtype).itemsize for n, a in plan.inputs.items()
+               if n not in shared) + sum(s.host.nbytes for s in spans.values())
 
 
 def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
     """Refuse, before anything moves, a whole cell whose inputs do not fit the budget."""
-    short = input_shortfall(plan.inputs, dtype, be)
+    short = input_shortfall(plan, dtype, be)
     if short is None or be.limit is None:
         return
     need, free = short
     sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
     hint = "" if dtype else (", --dtype float32 (dtype='float32' from Python) to halve float64 "
                              "inputs")
+    # batching cannot keep inputs that share memory apart when the cell may change them
+    changed = [g for g in plan.overlaps if not set(g) <= plan.only_read]
+    data = f"copying one in a plain cell first ({changed[0][-1]} = {changed[0][-1]}.copy())" \
+        if changed else "batching the data"
     # The words of the report (report.py): on the CPU fallback the budget is one of host
     # memory, and there are no cached blocks to release.
     budget, last = (("VRAM budget", ", a larger %vram_budget (cupy_magic.set_budget), or "
@@ -396,5 +382,6 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
                           " or a larger %vram_budget (cupy_magic.set_budget)"))
     raise BudgetExceeded(
         f"the cell's inputs {sizes} need {format_bytes(need)} but the {budget} "
-        f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}; try batching the "
-        f"data{hint}{last}", explained=True)
+        f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}"
+        f"{spans_words(_spans(plan, dtype), plan.inputs)}; try {data}{hint}{last}",
+        explained=True)

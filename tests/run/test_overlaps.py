@@ -139,3 +139,20 @@ def test_a_row_and_a_column_only_read_are_copied_apart_not_as_the_whole_matrix(i
     assert ip.user_ns["s"] == 600.0
     rows = {m.name: m for m in cupy_magic.last_report().inputs}
     assert rows["c"].nbytes == rows["r"].nbytes == 300 * 8  # not the 720 KB between them
+
+
+def test_a_row_and_a_column_changed_need_the_stretch_between_them_and_are_refused_first(ip):
+    """Changed, a row and a column of a matrix move as the one stretch that holds them
+    (nearly the whole matrix): a budget that holds the two but not the stretch refuses the
+    cell before anything moves, naming the stretch, and the names keep their values."""
+    X = np.ones((1000, 1000))  # 8 MB; the row and the column 8 KB each
+    ip.user_ns.update(r=X[0], c=X[:, 0])
+    ip.run_line_magic("vram_budget", "1MB")
+    result = ip.run_cell("%%gpu --quiet\nr *= 2\nc += 1\n")
+    assert type(result.error_in_exec).__name__ == "BudgetExceeded"
+    msg = str(result.error_in_exec)
+    assert "'c' and 'r' share memory and move as the one stretch of 7.62 MiB" in msg, msg
+    assert "try copying one in a plain cell first (r = r.copy())" in msg, msg
+    assert "line 1" not in msg and "--batch" not in msg, msg  # refused before, not batched
+    assert ip.user_ns["r"][1] == 1.0 and ip.user_ns["c"][1] == 1.0
+    assert np.shares_memory(ip.user_ns["r"], X)  # still views of the user's matrix
