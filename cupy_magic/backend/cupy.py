@@ -268,6 +268,37 @@ class CupyBackend(Backend):
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
 
+    def to_host_together(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
+        # by allocation: the stretch of bytes that holds a group's arrays, copied once where
+        # it is no larger than they are (X and Xtr = X[:800]; a row and a column of a
+        # matrix come back one by one, not as the matrix), from a multiple of 256 bytes
+        # into the allocation, so that each view keeps its alignment
+        groups: dict[int, list[str]] = {}
+        for name, a in arrays.items():
+            if a.size and a.ndim:
+                groups.setdefault(id(a.data.mem), []).append(name)
+        out: dict[str, np.ndarray] = {}
+        for names in groups.values():
+            views = [arrays[n] for n in names]
+            if len(names) < 2:
+                continue
+            bounds = [_byte_bounds(a) for a in views]
+            low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+            mem = views[0].data.mem
+            low -= (low - mem.ptr) % 256
+            if high - low > sum({id(a): a.nbytes for a in views}.values()) + 256:
+                continue
+            span = self.cp.ndarray((high - low,), np.uint8,
+                                   memptr=self.cp.cuda.MemoryPointer(mem, low - mem.ptr))
+            host = self.to_host(span)
+            made: dict[int, np.ndarray] = {}  # two names for one array (y = x): one array
+            for name, a in zip(names, views, strict=True):
+                if id(a) not in made:
+                    made[id(a)] = np.ndarray(a.shape, a.dtype, buffer=host,
+                                             offset=a.data.ptr - low, strides=a.strides)
+                out[name] = made[id(a)]
+        return out
+
     def to_host_into(self, value: Any, out: np.ndarray) -> None:
         if not self.is_device_array(value):
             super().to_host_into(value, out)
@@ -369,3 +400,10 @@ class CupyBackend(Backend):
             pool.free_all_blocks()
         self.host.close()
 
+
+def _byte_bounds(a: Any) -> tuple[int, int]:
+    """The first and one past the last byte address of the device array ``a`` (size > 0)."""
+    lo = hi = a.data.ptr
+    for n, st in zip(a.shape, a.strides, strict=True):
+        lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+    return lo, hi + a.itemsize

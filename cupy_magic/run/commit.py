@@ -103,6 +103,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     mid-cell for names brought to the host, which those names become."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
+    together: dict[str, Any] = {}  # device arrays brought to the host, by name
     made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
     # (or the array module or the cell's globals may be kept in one, plan.escapes)
@@ -124,10 +125,18 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
             _held_arrays(value, made)
         if wants_host:
+            if _together(value, be, shown):  # with the other views of its allocation
+                updates[name] = together[name] = value
+                continue
             value = _to_host(value, be, shown, namespace.get(name))
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
+    if together:  # views of one device array come back as views of one host copy
+        hosted = be.to_host_together(together) if len(together) > 1 else {}
+        for name, value in together.items():
+            updates[name] = hosted[name] if name in hosted else \
+                _to_host(value, be, shown, namespace.get(name))
     if made:
         _keep_on_device(made, namespace, be)
     if rehome.deep:  # the user's lists and dicts the cell may have put a function in
@@ -274,6 +283,14 @@ def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
     keys = work.keys()
     return list(compress(keys, map(is_not, work.values(),
                                    map(namespace.get, keys, repeat(_MISSING)))))
+
+
+def _together(value: Any, be: Backend, shown: ShownOnHost | None) -> bool:
+    """Whether ``value`` comes to the host with the other device arrays of the cell's names
+    (:meth:`~cupy_magic.backend.Backend.to_host_together`): an array of one element or more
+    on a GPU, not shown mid-cell (which the name becomes)."""
+    return be.is_gpu and be.is_device_array(value) and value.ndim > 0 and value.size > 0 \
+        and (shown is None or id(value) not in shown.kept)
 
 
 def host_form(value: Any, be: Backend, was: Any = None) -> Any:

@@ -156,3 +156,25 @@ def test_a_row_and_a_column_changed_need_the_stretch_between_them_and_are_refuse
     assert "line 1" not in msg and "--batch" not in msg, msg  # refused before, not batched
     assert ip.user_ns["r"][1] == 1.0 and ip.user_ns["c"][1] == 1.0
     assert np.shares_memory(ip.user_ns["r"], X)  # still views of the user's matrix
+
+
+def test_under_to_host_views_of_one_array_come_back_as_views_of_one_host_array(ip):
+    """``--to-host`` brings views of one device array (the inputs ``X``, ``Xtr = X[:2]``,
+    both named in the cell; views the cell makes) back as views of one host copy, as a plain
+    cell leaves them: a change through one in a later cell shows through the others. Before,
+    each came back as its own copy on a GPU."""
+    body = "X -= 1\nm = Xtr.sum()\ny = X[::-1, ::2]\nz = X.T\nw = X[3:, 2]\nv = X\n"
+    X = np.arange(40.0).reshape(10, 4)
+    plain = {"X": X.copy()}
+    plain["Xtr"] = plain["X"][:2]
+    exec(body, plain)
+    ip.user_ns.update(X=X, Xtr=X[:2])
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    ns = ip.user_ns
+    for n in ("X", "Xtr", "y", "z", "w", "v"):
+        assert type(ns[n]) is np.ndarray and ns[n].strides == plain[n].strides, n
+        np.testing.assert_array_equal(ns[n], plain[n])
+        assert np.shares_memory(ns[n], ns["X"]), n
+    assert ns["v"] is ns["X"]
+    ip.run_cell("X[9, 2] = -5")
+    assert ns["y"][0, 1] == ns["z"][2, 9] == ns["w"][-1] == -5
