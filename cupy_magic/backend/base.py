@@ -36,6 +36,18 @@ class BudgetExceeded(MemoryError):
         self.explained = explained
 
 
+def byte_span(first: int, array: Any) -> tuple[int, int]:
+    """The bytes an array (anything with ``shape``, ``strides``, ``itemsize`` and ``size``)
+    spans, as ``(low, high)`` (one past the last), where its first element starts at byte
+    ``first`` (an address, or an offset); ``(first, first)`` when it is empty."""
+    if array.size == 0:
+        return first, first
+    low = high = first
+    for n, st in zip(array.shape, array.strides, strict=True):
+        low, high = (low + (n - 1) * st, high) if st < 0 else (low, high + (n - 1) * st)
+    return low, high + array.itemsize
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """What the live backend runs on, for the load line and the reports."""
@@ -147,6 +159,12 @@ class Backend:
         raise NotImplementedError
 
     def to_host(self, array: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def allocation(self, array: Any) -> tuple[int, Any, int]:
+        """The device allocation ``array`` lies in: a key that names it while it lives, the
+        allocation as a 1-d ``uint8`` device array from its first byte (which keeps it alive;
+        :meth:`view_of` reads it), and the byte offset of ``array``'s first element in it."""
         raise NotImplementedError
 
     def to_host_together(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:

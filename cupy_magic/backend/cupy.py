@@ -19,6 +19,7 @@ from .base import (
     DeviceInfo,
     Transfer,
     _Measurement,
+    byte_span,
 )
 from .compiles import CompileRecord, timed
 from .flat import flat_device_index
@@ -268,6 +269,11 @@ class CupyBackend(Backend):
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
 
+    def allocation(self, array: Any) -> tuple[int, Any, int]:
+        mem = array.data.mem
+        whole = self.cp.ndarray((mem.size,), np.uint8, memptr=self.cp.cuda.MemoryPointer(mem, 0))
+        return id(mem), whole, array.data.ptr - mem.ptr
+
     def to_host_together(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
         # by allocation: the stretch of bytes that holds a group's arrays, copied once where
         # it is no larger than they are (X and Xtr = X[:800]; a row and a column of a
@@ -282,7 +288,7 @@ class CupyBackend(Backend):
             views = [arrays[n] for n in names]
             if len(names) < 2:
                 continue
-            bounds = [_byte_bounds(a) for a in views]
+            bounds = [byte_span(a.data.ptr, a) for a in views]
             low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
             mem = views[0].data.mem
             low -= (low - mem.ptr) % 256
@@ -399,11 +405,3 @@ class CupyBackend(Backend):
         for pool in _POOLS.values():  # give back what the cells freed; live arrays keep theirs
             pool.free_all_blocks()
         self.host.close()
-
-
-def _byte_bounds(a: Any) -> tuple[int, int]:
-    """The first and one past the last byte address of the device array ``a`` (size > 0)."""
-    lo = hi = a.data.ptr
-    for n, st in zip(a.shape, a.strides, strict=True):
-        lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
-    return lo, hi + a.itemsize

@@ -127,6 +127,12 @@ class HostBackend(Backend):
         out = host_copy_of(array)  # like an upload: the cell's writes stay in the copy
         return Transfer(out, time.perf_counter() - t0, int(array.nbytes), pinned=False)
 
+    def allocation(self, array: Any) -> tuple[int, Any, int]:
+        base = host_base(array)
+        whole = base.reshape(-1, order="A").view(np.uint8)
+        return id(base), whole, (array.__array_interface__["data"][0]
+                                 - whole.__array_interface__["data"][0])
+
     def view_of(self, copy: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...], dtype: np.dtype) -> Any:
         return np.ndarray(shape, dtype, buffer=copy, offset=offset, strides=strides)

@@ -22,6 +22,7 @@ from .rehome import Rehomer, cell_codes, makes_functions
 from .report import OutputInfo, RunReport
 
 if TYPE_CHECKING:
+    from .homes import Homes
     from .plan import CellPlan
 
 __all__ = ["ShownOnHost", "commit", "describe_value", "leave_copy"]
@@ -98,9 +99,11 @@ class ShownOnHost:
 
 def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
            to_host: bool | Iterable[str], be: Backend, report: RunReport,
-           shown: ShownOnHost | None = None) -> None:
+           shown: ShownOnHost | None = None, homes: Homes | None = None) -> None:
     """Write the names the cell bound into ``namespace``; ``shown``: the host arrays shown
-    mid-cell for names brought to the host, which those names become."""
+    mid-cell for names brought to the host, which those names become; ``homes``: the
+    user's arrays the inputs' device copies hold (:mod:`.homes`), which a name brought to
+    the host that lies in one becomes (or a view of it)."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
     together: dict[str, Any] = {}  # device arrays brought to the host, by name
@@ -125,6 +128,11 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
             _held_arrays(value, made)
         if wants_host:
+            home = None if homes is None or (shown is not None and id(value) in shown.kept) \
+                else homes.host_of(value, plan.stored)
+            if home is not None:
+                updates[name] = home
+                continue
             if _together(value, be, shown):  # with the other views of its allocation
                 updates[name] = together[name] = value
                 continue

@@ -52,6 +52,7 @@ __all__ = [
     "move_inputs",
     "plan_cell",
     "register_source",
+    "shared_input_spans",
 ]
 
 CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
@@ -296,7 +297,7 @@ def move_inputs(plan: CellPlan, dtype: str | None,
     """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
     moved: dict[str, Any] = {}
     moves: list[InputMove] = []
-    shared = move_overlaps(plan.inputs, _spans(plan, dtype), be)
+    shared = move_overlaps(plan.inputs, shared_input_spans(plan, dtype), be)
     for name, arr in plan.inputs.items():
         if name in shared:
             moved[name], move = shared[name]
@@ -346,7 +347,8 @@ def input_shortfall(plan: CellPlan, dtype: str | None, be: Backend) -> tuple[int
     return (need, free) if free is not None and need > free else None
 
 
-def _spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...], Span]:
+def shared_input_spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...], Span]:
+    """The plan's groups of inputs sharing memory that move as one stretch of bytes."""
     return shared_spans(plan.inputs, plan.overlaps, lambda a: cast_target(a, dtype) != a.dtype,
                         plan.only_read) if plan.overlaps else {}
 
@@ -355,7 +357,7 @@ def inputs_need(plan: CellPlan, dtype: str | None) -> int:
     """Device bytes of the inputs' copies (after ``--dtype``; inputs sharing memory copied as
     the one stretch that holds them, :mod:`.overlap`); whole when they fit the budget
     (:func:`input_shortfall`)."""
-    spans = _spans(plan, dtype)
+    spans = shared_input_spans(plan, dtype)
     shared = {n for group in spans for n in group}
     return sum(a.size * cast_target(a, dtype).itemsize for n, a in plan.inputs.items()
                if n not in shared) + sum(s.host.nbytes for s in spans.values())
@@ -383,5 +385,5 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
     raise BudgetExceeded(
         f"the cell's inputs {sizes} need {format_bytes(need)} but the {budget} "
         f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}"
-        f"{spans_words(_spans(plan, dtype), plan.inputs)}; try {data}{hint}{last}",
+        f"{spans_words(shared_input_spans(plan, dtype), plan.inputs)}; try {data}{hint}{last}",
         explained=True)

@@ -17,6 +17,7 @@ import numpy as np
 from ..backend import Backend
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
+from .homes import input_homes
 from .inputwrites import InputWatch
 from .mainmod import as_main
 from .overlap import whole_groups
@@ -56,6 +57,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
             moved, report.inputs = move_inputs(plan, dtype, be)
+            homes = input_homes(plan, moved, dtype, be) if to_host is not False else None
             watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
                                plan.overlaps)
             work = {**namespace, **plan.overrides, **moved}
@@ -78,7 +80,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             raise  # with the traceback fail() gave it
         raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
-    commit(plan, work, namespace, to_host, be, report, shown)
+    commit(plan, work, namespace, to_host, be, report, shown, homes)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}

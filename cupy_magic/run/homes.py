@@ -1,0 +1,119 @@
+"""Under ``--to-host``, an input the cell changed in place is changed in the user's array.
+
+A plain cell that runs ``X -= X.mean(axis=0)`` changes the array ``X`` names: ``X`` stays the
+same object, and a view made in an earlier cell (``Xtr = X[:800]``) or a list holding ``X``
+sees the change, though the cell never names them. A ``%%gpu`` cell changes the device copy;
+under ``--to-host`` that copy comes back to the host anyway, so it is written into the
+user's own memory (its *home*) rather than into a new array, and each name the cell leaves
+on that copy (``X``, ``y = X[::2]``) becomes the user's array or a view of it, as after a plain
+cell.
+
+An input has a home where its device copy holds its bytes as the host does: not cast
+(``--dtype``), contiguous on the host with the same strides on the device, writeable; inputs
+sharing memory (:mod:`.overlap`) share the home of their stretch of bytes. Others come back
+as new arrays, as before, and their views made earlier keep the old values. A home is
+written back only when the cell stored one of its inputs and a name it commits lies in it;
+a cell that changes ``X`` and then rebinds the name (``X -= 1; X = 0``) leaves the user's
+array as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend, byte_span
+from .plan import CellPlan, cast_target, shared_input_spans
+
+__all__ = ["Home", "Homes", "input_homes"]
+
+
+def _address(arr: np.ndarray) -> int:
+    return int(arr.__array_interface__["data"][0])
+
+
+@dataclass
+class Home:
+    """A device allocation that holds the bytes of user arrays: ``host`` (a ``uint8`` view of
+    the user's memory), ``device`` (the allocation, :meth:`~cupy_magic.backend.Backend.
+    allocation`), ``start`` (the byte of the allocation ``host[0]`` is copied to) and the
+    user's arrays in it, by name."""
+
+    host: np.ndarray
+    device: Any
+    start: int
+    inputs: dict[str, np.ndarray]
+    written: bool = field(default=False)
+
+    def place(self, array: np.ndarray) -> int:
+        """Where the user's ``array`` starts in ``host``."""
+        return _address(array) - _address(self.host)
+
+
+class Homes:
+    """The homes of a whole run's inputs (built right after they moved)."""
+
+    def __init__(self, be: Backend) -> None:
+        self.be = be
+        self.by_key: dict[int, Home] = {}
+
+    def add(self, copy: Any, host: np.ndarray, start_in_copy: int,
+            inputs: dict[str, np.ndarray]) -> None:
+        """Note that ``copy``'s allocation holds ``host`` (the user's bytes, ``uint8``) from
+        byte ``start_in_copy`` of ``copy`` on (negative: before it)."""
+        if not host.flags.writeable or not host.flags.c_contiguous or not host.size:
+            return
+        key, whole, offset = self.be.allocation(copy)
+        self.by_key[key] = Home(host, whole, offset + start_in_copy, inputs)
+
+    def host_of(self, value: Any, stored: set[str]) -> np.ndarray | None:
+        """``value`` (a device array the cell commits) as the user's array or a view of it,
+        its home written back first if the cell stored one of its inputs; ``None`` where it
+        lies in no home."""
+        # the CPU fallback's copies are NumPy arrays (its "device" ones only once committed)
+        if not self.by_key or not (self.be.is_device_array(value) or (
+                not self.be.is_gpu and isinstance(value, np.ndarray))):
+            return None
+        key, _, offset = self.be.allocation(value)
+        home = self.by_key.get(key)
+        if home is None:
+            return None
+        at = offset - home.start
+        low, high = byte_span(at, value)
+        if low < 0 or high > home.host.size:
+            return None
+        if not home.written and stored.intersection(home.inputs):
+            n = home.host.size
+            self.be.to_host_into(self.be.view_of(home.device, home.start, (n,), (1,),
+                                                 np.uint8), home.host)
+            home.written = True
+        for arr in home.inputs.values():  # the user's own array where the value is it
+            if (home.place(arr), arr.shape, arr.strides, arr.dtype) == \
+                    (at, value.shape, value.strides, value.dtype):
+                return arr
+        if value.ndim == 0:  # CuPy's x[0, 0] is a view, NumPy's a scalar: brought as one
+            return None
+        return np.ndarray(value.shape, value.dtype, buffer=home.host, offset=at,
+                          strides=value.strides)
+
+
+def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
+                be: Backend) -> Homes:
+    """The homes of the inputs ``moved`` holds the device copies of (see the module)."""
+    homes = Homes(be)
+    spans = shared_input_spans(plan, dtype)
+    for group, span in spans.items():
+        first = group[0]
+        homes.add(moved[first], span.host, -span.offsets[first],
+                  {n: plan.inputs[n] for n in group})
+    grouped = {n for group in spans for n in group}
+    for name, arr in plan.inputs.items():
+        copy = moved.get(name)
+        if name in grouped or copy is None or cast_target(arr, dtype) != arr.dtype:
+            continue
+        if (arr.flags.c_contiguous or arr.flags.f_contiguous) and arr.flags.writeable \
+                and copy.shape == arr.shape and copy.strides == arr.strides:
+            homes.add(copy, arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr})
+    return homes
