@@ -107,6 +107,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
     together: dict[str, Any] = {}  # device arrays brought to the host, by name
+    homed: dict[str, str] = {}  # names that became the user's arrays (homes), and how
     made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
     # (or the array module or the cell's globals may be kept in one, plan.escapes)
@@ -132,6 +133,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
                 else homes.host_of(value, plan.stored)
             if home is not None:
                 updates[name] = home
+                homed[name] = "host (the user's array, changed in place, as in a plain cell)" \
+                    if home is namespace.get(name) else "host (a view of the user's array)"
                 continue
             if _together(value, be, shown):  # with the other views of its allocation
                 updates[name] = together[name] = value
@@ -160,7 +163,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         if name in _BOOKKEEPING:  # committed, as a plain cell leaves it, but not the cell's
             continue
         kind, where, nbytes = describe_value(value, be)
-        report.outputs.append(OutputInfo(name, kind, where, nbytes))
+        report.outputs.append(OutputInfo(name, kind, homed.get(name, where), nbytes))
     if to_host is True or host_names:
         be.synchronize()
 

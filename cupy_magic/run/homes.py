@@ -74,7 +74,7 @@ class Homes:
         lies in no home."""
         # the CPU fallback's copies are NumPy arrays (its "device" ones only once committed)
         if not self.by_key or not (self.be.is_device_array(value) or (
-                not self.be.is_gpu and isinstance(value, np.ndarray))):
+                not self.be.is_gpu and isinstance(value, np.ndarray))) or not value.size:
             return None
         key, _, offset = self.be.allocation(value)
         home = self.by_key.get(key)
