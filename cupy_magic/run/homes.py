@@ -19,6 +19,7 @@ array as it was.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,14 +38,16 @@ def _address(arr: np.ndarray) -> int:
 @dataclass
 class Home:
     """A device allocation that holds the bytes of user arrays: ``host`` (a ``uint8`` view of
-    the user's memory), ``device`` (the allocation, :meth:`~cupy_magic.backend.Backend.
-    allocation`), ``start`` (the byte of the allocation ``host[0]`` is copied to) and the
-    user's arrays in it, by name."""
+    the user's memory), ``start`` (the byte of the allocation ``host[0]`` is copied to), the
+    user's arrays in it by name, and weak references to their device copies: the home holds
+    no device memory (a cell that rebinds ``X`` frees its copy, as before), and is known to
+    be this allocation only while one of them lives (a freed allocation's key may name a new
+    one)."""
 
     host: np.ndarray
-    device: Any
     start: int
     inputs: dict[str, np.ndarray]
+    copies: list[weakref.ref[Any]]
     written: bool = field(default=False)
 
     def place(self, array: np.ndarray) -> int:
@@ -59,14 +62,16 @@ class Homes:
         self.be = be
         self.by_key: dict[int, Home] = {}
 
-    def add(self, copy: Any, host: np.ndarray, start_in_copy: int,
+    def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
             inputs: dict[str, np.ndarray]) -> None:
-        """Note that ``copy``'s allocation holds ``host`` (the user's bytes, ``uint8``) from
-        byte ``start_in_copy`` of ``copy`` on (negative: before it)."""
+        """Note that the allocation of ``copies`` (the device copies of ``inputs``) holds
+        ``host`` (the user's bytes, ``uint8``) from byte ``start_in_copy`` of the first on
+        (negative: before it)."""
         if not host.flags.writeable or not host.flags.c_contiguous or not host.size:
             return
-        key, whole, offset = self.be.allocation(copy)
-        self.by_key[key] = Home(host, whole, offset + start_in_copy, inputs)
+        key, _, offset = self.be.allocation(copies[0])
+        self.by_key[key] = Home(host, offset + start_in_copy, inputs,
+                                [weakref.ref(c) for c in copies])
 
     def host_of(self, value: Any, stored: set[str]) -> np.ndarray | None:
         """``value`` (a device array the cell commits) as the user's array or a view of it,
@@ -76,18 +81,19 @@ class Homes:
         if not self.by_key or not (self.be.is_device_array(value) or (
                 not self.be.is_gpu and isinstance(value, np.ndarray))) or not value.size:
             return None
-        key, _, offset = self.be.allocation(value)
+        key, whole, offset = self.be.allocation(value)
         home = self.by_key.get(key)
-        if home is None:
-            return None
+        if home is None or not any(c is not None and self.be.allocation(c)[0] == key
+                                   for c in (ref() for ref in home.copies)):
+            return None  # none of its copies lives: the key names another allocation now
         at = offset - home.start
         low, high = byte_span(at, value)
         if low < 0 or high > home.host.size:
             return None
         if not home.written and stored.intersection(home.inputs):
             n = home.host.size
-            self.be.to_host_into(self.be.view_of(home.device, home.start, (n,), (1,),
-                                                 np.uint8), home.host)
+            self.be.to_host_into(self.be.view_of(whole, home.start, (n,), (1,), np.uint8),
+                                 home.host)
             home.written = True
         for arr in home.inputs.values():  # the user's own array where the value is it
             if (home.place(arr), arr.shape, arr.strides, arr.dtype) == \
@@ -106,7 +112,7 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
     spans = shared_input_spans(plan, dtype)
     for group, span in spans.items():
         first = group[0]
-        homes.add(moved[first], span.host, -span.offsets[first],
+        homes.add([moved[n] for n in group], span.host, -span.offsets[first],
                   {n: plan.inputs[n] for n in group})
     grouped = {n for group in spans for n in group}
     for name, arr in plan.inputs.items():
@@ -115,5 +121,5 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
             continue
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and arr.flags.writeable \
                 and copy.shape == arr.shape and copy.strides == arr.strides:
-            homes.add(copy, arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr})
+            homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr})
     return homes

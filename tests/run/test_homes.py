@@ -1,0 +1,60 @@
+"""Under ``--to-host`` an input the cell changed in place is changed in the user's array, as
+a plain cell changes it (run/homes.py): the same object, its earlier views and the lists that
+hold it see the change; the home holds no device memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+IN_PLACE = ["X -= X.mean(axis=0)", "X.sort(axis=1)", "np.add(X, 1, out=X)",
+            "X[0] = 7\ny = X[::2]", "X = X - 1", "X *= 2\nX = X[:5]", "Y = X\nY += 1",
+            "X -= 1\nz = X.sum()", "X -= 1\ns = X[0, 0]", "X -= 1\nr = X[1]",
+            "X = X * 0\ny = X + 5"]
+
+
+@pytest.mark.parametrize("body", IN_PLACE)
+def test_under_to_host_an_input_changed_in_place_changes_the_users_array(ip, body):
+    """A plain cell that changes ``X`` in place changes the user's array: ``X`` stays the
+    same object, and a view made earlier (``Xtr = X[:8]``) or a list holding ``X`` sees the
+    change, though the cell never names them. ``--to-host`` writes the device copy back
+    into the user's array and leaves them so; before, ``X`` became a new array and ``Xtr``
+    silently kept the old values."""
+    def setup():
+        X = np.arange(40.0).reshape(10, 4)
+        return {"np": np, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X]}
+
+    plain = setup()
+    exec(body, plain)
+    ns = setup()
+    ip.user_ns.update(ns)
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    got = ip.user_ns
+    for name in ("X", "Xtr", "C"):
+        assert type(got[name]) is np.ndarray, name
+        np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])
+    assert (got["X"] is got["L"][0]) == (plain["X"] is plain["L"][0])
+    assert np.shares_memory(got["X"], got["L"][0]) == np.shares_memory(plain["X"],
+                                                                       plain["L"][0])
+    if got["X"] is ns["X"]:  # the report says so
+        assert "changed in place" in cupy_magic.last_report().outputs_by_name["X"].where
+    for name in ("y", "Y", "z", "s", "r"):
+        if name in plain:
+            np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+            assert type(got[name]) is type(plain[name]), name
+
+
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
+def test_a_cell_that_rebinds_an_input_frees_its_copy_with_or_without_to_host(ip, line):
+    """``X = X * 2; X = X + 1; X = X - 3`` holds two arrays of ``X``'s size at a time: the
+    input's device copy goes when the name is rebound (the home of ``--to-host`` keeps only
+    weak references; holding the copy took the peak to three)."""
+    X = np.ones(1_000_000)
+    ip.user_ns.update(X=X)
+    ip.run_cell_magic("gpu", line, "X = X * 2\nX = X + 1\nX = X - 3\n")
+    report = cupy_magic.last_report()
+    assert report.peak_pool_bytes - report.start_pool_bytes < 2.1 * X.nbytes
+    assert float(ip.user_ns["X"][0]) == 0.0 and X[0] == 1.0
