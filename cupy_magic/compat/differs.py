@@ -63,6 +63,7 @@ results are compared with NumPy's):
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -213,9 +214,11 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
             return wrapped(*args, **kwargs)
         return dressed_like(randint, wrapped)
     if sub in LINALG_ERRORS and on_device:
+        target = _as_lapack(sub, calls.xp, wrapped)
+
         def checked_linalg(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # the cell's line, then NumPy's error, as a plain cell
-            return _raising(wrapped, LINALG_ERRORS[sub], args, kwargs)
+            return _raising(target, LINALG_ERRORS[sub], args, kwargs)
         return dressed_like(checked_linalg, wrapped)
     if sub == "load" and on_device:
         def load(*args: Any, **kwargs: Any) -> Any:
@@ -259,6 +262,38 @@ class DeviceNpz(Mapping):
 
     def __repr__(self) -> str:
         return f"{self._npz.npz_file!r} (its arrays read onto the device)"
+
+
+def _as_lapack(sub: str, xp: Any, wrapped: Any) -> Any:
+    """``np.linalg.inv``, ``matrix_power`` (of a negative power) and ``tensorinv`` factoring
+    the matrix NumPy's LAPACK call factors. CuPy's ``inv`` factors the transpose of a
+    C-ordered matrix (and of each matrix of a stack), where a pivot that is exactly zero in
+    LAPACK's factors of a singular matrix can come out tiny: no error, and a result of
+    garbage (on an H100, ``inv`` of a rank-2 3x3 matrix, session 22), while ``solve``, which
+    factors the matrix itself, raised. Here the matrix CuPy factors is the matrix itself."""
+    inv = xp.linalg.inv
+
+    def lapack_inv(a: Any, *rest: Any, **kw: Any) -> Any:
+        if not isinstance(a, xp.ndarray) or a.ndim < 2 or rest or kw:
+            return inv(a, *rest, **kw)
+        if a.ndim == 2:  # CuPy factors an F-ordered matrix as it is
+            return xp.ascontiguousarray(inv(xp.asfortranarray(a)))
+        flipped = xp.ascontiguousarray(a.swapaxes(-1, -2))  # each transposed, then back
+        return xp.ascontiguousarray(inv(flipped).swapaxes(-1, -2))
+
+    def matrix_power(a: Any, n: Any) -> Any:
+        if isinstance(a, xp.ndarray) and isinstance(n, (int, numpy.integer)) and n < 0:
+            return wrapped(lapack_inv(a), -int(n))  # NumPy: inv(a), then its power
+        return wrapped(a, n)
+
+    def tensorinv(a: Any, ind: int = 2) -> Any:
+        if not isinstance(a, xp.ndarray) or not isinstance(ind, int) or ind <= 0:
+            return wrapped(a, ind)
+        rows = math.prod(a.shape[ind:])  # NumPy's own steps
+        return lapack_inv(a.reshape(rows, -1)).reshape(*a.shape[ind:], *a.shape[:ind])
+
+    return {"linalg.inv": lapack_inv, "linalg.matrix_power": matrix_power,
+            "linalg.tensorinv": tensorinv}.get(sub, wrapped)
 
 
 def _raising(wrapped: Any, message: str, args: tuple, kwargs: dict) -> Any:

@@ -156,6 +156,8 @@ SINGULAR = [("b = np.linalg.inv(a)", "Singular matrix"),
             ("b = np.linalg.solve(a, np.ones(3))", "Singular matrix"),
             ("from numpy.linalg import inv\nb = inv(a)", "Singular matrix"),
             ("b = np.linalg.matrix_power(a, -2)", "Singular matrix"),
+            ("b = np.linalg.tensorinv(a, ind=1)", "Singular matrix"),
+            ("b = np.linalg.inv(np.stack([a, a.T]))", "Singular matrix"),
             ("b = np.linalg.cholesky(a - 1)", "Matrix is not positive definite")]
 
 
