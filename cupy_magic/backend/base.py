@@ -167,13 +167,6 @@ class Backend:
         :meth:`view_of` reads it), and the byte offset of ``array``'s first element in it."""
         raise NotImplementedError
 
-    def to_host_together(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-        """Device arrays (by name) that are views of one allocation, brought to the host as
-        views of one host copy, as NumPy's views of one array share its memory; those left
-        out come back one by one (:meth:`to_host`). The CPU fallback's are host arrays
-        already, which keep sharing their memory: none here."""
-        return {}
-
     def view_of(self, copy: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...], dtype: np.dtype) -> Any:
         """An array of ``shape``, ``strides`` and ``dtype`` over ``copy``'s memory (a 1-d

@@ -19,7 +19,6 @@ from .base import (
     DeviceInfo,
     Transfer,
     _Measurement,
-    byte_span,
 )
 from .compiles import CompileRecord, timed
 from .flat import flat_device_index
@@ -273,37 +272,6 @@ class CupyBackend(Backend):
         mem = array.data.mem
         whole = self.cp.ndarray((mem.size,), np.uint8, memptr=self.cp.cuda.MemoryPointer(mem, 0))
         return id(mem), whole, array.data.ptr - mem.ptr
-
-    def to_host_together(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-        # by allocation: the stretch of bytes that holds a group's arrays, copied once where
-        # it is no larger than they are (X and Xtr = X[:800]; a row and a column of a
-        # matrix come back one by one, not as the matrix), from a multiple of 256 bytes
-        # into the allocation, so that each view keeps its alignment
-        groups: dict[int, list[str]] = {}
-        for name, a in arrays.items():
-            if a.size and a.ndim:
-                groups.setdefault(id(a.data.mem), []).append(name)
-        out: dict[str, np.ndarray] = {}
-        for names in groups.values():
-            views = [arrays[n] for n in names]
-            if len(names) < 2:
-                continue
-            bounds = [byte_span(a.data.ptr, a) for a in views]
-            low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
-            mem = views[0].data.mem
-            low -= (low - mem.ptr) % 256
-            if high - low > sum({id(a): a.nbytes for a in views}.values()) + 256:
-                continue
-            span = self.cp.ndarray((high - low,), np.uint8,
-                                   memptr=self.cp.cuda.MemoryPointer(mem, low - mem.ptr))
-            host = self.to_host(span)
-            made: dict[int, np.ndarray] = {}  # two names for one array (y = x): one array
-            for name, a in zip(names, views, strict=True):
-                if id(a) not in made:
-                    made[id(a)] = np.ndarray(a.shape, a.dtype, buffer=host,
-                                             offset=a.data.ptr - low, strides=a.strides)
-                out[name] = made[id(a)]
-        return out
 
     def to_host_into(self, value: Any, out: np.ndarray) -> None:
         if not self.is_device_array(value):

@@ -18,6 +18,7 @@ from ..backend import Backend
 from ..compat.cupyonly import host_copy
 from ..compat.scope import host_value
 from ..units import dtype_text
+from .overlap import host_together
 from .rehome import Rehomer, cell_codes, makes_functions
 from .report import OutputInfo, RunReport
 
@@ -144,7 +145,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
     if together:  # views of one device array come back as views of one host copy
-        hosted = be.to_host_together(together) if len(together) > 1 else {}
+        hosted = host_together(together, be) if len(together) > 1 else {}
         for name, value in together.items():
             updates[name] = hosted[name] if name in hosted else \
                 _to_host(value, be, shown, namespace.get(name))
@@ -298,7 +299,7 @@ def _rebound(work: dict[str, Any], namespace: dict[str, Any]) -> list[str]:
 
 def _together(value: Any, be: Backend, shown: ShownOnHost | None) -> bool:
     """Whether ``value`` comes to the host with the other device arrays of the cell's names
-    (:meth:`~cupy_magic.backend.Backend.to_host_together`): an array of one element or more
+    (:func:`~.overlap.host_together`): an array of one element or more
     on a GPU, not shown mid-cell (which the name becomes)."""
     return be.is_gpu and be.is_device_array(value) and value.ndim > 0 and value.size > 0 \
         and (shown is None or id(value) not in shown.kept)

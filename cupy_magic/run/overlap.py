@@ -14,18 +14,18 @@ moves; one that only reads them runs on separate copies.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from ..backend import Backend
+from ..backend import Backend, byte_span
 from ..units import dtype_name, format_bytes
 from .errors import CellError
 from .report import InputMove
 
-__all__ = ["Span", "move_overlaps", "overlapping", "refuse_overlaps", "shared_spans",
-           "span_of", "spans_words", "whole_groups"]
+__all__ = ["Span", "host_together", "move_overlaps", "overlapping", "refuse_overlaps",
+           "shared_spans", "span_of", "spans_words", "whole_groups"]
 
 try:  # NumPy 2
     from numpy.lib.array_utils import byte_bounds
@@ -138,7 +138,7 @@ def shared_spans(inputs: dict[str, np.ndarray], groups: tuple[tuple[str, ...], .
         arrays = {n: inputs[n] for n in group}
         span = span_of(arrays, cast)
         if span is None or (set(group) <= only_read
-                            and span.host.nbytes > sum(a.nbytes for a in arrays.values())):
+                            and _larger(span.host.nbytes, arrays.values())):
             continue
         spans[group] = span
     return spans
@@ -149,7 +149,7 @@ def spans_words(spans: dict[tuple[str, ...], Span], inputs: dict[str, np.ndarray
     return "".join(
         f"; {', '.join(map(repr, g[:-1]))} and {g[-1]!r} share memory and move as the one "
         f"stretch of {format_bytes(s.host.nbytes)} that holds them"
-        for g, s in spans.items() if s.host.nbytes > sum(inputs[n].nbytes for n in g))
+        for g, s in spans.items() if _larger(s.host.nbytes, (inputs[n] for n in g)))
 
 
 def move_overlaps(inputs: dict[str, np.ndarray], spans: dict[tuple[str, ...], Span],
@@ -175,6 +175,41 @@ def move_overlaps(inputs: dict[str, np.ndarray], spans: dict[tuple[str, ...], Sp
                                            t.pinned, dtype_name(arr.dtype),
                                            view_of=group[0] if k else "")
     return shared
+
+
+def _larger(nbytes: int, arrays: Iterable[Any]) -> bool:
+    """Whether a stretch of ``nbytes`` is larger than ``arrays`` together (one array named
+    twice counted once): a row and a column of a matrix, whose stretch is the matrix."""
+    return nbytes > sum({id(a): a.nbytes for a in arrays}.values())
+
+
+def host_together(values: dict[str, Any], be: Backend) -> dict[str, np.ndarray]:
+    """Device arrays (by name) that are views of one allocation, brought to the host as views
+    of one host copy of the stretch of bytes that holds them, as NumPy's views of one array
+    share its memory: where the stretch is no larger than they are together (``X`` and
+    ``Xtr = X[:800]``; a row and a column of a matrix are left out, to come back one by one),
+    from a multiple of 256 bytes into the allocation, so that each keeps its alignment."""
+    groups: dict[int, list[tuple[str, Any, int, Any]]] = {}
+    for name, a in values.items():
+        key, whole, offset = be.allocation(a)
+        groups.setdefault(key, []).append((name, a, offset, whole))
+    out: dict[str, np.ndarray] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        bounds = [byte_span(offset, a) for _, a, offset, _ in members]
+        low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+        low -= low % _ALIGN
+        if _larger(high - low - _ALIGN, (a for _, a, _, _ in members)):
+            continue
+        host = be.to_host(be.view_of(members[0][3], low, (high - low,), (1,), np.uint8))
+        made: dict[int, np.ndarray] = {}  # two names for one array (y = x): one array
+        for name, a, offset, _ in members:
+            if id(a) not in made:
+                made[id(a)] = np.ndarray(a.shape, a.dtype, buffer=host, offset=offset - low,
+                                         strides=a.strides)
+            out[name] = made[id(a)]
+    return out
 
 
 def whole_groups(stored: set[str], groups: tuple[tuple[str, ...], ...]) -> set[str]:

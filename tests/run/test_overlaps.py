@@ -179,3 +179,22 @@ def test_under_to_host_views_of_one_array_come_back_as_views_of_one_host_array(i
     ip.run_cell("X[9, 2] = -5")
     assert ns["y"][0, 1] == ns["z"][2, 9] == ns["w"][-1] == -5
 
+
+
+def test_host_together_brings_views_of_one_allocation_as_views_of_one_host_copy(ip, xp):
+    """``overlap.host_together``, which ``--to-host`` uses on a GPU: views of one allocation
+    come back as views of one copy of their stretch, with NumPy's values and strides; a row
+    and a column of a large matrix (a stretch larger than they are) are left out."""
+    from cupy_magic.run.overlap import host_together
+
+    be = backend.current()
+    X = xp.arange(40.0).reshape(10, 4)
+    views = {"X": X, "y": X[::-1, ::2], "w": X[3:, 2], "v": X}
+    got = host_together(views, be)
+    want = np.arange(40.0).reshape(10, 4)
+    for name, expect in {"X": want, "y": want[::-1, ::2], "w": want[3:, 2], "v": want}.items():
+        np.testing.assert_array_equal(got[name], expect)
+        assert got[name].strides == expect.strides and np.shares_memory(got[name], got["X"])
+    assert got["v"] is got["X"]
+    M = xp.zeros((300, 300))
+    assert host_together({"r": M[0], "c": M[:, 0]}, be) == {}
