@@ -156,8 +156,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         reason = devices_reason(plan.inputs, devices, batch_reason(plan, None, be, dtype))
     opts, cut, total = batch or BatchOptions(), [], 0
     if reason:  # the promise batching relies on, checked before anything moves
-        if devices is None and not opts.requested and not all(
-                set(g) <= plan.only_read for g in plan.overlaps):
+        if devices is None and not opts.requested and plan.changed_overlaps:
             check_budget(plan, dtype, be)  # not batchable: refused as a whole cell is
         refuse_overlaps(list(plan.overlaps), plan.only_read, "a run over several devices"
                         if devices is not None else "a batched run", plan.inputs)

@@ -127,6 +127,11 @@ class CellPlan:
     only_read: frozenset[str] = frozenset()
     overlaps: tuple[tuple[str, ...], ...] = ()
 
+    @property
+    def changed_overlaps(self) -> list[tuple[str, ...]]:
+        """The groups of ``overlaps`` the cell may change one of (a batched run cannot keep)."""
+        return [g for g in self.overlaps if not set(g) <= self.only_read]
+
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
         """Run the cell in ``namespace``; return its last expression's value (or ``None``).
@@ -373,7 +378,7 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
     hint = "" if dtype else (", --dtype float32 (dtype='float32' from Python) to halve float64 "
                              "inputs")
     # batching cannot keep inputs that share memory apart when the cell may change them
-    changed = [g for g in plan.overlaps if not set(g) <= plan.only_read]
+    changed = plan.changed_overlaps
     data = f"copying one in a plain cell first ({changed[0][-1]} = {changed[0][-1]}.copy())" \
         if changed else "batching the data"
     # The words of the report (report.py): on the CPU fallback the budget is one of host
