@@ -197,8 +197,9 @@ def sampled_row(device: int, backend_name: str, reading: DeviceReading, pool: Po
 
 def _standing_for(be: Any, device: int, reading: DeviceReading) -> DeviceReading:
     """``reading``, named for the device a host backend stands for where it stands for
-    several (``CUPY_MAGIC_HOST_DEVICES``) and NVML names none."""
-    if be.is_gpu or reading.name is not NA or be.device_count() < 2:
+    several (``CUPY_MAGIC_HOST_DEVICES``); those have no NVML handle, even on a machine with
+    a GPU, whose figures are not theirs."""
+    if be.is_gpu or be.device_count() < 2:
         return reading
     return replace(reading, name=be.device_name(device))
 
@@ -220,6 +221,8 @@ class LiveSources:
             if be.is_gpu:
                 bus_id = be.cp.cuda.Device(device).pci_bus_id
                 self._handles[key] = nvml.handle_for(bus_id, device)
+            elif be.device_count() > 1:  # devices the CPU stands for: no GPU's figures
+                self._handles[key] = NA
             else:
                 handles = nvml.visible_handles()
                 self._handles[key] = handles[device] if device < len(handles) else NA
@@ -230,7 +233,7 @@ class LiveSources:
         be = self._backend()
         if be.name not in self._labels:
             count = (be.cp.cuda.runtime.getDeviceCount() if be.is_gpu
-                     else len(nvml.visible_handles()))
+                     else 0 if be.device_count() > 1 else len(nvml.visible_handles()))
             names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
             self._labels[be.name] = (  # no GPU: the devices the host backend stands for
                 [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
