@@ -13,6 +13,8 @@ rows ``--warmup`` uses), whose small results later cells then read.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,11 +32,19 @@ __all__ = ["main", "warm_cache"]
 _MODULE_KEYS = ("__spec__", "__file__", "__loader__", "__package__", "__cached__")
 
 
-def warm_cache(notebooks: Iterable[str | Path]) -> WarmReport:
+def warm_cache(notebooks: Iterable[str | Path], timeout: float | None = None) -> WarmReport:
     """Run the ``%%gpu`` cells of ``notebooks`` once on small slices; say what was compiled.
 
     Inside IPython (a notebook, a terminal) the notebooks run in a new Python process, so
     the caller's namespace is left alone; elsewhere they run in this process's shell.
+
+    Parameters
+    ----------
+    notebooks
+        The ``.ipynb`` files, run in the order given.
+    timeout
+        Seconds the new process may take (inside IPython only; default: no limit). Past
+        them it is stopped and :class:`RuntimeError` says where each of its threads was.
 
     Returns
     -------
@@ -50,12 +60,35 @@ def warm_cache(notebooks: Iterable[str | Path]) -> WarmReport:
     from IPython.core.interactiveshell import InteractiveShell
 
     if InteractiveShell.initialized():
-        done = subprocess.run([sys.executable, "-m", __name__, "--json", *map(str, paths)],
-                              capture_output=True, text=True, check=False)
-        if not done.stdout.strip():
-            raise RuntimeError(f"warm-cache stopped: {done.stderr.strip()[-2000:]}")
-        return WarmReport.from_json(done.stdout.strip().splitlines()[-1])
+        out = _in_another_process(paths, timeout)
+        return WarmReport.from_json(out.strip().splitlines()[-1])
     return _warm_here(InteractiveShell.instance(), paths)
+
+
+def _in_another_process(paths: list[Path], timeout: float | None) -> str:
+    """The JSON report's line of ``python -m`` this module over ``paths``; one that runs
+    past ``timeout`` is sent SIGABRT, so that Python's fault handler prints its threads'
+    stacks, which the error then quotes."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    child = subprocess.Popen([sys.executable, "-m", __name__, "--json", *map(str, paths)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)
+        try:
+            out, err = child.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+        stacks = err.partition("\nExtension modules:")[0].strip()  # not where it was
+        raise RuntimeError(f"warm-cache ran past its timeout of {timeout:g} s and was "
+                           f"stopped; pass a larger timeout=; where it was: "
+                           f"{stacks[-6000:]}") from None
+    if not out.strip():
+        raise RuntimeError(f"warm-cache stopped: {err.strip()[-2000:]}")
+    return out
 
 
 def _warm_here(shell: Any, paths: list[Path]) -> WarmReport:

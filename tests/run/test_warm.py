@@ -136,6 +136,16 @@ def test_the_script_on_the_shipped_tour_reports_no_failure():
     assert ": failed," not in done.stdout and "(not %%gpu): failed" not in done.stdout
 
 
+def test_from_a_running_shell_a_process_past_its_timeout_is_stopped_and_says_where(
+        shell, tmp_path):
+    from cupy_magic.session.warm import warm_cache
+
+    slow = notebook(tmp_path / "a.ipynb", [*CELLS[:1], "import time\ntime.sleep(600)"])
+    with pytest.raises(RuntimeError, match=r"(?s)past its timeout of 8 s.*Current thread.*"
+                       r"<ipython-input-\d+-\w+>\", line 2 in <module>"):
+        warm_cache([slow], timeout=8)
+
+
 def test_the_script_refuses_a_missing_notebook(tmp_path):
     done = run_script(str(tmp_path / "none.ipynb"))
     assert done.returncode == 2 and "no notebook at" in done.stderr
@@ -145,7 +155,7 @@ def test_from_a_running_shell_the_notebooks_run_in_another_process(shell, tmp_pa
     from cupy_magic.session.warm import warm_cache
 
     shell.user_ns.pop("x", None)
-    report = warm_cache([notebook(tmp_path / "a.ipynb", CELLS[:4])])
+    report = warm_cache([notebook(tmp_path / "a.ipynb", CELLS[:4])], timeout=120)
     assert [(c.cell, c.rows, c.error) for c in report.cells] == [(4, 1024, "")]
     assert "x" not in shell.user_ns  # the notebook's names stayed in its own process
     assert report.ok
