@@ -71,8 +71,8 @@ def _in_another_process(paths: list[Path], timeout: float | None) -> str:
     stacks, which the error then quotes."""
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     child = subprocess.Popen([sys.executable, "-m", __name__, "--json", *map(str, paths)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env)
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
