@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("notebooks", nargs="+", type=Path, help=".ipynb files")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON line")
     args = ap.parse_args(argv)
+    _unattended()
     try:
         report = warm_cache(args.notebooks)
     except FileNotFoundError as exc:
@@ -183,6 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(report.to_json() if args.json else str(report))
     return 0 if report.ok else 1
+
+
+def _unattended() -> None:
+    """Read standard input from ``/dev/null``: the notebooks run unattended, so a cell (or a
+    library under it) that reads input gets end-of-file instead of waiting for a terminal,
+    or for a pipe its caller keeps open, forever."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
 
 
 if __name__ == "__main__":

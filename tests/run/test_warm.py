@@ -146,6 +146,27 @@ def test_from_a_running_shell_a_process_past_its_timeout_is_stopped_and_says_whe
         warm_cache([slow], timeout=8)
 
 
+def test_the_script_reads_no_input_from_a_pipe_its_caller_keeps_open(tmp_path):
+    """Run unattended, a cell that asks for input gets end-of-file and the script goes on,
+    though the caller's stdin is a pipe it never closes (a job runner, a device tool)."""
+    path = notebook(tmp_path / "a.ipynb", [*CELLS[:4], "answer = input()", "done = 1"])
+    read_end, write_end = os.pipe()  # kept open here (communicate would close a PIPE)
+    try:
+        child = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "warm-cache"),
+                                  str(path)], stdin=read_end, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                 env={**os.environ, "CUPY_MAGIC_BACKEND": "host"})
+        try:
+            out, err = child.communicate(timeout=60)
+        finally:
+            child.kill()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert child.returncode == 0, err
+    assert "a.ipynb cell 5 (not %%gpu): failed, EOFError" in out
+
+
 def test_the_script_refuses_a_missing_notebook(tmp_path):
     done = run_script(str(tmp_path / "none.ipynb"))
     assert done.returncode == 2 and "no notebook at" in done.stderr
