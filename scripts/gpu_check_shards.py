@@ -7,6 +7,12 @@ the code it ran. This reads the shards' folders and says whether they are one ru
 code, every shard there once, each green; it prints the counts summed and exits 0 only then::
 
     python3 scripts/gpu_check_shards.py build/gc1 build/gc2 build/gc3
+
+``--times DIR...`` instead records each test file's seconds on the GPU from the folders'
+``junit.xml`` into ``tests/gpu-times.json``, by which ``--shard`` balances the groups (a file
+in several folders: the last one given wins)::
+
+    python3 scripts/gpu_check_shards.py --times build/gc1 build/gc2 build/gc3
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 # what a test run's outcome rests on (the notebooks are left out: --inplace rewrites them)
@@ -70,7 +77,44 @@ def combine(summaries: list[dict]) -> tuple[bool, list[str]]:
     return green, lines
 
 
+def file_times(junit: str | Path) -> dict[str, list[float]]:
+    """Seconds and tests per test file (``tests/x.py``) in a pytest ``junit.xml``; a test
+    interrupted by the run's timeout is not in it, and neither is its time."""
+    times: dict[str, list[float]] = {}
+    for case in ET.parse(junit).iter("testcase"):
+        name = case.get("classname")
+        if not name:
+            continue
+        path = name.replace(".", "/") + ".py"
+        entry = times.setdefault(path, [0.0, 0])
+        entry[0] = round(entry[0] + float(case.get("time") or 0), 3)
+        entry[1] += 1
+    return times
+
+
+def record_times(folders: list[str], into: Path) -> dict[str, list[float]]:
+    """Merge the folders' ``junit.xml`` times into ``into`` (kept: files none of them ran)."""
+    kept = json.loads(into.read_text())["seconds"] if into.is_file() else {}
+    for folder in folders:
+        kept.update(file_times(Path(folder) / "junit.xml"))
+    rows = ",\n".join(f"  {json.dumps(f)}: {json.dumps(v)}" for f, v in sorted(kept.items()))
+    about = ("seconds and tests of each test file in a scripts/gpu-check run on the GPU "
+             "(scripts/gpu_check_shards.py --times); --shard balances its groups by them")
+    into.write_text(f'{{\n "about": {json.dumps(about)},\n "seconds": {{\n{rows}\n }}\n}}\n')
+    return kept
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--times":
+        missing = [f for f in argv[1:] if not (Path(f) / "junit.xml").is_file()]
+        if len(argv) < 2 or missing:
+            print(f"--times: no junit.xml in {', '.join(missing) or '(no folder given)'}; give "
+                  "the folders gpu-check wrote", file=sys.stderr)
+            return 2
+        into = Path(__file__).resolve().parents[1] / "tests" / "gpu-times.json"
+        kept = record_times(argv[1:], into)
+        print(f"{into}: {len(kept)} files, {sum(t for t, _ in kept.values()):.0f} s")
+        return 0
     if not argv:
         print("usage: python3 scripts/gpu_check_shards.py DIR... (each with a gpu-check.json)",
               file=sys.stderr)

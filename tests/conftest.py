@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -68,21 +69,38 @@ HAS_GPU = gpu_available()
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--shard", default=None, metavar="K/N",
-        help="run only the K-th of N groups of whole test files, balanced by their number of "
-             "tests (scripts/gpu-check's GPU_CHECK_SHARD spreads one run over device calls)")
+        help="run only the K-th of N stretches of the tests in collection order, balanced "
+             "by their files' time on the GPU (tests/gpu-times.json; a file never timed "
+             "counts its tests at the mean); scripts/gpu-check's GPU_CHECK_SHARD spreads one "
+             "run over device calls")
+
+TIMES = Path(__file__).with_name("gpu-times.json")
 
 
-def shard_of(files: dict[str, int], count: int) -> dict[str, int]:
-    """Each file's group (0 to ``count - 1``): the largest files first, each into the group
-    with the fewest tests so far (ties to the lower group), so that the groups are as even
-    as whole files allow and the same files always give the same groups."""
-    sizes = [0] * count
-    group: dict[str, int] = {}
-    for name in sorted(files, key=lambda f: (-files[f], f)):
-        k = sizes.index(min(sizes))
-        group[name] = k
-        sizes[k] += files[name]
-    return group
+def file_weights(files: dict[str, int], times: dict[str, list[float]]) -> dict[str, float]:
+    """Each file's expected seconds: ``times`` gives seconds and tests measured for a file
+    (``tests/gpu-times.json``, from a gpu-check run's junit.xml), scaled to the tests it has
+    now; a file never measured counts its tests at the measured files' mean per test."""
+    measured = [times[f] for f in files if f in times and times[f][1] > 0]
+    per_test = (sum(t for t, _ in measured) / sum(n for _, n in measured)) if measured else 1.0
+    return {f: (times[f][0] / times[f][1] * n if f in times and times[f][1] > 0
+                else per_test * n) for f, n in files.items()}
+
+
+def shard_of(weights: list[float], count: int) -> list[int]:
+    """Each test's group (0 to ``count - 1``), the tests in collection order: ``count``
+    stretches of about equal weight, a test in the stretch that holds its middle. A file is
+    split only where a stretch ends (its module fixtures then set up once more), so a file
+    longer than a group no longer makes one group of its own; the same tests and weights
+    always give the same groups."""
+    if not sum(weights):
+        weights = [1.0] * len(weights)
+    total = sum(weights) or 1.0
+    groups, before = [], 0.0
+    for weight in weights:
+        groups.append(min(count - 1, int((before + weight / 2) / total * count)))
+        before += weight
+    return groups
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -95,13 +113,17 @@ def _shard(text: str) -> tuple[int, int]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("shard"):
         k, n = _shard(config.getoption("shard"))
-        path = {item: item.nodeid.split("::")[0] for item in items}
+        path = [item.nodeid.split("::")[0] for item in items]
         files: dict[str, int] = {}
-        for name in path.values():
+        for name in path:
             files[name] = files.get(name, 0) + 1
-        group = shard_of(files, n)
-        config.hook.pytest_deselected(items=[i for i in items if group[path[i]] != k - 1])
-        items[:] = [i for i in items if group[path[i]] == k - 1]
+        times = json.loads(TIMES.read_text())["seconds"] if TIMES.is_file() else {}
+        seconds = file_weights(files, times)
+        group = shard_of([seconds[name] / files[name] for name in path], n)
+        mine = [g == k - 1 for g in group]
+        config.hook.pytest_deselected(items=[i for i, m in zip(items, mine, strict=True)
+                                             if not m])
+        items[:] = [i for i, m in zip(items, mine, strict=True) if m]
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none visible here)")

@@ -81,3 +81,27 @@ def test_the_command_line_reads_the_folders_and_exits_by_the_verdict(tmp_path: P
     assert done.returncode == 2
     assert done.stderr.strip() == (f"{tmp_path / 'nowhere' / 'gpu-check.json'}: no such file; "
                                    "give the folders gpu-check wrote ($OUT of each call)")
+
+
+def test_times_are_recorded_per_file_from_a_real_junit_and_merged(tmp_path: Path) -> None:
+    from gpu_check_shards import record_times
+
+    run = tmp_path / "gc1"
+    run.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"--junitxml={run / 'junit.xml'}", "tests/test_units.py", "tests/test_source.py"],
+        cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-2000:]
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+         "tests/test_units.py"], cwd=ROOT, capture_output=True, text=True, check=False)
+    units = sum("::" in line for line in collected.stdout.splitlines())
+    into = tmp_path / "gpu-times.json"
+    into.write_text(json.dumps({"seconds": {"tests/old.py": [5.0, 2],
+                                            "tests/test_source.py": [99.0, 1]}}))
+    kept = record_times([str(run)], into)
+    assert kept["tests/test_units.py"][1] == units > 0
+    assert kept["tests/test_source.py"][1] > 1  # this run's figure replaced the old one
+    assert kept["tests/old.py"] == [5.0, 2]  # a file this run left out is kept
+    assert json.loads(into.read_text())["seconds"] == kept

@@ -1,4 +1,4 @@
-"""``--shard K/N`` (tests/conftest.py): whole files, every test in exactly one group."""
+"""``--shard K/N`` (tests/conftest.py): stretches in collection order, every test in exactly one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import shard_of
+from conftest import file_weights, shard_of
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ["tests/test_units.py", "tests/test_source.py", "tests/test_config.py"]
@@ -20,14 +20,11 @@ def _collected(*extra: str) -> tuple[int, list[str]]:
     return done.returncode, [line for line in done.stdout.splitlines() if "::" in line]
 
 
-def test_the_shards_split_whole_files_and_together_are_the_whole_run() -> None:
+def test_the_shards_are_stretches_in_order_and_together_are_the_whole_run() -> None:
     rc, whole = _collected()
     assert rc == 0 and whole
     shards = [_collected("--shard", f"{k}/3")[1] for k in (1, 2, 3)]
-    assert sorted(t for shard in shards for t in shard) == sorted(whole)
-    files = [{t.split("::")[0] for t in s} for s in shards]
-    assert all(files) and not files[0] & files[1] and not files[1] & files[2] \
-        and not files[0] & files[2]
+    assert all(shards) and [t for shard in shards for t in shard] == whole
 
 
 def test_a_shard_out_of_range_is_a_one_line_usage_error() -> None:
@@ -38,10 +35,24 @@ def test_a_shard_out_of_range_is_a_one_line_usage_error() -> None:
     assert "--shard '4/3': give K/N with 1 <= K <= N, e.g. --shard 1/3" in done.stderr
 
 
-@pytest.mark.parametrize(("files", "count", "groups"), [
-    ({"a": 10, "b": 6, "c": 5, "d": 1}, 2, {"a": 0, "b": 1, "c": 1, "d": 0}),
-    ({"a": 3, "b": 3}, 3, {"a": 0, "b": 1}),
+@pytest.mark.parametrize(("weights", "count", "groups"), [
+    ([10, 6, 5, 1], 2, [0, 1, 1, 1]),  # the middles at 5, 13, 18.5, 21.5 of 22
+    ([1, 1, 1, 1, 1, 1], 3, [0, 0, 1, 1, 2, 2]),
+    ([30, 1, 1, 1], 2, [0, 1, 1, 1]),  # a heavy first test: the rest together
+    ([0, 0], 2, [0, 1]),  # no weight at all: split by count
 ])
-def test_files_go_largest_first_to_the_smallest_group(files: dict[str, int], count: int,
-                                                      groups: dict[str, int]) -> None:
-    assert shard_of(files, count) == groups
+def test_tests_go_to_the_stretch_that_holds_their_middle(weights: list[float], count: int,
+                                                         groups: list[int]) -> None:
+    assert shard_of(weights, count) == groups
+
+
+def test_a_file_of_many_slow_tests_is_split_where_a_stretch_ends() -> None:
+    weights = [1.0] * 10 + [0.1] * 20  # one slow file, then a fast one
+    groups = shard_of(weights, 2)
+    assert groups[:5] == [0] * 5 and groups[10:] == [1] * 20 and 0 < groups.count(0) < 10 + 1
+
+
+def test_file_weights_scale_measured_seconds_and_count_the_rest_at_the_mean() -> None:
+    weights = file_weights({"a.py": 20, "b.py": 5, "c.py": 4},
+                           {"a.py": [10.0, 10], "b.py": [2.0, 10]})
+    assert weights == pytest.approx({"a.py": 20.0, "b.py": 1.0, "c.py": 4 * 12.0 / 20})
