@@ -51,8 +51,8 @@ REPLAY_SAVES = 0.75
 # each) took 1.178 s after checking three graphs (results/cluster-2026-12-05T0415-pause3s.md)
 # and 0.345 s without graphs (results/again-profile-2026-12-05T0410.log, another run): about
 # 0.28 s per check if the difference is the checks, 0.48 GB/s. They saved nothing there
-# (5.744 ms replayed against 5.761 ms launched), while row sums over the same input (128 KiB
-# of results per batch) ran at 49.8 GB/s after checking their graphs.
+# (5.744 ms replayed against 5.761 ms launched, each waited for), while row sums over the
+# same input (128 KiB of results per batch) ran at 49.8 GB/s after checking their graphs.
 CHECK_RATE = 0.48e9
 
 
@@ -122,7 +122,8 @@ def not_kept(launched: float, replayed: float) -> str | None:
     Parameters
     ----------
     launched, replayed
-        Seconds one checked batch took on average, launched op by op and replayed.
+        Host seconds one checked batch took on average to queue its uploads, work and
+        downloads, launched op by op and replayed.
 
     Returns
     -------
@@ -132,9 +133,9 @@ def not_kept(launched: float, replayed: float) -> str | None:
     if replayed <= REPLAY_GAIN * launched:
         return None
     gain = round((1 - REPLAY_GAIN) * 100)
-    return (f"replayed {replayed * 1e3:.3f} ms vs launched {launched * 1e3:.3f} ms per checked "
-            f"batch: under the {gain}% gain that pays for capturing, checking and replaying "
-            "the graphs")
+    return (f"replayed {replayed * 1e3:.3f} ms vs launched {launched * 1e3:.3f} ms of host "
+            f"time per checked batch: under the {gain}% gain that pays for capturing, "
+            "checking and replaying the graphs")
 
 
 @dataclass
@@ -150,8 +151,8 @@ class GraphNote:
     replayed
         Batches whose work was replayed from a graph (the checking batches not counted).
     launched_seconds, replay_seconds
-        Seconds one batch took on the checking batches (upload, work, download, waited
-        for): launched op by op, and replayed from its graph.
+        Host seconds one batch took on the checking batches to queue its upload, work and
+        download (not waited for): launched op by op, and replayed from its graph.
     cost_seconds
         Host seconds of a launched batch beyond its upload (:class:`~.batchcost.BatchCost`,
         measured on the first batch).
@@ -183,6 +184,7 @@ class GraphNote:
         return [f"batch graphs: {self.replayed} of {batches} batches replayed as CUDA graphs "
                 f"({self.captured} captured, one per stream, each checked bit for bit against "
                 f"its batch launched op by op; a checked batch took "
-                f"{self.replay_seconds * 1e3:.3f} ms replayed, {self.launched_seconds * 1e3:.3f}"
-                f" ms launched); fixed cost per batch {self.cost_seconds * 1e3:.3f} ms launched, "
+                f"{self.replay_seconds * 1e3:.3f} ms of host time replayed, "
+                f"{self.launched_seconds * 1e3:.3f} ms launched); fixed cost per batch "
+                f"{self.cost_seconds * 1e3:.3f} ms launched, "
                 f"{self.issue_seconds * 1e3:.3f} ms replayed{stopped}"]

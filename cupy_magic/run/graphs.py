@@ -20,8 +20,9 @@ A graph writes to the addresses it was captured with, so this protects itself:
   buffers again (launched, it needs them: the budget sized the batches for no more).
 - Checked before trusted: each slot's batch runs launched first, then captured and replayed
   into the same rows; the rows, partials and row-free values must agree bit for bit, and
-  replays must take at most :data:`.graphplan.REPLAY_GAIN` of the launches' time on those
-  batches, or no graph is kept.
+  a replay must take at most :data:`.graphplan.REPLAY_GAIN` of the host time the launched
+  batch took to queue (uploads, kernels, downloads; the streams overlap the device's work,
+  so a batch costs a run its host time where that is the longer), or no graph is kept.
 - A capture that fails (a host sync, a library CuPy cannot capture, host data copied to the
   device, refused through CuPy's pinned allocator while capturing) ends cleanly and the run
   goes on launched; the report says why (:class:`.graphplan.GraphNote`).
@@ -155,8 +156,8 @@ class GraphReplay:
         t0 = time.perf_counter()
         with timed() as built:  # a reduction over the full batch's length may compile
             run.batch(i, a, b)
+        launched = time.perf_counter() - t0 - built.seconds  # queued, not waited for
         eng.wait(slot)  # the launched rows are in run.out now
-        launched = time.perf_counter() - t0 - built.seconds
         if self.released():  # the launched batch released blocks an earlier graph wrote
             return None
         self.seen = self.seen or (self.run.be.releases, self.run.be.pool_held())
@@ -172,9 +173,9 @@ class GraphReplay:
         made.graph.upload(eng.streams[slot])
         t0 = time.perf_counter()
         self.replay(a, b, slot, made, check=True)
+        replayed = time.perf_counter() - t0  # queued, as the launched batch was timed
         eng.record(slot)
         eng.wait(slot)
-        replayed = time.perf_counter() - t0
         differs = self.differs(made, a, b, refs)
         if differs:
             for name, ref in refs.items():  # the launched rows stand
