@@ -12,9 +12,11 @@ An input has a home where its device copy holds its bytes as the host does: not 
 (``--dtype``), contiguous on the host with the same strides on the device, writeable; inputs
 sharing memory (:mod:`.overlap`) share the home of their stretch of bytes. Others come back
 as new arrays, as before, and their views made earlier keep the old values. A home is
-written back only when the cell stored one of its inputs and a name it commits lies in it;
-a cell that changes ``X`` and then rebinds the name (``X -= 1; X = 0``) leaves the user's
-array as it was.
+written back when the cell stored one of its inputs and a name it commits lies in it, or
+when the source changes one in place through its own name (``X -= 1``, ``X[0] = 1``,
+``X.sort()``) and the cell then rebinds or deletes the name (``X -= 1; X = 0``): in a plain
+cell the user's array keeps that change, and its earlier views see it. For those inputs
+only the home keeps the device copy alive to the commit.
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ class Home:
     inputs: dict[str, np.ndarray]
     copies: list[weakref.ref[Any]]
     written: bool = field(default=False)
+    kept: Any = None  # a copy held to the commit: its inputs are changed in place
+
+    def write(self, be: Backend, whole: Any) -> None:
+        """Copy the home's stretch of the allocation ``whole`` into the user's memory."""
+        if not self.written:
+            n = self.host.size
+            be.to_host_into(be.view_of(whole, self.start, (n,), (1,), np.uint8), self.host)
+            self.written = True
 
     def place(self, array: np.ndarray) -> int:
         """Where the user's ``array`` starts in ``host``."""
@@ -63,15 +73,28 @@ class Homes:
         self.by_key: dict[int, Home] = {}
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
-            inputs: dict[str, np.ndarray]) -> None:
+            inputs: dict[str, np.ndarray], keep: bool = False) -> None:
         """Note that the allocation of ``copies`` (the device copies of ``inputs``) holds
         ``host`` (the user's bytes, ``uint8``) from byte ``start_in_copy`` of the first on
-        (negative: before it)."""
+        (negative: before it); ``keep``: hold the first copy to the commit."""
         if not host.flags.writeable or not host.flags.c_contiguous or not host.size:
             return
         key, _, offset = self.be.allocation(copies[0])
         self.by_key[key] = Home(host, offset + start_in_copy, inputs,
-                                [weakref.ref(c) for c in copies])
+                                [weakref.ref(c) for c in copies],
+                                kept=copies[0] if keep else None)
+
+    def write_changed(self, names: set[str] | None) -> list[str]:
+        """Write back the homes kept for inputs changed in place (of ``names``; ``None``:
+        any) that no committed name wrote; the inputs whose change that kept, in order."""
+        done: list[str] = []
+        for home in self.by_key.values():
+            wanted = set(home.inputs) if names is None else names & home.inputs.keys()
+            if home.kept is not None and not home.written and wanted:
+                home.write(self.be, self.be.allocation(home.kept)[1])
+                done += sorted(wanted)
+            home.kept = None
+        return done
 
     def host_of(self, value: Any, stored: set[str]) -> np.ndarray | None:
         """``value`` (a device array the cell commits) as the user's array or a view of it,
@@ -90,11 +113,8 @@ class Homes:
         low, high = byte_span(at, value)
         if low < 0 or high > home.host.size:
             return None
-        if not home.written and stored.intersection(home.inputs):
-            n = home.host.size
-            self.be.to_host_into(self.be.view_of(whole, home.start, (n,), (1,), np.uint8),
-                                 home.host)
-            home.written = True
+        if stored.intersection(home.inputs):
+            home.write(self.be, whole)
         for arr in home.inputs.values():  # the user's own array where the value is it
             if (home.place(arr), arr.shape, arr.strides, arr.dtype) == \
                     (at, value.shape, value.strides, value.dtype):
@@ -113,7 +133,7 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
     for group, span in spans.items():
         first = group[0]
         homes.add([moved[n] for n in group], span.host, -span.offsets[first],
-                  {n: plan.inputs[n] for n in group})
+                  {n: plan.inputs[n] for n in group}, keep=bool(plan.in_place & set(group)))
     grouped = {n for group in spans for n in group}
     for name, arr in plan.inputs.items():
         copy = moved.get(name)
@@ -121,5 +141,6 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
             continue
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and arr.flags.writeable \
                 and copy.shape == arr.shape and copy.strides == arr.strides:
-            homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr})
+            homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr},
+                      keep=name in plan.in_place)
     return homes

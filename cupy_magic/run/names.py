@@ -28,6 +28,7 @@ class CellNames:
     deleted: set[str] = field(default_factory=set)
     mutated: set[str] = field(default_factory=set)
     written_first: set[str] = field(default_factory=set)
+    augmented: set[str] = field(default_factory=set)  # x += 1: in place where x is an array
 
 
 class _Visitor(ast.NodeVisitor):
@@ -49,6 +50,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         if isinstance(node.target, ast.Name) and self.depth == 0:
             self.names.loaded.add(node.target.id)
+            self.names.augmented.add(node.target.id)
         self.generic_visit(node)
 
     def _mutation_root(self, target: ast.expr) -> None:

@@ -108,6 +108,9 @@ class CellPlan:
         the cell may change one of it.
     overlaps
         The groups of inputs whose memory overlaps (:func:`~.overlap.overlapping`).
+    in_place
+        The inputs the source changes in place through their own name (``x += 1``,
+        ``x[0] = 1``, ``x.sort()``, ``out=x``), which a later rebinding does not undo.
     """
 
     code: CodeType
@@ -126,6 +129,7 @@ class CellPlan:
     escapes: bool = False
     only_read: frozenset[str] = frozenset()
     overlaps: tuple[tuple[str, ...], ...] = ()
+    in_place: frozenset[str] = frozenset()
 
     @property
     def changed_overlaps(self) -> list[tuple[str, ...]]:
@@ -288,7 +292,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     names.deleted, compiled.body, compiled.last, record, compiled.displays,
                     next(reversed(namespace.keys()), ""),
                     escapes="globals" in names.loaded or module_escapes(source, modules),
-                    only_read=only, overlaps=tuple(overlaps))
+                    only_read=only, overlaps=tuple(overlaps),
+                    in_place=frozenset((names.mutated | names.augmented) & inputs.keys()))
 
 
 def register_source(source: str, filename: str) -> None:

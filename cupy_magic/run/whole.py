@@ -49,7 +49,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     __tracebackhide__ = True
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
-    mem = watch = None
+    mem = watch = homes = None
     try:
         check_budget(plan, dtype, be)
         if warm:
@@ -72,7 +72,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        watch = None  # its copies go now: this frame outlives a failed cell
+        watch = homes = None  # their copies go now: this frame outlives a failed cell
         new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
                    work=work)

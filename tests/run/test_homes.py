@@ -15,15 +15,12 @@ IN_PLACE = ["X -= X.mean(axis=0)", "X.sort(axis=1)", "np.add(X, 1, out=X)",
             "X = X * 0\ny = X + 5"]
 
 
-@pytest.mark.parametrize("body", IN_PLACE)
-def test_under_to_host_an_input_changed_in_place_changes_the_users_array(ip, body):
-    """A plain cell that changes ``X`` in place changes the user's array: ``X`` stays the
-    same object, and a view made earlier (``Xtr = X[:8]``) or a list holding ``X`` sees the
-    change, though the cell never names them. ``--to-host`` writes the device copy back
-    into the user's array and leaves them so; before, ``X`` became a new array and ``Xtr``
-    silently kept the old values."""
+def _plain_and_gpu(ip, body: str, start: np.ndarray) -> tuple[dict, dict, dict]:
+    """``body`` run by ``exec`` and as a ``%%gpu --to-host`` cell, each over its own copy of
+    ``start`` as ``X`` with an earlier view ``Xtr``, a column ``C`` and a list ``L`` holding
+    it: the plain namespace, the cell's before it ran, and the shell's after."""
     def setup():
-        X = np.arange(40.0).reshape(10, 4)
+        X = start.copy()
         return {"np": np, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X]}
 
     plain = setup()
@@ -31,7 +28,17 @@ def test_under_to_host_an_input_changed_in_place_changes_the_users_array(ip, bod
     ns = setup()
     ip.user_ns.update(ns)
     ip.run_cell_magic("gpu", "--quiet --to-host", body)
-    got = ip.user_ns
+    return plain, ns, ip.user_ns
+
+
+@pytest.mark.parametrize("body", IN_PLACE)
+def test_under_to_host_an_input_changed_in_place_changes_the_users_array(ip, body):
+    """A plain cell that changes ``X`` in place changes the user's array: ``X`` stays the
+    same object, and a view made earlier (``Xtr = X[:8]``) or a list holding ``X`` sees the
+    change, though the cell never names them. ``--to-host`` writes the device copy back
+    into the user's array and leaves them so; before, ``X`` became a new array and ``Xtr``
+    silently kept the old values."""
+    plain, ns, got = _plain_and_gpu(ip, body, np.arange(40.0).reshape(10, 4))
     for name in ("X", "Xtr", "C"):
         assert type(got[name]) is np.ndarray, name
         np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
@@ -45,6 +52,38 @@ def test_under_to_host_an_input_changed_in_place_changes_the_users_array(ip, bod
         if name in plain:
             np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
             assert type(got[name]) is type(plain[name]), name
+
+
+REBOUND = ["X -= 1\nX = 0", "X -= 1\ndel X", "X[0] = 7\nX = None", "X.sort(axis=1)\ndel X",
+           "X += 1\nX = X.copy()", "np.add(X, 1, out=X)\nX = X * 2"]
+
+
+@pytest.mark.parametrize("body", REBOUND)
+def test_under_to_host_a_change_in_place_stays_when_the_cell_then_rebinds_the_name(ip, body):
+    """``X -= 1; X = 0`` in a plain cell: the user's array keeps the change (its earlier
+    views and a list holding it see it), though ``X`` names something else after. Before,
+    the change was lost with the device copy the name let go."""
+    plain, ns, got = _plain_and_gpu(ip, body, np.arange(40.0)[::-1].reshape(10, 4).copy())
+    for name in ("Xtr", "C"):
+        np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+        assert np.shares_memory(got[name], ns["X"]), name
+    assert got["L"][0] is ns["X"]
+    np.testing.assert_array_equal(ns["X"], plain["L"][0])
+    assert ("X" in got) == ("X" in plain)
+    if "X" in plain:
+        np.testing.assert_array_equal(got["X"], plain["X"])
+        assert type(got["X"]) is type(plain["X"])
+    notes = " ".join(cupy_magic.last_report().notes)
+    assert "'X' was changed in place before the cell" in notes
+
+
+def test_a_rebound_input_the_source_does_not_change_in_place_is_left_as_it_was(ip):
+    X = np.arange(6.0)
+    ip.user_ns.update(X=X, L=[X])
+    ip.run_cell_magic("gpu", "--quiet --to-host", "X = X - 1\nX = 0\n")
+    assert ip.user_ns["X"] == 0 and ip.user_ns["L"][0] is X
+    np.testing.assert_array_equal(X, np.arange(6.0))
+    assert not any("changed in place" in n for n in cupy_magic.last_report().notes)
 
 
 @pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
