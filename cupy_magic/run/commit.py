@@ -150,11 +150,11 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             updates[name] = hosted[name] if name in hosted else \
                 _to_host(value, be, shown, namespace.get(name))
     if homes is not None:  # changed in place, then rebound or deleted: the user's array
-        for name in homes.write_changed(host_names):  # keeps the change (X -= 1; X = 0)
-            if work.get(name, _MISSING) is not namespace.get(name):
-                report.notes.append(f"{name!r} was changed in place before the cell "
-                                    f"{'rebound' if name in work else 'deleted'} it: the "
-                                    "change is in the user's array, as in a plain cell")
+        for name, how in homes.write_changed(work):  # keeps the change (X -= 1; X = 0)
+            if how:
+                report.notes.append(f"{name!r} was changed in place before the cell {how} "
+                                    "it: the change is in the user's array, as in a plain "
+                                    "cell")
     if made:
         _keep_on_device(made, namespace, be)
     if rehome.deep:  # the user's lists and dicts the cell may have put a function in

@@ -51,7 +51,8 @@ class Home:
     inputs: dict[str, np.ndarray]
     copies: list[weakref.ref[Any]]
     written: bool = field(default=False)
-    kept: Any = None  # a copy held to the commit: its inputs are changed in place
+    kept: dict[str, Any] = field(default_factory=dict)  # copies held to the commit: the
+    # source changes these inputs in place, and may rebind their names after
 
     def write(self, be: Backend, whole: Any) -> None:
         """Copy the home's stretch of the allocation ``whole`` into the user's memory."""
@@ -73,27 +74,31 @@ class Homes:
         self.by_key: dict[int, Home] = {}
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
-            inputs: dict[str, np.ndarray], keep: bool = False) -> None:
-        """Note that the allocation of ``copies`` (the device copies of ``inputs``) holds
-        ``host`` (the user's bytes, ``uint8``) from byte ``start_in_copy`` of the first on
-        (negative: before it); ``keep``: hold the first copy to the commit."""
+            inputs: dict[str, np.ndarray], keep: set[str] | frozenset[str] = frozenset()
+            ) -> None:
+        """Note that the allocation of ``copies`` (the device copies of ``inputs``, in their
+        order) holds ``host`` (the user's bytes, ``uint8``) from byte ``start_in_copy`` of
+        the first on (negative: before it); the copies of the inputs in ``keep`` are held to
+        the commit."""
         if not host.flags.writeable or not host.flags.c_contiguous or not host.size:
             return
         key, _, offset = self.be.allocation(copies[0])
         self.by_key[key] = Home(host, offset + start_in_copy, inputs,
                                 [weakref.ref(c) for c in copies],
-                                kept=copies[0] if keep else None)
+                                kept={n: c for n, c in zip(inputs, copies, strict=True)
+                                      if n in keep})
 
-    def write_changed(self, names: set[str] | None) -> list[str]:
-        """Write back the homes kept for inputs changed in place (of ``names``; ``None``:
-        any) that no committed name wrote; the inputs whose change that kept, in order."""
-        done: list[str] = []
+    def write_changed(self, work: dict[str, Any]) -> list[tuple[str, str]]:
+        """Write back the homes held for inputs changed in place that no committed name
+        wrote; each such input with how the cell left its name (``work``): ``"deleted"``,
+        ``"rebound"``, or ``""`` (still its copy: shown mid-cell). The held copies go."""
+        done: list[tuple[str, str]] = []
         for home in self.by_key.values():
-            wanted = set(home.inputs) if names is None else names & home.inputs.keys()
-            if home.kept is not None and not home.written and wanted:
-                home.write(self.be, self.be.allocation(home.kept)[1])
-                done += sorted(wanted)
-            home.kept = None
+            if home.kept and not home.written:
+                home.write(self.be, self.be.allocation(next(iter(home.kept.values())))[1])
+                done += [(n, "deleted" if n not in work else "" if work[n] is c
+                          else "rebound") for n, c in sorted(home.kept.items())]
+            home.kept = {}
         return done
 
     def host_of(self, value: Any, stored: set[str]) -> np.ndarray | None:
@@ -126,14 +131,17 @@ class Homes:
 
 
 def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
-                be: Backend) -> Homes:
-    """The homes of the inputs ``moved`` holds the device copies of (see the module)."""
+                be: Backend, to_host: bool | set[str] = True) -> Homes:
+    """The homes of the inputs ``moved`` holds the device copies of (see the module); the
+    copies of inputs changed in place whose names come to the host (``to_host``: all, or
+    those) are held to the commit."""
     homes = Homes(be)
+    keep = plan.in_place if to_host is True else plan.in_place & to_host
     spans = shared_input_spans(plan, dtype)
     for group, span in spans.items():
         first = group[0]
         homes.add([moved[n] for n in group], span.host, -span.offsets[first],
-                  {n: plan.inputs[n] for n in group}, keep=bool(plan.in_place & set(group)))
+                  {n: plan.inputs[n] for n in group}, keep)
     grouped = {n for group in spans for n in group}
     for name, arr in plan.inputs.items():
         copy = moved.get(name)
@@ -141,6 +149,5 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
             continue
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and arr.flags.writeable \
                 and copy.shape == arr.shape and copy.strides == arr.strides:
-            homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr},
-                      keep=name in plan.in_place)
+            homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr}, keep)
     return homes

@@ -29,6 +29,9 @@ class CellNames:
     mutated: set[str] = field(default_factory=set)
     written_first: set[str] = field(default_factory=set)
     augmented: set[str] = field(default_factory=set)  # x += 1: in place where x is an array
+    # changed in place (augmented or mutated) by a top-level statement before any top-level
+    # statement rebound the name (x += 1; x = 0, not x = x * 2; x += 1)
+    in_place_first: set[str] = field(default_factory=set)
 
 
 class _Visitor(ast.NodeVisitor):
@@ -137,9 +140,16 @@ def analyse(tree: ast.Module) -> CellNames:
     as assigned.
     """
     visitor = _Visitor()
-    for stmt in tree.body:
-        visitor.visit(stmt)
     names = visitor.names
+    rebound: set[str] = set()  # by an assignment of the cell's straight-line top level
+    for stmt in tree.body:
+        before = names.augmented | names.mutated
+        visitor.visit(stmt)
+        names.in_place_first |= (names.augmented | names.mutated) - before - rebound
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            rebound |= {n.id for t in targets for n in ast.walk(t)
+                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     nested = _nested_global_reads(tree)
     names.loaded |= _module_reads(tree) | nested
     names.mutated |= visitor.nested_mutated & nested

@@ -109,8 +109,8 @@ class CellPlan:
     overlaps
         The groups of inputs whose memory overlaps (:func:`~.overlap.overlapping`).
     in_place
-        The inputs the source changes in place through their own name (``x += 1``,
-        ``x[0] = 1``, ``x.sort()``, ``out=x``), which a later rebinding does not undo.
+        The inputs the source changes in place through their own name before rebinding it
+        (``x += 1``, ``x[0] = 1``, ``x.sort()``, ``out=x``; :class:`~.names.CellNames`).
     """
 
     code: CodeType
@@ -293,7 +293,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     next(reversed(namespace.keys()), ""),
                     escapes="globals" in names.loaded or module_escapes(source, modules),
                     only_read=only, overlaps=tuple(overlaps),
-                    in_place=frozenset((names.mutated | names.augmented) & inputs.keys()))
+                    in_place=frozenset(names.in_place_first & inputs.keys()))
 
 
 def register_source(source: str, filename: str) -> None:

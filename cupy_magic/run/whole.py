@@ -57,7 +57,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
             moved, report.inputs = move_inputs(plan, dtype, be)
-            homes = input_homes(plan, moved, dtype, be) if to_host is not False else None
+            homes = input_homes(plan, moved, dtype, be, to_host if to_host is True
+                                else set(to_host)) if to_host is not False else None
             watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
                                plan.overlaps)
             work = {**namespace, **plan.overrides, **moved}

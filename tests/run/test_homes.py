@@ -77,13 +77,49 @@ def test_under_to_host_a_change_in_place_stays_when_the_cell_then_rebinds_the_na
     assert "'X' was changed in place before the cell" in notes
 
 
-def test_a_rebound_input_the_source_does_not_change_in_place_is_left_as_it_was(ip):
+@pytest.mark.parametrize("body", ["X = X - 1\nX = 0", "X = X - 1\nX -= 1\nX = 0",
+                                  "X = X * 2\nX[0] = 5\ndel X"])
+def test_a_rebound_input_the_source_does_not_change_in_place_is_left_as_it_was(ip, body):
+    """The change in place after the name was rebound is the new array's, not the input's."""
     X = np.arange(6.0)
+    plain = {"X": X.copy()}
+    plain["L"] = [plain["X"]]
+    exec(body, plain)
     ip.user_ns.update(X=X, L=[X])
-    ip.run_cell_magic("gpu", "--quiet --to-host", "X = X - 1\nX = 0\n")
-    assert ip.user_ns["X"] == 0 and ip.user_ns["L"][0] is X
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    assert ("X" in ip.user_ns) == ("X" in plain) and ip.user_ns["L"][0] is X
+    np.testing.assert_array_equal(X, plain["L"][0])
     np.testing.assert_array_equal(X, np.arange(6.0))
     assert not any("changed in place" in n for n in cupy_magic.last_report().notes)
+
+
+@pytest.mark.parametrize("line", ["--quiet --to-host", "--quiet --to-host Y"])
+def test_a_copy_is_held_for_a_change_in_place_only_where_it_comes_back(ip, line):
+    """``X = X * 2; X += 1; X = X - 3`` changes no input in place: its copy goes when the
+    name is rebound (two arrays of ``X`` at a time); under ``--to-host Y`` no name ``X``
+    comes to the host, so ``X -= 1``'s copy is not held for it either."""
+    X = np.ones(1_000_000)
+    for body in ("X = X * 2\nX += 1\nX = X - 3\nY = 1\n",
+                 "X -= 1\nX = X * 2\nX = X + 1\nY = 1\n"):
+        if body.startswith("X -=") and line.endswith("--to-host"):
+            continue  # there the copy is held: the change comes back
+        ip.user_ns.update(X=X.copy())
+        ip.run_cell_magic("gpu", line, body)
+        report = cupy_magic.last_report()
+        assert report.peak_pool_bytes - report.start_pool_bytes < 2.1 * X.nbytes, body
+
+
+def test_the_note_names_only_the_input_changed_in_place(ip):
+    """``a`` and ``b`` share memory; the cell changes ``a`` and deletes it, leaves ``b``."""
+    base = np.arange(12.0)
+    ip.user_ns.update(a=base[:8], b=base[4:])
+    ip.run_cell_magic("gpu", "--quiet --to-host", "a += 1\ndel a\nc = 1\n")
+    notes = cupy_magic.last_report().notes
+    assert [n for n in notes if "changed in place" in n] == [
+        "'a' was changed in place before the cell deleted it: the change is in the user's "
+        "array, as in a plain cell"]
+    np.testing.assert_array_equal(base, np.r_[np.arange(1.0, 9.0), np.arange(8.0, 12.0)])
+    np.testing.assert_array_equal(ip.user_ns["b"], base[4:])
 
 
 @pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
