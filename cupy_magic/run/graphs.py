@@ -173,8 +173,8 @@ class GraphReplay:
         made.graph.upload(eng.streams[slot])
         t0 = time.perf_counter()
         self.replay(a, b, slot, made, check=True)
-        replayed = time.perf_counter() - t0  # queued, as the launched batch was timed
         eng.record(slot)
+        replayed = time.perf_counter() - t0  # queued, as the launched batch was timed
         eng.wait(slot)
         differs = self.differs(made, a, b, refs)
         if differs:
