@@ -13,6 +13,8 @@ rows ``--warmup`` uses), whose small results later cells then read.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import os
 import signal
 import subprocess
@@ -44,7 +46,7 @@ def warm_cache(notebooks: Iterable[str | Path], timeout: float | None = None) ->
         The ``.ipynb`` files, run in the order given.
     timeout
         Seconds the new process may take (inside IPython only; default: no limit). Past
-        them it is stopped and :class:`RuntimeError` says where each of its threads was.
+        them it stops and :class:`RuntimeError` says where each of its threads was.
 
     Returns
     -------
@@ -60,35 +62,37 @@ def warm_cache(notebooks: Iterable[str | Path], timeout: float | None = None) ->
     from IPython.core.interactiveshell import InteractiveShell
 
     if InteractiveShell.initialized():
-        out = _in_another_process(paths, timeout)
-        return WarmReport.from_json(out.strip().splitlines()[-1])
+        return WarmReport.from_json(_in_another_process(paths, timeout))
     return _warm_here(InteractiveShell.instance(), paths)
 
 
 def _in_another_process(paths: list[Path], timeout: float | None) -> str:
-    """The JSON report's line of ``python -m`` this module over ``paths``; one that runs
-    past ``timeout`` is sent SIGABRT, so that Python's fault handler prints its threads'
-    stacks, which the error then quotes."""
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-    child = subprocess.Popen([sys.executable, "-m", __name__, "--json", *map(str, paths)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+    """The JSON report's line of ``python -m`` this module over ``paths``. Past ``timeout``
+    the process prints its threads' stacks and ends itself (``--timeout``, Python's fault
+    handler), which the error then quotes; its process group is killed if it still holds
+    the pipes 30 s later (a local cluster's workers)."""
+    limit = ["--timeout", f"{timeout:g}"] if timeout is not None else []
+    child = subprocess.Popen([sys.executable, "-m", __name__, "--json", *limit,
+                              *map(str, paths)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
     try:
-        out, err = child.communicate(timeout=timeout)
+        out, err = child.communicate(timeout=None if timeout is None else timeout + 30)
     except subprocess.TimeoutExpired:
-        child.send_signal(signal.SIGABRT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
         try:
-            out, err = child.communicate(timeout=30)
+            out, err = child.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            child.kill()
-            out, err = child.communicate()
-        stacks = err.partition("\nExtension modules:")[0].strip()  # not where it was
+            out, err = "", "(nothing: the process did not stop)"
+    if timeout is not None and child.returncode != 0 and "Timeout (" in err:
         raise RuntimeError(f"warm-cache ran past its timeout of {timeout:g} s and was "
                            f"stopped; pass a larger timeout=; where it was: "
-                           f"{stacks[-6000:]}") from None
-    if not out.strip():
+                           f"{err.strip()[-6000:]}")
+    last = (out.strip().splitlines() or [""])[-1]
+    if not last.startswith("{"):  # no report: what it said before it stopped
         raise RuntimeError(f"warm-cache stopped: {err.strip()[-2000:]}")
-    return out
+    return last
 
 
 def _warm_here(shell: Any, paths: list[Path]) -> WarmReport:
@@ -175,8 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="warm-cache", description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="+", type=Path, help=".ipynb files")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    ap.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="past it, print where each thread is and exit 1 (default: no limit)")
     args = ap.parse_args(argv)
-    _unattended()
+    if args.timeout is not None and not args.timeout > 0:
+        ap.error(f"--timeout {args.timeout:g}: give seconds above 0, e.g. --timeout 600")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if not InteractiveShell.initialized():  # a process of its own: no one types into it
+        _unattended()
+    if args.timeout is not None:
+        faulthandler.dump_traceback_later(args.timeout, exit=True)
     try:
         report = warm_cache(args.notebooks)
     except FileNotFoundError as exc:
