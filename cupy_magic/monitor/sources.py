@@ -204,19 +204,25 @@ def _standing_for(be: Any, device: int, reading: DeviceReading) -> DeviceReading
     return replace(reading, name=be.device_name(device))
 
 
+def _stands_for(be: Any) -> int:
+    """How many devices a host backend stands for (``CUPY_MAGIC_HOST_DEVICES``); 0 on a GPU."""
+    return 0 if be.is_gpu else be.device_count()
+
+
 class LiveSources:
     """The real sources: the live backend, NVML, the session budget and the running cell."""
 
     def __init__(self) -> None:
-        self._handles: dict[tuple[str, int], Any] = {}
-        self._labels: dict[str, list[str]] = {}
+        # by backend and the devices a host backend stands for (one, or several)
+        self._handles: dict[tuple[str, int, int], Any] = {}
+        self._labels: dict[tuple[str, int], list[str]] = {}
 
     def _backend(self) -> Any:
         return backend.current()
 
     def _handle(self, device: int) -> Any:
         be = self._backend()
-        key = (be.name, device)
+        key = (be.name, _stands_for(be), device)
         if key not in self._handles:
             if be.is_gpu:
                 bus_id = be.cp.cuda.Device(device).pci_bus_id
@@ -231,14 +237,15 @@ class LiveSources:
     def devices(self) -> list[str]:
         """A label per visible device (asked once per backend: devices do not come and go)."""
         be = self._backend()
-        if be.name not in self._labels:
+        key = (be.name, _stands_for(be))
+        if key not in self._labels:
             count = (be.cp.cuda.runtime.getDeviceCount() if be.is_gpu
                      else 0 if be.device_count() > 1 else len(nvml.visible_handles()))
             names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
-            self._labels[be.name] = (  # no GPU: the devices the host backend stands for
+            self._labels[key] = (  # no GPU: the devices the host backend stands for
                 [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
                 or [f"{i}: {be.device_name(i)}" for i in range(be.device_count())])
-        return list(self._labels[be.name])
+        return list(self._labels[key])
 
     def reading(self, device: int) -> DeviceReading:
         be = self._backend()
