@@ -85,7 +85,10 @@ def file_times(junit: str | Path) -> dict[str, list[float]]:
         name = case.get("classname")
         if not name:
             continue
-        path = name.replace(".", "/") + ".py"
+        parts = name.split(".")
+        while len(parts) > 1 and parts[-1][:1].isupper():  # a test class: TestThat
+            parts.pop()
+        path = "/".join(parts) + ".py"
         entry = times.setdefault(path, [0.0, 0])
         entry[0] = round(entry[0] + float(case.get("time") or 0), 3)
         entry[1] += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import signal
@@ -100,7 +101,17 @@ def shard_of(weights: list[float], count: int) -> list[int]:
     for weight in weights:
         groups.append(min(count - 1, int((before + weight / 2) / total * count)))
         before += weight
-    return groups
+    n = len(groups)
+    if n < count:  # fewer tests than groups: some stay empty
+        return groups
+    # no group left empty (pytest would exit 5, counted as failed): group k starts at the
+    # first test whose middle lies in it, moved on past the previous start, and back so that
+    # each later group keeps a test
+    starts = [0]
+    for k in range(1, count):
+        first = next((i for i, g in enumerate(groups) if g >= k), n)
+        starts.append(min(max(first, starts[-1] + 1), n - (count - k)))
+    return [bisect.bisect_right(starts, i) - 1 for i in range(n)]
 
 
 def _shard(text: str) -> tuple[int, int]:

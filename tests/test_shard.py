@@ -40,6 +40,10 @@ def test_a_shard_out_of_range_is_a_one_line_usage_error() -> None:
     ([1, 1, 1, 1, 1, 1], 3, [0, 0, 1, 1, 2, 2]),
     ([30, 1, 1, 1], 2, [0, 1, 1, 1]),  # a heavy first test: the rest together
     ([0, 0], 2, [0, 1]),  # no weight at all: split by count
+    ([30, 1, 1, 1], 4, [0, 1, 2, 3]),  # no group left empty (their middles: 1, 3, 3, 3)
+    ([1, 1], 3, [0, 2]),  # fewer tests than groups: one must be empty
+    ([1, 1, 1, 1, 30], 2, [0, 0, 0, 0, 1]),
+    ([1, 1, 100], 3, [0, 1, 2]),  # their middles: 0, 0, 1
 ])
 def test_tests_go_to_the_stretch_that_holds_their_middle(weights: list[float], count: int,
                                                          groups: list[int]) -> None:
