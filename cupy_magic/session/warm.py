@@ -54,6 +54,8 @@ def warm_cache(notebooks: Iterable[str | Path], timeout: float | None = None) ->
         Per ``%%gpu`` cell: the rows it ran on, kernels compiled and loaded; where CuPy's
         cache lives. On the CPU fallback there is nothing to compile, and it says so.
     """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout={timeout!r}: give seconds above 0, e.g. timeout=600")
     paths = [Path(p) for p in notebooks]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
@@ -195,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"warm-cache: {exc}", file=sys.stderr)
         return 2
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     print(report.to_json() if args.json else str(report))
     return 0 if report.ok else 1
 

@@ -174,6 +174,14 @@ def test_the_script_refuses_a_timeout_that_is_not_above_zero(tmp_path, value):
     assert f"--timeout {value}: give seconds above 0, e.g. --timeout 600" in done.stderr
 
 
+@pytest.mark.parametrize("value", [0, -1.0, float("nan")])
+def test_warm_cache_refuses_a_timeout_that_is_not_above_zero(tmp_path, value):
+    from cupy_magic.session.warm import warm_cache
+
+    with pytest.raises(ValueError, match=r"timeout=.*: give seconds above 0, e.g. timeout=600"):
+        warm_cache([notebook(tmp_path / "a.ipynb", CELLS[:1])], timeout=value)
+
+
 def test_the_script_refuses_a_missing_notebook(tmp_path):
     done = run_script(str(tmp_path / "none.ipynb"))
     assert done.returncode == 2 and "no notebook at" in done.stderr
