@@ -63,11 +63,15 @@ def test_the_panel_shows_a_batched_host_cells_memory_while_it_runs(kernel: Any) 
     assert len(during) >= 5, f"only {len(during)} panel updates while the batches ran"
     pools = [_row(h, "pool") for h in during]
     budgets = [_row(h, "budget") for h in during]
-    assert all(not p.startswith("used 0 B") and "N/A" not in p.split(",")[0] for p in pools), pools
-    # memory is held all through the batches: never "0% used" (a share under 1% reads "<1%")
-    wrong = [(k, b) for k, b in enumerate(budgets)
-             if not re.search(r"\((<1|\d+)% used\)", b) or "(0% used)" in b]
-    assert not wrong, f"{len(wrong)} of {len(budgets)} updates: {wrong}"
+    assert not [p for p in pools if "N/A" in p.split(",")[0]], pools
+    assert all(re.search(r"\((<1|\d+)% used\)", b) for b in budgets), budgets
+    # memory is held while a batch runs (a share under 1% reads "<1%"); between two batches
+    # the host backend holds nothing (its uploads are each batch's own copies), so an update
+    # that lands in that gap reads 0, which a loaded machine makes likelier (it did once in
+    # CI): most updates, not all, show the batch's memory (before issue 17's fix, none did)
+    empty = [(k, p, b) for k, (p, b) in enumerate(zip(pools, budgets, strict=True))
+             if p.startswith("used 0 B") or "(0% used)" in b]
+    assert len(empty) <= len(during) // 5, f"{len(empty)} of {len(during)} updates: {empty}"
     after = run(kernel, "from cupy_magic import backend\n"
                         "print(panel.sampler.sample(0).pool.used == "
                         "backend.current().resident_bytes())")
