@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .base import Backend, BudgetExceeded, DeviceInfo, PoolStats, Transfer, byte_span
+from .base import Backend, BudgetExceeded, DeviceInfo, PoolStats, Transfer, address, byte_span
 from .budget import BudgetSpec, parse_budget
 from .cupy import CupyBackend, probe_cupy
 from .host import HostBackend
@@ -27,6 +27,7 @@ __all__ = [
     "HostBackend",
     "PoolStats",
     "Transfer",
+    "address",
     "byte_span",
     "current",
     "parse_budget",

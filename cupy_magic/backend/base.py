@@ -36,6 +36,11 @@ class BudgetExceeded(MemoryError):
         self.explained = explained
 
 
+def address(array: np.ndarray) -> int:
+    """Where a NumPy array's first element lies in host memory."""
+    return int(array.__array_interface__["data"][0])
+
+
 def byte_span(first: int, array: Any) -> tuple[int, int]:
     """The bytes an array (anything with ``shape``, ``strides``, ``itemsize`` and ``size``)
     spans, as ``(low, high)`` (one past the last), where its first element starts at byte

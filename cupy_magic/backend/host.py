@@ -23,6 +23,7 @@ from .base import (
     DeviceInfo,
     Transfer,
     _Measurement,
+    address,
 )
 from .writes import host_changed, host_copy_of, host_mark
 
@@ -130,8 +131,7 @@ class HostBackend(Backend):
     def allocation(self, array: Any) -> tuple[int, Any, int]:
         base = host_base(array)
         whole = base.reshape(-1, order="A").view(np.uint8)
-        return id(base), whole, (array.__array_interface__["data"][0]
-                                 - whole.__array_interface__["data"][0])
+        return id(base), whole, address(array) - address(whole)
 
     def view_of(self, copy: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...], dtype: np.dtype) -> Any:

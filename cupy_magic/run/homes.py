@@ -27,14 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend, byte_span
+from ..backend import Backend, address, byte_span
 from .plan import CellPlan, cast_target, shared_input_spans
 
 __all__ = ["Home", "Homes", "input_homes"]
-
-
-def _address(arr: np.ndarray) -> int:
-    return int(arr.__array_interface__["data"][0])
 
 
 @dataclass
@@ -63,7 +59,7 @@ class Home:
 
     def place(self, array: np.ndarray) -> int:
         """Where the user's ``array`` starts in ``host``."""
-        return _address(array) - _address(self.host)
+        return address(array) - address(self.host)
 
 
 class Homes:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend, byte_span
+from ..backend import Backend, address, byte_span
 from ..units import dtype_name, format_bytes
 from .errors import CellError
 from .report import InputMove
@@ -98,11 +98,11 @@ def span_of(arrays: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool]) -
     if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
         return None
     raw = owner.reshape(-1, order="A").view(np.uint8)
-    start = owner.__array_interface__["data"][0]
+    start = address(owner)
     bounds = [byte_bounds(a) for a in arrays.values()]
     low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
     low -= (low - start) % _ALIGN
-    offsets = {n: a.__array_interface__["data"][0] - low for n, a in arrays.items()}
+    offsets = {n: address(a) - low for n, a in arrays.items()}
     return Span(raw[low - start:high - start], offsets)
 
 
