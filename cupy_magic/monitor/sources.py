@@ -195,18 +195,19 @@ def sampled_row(device: int, backend_name: str, reading: DeviceReading, pool: Po
     return device_row(device, reading, pool.used, pool.held, budget)
 
 
+def _stands_for(be: Any) -> int:
+    """How many devices a host backend stands for (``CUPY_MAGIC_HOST_DEVICES``); 0 on a GPU.
+    Where it stands for several, they have no NVML handle, even on a machine with a GPU,
+    whose figures are not theirs."""
+    return 0 if be.is_gpu else be.device_count()
+
+
 def _standing_for(be: Any, device: int, reading: DeviceReading) -> DeviceReading:
     """``reading``, named for the device a host backend stands for where it stands for
-    several (``CUPY_MAGIC_HOST_DEVICES``); those have no NVML handle, even on a machine with
-    a GPU, whose figures are not theirs."""
-    if be.is_gpu or be.device_count() < 2:
+    several."""
+    if _stands_for(be) < 2:
         return reading
     return replace(reading, name=be.device_name(device))
-
-
-def _stands_for(be: Any) -> int:
-    """How many devices a host backend stands for (``CUPY_MAGIC_HOST_DEVICES``); 0 on a GPU."""
-    return 0 if be.is_gpu else be.device_count()
 
 
 class LiveSources:
@@ -227,7 +228,7 @@ class LiveSources:
             if be.is_gpu:
                 bus_id = be.cp.cuda.Device(device).pci_bus_id
                 self._handles[key] = nvml.handle_for(bus_id, device)
-            elif be.device_count() > 1:  # devices the CPU stands for: no GPU's figures
+            elif _stands_for(be) > 1:  # devices the CPU stands for: no GPU's figures
                 self._handles[key] = NA
             else:
                 handles = nvml.visible_handles()
@@ -240,7 +241,7 @@ class LiveSources:
         key = (be.name, _stands_for(be))
         if key not in self._labels:
             count = (be.cp.cuda.runtime.getDeviceCount() if be.is_gpu
-                     else 0 if be.device_count() > 1 else len(nvml.visible_handles()))
+                     else 0 if _stands_for(be) > 1 else len(nvml.visible_handles()))
             names = [nvml.query("nvmlDeviceGetName", self._handle(i)) for i in range(count)]
             self._labels[key] = (  # no GPU: the devices the host backend stands for
                 [f"{i}: {name if name is not NA else 'GPU'}" for i, name in enumerate(names)]
