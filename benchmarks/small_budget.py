@@ -53,6 +53,12 @@ from cupy_magic.run.batchcost import COST_SHARE  # noqa: E402
 from cupy_magic.run.batchoptions import BatchOptions  # noqa: E402
 
 
+def _replayed(report: Any) -> int:
+    """Batches the run of ``report`` replayed from CUDA graphs."""
+    plan = report.batch if report is not None else None
+    return plan.graph.replayed if plan is not None and plan.graph else 0
+
+
 def _row(label: str, seconds: float, report: Any, input_bytes: int, correct: bool) -> dict:
     plan = report.batch if report is not None else None
     cost = plan.cost if plan is not None else None
@@ -68,7 +74,7 @@ def _row(label: str, seconds: float, report: Any, input_bytes: int, correct: boo
                        or "held small" in ln or "capped" in ln] if plan is not None else [],
         "graph_lines": [ln.strip() for ln in plan.lines() if "batch graphs" in ln]
         if plan is not None else [],
-        "replayed": plan.graph.replayed if plan is not None and plan.graph else 0,
+        "replayed": _replayed(report),
         "correct": correct,
     }
 
@@ -122,8 +128,7 @@ def main() -> int:
                 correct = correct and bool(np.allclose(ns["call"], want, rtol=2e-3))
             seconds, report = min(timed, key=lambda t: t[0])
             row = _row(run, seconds, report, input_bytes, correct)
-            row["each"] = [{"seconds": t, "replayed": _row(run, t, r, input_bytes, True)
-                            ["replayed"]} for t, r in timed]
+            row["each"] = [{"seconds": t, "replayed": _replayed(r)} for t, r in timed]
             return row
         finally:
             cupy_magic.set_budget("off")

@@ -96,21 +96,19 @@ def shard_of(weights: list[float], count: int) -> list[int]:
     always give the same groups."""
     if not sum(weights):
         weights = [1.0] * len(weights)
-    total = sum(weights) or 1.0
-    groups, before = [], 0.0
+    total, n = sum(weights), len(weights)
+    middles, before = [], 0.0  # each test's middle, in groups (non-decreasing)
     for weight in weights:
-        groups.append(min(count - 1, int((before + weight / 2) / total * count)))
+        middles.append((before + weight / 2) / total * count)
         before += weight
-    n = len(groups)
     if n < count:  # fewer tests than groups: some stay empty
-        return groups
+        return [min(count - 1, int(m)) for m in middles]
     # no group left empty (pytest would exit 5, counted as failed): group k starts at the
     # first test whose middle lies in it, moved on past the previous start, and back so that
     # each later group keeps a test
     starts = [0]
     for k in range(1, count):
-        first = next((i for i, g in enumerate(groups) if g >= k), n)
-        starts.append(min(max(first, starts[-1] + 1), n - (count - k)))
+        starts.append(min(max(bisect.bisect_left(middles, k), starts[-1] + 1), n - (count - k)))
     return [bisect.bisect_right(starts, i) - 1 for i in range(n)]
 
 
