@@ -10,7 +10,8 @@ code, every shard there once, each green; it prints the counts summed and exits 
 
 ``--times DIR...`` instead records each test file's seconds on the GPU from the folders'
 ``junit.xml`` into ``tests/gpu-times.json``, by which ``--shard`` balances the groups (a file
-in several folders: the last one given wins)::
+cut between two shards: its tests' seconds summed; a test in several folders: the last
+one given wins)::
 
     python3 scripts/gpu_check_shards.py --times build/gc1 build/gc2 build/gc3
 """
@@ -77,10 +78,10 @@ def combine(summaries: list[dict]) -> tuple[bool, list[str]]:
     return green, lines
 
 
-def file_times(junit: str | Path) -> dict[str, list[float]]:
-    """Seconds and tests per test file (``tests/x.py``) in a pytest ``junit.xml``; a test
-    interrupted by the run's timeout is not in it, and neither is its time."""
-    times: dict[str, list[float]] = {}
+def case_times(junit: str | Path) -> dict[tuple[str, str], float]:
+    """Seconds of each test in a pytest ``junit.xml``, keyed by its file (``tests/x.py``)
+    and its name; a test interrupted by the run's timeout is not in it, nor its time."""
+    times: dict[tuple[str, str], float] = {}
     for case in ET.parse(junit).iter("testcase"):
         name = case.get("classname")
         if not name:
@@ -88,9 +89,22 @@ def file_times(junit: str | Path) -> dict[str, list[float]]:
         parts = name.split(".")
         while len(parts) > 1 and parts[-1][:1].isupper():  # a test class: TestThat
             parts.pop()
-        path = "/".join(parts) + ".py"
+        times["/".join(parts) + ".py", f"{name}::{case.get('name')}"] = \
+            float(case.get("time") or 0)
+    return times
+
+
+def file_times(junits: list[Path]) -> dict[str, list[float]]:
+    """Seconds and tests per test file over ``junits``: the shards of one run, where a file
+    cut by a shard's end is in two of them (its tests summed); a test in several (a run
+    again) counts once, as the last one gives it."""
+    cases: dict[tuple[str, str], float] = {}
+    for junit in junits:
+        cases.update(case_times(junit))
+    times: dict[str, list[float]] = {}
+    for (path, _), seconds in cases.items():
         entry = times.setdefault(path, [0.0, 0])
-        entry[0] = round(entry[0] + float(case.get("time") or 0), 3)
+        entry[0] = round(entry[0] + seconds, 3)
         entry[1] += 1
     return times
 
@@ -98,8 +112,7 @@ def file_times(junit: str | Path) -> dict[str, list[float]]:
 def record_times(folders: list[str], into: Path) -> dict[str, list[float]]:
     """Merge the folders' ``junit.xml`` times into ``into`` (kept: files none of them ran)."""
     kept = json.loads(into.read_text())["seconds"] if into.is_file() else {}
-    for folder in folders:
-        kept.update(file_times(Path(folder) / "junit.xml"))
+    kept.update(file_times([Path(folder) / "junit.xml" for folder in folders]))
     rows = ",\n".join(f"  {json.dumps(f)}: {json.dumps(v)}" for f, v in sorted(kept.items()))
     about = ("seconds and tests of each test file in a scripts/gpu-check run on the GPU "
              "(scripts/gpu_check_shards.py --times); --shard balances its groups by them")

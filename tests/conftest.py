@@ -119,6 +119,7 @@ def _shard(text: str) -> tuple[int, int]:
     raise pytest.UsageError(f"--shard {text!r}: give K/N with 1 <= K <= N, e.g. --shard 1/3")
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k: the stretches share the tests selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("shard"):
         k, n = _shard(config.getoption("shard"))

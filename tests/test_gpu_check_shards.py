@@ -105,3 +105,22 @@ def test_times_are_recorded_per_file_from_a_real_junit_and_merged(tmp_path: Path
     assert kept["tests/test_source.py"][1] > 1  # this run's figure replaced the old one
     assert kept["tests/old.py"] == [5.0, 2]  # a file this run left out is kept
     assert json.loads(into.read_text())["seconds"] == kept
+
+
+def test_a_file_cut_between_two_shards_counts_the_tests_of_both(tmp_path: Path) -> None:
+    """Shards end inside files: each half's tests are in its own junit.xml, and the file's
+    figure is their sum (it was the last folder's half alone); a test in both counts once."""
+    from gpu_check_shards import record_times
+
+    def junit(folder: str, cases: list[tuple[str, float]]) -> str:
+        (tmp_path / folder).mkdir()
+        rows = "".join(f'<testcase classname="tests.run.test_x" name="{n}" time="{t}"/>'
+                       for n, t in cases)
+        (tmp_path / folder / "junit.xml").write_text(
+            f'<testsuites><testsuite name="pytest">{rows}</testsuite></testsuites>')
+        return str(tmp_path / folder)
+
+    first = junit("gc1", [("test_a", 1.5), ("test_b", 2.0)])
+    second = junit("gc2", [("test_c", 4.0), ("test_b", 3.0)])  # test_b again: its last time
+    kept = record_times([first, second], tmp_path / "gpu-times.json")
+    assert kept == {"tests/run/test_x.py": [8.5, 3]}

@@ -27,6 +27,17 @@ def test_the_shards_are_stretches_in_order_and_together_are_the_whole_run() -> N
     assert all(shards) and [t for shard in shards for t in shard] == whole
 
 
+def test_the_shards_share_the_tests_that_k_and_m_selected() -> None:
+    """The stretches are cut after ``-k``/``-m`` deselect (gpu-check's GPU_CHECK_GPU_ONLY is
+    ``-m gpu``): cut before, a selection of one quick file was all in the first shard."""
+    # test_units.py: 48 tests of 0.05 s in all, the first of FILES (test_config.py takes 5 s)
+    rc, whole = _collected("-k", "test_units")
+    assert rc == 0 and len(whole) >= 3 and all("test_units.py" in t for t in whole)
+    shards = [_collected("-k", "test_units", "--shard", f"{k}/3") for k in (1, 2, 3)]
+    assert all(rc == 0 and tests for rc, tests in shards)  # none empty (exit 5)
+    assert [t for _, tests in shards for t in tests] == whole
+
+
 def test_a_shard_out_of_range_is_a_one_line_usage_error() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",

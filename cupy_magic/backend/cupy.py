@@ -25,7 +25,7 @@ from .flat import flat_device_index
 from .gpuinfo import describe, device_name
 from .hostmem import HostMemory
 from .marks import EventMarks
-from .preheat import preheat
+from .preheat import finish_lazy_imports, preheat
 from .writes import DeviceFingerprints
 
 
@@ -82,6 +82,7 @@ class CupyBackend(Backend):
                                on_thread=lambda: cupy.cuda.Device(device).use())
         self.preheated = threading.Event()  # unset until preheat is done (or failed)
         self._upload_rates: dict[int, float] = {}  # filled by preheat
+        finish_lazy_imports()  # not in two threads at once: that can deadlock
         self._preheater = threading.Thread(target=preheat,
                                            args=(cupy, device, self.preheated,
                                                  self._upload_rates),

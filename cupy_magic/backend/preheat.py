@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from types import ModuleType
 
@@ -12,6 +13,25 @@ _log = logging.getLogger(__name__)
 
 
 UPLOAD_PROBE_BYTES = 32 * 2**20  # page-locked bytes the load-time upload rate moves
+LAZY = ("cupyx",)  # what CuPy imports lazily (cupy.random._generator: cupyx) and runs itself
+
+
+def finish_lazy_imports(names: tuple[str, ...] = LAZY) -> None:
+    """Run, on the calling thread, the modules in ``names`` that ``sys.modules`` holds as
+    lazy modules (``importlib.util.LazyLoader``), before :func:`preheat` starts its thread.
+
+    A lazy module runs on its first attribute read, under a lock of its own; while it runs it
+    imports, taking the import system's lock of each module. Two threads doing this at once
+    can each hold the lock the other waits for, a deadlock Python does not detect: on an H100
+    a first cell read ``cupyx.__file__`` (:mod:`cupy_magic.compat.blame`) while the
+    background first launch imported CuPy code that reads ``cupyx``, and the process hung
+    (``scripts/warm-cache``'s stack dump, session 24). Loading ``cupyx`` after ``cupy`` took
+    6 ms on a CPU machine.
+    """
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None:
+            getattr(module, "__name__", None)  # a lazy module's first read runs it
 
 
 def preheat(cp: ModuleType, device: int, done: threading.Event,

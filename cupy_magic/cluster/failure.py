@@ -47,6 +47,9 @@ class BlockCancelled(CellError):
         super().__init__(f"{key} was cancelled on the cluster")
         self.key = key
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as made: BlockCancelled(key)
+        return type(self), (self.key,), self.__dict__
+
 
 @dataclass
 class CellBlocks:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from types import TracebackType
+from typing import Any
 
 from ..source import line_code
 
@@ -126,6 +127,19 @@ class CupyLimit(NotImplementedError):
         self.line = line
         self.kind = kind
         self.fix = fix
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole (a cluster worker's error reaches the kernel so): an exception
+        pickles as ``cls(*args)``, which misses the keyword-only arguments, and
+        ``distributed`` then sent a bare ``Exception`` of the error's repr instead."""
+        return (_limit, (type(self), str(self), self.function, self.line, self.kind, self.fix),
+                self.__dict__)
+
+
+def _limit(cls: type[CupyLimit], message: str, function: str, line: int | None, kind: str,
+           fix: str) -> CupyLimit:
+    """A :class:`CupyLimit` (or a subclass) again, from its pickled parts."""
+    return cls(message, function=function, line=line, kind=kind, fix=fix)
 
 
 class MissingInCupy(CupyLimit, AttributeError):

@@ -154,6 +154,11 @@ def free(targets: list[str], namespace: dict[str, Any], be: Backend,
     ``drop_shell_copies(targets)``, when given, drops the shell's own copies (IPython's
     displayhook and traceback formatter) before the memory is measured.
     """
+    # the background first launch allocates (cuBLAS, a 32 MiB upload probe) for ~0.3 s from
+    # load on; measured across it, a free right after load found more memory in use after
+    # than before and said 0 B came back (the likely cause of test_who's 0 B on an H100:
+    # 804 MB in use before, 863 MB after)
+    be.preheated.wait(30)
     before = _measure(be)
     watched = _watch(targets, namespace, be)
     result = FreeResult(before=before, measured_by="cudaMemGetInfo used" if be.is_gpu

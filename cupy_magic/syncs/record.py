@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType, ModuleType, TracebackType
+from typing import Any
 
 from .lint import SyncFinding
 
@@ -46,6 +47,9 @@ class HostSyncError(RuntimeError):
             f"possible host sync at cell line {line}: `{code}` (--syncs error stops at the first"
             " one; use --syncs warn (syncs='warn' from Python) to run the cell and count them)"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as made: HostSyncError(line, code)
+        return type(self), (self.line, self.code), self.__dict__
 
 
 @dataclass(frozen=True)

@@ -301,6 +301,27 @@ def test_a_chained_error_on_a_worker_keeps_its_cause_and_context_as_in_a_plain_c
     assert seen[0][4] == (sentence is not None)
 
 
+def test_an_error_of_the_extensions_own_on_a_worker_is_the_kernels_one_line(ip, joined,
+                                                                           data):
+    """A ``CupyLimit`` raised in a block comes back as itself, its one line as the kernel's
+    run gives it; it pickled as a bare ``Exception`` of its repr before (its keyword-only
+    arguments), seen on the H100 as ``Exception: BlockFailed('block 2 of 7 ...')``."""
+    from cupy_magic import backend
+    from cupy_magic.compat.advice import CupyLimit
+
+    if backend.current().is_gpu:
+        pytest.skip("a device array has .get(); the pickling is the same code on both")
+    body = "y = {x} + 1\nz = y.get()\n"
+    errors = [ip.run_cell(f"%%gpu --quiet\n{body.format(x=name)}").error_in_exec
+              for name in ("x", "xd")]
+    assert all(isinstance(e, CupyLimit) for e in errors), errors
+    assert type(errors[1]) is type(errors[0]) and str(errors[1]) == str(errors[0])
+    assert "line 2 `z = y.get()`" in str(errors[1]) and "\n" not in str(errors[1])
+    assert (errors[1].function, errors[1].line, errors[1].kind) == \
+        (errors[0].function, errors[0].line, errors[0].kind)
+    assert "y" not in ip.user_ns and "z" not in ip.user_ns
+
+
 def test_the_progress_of_a_cluster_cell_counts_blocks_as_its_report_does(ip, joined, data):
     from cupy_magic.run import progress
 

@@ -30,6 +30,19 @@ ON_CLUSTER = "--cluster --batch-rows 3000"
 BLOCKS = 7  # the corpus's 21,000 rows in blocks of 3,000
 
 
+@pytest.fixture
+def joined(joined):
+    """The module's cluster, its workers on the kernel's backend, as ``%gpu_cluster local``
+    starts them: a worker of a cluster given by the user picks its own (CuPy on a GPU
+    machine), and the verdicts compared here are the kernel's backend's. On the H100 the host
+    kernel's tests met CuPy's refusals from such workers (``np.select`` of scalars)."""
+    from cupy_magic.cluster.plugin import BudgetPlugin
+
+    be = backend.current()
+    joined.register_plugin(BudgetPlugin(be.name, be.budget), name=BudgetPlugin.name)
+    return joined
+
+
 def dask_inputs() -> dict[str, object]:
     """The corpus's inputs with ``x`` and ``v`` as Dask arrays of 3,000-row chunks."""
     given: dict[str, object] = dict(inputs())
