@@ -10,8 +10,12 @@ cell.
 
 An input has a home where its device copy holds its bytes as the host does: not cast
 (``--dtype``), contiguous on the host with the same strides on the device, writeable; inputs
-sharing memory (:mod:`.overlap`) share the home of their stretch of bytes. Others come back
-as new arrays, as before, and their views made earlier keep the old values. A home is
+sharing memory (:mod:`.overlap`) share the home of their stretch of bytes. A writeable
+strided view (``X = big[:, ::2]``), whose device copy is contiguous, has a home of its own
+kind (:class:`StridedHome`): the copy comes back through a contiguous host array into the
+view, so ``big`` holds the change; a view the cell makes of it comes back as a new array.
+Others (cast, read-only) come back as new arrays, and their views made earlier keep the old
+values. A home is
 written back when the cell stored one of its inputs and a name it commits lies in it, or
 when the source changes one in place through its own name (``X -= 1``, ``X[0] = 1``,
 ``X.sort()``) and the cell then rebinds or deletes the name (``X -= 1; X = 0``): in a plain
@@ -30,7 +34,7 @@ import numpy as np
 from ..backend import Backend, address, byte_span
 from .plan import CellPlan, cast_target, shared_input_spans
 
-__all__ = ["Home", "Homes", "input_homes"]
+__all__ = ["Home", "Homes", "StridedHome", "input_homes"]
 
 
 @dataclass
@@ -61,6 +65,54 @@ class Home:
         """Where the user's ``array`` starts in ``host``."""
         return address(array) - address(self.host)
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the allocation, from ``start`` on, that are the home's."""
+        return int(self.host.size)
+
+    def own(self, value: Any, at: int) -> np.ndarray | None:
+        """The user's array or a view of it for ``value``, a device array at byte ``at`` of
+        the home; ``None``: brought to the host as a new array."""
+        for arr in self.inputs.values():  # the user's own array where the value is it
+            if (self.place(arr), arr.shape, arr.strides, arr.dtype) == \
+                    (at, value.shape, value.strides, value.dtype):
+                return arr
+        if value.ndim == 0:  # CuPy's x[0, 0] is a view, NumPy's a scalar: brought as one
+            return None
+        return np.ndarray(value.shape, value.dtype, buffer=self.host, offset=at,
+                          strides=value.strides)
+
+
+@dataclass
+class StridedHome(Home):
+    """The home of a strided input (``X = big[:, ::2]``, ``X = big.T[1:]``): its device copy
+    is contiguous, so the copy comes back through a contiguous host array into the user's
+    view, whose base (``big``) then holds the change, as after a plain cell; the bytes
+    between its items stay as they were. ``host`` is empty; the name that leaves the whole
+    copy becomes the user's view, a view of the copy a new array."""
+
+    user: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.user.nbytes)
+
+    def write(self, be: Backend, whole: Any) -> None:
+        if not self.written:
+            user = self.user
+            flat = np.empty(user.shape, user.dtype)
+            be.to_host_into(be.view_of(whole, self.start, user.shape, flat.strides,
+                                       user.dtype), flat)
+            np.copyto(user, flat)
+            self.written = True
+
+    def own(self, value: Any, at: int) -> np.ndarray | None:
+        user = self.user
+        if at == 0 and value.shape == user.shape and value.dtype == user.dtype \
+                and value.flags.c_contiguous:
+            return user
+        return None
+
 
 class Homes:
     """The homes of a whole run's inputs (built right after they moved)."""
@@ -83,6 +135,15 @@ class Homes:
                                 [weakref.ref(c) for c in copies],
                                 kept={n: c for n, c in zip(inputs, copies, strict=True)
                                       if n in keep})
+
+    def add_strided(self, copy: Any, name: str, user: np.ndarray,
+                    keep: set[str] | frozenset[str] = frozenset()) -> None:
+        """Note that ``copy``, contiguous, is the device copy of ``user``, a strided
+        writeable view (:class:`StridedHome`)."""
+        key, _, offset = self.be.allocation(copy)
+        self.by_key[key] = StridedHome(np.empty(0, np.uint8), offset, {name: user},
+                                       [weakref.ref(copy)],
+                                       kept={name: copy} if name in keep else {}, user=user)
 
     def write_changed(self, work: dict[str, Any]) -> list[tuple[str, str]]:
         """Write back the homes held for inputs changed in place that no committed name
@@ -112,18 +173,11 @@ class Homes:
             return None  # none of its copies lives: the key names another allocation now
         at = offset - home.start
         low, high = byte_span(at, value)
-        if low < 0 or high > home.host.size:
+        if low < 0 or high > home.nbytes:
             return None
         if stored.intersection(home.inputs):
             home.write(self.be, whole)
-        for arr in home.inputs.values():  # the user's own array where the value is it
-            if (home.place(arr), arr.shape, arr.strides, arr.dtype) == \
-                    (at, value.shape, value.strides, value.dtype):
-                return arr
-        if value.ndim == 0:  # CuPy's x[0, 0] is a view, NumPy's a scalar: brought as one
-            return None
-        return np.ndarray(value.shape, value.dtype, buffer=home.host, offset=at,
-                          strides=value.strides)
+        return home.own(value, at)
 
 
 def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
@@ -143,7 +197,11 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
         copy = moved.get(name)
         if name in grouped or copy is None or cast_target(arr, dtype) != arr.dtype:
             continue
-        if (arr.flags.c_contiguous or arr.flags.f_contiguous) and arr.flags.writeable \
-                and copy.shape == arr.shape and copy.strides == arr.strides:
+        if not arr.flags.writeable or copy.shape != arr.shape or not arr.size:
+            continue
+        if (arr.flags.c_contiguous or arr.flags.f_contiguous) and copy.strides == arr.strides:
             homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr}, keep)
+        elif copy.flags.c_contiguous and 0 not in arr.strides:  # a strided view (a zero
+            # stride repeats items: a change in place there is not one per item)
+            homes.add_strided(copy, name, arr, keep)
     return homes

@@ -133,3 +133,52 @@ def test_a_cell_that_rebinds_an_input_frees_its_copy_with_or_without_to_host(ip,
     report = cupy_magic.last_report()
     assert report.peak_pool_bytes - report.start_pool_bytes < 2.1 * X.nbytes
     assert float(ip.user_ns["X"][0]) == 0.0 and X[0] == 1.0
+
+
+def _strided(ip, body: str) -> tuple[dict, dict, dict]:
+    """``body`` run by ``exec`` and as a ``%%gpu --to-host`` cell over ``X``, a strided view
+    of ``B`` (every other column), with an earlier view ``Xtr`` of it, a column ``C`` and a
+    list ``L`` holding it: the plain namespace, the cell's before it ran, the shell's after."""
+    def setup():
+        B = np.arange(80.0)[::-1].reshape(10, 8).copy()
+        X = B[:, ::2]
+        return {"np": np, "B": B, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X]}
+
+    plain = setup()
+    exec(body, plain)
+    ns = setup()
+    ip.user_ns.update(ns)
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    return plain, ns, ip.user_ns
+
+
+@pytest.mark.parametrize("body", IN_PLACE + REBOUND)
+def test_a_strided_input_changed_in_place_changes_the_array_it_views(ip, body):
+    """``X = B[:, ::2]`` and a cell ``X -= 1``: a plain cell changes ``B`` through ``X``. The
+    device copy of a strided view is contiguous; it comes back through a contiguous host
+    array into the user's view, so ``B``, ``X``'s earlier views and the list see the change
+    (before, ``X`` became a new array and ``B`` silently kept the old values)."""
+    plain, ns, got = _strided(ip, body)
+    for name in ("B", "Xtr", "C"):
+        np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])
+    assert got["L"][0] is ns["X"] and np.shares_memory(ns["X"], got["B"])
+    assert ("X" in got) == ("X" in plain)
+    if "X" in plain:
+        np.testing.assert_array_equal(got["X"], plain["X"])
+        assert type(got["X"]) is type(plain["X"])
+        assert (got["X"] is ns["X"]) == (plain["X"] is plain["L"][0])
+    for name in ("y", "Y", "z", "s", "r"):
+        if name in plain:
+            np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+            assert type(got[name]) is type(plain[name]), name
+
+
+def test_a_strided_input_the_cell_only_reads_is_left_as_it_was(ip):
+    B = np.arange(24.0).reshape(4, 6)
+    X = B[:, 1::3]
+    ip.user_ns.update(B=B, X=X)
+    ip.run_cell_magic("gpu", "--quiet --to-host", "y = X * 2\nZ = X\n")
+    np.testing.assert_array_equal(B, np.arange(24.0).reshape(4, 6))
+    assert ip.user_ns["X"] is X and ip.user_ns["Z"] is X  # as in a plain cell: Z is X
+    np.testing.assert_array_equal(ip.user_ns["y"], X * 2)
