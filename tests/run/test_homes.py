@@ -15,14 +15,17 @@ IN_PLACE = ["X -= X.mean(axis=0)", "X.sort(axis=1)", "np.add(X, 1, out=X)",
             "X = X * 0\ny = X + 5"]
 
 
-def _plain_and_gpu(ip, body: str, start: np.ndarray) -> tuple[dict, dict, dict]:
+def _plain_and_gpu(ip, body: str, start: np.ndarray | None = None,
+                   setup=None) -> tuple[dict, dict, dict]:
     """``body`` run by ``exec`` and as a ``%%gpu --to-host`` cell, each over its own copy of
     ``start`` as ``X`` with an earlier view ``Xtr``, a column ``C`` and a list ``L`` holding
-    it: the plain namespace, the cell's before it ran, and the shell's after."""
-    def setup():
+    it (or over what ``setup()`` makes): the plain namespace, the cell's before it ran, and
+    the shell's after."""
+    def copied():
         X = start.copy()
         return {"np": np, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X]}
 
+    setup = setup or copied
     plain = setup()
     exec(body, plain)
     ns = setup()
@@ -135,21 +138,12 @@ def test_a_cell_that_rebinds_an_input_frees_its_copy_with_or_without_to_host(ip,
     assert float(ip.user_ns["X"][0]) == 0.0 and X[0] == 1.0
 
 
-def _strided(ip, body: str) -> tuple[dict, dict, dict]:
-    """``body`` run by ``exec`` and as a ``%%gpu --to-host`` cell over ``X``, a strided view
-    of ``B`` (every other column), with an earlier view ``Xtr`` of it, a column ``C`` and a
-    list ``L`` holding it: the plain namespace, the cell's before it ran, the shell's after."""
-    def setup():
-        B = np.arange(80.0)[::-1].reshape(10, 8).copy()
-        X = B[:, ::2]
-        return {"np": np, "B": B, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X]}
-
-    plain = setup()
-    exec(body, plain)
-    ns = setup()
-    ip.user_ns.update(ns)
-    ip.run_cell_magic("gpu", "--quiet --to-host", body)
-    return plain, ns, ip.user_ns
+def _strided() -> dict:
+    """``X``, a strided view of ``B`` (every other column), with an earlier view ``Xtr`` of
+    it, a column ``C`` and a list ``L`` holding it."""
+    B = np.arange(80.0)[::-1].reshape(10, 8).copy()
+    X = B[:, ::2]
+    return {"np": np, "B": B, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X]}
 
 
 @pytest.mark.parametrize("body", IN_PLACE + REBOUND)
@@ -158,7 +152,7 @@ def test_a_strided_input_changed_in_place_changes_the_array_it_views(ip, body):
     device copy of a strided view is contiguous; it comes back through a contiguous host
     array into the user's view, so ``B``, ``X``'s earlier views and the list see the change
     (before, ``X`` became a new array and ``B`` silently kept the old values)."""
-    plain, ns, got = _strided(ip, body)
+    plain, ns, got = _plain_and_gpu(ip, body, setup=_strided)
     for name in ("B", "Xtr", "C"):
         np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
     np.testing.assert_array_equal(got["L"][0], plain["L"][0])
