@@ -25,6 +25,7 @@ from .flat import flat_device_index
 from .gpuinfo import describe, device_name
 from .hostmem import HostMemory
 from .marks import EventMarks
+from .preheat import DONE as preheat_done
 from .preheat import finish_lazy_imports, preheat
 from .writes import DeviceFingerprints
 
@@ -82,15 +83,20 @@ class CupyBackend(Backend):
                                on_thread=lambda: cupy.cuda.Device(device).use())
         self.preheated = threading.Event()  # unset until preheat is done (or failed)
         self._upload_rates: dict[int, float] = {}  # filled by preheat
-        finish_lazy_imports()  # not in two threads at once: that can deadlock
-        self._preheater = threading.Thread(target=preheat,
-                                           args=(cupy, device, self.preheated,
-                                                 self._upload_rates),
-                                           name="cupy_magic-preheat", daemon=True)
-        self._preheater.start()
-        # a process that ends within its ~0.3 s (a script, a worker) lets it finish first
-        # rather than tear CUDA down under it
-        atexit.register(self._preheater.join, 5)
+        self._preheater: threading.Thread | None = None
+        if device in preheat_done:  # once per process: a backend made again skips it
+            self._upload_rates[device] = preheat_done[device]
+            self.preheated.set()
+        else:
+            finish_lazy_imports()  # not in two threads at once: that can deadlock
+            self._preheater = threading.Thread(target=preheat,
+                                               args=(cupy, device, self.preheated,
+                                                     self._upload_rates),
+                                               name="cupy_magic-preheat", daemon=True)
+            self._preheater.start()
+            # a process that ends within its ~0.3 s (a script, a worker) lets it finish
+            # first rather than tear CUDA down under it
+            atexit.register(self._preheater.join, 5)
 
     def pool_of(self, device: int) -> Any:
         """The pool cells allocate from on ``device``, made on first use with the device's
@@ -364,8 +370,9 @@ class CupyBackend(Backend):
         return self._upload_rates.get(device)
 
     def close(self) -> None:
-        self._preheater.join(30)  # its thread ends before the backend does
-        if self._preheater.is_alive():
+        if self._preheater is not None:
+            self._preheater.join(30)  # its thread ends before the backend does
+        if self._preheater is not None and self._preheater.is_alive():
             _log.warning("cupy_magic: the background first launch still runs after 30 s; "
                          "the backend closes without it")
         super().close()

@@ -34,6 +34,12 @@ def finish_lazy_imports(names: tuple[str, ...] = LAZY) -> None:
             getattr(module, "__name__", None)  # a lazy module's first read runs it
 
 
+# the devices whose first launch this process ran, each with the upload rate it measured:
+# a backend made again in the process (%reload_ext, %gpu_backend, each test's load) finds
+# CuPy's kernels and cuBLAS started and the rate known, and skips it
+DONE: dict[int, float] = {}
+
+
 def preheat(cp: ModuleType, device: int, done: threading.Event,
             rates: dict[int, float] | None = None) -> None:
     """Launch a first element-wise kernel, reduction and cuBLAS product on the home
@@ -46,7 +52,7 @@ def preheat(cp: ModuleType, device: int, done: threading.Event,
     Its few bytes come straight from ``cudaMalloc`` (a thread-local allocator of none),
     not from the cells' pool, whose use and peaks the cells' reports and ``%vram_who``
     count; ``CupyBackend.close`` joins its thread. A failure is logged, never raised: the
-    first cell then pays the cost as before.
+    first cell then pays the cost as before. Done, the device goes into :data:`DONE`.
     """
     try:
         with cp.cuda.Device(device), cp.cuda.using_allocator(None):
@@ -55,8 +61,10 @@ def preheat(cp: ModuleType, device: int, done: threading.Event,
             _first_gemms(cp)
             cp.cuda.get_current_stream().synchronize()
             del x
+            rate = upload_rate(cp)
             if rates is not None:
-                rates[device] = upload_rate(cp)
+                rates[device] = rate
+            DONE[device] = rate
     except Exception as exc:  # a broken device shows in the first cell, with its cause
         _log.warning("cupy_magic: the background first launch failed: %s", exc)
     finally:

@@ -197,8 +197,11 @@ def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkey
     def preheaters() -> list:
         return [t for t in threading.enumerate() if t.name == "cupy_magic-preheat"]
 
+    from cupy_magic.backend import preheat
+
     caplog.set_level(logging.WARNING)
     for _ in range(3):  # load, a first cell while it may still run, unload: nothing left
+        preheat.DONE.clear()  # as in a new process: each load runs it
         shell.run_line_magic("load_ext", "cupy_magic")
         try:
             be = backend.current()
@@ -221,6 +224,27 @@ def test_the_background_first_launch_leaves_the_pool_and_no_thread(shell, monkey
         finally:
             shell.run_line_magic("unload_ext", "cupy_magic")
         assert preheaters() == []
+
+
+def test_a_backend_made_again_in_the_process_skips_the_first_launch(shell, monkeypatch):
+    """The first launch is once per process: a second load (``%reload_ext``, each test's)
+    starts no thread, and knows the upload rate the first one measured."""
+    from cupy_magic.backend import preheat
+
+    monkeypatch.setenv("CUPY_MAGIC_BACKEND", "cupy")
+    preheat.DONE.clear()
+    seen = []
+    for _ in range(2):
+        shell.run_line_magic("load_ext", "cupy_magic")
+        try:
+            be = backend.current()
+            assert be.preheated.wait(30)
+            seen.append((be._preheater is not None, be.upload_rate()))
+        finally:
+            shell.run_line_magic("unload_ext", "cupy_magic")
+    assert seen[0][0] and seen[0][1] > 1e9  # the first load ran it and measured the rate
+    assert seen[1] == (False, seen[0][1])  # the second: no thread, the same rate
+    assert set(preheat.DONE) == {be.home}
 
 
 def test_the_peak_read_at_each_allocation_is_the_pools_own_count(gip):
