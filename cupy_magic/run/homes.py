@@ -15,12 +15,12 @@ strided view (``X = big[:, ::2]``), whose device copy is contiguous, has a home 
 kind (:class:`StridedHome`): the copy comes back through a contiguous host array into the
 view, so ``big`` holds the change; a view the cell makes of it comes back as a new array.
 Others (cast, read-only) come back as new arrays, and their views made earlier keep the old
-values. A home is
-written back when the cell stored one of its inputs and a name it commits lies in it, or
-when the source changes one in place through its own name (``X -= 1``, ``X[0] = 1``,
-``X.sort()``) and the cell then rebinds or deletes the name (``X -= 1; X = 0``): in a plain
-cell the user's array keeps that change, and its earlier views see it. For those inputs
-only the home keeps the device copy alive to the commit.
+values. A home is written back when the cell stored one of its inputs and a name it
+commits lies in it, or when the source changes one in place through its own name
+(``X -= 1``, ``X[0] = 1``, ``X.sort()``) or a name a top-level ``Y = X`` bound to it, and
+the cell then rebinds or deletes the names (``X -= 1; X = 0``, ``Y = X; Y += 1; del X, Y``):
+in a plain cell the user's array keeps that change, and its earlier views see it. For those
+inputs only the home keeps the device copy alive to the commit.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ class CellNames:
     written_first: set[str] = field(default_factory=set)
     augmented: set[str] = field(default_factory=set)  # x += 1: in place where x is an array
     # changed in place (augmented or mutated) by a top-level statement before any top-level
-    # statement rebound the name (x += 1; x = 0, not x = x * 2; x += 1)
+    # statement rebound the name (x += 1; x = 0, not x = x * 2; x += 1), or through a name
+    # a top-level `y = x` bound to it before that (y = x; y += 1; del x, y)
     in_place_first: set[str] = field(default_factory=set)
 
 
@@ -142,14 +143,28 @@ def analyse(tree: ast.Module) -> CellNames:
     visitor = _Visitor()
     names = visitor.names
     rebound: set[str] = set()  # by an assignment of the cell's straight-line top level
+    aliases: dict[str, str] = {}  # Y: X after a top-level `Y = X` made before X was rebound
     for stmt in tree.body:
         before = names.augmented | names.mutated
         visitor.visit(stmt)
-        names.in_place_first |= (names.augmented | names.mutated) - before - rebound
+        changed = (names.augmented | names.mutated) - before
+        # X changed in place through its own name, or through a name still bound to it
+        names.in_place_first |= (changed - rebound) | {aliases[n] for n in changed
+                                                       if n in aliases}
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            rebound |= {n.id for t in targets for n in ast.walk(t)
-                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            bound = {n.id for t in targets for n in ast.walk(t)
+                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            origin = None
+            if isinstance(stmt.value, ast.Name) and all(isinstance(t, ast.Name)
+                                                        for t in targets):
+                source = stmt.value.id
+                origin = aliases.get(source, None if source in rebound else source)
+            for name in bound:
+                aliases.pop(name, None)
+                if origin is not None and name != origin:
+                    aliases[name] = origin
+            rebound |= bound
     nested = _nested_global_reads(tree)
     names.loaded |= _module_reads(tree) | nested
     names.mutated |= visitor.nested_mutated & nested

@@ -58,7 +58,10 @@ def test_under_to_host_an_input_changed_in_place_changes_the_users_array(ip, bod
 
 
 REBOUND = ["X -= 1\nX = 0", "X -= 1\ndel X", "X[0] = 7\nX = None", "X.sort(axis=1)\ndel X",
-           "X += 1\nX = X.copy()", "np.add(X, 1, out=X)\nX = X * 2"]
+           "X += 1\nX = X.copy()", "np.add(X, 1, out=X)\nX = X * 2",
+           # changed through another name bound to it, every name then let go
+           "Y = X\nY += 1\ndel X, Y", "Y = X\nX = 0\nY[0] = 5\ndel Y",
+           "Y = Z = X\nZ.sort(axis=1)\ndel X\nY = Z = None", "Y = X\nW = Y\nW -= 2\nX = W = Y = 1"]
 
 
 @pytest.mark.parametrize("body", REBOUND)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from cupy_magic.run.names import analyse
 
 
@@ -52,3 +54,17 @@ def test_in_place_methods_and_out_arguments_count_as_mutations():
     n = names("x.sort()\nnp.add(a, 1, out=b)\nnp.copyto(c, a)\ny.fill(0)\n"
               "def f(d):\n    d.sort()\n    e[0] = 1\n")
     assert n.mutated == {"x", "b", "c", "y", "e"}  # d is the function's own parameter
+
+
+@pytest.mark.parametrize(("source", "first"), [
+    ("X += 1\nX = 0", {"X"}),
+    ("X = X * 2\nX += 1", set()),
+    ("Y = X\nY += 1", {"X"}),  # through a name bound to X's array
+    ("Y = X\nX = 0\nY[0] = 5", {"X"}),  # Y still holds the input after X is rebound
+    ("Y = Z = X\nZ.sort()", {"X"}),
+    ("Y = X\nW = Y\nW -= 2", {"X"}),
+    ("X = X * 2\nY = X\nY += 1", set()),  # Y holds the cell's new array, not the input
+    ("Y = X\nY = Y * 2\nY += 1", set()),  # Y let go of it first
+])
+def test_a_change_in_place_is_found_through_the_names_bound_to_the_input(source, first):
+    assert names(source).in_place_first == first
