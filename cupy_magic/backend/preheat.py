@@ -30,8 +30,12 @@ def finish_lazy_imports(names: tuple[str, ...] = LAZY) -> None:
     """
     for name in names:
         module = sys.modules.get(name)
-        if module is not None:
+        if module is None:
+            continue
+        try:
             getattr(module, "__name__", None)  # a lazy module's first read runs it
+        except Exception as exc:  # a broken install: the cell that needs it says so
+            _log.warning("cupy_magic: importing %s failed: %s", name, exc)
 
 
 # the devices whose first launch this process ran, each with the upload rate it measured:

@@ -274,8 +274,10 @@ def _as_lapack(sub: str, xp: Any, wrapped: Any) -> Any:
     inv = xp.linalg.inv
 
     def lapack_inv(a: Any, *rest: Any, **kw: Any) -> Any:
-        if not isinstance(a, xp.ndarray) or a.ndim < 2 or rest or kw:
-            return wrapped(a, *rest, **kw)  # a host np.matrix under --fallback: NumPy's
+        if not isinstance(a, xp.ndarray):  # np.linalg.inv's own call alone passes one: a
+            return wrapped(a, *rest, **kw)  # host np.matrix under --fallback is NumPy's
+        if a.ndim < 2 or rest or kw:
+            return inv(a, *rest, **kw)
         if a.ndim == 2:  # CuPy factors an F-ordered matrix as it is
             return xp.ascontiguousarray(inv(xp.asfortranarray(a)))
         flipped = xp.ascontiguousarray(a.swapaxes(-1, -2))  # each transposed, then back

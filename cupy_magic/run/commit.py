@@ -150,7 +150,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             updates[name] = hosted[name] if name in hosted else \
                 _to_host(value, be, shown, namespace.get(name))
     if homes is not None:  # changed in place, then rebound or deleted: the user's array
-        for name, how in homes.write_changed(work):  # keeps the change (X -= 1; X = 0)
+        for name, how in homes.write_changed(work, plan.stored):  # X -= 1; X = 0 keeps it
             if how:
                 report.notes.append(f"{name!r} was changed in place before the cell {how} "
                                     "it: the change is in the user's array, as in a plain "

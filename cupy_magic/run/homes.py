@@ -70,6 +70,11 @@ class Home:
         """The bytes of the allocation, from ``start`` on, that are the home's."""
         return int(self.host.size)
 
+    @property
+    def writes(self) -> bool:
+        """Whether a change of its inputs the run made is written into the user's memory."""
+        return True
+
     def own(self, value: Any, at: int) -> np.ndarray | None:
         """The user's array or a view of it for ``value``, a device array at byte ``at`` of
         the home; ``None``: brought to the host as a new array."""
@@ -89,18 +94,31 @@ class StridedHome(Home):
     is contiguous, so the copy comes back through a contiguous host array into the user's
     view, whose base (``big``) then holds the change, as after a plain cell; the bytes
     between its items stay as they were. ``host`` is empty; the name that leaves the whole
-    copy becomes the user's view, a view of the copy a new array."""
+    copy becomes the user's view, a view of the copy a new array.
+
+    Written back only where the source changes the input through its name or a name bound to
+    it (``own_change``): on the copy, ``X.ravel()`` or ``X.reshape(...)`` is a view, where
+    NumPy makes a copy of a strided ``X``, so a change through it, seen by the input watch,
+    is not one NumPy makes to ``big``; such an ``X`` comes back as a new array, as before.
+    """
 
     user: np.ndarray = field(default_factory=lambda: np.empty(0))
+    copy_strides: tuple[int, ...] = ()
+    own_change: bool = False
 
     @property
     def nbytes(self) -> int:
         return int(self.user.nbytes)
 
+    @property
+    def writes(self) -> bool:
+        return self.own_change
+
     def write(self, be: Backend, whole: Any) -> None:
         if not self.written:
             user = self.user
-            flat = np.empty(user.shape, user.dtype)
+            flat = np.empty(user.shape, user.dtype,
+                            order="C" if self.copy_strides == _c_strides(user) else "F")
             be.to_host_into(be.view_of(whole, self.start, user.shape, flat.strides,
                                        user.dtype), flat)
             np.copyto(user, flat)
@@ -108,10 +126,27 @@ class StridedHome(Home):
 
     def own(self, value: Any, at: int) -> np.ndarray | None:
         user = self.user
-        if at == 0 and value.shape == user.shape and value.dtype == user.dtype \
-                and value.flags.c_contiguous:
+        if (at, value.shape, value.dtype, tuple(value.strides)) == \
+                (0, user.shape, user.dtype, self.copy_strides):
             return user
         return None
+
+
+def _c_strides(arr: np.ndarray) -> tuple[int, ...]:
+    return np.empty(arr.shape, arr.dtype).strides
+
+
+def _items_apart(arr: np.ndarray) -> bool:
+    """Whether no two items of ``arr`` share memory (a sufficient test: each stride, from the
+    smallest, clears the reach of the smaller ones); ``as_strided`` can make views that fail
+    it, where writing a contiguous copy back would let a stale duplicate win."""
+    reach = arr.itemsize
+    dims = zip(arr.strides, arr.shape, strict=True)
+    for stride, n in sorted((abs(st), n) for st, n in dims if n > 1):
+        if stride < reach:
+            return False
+        reach += stride * (n - 1)
+    return True
 
 
 class Homes:
@@ -137,21 +172,29 @@ class Homes:
                                       if n in keep})
 
     def add_strided(self, copy: Any, name: str, user: np.ndarray,
-                    keep: set[str] | frozenset[str] = frozenset()) -> None:
+                    keep: set[str] | frozenset[str] = frozenset(),
+                    own_change: bool = False) -> None:
         """Note that ``copy``, contiguous, is the device copy of ``user``, a strided
-        writeable view (:class:`StridedHome`)."""
+        writeable view (:class:`StridedHome`; ``own_change``: the source changes it in place
+        through its name)."""
         key, _, offset = self.be.allocation(copy)
         self.by_key[key] = StridedHome(np.empty(0, np.uint8), offset, {name: user},
                                        [weakref.ref(copy)],
-                                       kept={name: copy} if name in keep else {}, user=user)
+                                       kept={name: copy} if name in keep else {}, user=user,
+                                       copy_strides=tuple(copy.strides),
+                                       own_change=own_change)
 
-    def write_changed(self, work: dict[str, Any]) -> list[tuple[str, str]]:
+    def write_changed(self, work: dict[str, Any], stored: set[str] | frozenset[str]
+                      ) -> list[tuple[str, str]]:
         """Write back the homes held for inputs changed in place that no committed name
         wrote; each such input with how the cell left its name (``work``): ``"deleted"``,
-        ``"rebound"``, or ``""`` (still its copy: shown mid-cell). The held copies go."""
+        ``"rebound"``, or ``""`` (still its copy: shown mid-cell). Only a copy the run
+        changed is written (``stored``: the inputs the input watch found changed, too): one
+        held for a change the source may make (``if c: Y += 1``) and did not make would undo
+        a change of the user's array made meanwhile through the host. The held copies go."""
         done: list[tuple[str, str]] = []
         for home in self.by_key.values():
-            if home.kept and not home.written:
+            if home.kept and not home.written and stored.intersection(home.kept):
                 home.write(self.be, self.be.allocation(next(iter(home.kept.values())))[1])
                 done += [(n, "deleted" if n not in work else "" if work[n] is c
                           else "rebound") for n, c in sorted(home.kept.items())]
@@ -176,6 +219,8 @@ class Homes:
         if low < 0 or high > home.nbytes:
             return None
         if stored.intersection(home.inputs):
+            if not home.writes:  # changed where NumPy's copy would not be: a new array
+                return None
             home.write(self.be, whole)
         return home.own(value, at)
 
@@ -197,11 +242,12 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
         copy = moved.get(name)
         if name in grouped or copy is None or cast_target(arr, dtype) != arr.dtype:
             continue
-        if not arr.flags.writeable or copy.shape != arr.shape or not arr.size:
+        # the same items as the user's: a byte order the device does not hold is swapped
+        if not arr.flags.writeable or copy.shape != arr.shape or copy.dtype != arr.dtype \
+                or not arr.size:
             continue
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and copy.strides == arr.strides:
             homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr}, keep)
-        elif copy.flags.c_contiguous and 0 not in arr.strides:  # a strided view (a zero
-            # stride repeats items: a change in place there is not one per item)
-            homes.add_strided(copy, name, arr, keep)
+        elif (copy.flags.c_contiguous or copy.flags.f_contiguous) and _items_apart(arr):
+            homes.add_strided(copy, name, arr, keep, own_change=name in plan.in_place)
     return homes

@@ -134,6 +134,28 @@ def cell_names(source: str) -> CellNames:
     return analyse(ast.parse(source))
 
 
+def _binds(stmt: ast.stmt) -> set[str]:
+    """The names a statement may bind anywhere in it (``for``, ``with ... as``, a walrus,
+    an import, a ``def`` or ``class``, ``except ... as``, a ``match`` capture, a nested
+    assignment), a function's own names included: a superset is safe here; not the
+    target of an augmented assignment."""
+    found: set[str] = set()
+    augmented = {id(n.target) for n in ast.walk(stmt) if isinstance(n, ast.AugAssign)}
+    for node in ast.walk(stmt):
+        if id(node) in augmented:  # y += 1 changes an array in place: y is still it
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.add(node.id)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                               ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            found.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            found.add(node.rest)
+    return found
+
+
 def analyse(tree: ast.Module) -> CellNames:
     """Collect the names a cell reads, binds at module level, deletes and mutates.
 
@@ -148,23 +170,23 @@ def analyse(tree: ast.Module) -> CellNames:
         before = names.augmented | names.mutated
         visitor.visit(stmt)
         changed = (names.augmented | names.mutated) - before
+        binds = _binds(stmt)  # a name bound anywhere in it may no longer be the alias
         # X changed in place through its own name, or through a name still bound to it
         names.in_place_first |= (changed - rebound) | {aliases[n] for n in changed
-                                                       if n in aliases}
+                                                       if n in aliases and n not in binds}
+        origin = None
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) \
+                and all(isinstance(t, ast.Name) for t in stmt.targets):
+            source = stmt.value.id
+            origin = aliases.get(source, None if source in rebound else source)
+        for name in binds:
+            aliases.pop(name, None)
+            if origin is not None and name != origin:
+                aliases[name] = origin
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            bound = {n.id for t in targets for n in ast.walk(t)
-                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            origin = None
-            if isinstance(stmt.value, ast.Name) and all(isinstance(t, ast.Name)
-                                                        for t in targets):
-                source = stmt.value.id
-                origin = aliases.get(source, None if source in rebound else source)
-            for name in bound:
-                aliases.pop(name, None)
-                if origin is not None and name != origin:
-                    aliases[name] = origin
-            rebound |= bound
+            rebound |= {n.id for t in targets for n in ast.walk(t)
+                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     nested = _nested_global_reads(tree)
     names.loaded |= _module_reads(tree) | nested
     names.mutated |= visitor.nested_mutated & nested

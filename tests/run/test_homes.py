@@ -179,3 +179,63 @@ def test_a_strided_input_the_cell_only_reads_is_left_as_it_was(ip):
     np.testing.assert_array_equal(B, np.arange(24.0).reshape(4, 6))
     assert ip.user_ns["X"] is X and ip.user_ns["Z"] is X  # as in a plain cell: Z is X
     np.testing.assert_array_equal(ip.user_ns["y"], X * 2)
+
+
+@pytest.mark.parametrize("body", [
+    "Y = X\nfor Y in [W]:\n    pass\nY += 1\nL[0][:] = -1",
+    "Y = X\n(Y := W)\nY += 1\nL[0][:] = -1",
+    "Y = X\nif True:\n    Y = W\nY += 1\nL[0][:] = -1",
+    "Y = X\nif False:\n    Y += 1\nL[0][:] = -1\ndel Y",
+])
+def test_a_copy_held_for_a_change_that_did_not_happen_is_not_written_back(ip, body):
+    """``Y = X`` then ``Y`` rebound (``for``, a walrus, in an ``if``), or a change that did
+    not run: the copy of ``X`` is unchanged and must not be written over the user's array,
+    which the cell changed through the host (``L[0][:] = -1``, as the plain cell does)."""
+    def setup():
+        B = np.arange(8.0)
+        X = B[:4]
+        return {"np": np, "B": B, "X": X, "W": np.zeros(3), "L": [X]}
+
+    plain, _, got = _plain_and_gpu(ip, body, setup=setup)
+    for name in ("B", "W"):
+        np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+
+
+@pytest.mark.parametrize("body", ["R = X.ravel()\nR += 1", "Y = np.ascontiguousarray(X)\nY[0] = 0",
+                                  "R = X.ravel()\nR[:3] = 9\nX = None"])
+def test_a_change_through_what_numpy_copies_from_a_strided_input_stays_off_its_base(ip, body):
+    """On the device copy of a strided ``X`` (contiguous) ``X.ravel()`` is a view; in NumPy
+    it is a copy, so changing it leaves ``B`` as it was: the base is not written."""
+    plain, _, got = _plain_and_gpu(ip, body, setup=_strided)
+    for name in ("B", "Xtr", "C"):
+        np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+    for name in ("R", "Y"):
+        if name in plain:
+            np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+
+
+@pytest.mark.parametrize("body", ["X[0, 1] = 100", "X[1, 0] = 100", "X += 1"])
+def test_a_view_whose_items_share_memory_is_not_written_item_by_item(ip, body):
+    """``as_strided`` can make a view whose items overlap (``X[0, 1]`` is ``X[1, 0]``): its
+    contiguous copy written back item by item would let a stale duplicate win over the
+    change; it is left without a home (``X`` a new array, ``B`` as it was: a known gap, a
+    plain cell changes ``B``), never half written."""
+    def setup():
+        B = np.arange(64.0).reshape(8, 8)
+        X = np.lib.stride_tricks.as_strided(B, shape=(5, 5), strides=(8, 8))
+        return {"np": np, "B": B, "X": X}
+
+    _, ns, got = _plain_and_gpu(ip, body, setup=setup)
+    np.testing.assert_array_equal(got["B"], np.arange(64.0).reshape(8, 8))
+    assert got["X"] is not ns["X"]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_strided_view_of_either_order_changed_in_place_changes_its_base(ip, order):
+    def setup():
+        B = np.asarray(np.arange(48.0).reshape(6, 8), order=order)
+        return {"np": np, "B": B, "X": B[1:, ::3]}
+
+    plain, ns, got = _plain_and_gpu(ip, "X *= -1\nX[0] = 5", setup=setup)
+    np.testing.assert_array_equal(got["B"], plain["B"])
+    assert got["X"] is ns["X"]

@@ -65,6 +65,16 @@ def test_in_place_methods_and_out_arguments_count_as_mutations():
     ("Y = X\nW = Y\nW -= 2", {"X"}),
     ("X = X * 2\nY = X\nY += 1", set()),  # Y holds the cell's new array, not the input
     ("Y = X\nY = Y * 2\nY += 1", set()),  # Y let go of it first
+    # Y bound to something else by a statement other than an assignment
+    ("Y = X\nfor Y in [W]:\n    pass\nY += 1", set()),
+    ("Y = X\n(Y := W)\nY += 1", set()),
+    ("Y = X\nif c:\n    Y = W\nY += 1", set()),
+    ("Y = X\nwith f() as Y:\n    pass\nY += 1", set()),
+    ("Y = X\nimport numpy as Y\nY += 1", set()),
+    ("Y = X\ndef Y():\n    pass\nY += 1", set()),
+    ("Y = X\ntry:\n    pass\nexcept E as Y:\n    pass\nY += 1", set()),
+    ("Y = X\nfor Y in [W]:\n    Y += 1", set()),  # rebound and changed in one statement
+    ("Y = X\nif c:\n    Y += 1", {"X"}),  # may change it: held, written if it did
 ])
 def test_a_change_in_place_is_found_through_the_names_bound_to_the_input(source, first):
     assert names(source).in_place_first == first
