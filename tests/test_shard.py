@@ -28,7 +28,7 @@ def test_the_shards_are_stretches_in_order_and_together_are_the_whole_run() -> N
 
 
 def test_the_shards_share_the_tests_that_k_and_m_selected() -> None:
-    """The stretches are cut after ``-k``/``-m`` deselect (gpu-check's GPU_CHECK_GPU_ONLY is
+    """The stretches are cut after ``-k``/``-m`` deselect (gpu-check selects
     ``-m gpu``): cut before, a selection of one quick file was all in the first shard."""
     # test_units.py: 48 tests of 0.05 s in all, the first of FILES (test_config.py takes 5 s)
     rc, whole = _collected("-k", "test_units")
