@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend, address, byte_span
+from .overlap import items_apart
 from .plan import CellPlan, cast_target, shared_input_spans
 
 __all__ = ["Home", "Homes", "StridedHome", "input_homes"]
@@ -136,19 +137,6 @@ def _c_strides(arr: np.ndarray) -> tuple[int, ...]:
     return np.empty(arr.shape, arr.dtype).strides
 
 
-def _items_apart(arr: np.ndarray) -> bool:
-    """Whether no two items of ``arr`` share memory (a sufficient test: each stride, from the
-    smallest, clears the reach of the smaller ones); ``as_strided`` can make views that fail
-    it, where writing a contiguous copy back would let a stale duplicate win."""
-    reach = arr.itemsize
-    dims = zip(arr.strides, arr.shape, strict=True)
-    for stride, n in sorted((abs(st), n) for st, n in dims if n > 1):
-        if stride < reach:
-            return False
-        reach += stride * (n - 1)
-    return True
-
-
 class Homes:
     """The homes of a whole run's inputs (built right after they moved)."""
 
@@ -248,6 +236,6 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
             continue
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and copy.strides == arr.strides:
             homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr}, keep)
-        elif (copy.flags.c_contiguous or copy.flags.f_contiguous) and _items_apart(arr):
+        elif (copy.flags.c_contiguous or copy.flags.f_contiguous) and items_apart(arr):
             homes.add_strided(copy, name, arr, keep, own_change=name in plan.in_place)
     return homes

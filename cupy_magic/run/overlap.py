@@ -24,8 +24,8 @@ from ..units import dtype_name, format_bytes
 from .errors import CellError
 from .report import InputMove
 
-__all__ = ["Span", "host_together", "move_overlaps", "overlapping", "refuse_overlaps",
-           "shared_spans", "span_of", "spans_words", "whole_groups"]
+__all__ = ["Span", "host_together", "items_apart", "move_overlaps", "overlapping",
+           "refuse_overlaps", "shared_spans", "span_of", "spans_words", "whole_groups"]
 
 try:  # NumPy 2
     from numpy.lib.array_utils import byte_bounds
@@ -106,12 +106,33 @@ def span_of(arrays: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool]) -
     return Span(raw[low - start:high - start], offsets)
 
 
+def items_apart(arr: np.ndarray) -> bool:
+    """Whether no two items of ``arr`` share memory (a sufficient test: each stride, from the
+    smallest, clears the reach of the smaller ones). ``np.lib.stride_tricks.as_strided`` can
+    make views that fail it (``X[0, 1]`` is ``X[1, 0]``); their copies have the items apart."""
+    reach = arr.itemsize
+    dims = zip(arr.strides, arr.shape, strict=True)
+    for stride, n in sorted((abs(st), n) for st, n in dims if n > 1):
+        if stride < reach:
+            return False
+        reach += stride * (n - 1)
+    return True
+
+
 def refuse_overlaps(groups: list[tuple[str, ...]], only_read: frozenset[str], run: str,
                     inputs: dict[str, np.ndarray], casts: Any = None) -> None:
     """Raise, naming the fix, where a group of overlapping inputs the cell may change cannot
     share one copy: in ``run`` (a batched or cluster run, which copies rows of each apart:
     ``casts`` None), or in a whole run where :func:`span_of` finds none (``casts``: whether
-    ``--dtype`` casts an input)."""
+    ``--dtype`` casts an input); and where the cell may change an input whose own items share
+    memory (:func:`items_apart`), which no copy keeps."""
+    for name, arr in inputs.items():
+        if name not in only_read and arr.flags.writeable and not items_apart(arr):
+            raise CellError(
+                f"the input {name!r} is a view whose items share memory (as "
+                f"np.lib.stride_tricks.as_strided makes), which {run} cannot keep: a change "
+                f"the cell makes to one item would not show in the others; make it a copy in "
+                f"a plain cell first ({name} = {name}.copy()), or run the cell without %%gpu")
     for group in groups:
         if set(group) <= only_read:
             continue

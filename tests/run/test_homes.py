@@ -214,20 +214,24 @@ def test_a_change_through_what_numpy_copies_from_a_strided_input_stays_off_its_b
             np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
 
 
-@pytest.mark.parametrize("body", ["X[0, 1] = 100", "X[1, 0] = 100", "X += 1"])
-def test_a_view_whose_items_share_memory_is_not_written_item_by_item(ip, body):
-    """``as_strided`` can make a view whose items overlap (``X[0, 1]`` is ``X[1, 0]``): its
-    contiguous copy written back item by item would let a stale duplicate win over the
-    change; it is left without a home (``X`` a new array, ``B`` as it was: a known gap, a
-    plain cell changes ``B``), never half written."""
-    def setup():
-        B = np.arange(64.0).reshape(8, 8)
-        X = np.lib.stride_tricks.as_strided(B, shape=(5, 5), strides=(8, 8))
-        return {"np": np, "B": B, "X": X}
-
-    _, ns, got = _plain_and_gpu(ip, body, setup=setup)
-    np.testing.assert_array_equal(got["B"], np.arange(64.0).reshape(8, 8))
-    assert got["X"] is not ns["X"]
+@pytest.mark.parametrize("line", ["--quiet --to-host", "--quiet", "--quiet --batch-rows 2"])
+@pytest.mark.parametrize("body", ["X[0, 1] = 100", "X += 1", "f(X)"])
+def test_a_cell_that_may_change_a_view_whose_items_share_memory_is_refused(ip, body, line):
+    """``as_strided`` can make a view whose items overlap (``X[0, 1]`` is ``X[1, 0]``); its
+    device copy has them apart, so a change to one would not show in the other, and written
+    back item by item a stale duplicate would win: refused in one line naming the fix,
+    nothing changed. A cell that only reads it runs."""
+    B = np.arange(64.0).reshape(8, 8)
+    X = np.lib.stride_tricks.as_strided(B, shape=(5, 5), strides=(8, 8))
+    ip.user_ns.update(np=np, B=B, X=X, f=lambda a: None)
+    result = ip.run_cell(f"%%gpu {line}\n{body}\n")
+    err = result.error_in_exec
+    assert err is not None and "\n" not in str(err), err
+    assert "'X' is a view whose items share memory" in str(err) and "X = X.copy()" in str(err)
+    np.testing.assert_array_equal(B, np.arange(64.0).reshape(8, 8))
+    assert ip.user_ns["X"] is X
+    ip.run_cell_magic("gpu", line, "m = X.sum(axis=1)\n")
+    np.testing.assert_array_equal(ip.user_ns["m"], X.sum(axis=1))
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
