@@ -89,3 +89,31 @@ def test_run_notebooks_names_a_failure_in_plain_text(tmp_path):
     assert failed[0].startswith("FAILED") and failed[1].strip() == \
         "IndexError: list index out of range"
     assert "\x1b" not in done.stdout
+
+
+def test_run_notebooks_stops_at_its_deadline_and_keeps_the_summary(tmp_path):
+    """``--deadline S``: a cell running then is cut (a timeout, not a crash), the notebooks
+    not started are reported not run, and the summary says so (gpu-check's
+    GPU_CHECK_DEADLINE: a device call killed from outside left no summary at all)."""
+    import json
+    import subprocess
+    import sys
+
+    cells = {"quick": "x = 1", "slow": "import time\ntime.sleep(60)", "later": "y = 2"}
+    for name, source in cells.items():
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(source)]
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    summary = tmp_path / "summary.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "run-notebooks"), "--out",
+                           str(tmp_path / "out"), "--deadline", "20", "--summary",
+                           str(summary), *(str(tmp_path / f"{n}.ipynb") for n in cells)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    got = {Path(r["notebook"]).stem: r for r in json.loads(summary.read_text())}
+    assert got["quick"]["ok"] and got["quick"]["error"] == ""
+    assert not got["slow"]["ok"] and got["slow"]["error"].startswith("timed out after")
+    assert got["slow"]["seconds"] < 30
+    assert got["later"] == {"notebook": str(tmp_path / "later.ipynb"), "seconds": 0.0,
+                            "ok": False, "error": "not run: --deadline 20 s reached",
+                            "output": ""}
