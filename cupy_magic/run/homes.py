@@ -117,10 +117,9 @@ class StridedHome(Home):
 
     def write(self, be: Backend, whole: Any) -> None:
         if not self.written:
-            user = self.user
-            flat = np.empty(user.shape, user.dtype,
-                            order="C" if self.copy_strides == _c_strides(user) else "F")
-            be.to_host_into(be.view_of(whole, self.start, user.shape, flat.strides,
+            user = self.user  # the copy as it lies (C or F order) into a C-ordered host
+            flat = np.empty(user.shape, user.dtype)  # array (CuPy's copy out wants one)
+            be.to_host_into(be.view_of(whole, self.start, user.shape, self.copy_strides,
                                        user.dtype), flat)
             np.copyto(user, flat)
             self.written = True
@@ -131,10 +130,6 @@ class StridedHome(Home):
                 (0, user.shape, user.dtype, self.copy_strides):
             return user
         return None
-
-
-def _c_strides(arr: np.ndarray) -> tuple[int, ...]:
-    return np.empty(arr.shape, arr.dtype).strides
 
 
 class Homes:
