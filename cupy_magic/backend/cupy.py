@@ -82,16 +82,13 @@ class CupyBackend(Backend):
         self.host = HostMemory(cupy.cuda.runtime,
                                on_thread=lambda: cupy.cuda.Device(device).use())
         self.preheated = threading.Event()  # unset until preheat is done (or failed)
-        self._upload_rates: dict[int, float] = {}  # filled by preheat
         self._preheater: threading.Thread | None = None
         if device in preheat_done:  # once per process: a backend made again skips it
-            self._upload_rates[device] = preheat_done[device]
             self.preheated.set()
         else:
             finish_lazy_imports()  # not in two threads at once: that can deadlock
             self._preheater = threading.Thread(target=preheat,
-                                               args=(cupy, device, self.preheated,
-                                                     self._upload_rates),
+                                               args=(cupy, device, self.preheated),
                                                name="cupy_magic-preheat", daemon=True)
             self._preheater.start()
             # a process that ends within its ~0.3 s (a script, a worker) lets it finish
@@ -364,17 +361,18 @@ class CupyBackend(Backend):
                     m.seconds = max(0.0, elapsed - building.seconds)
 
     def upload_rate(self, device: int | None = None) -> float | None:
-        device = self.home if device is None else device
-        if device == self.home:
-            self.preheated.wait(10)  # measured at load, in about 0.3 s with the first launch
-        return self._upload_rates.get(device)
+        if device is not None and device != self.home:
+            return None  # measured on the home device only
+        self.preheated.wait(10)  # measured at load, in about 0.3 s with the first launch
+        return preheat_done.get(self.home)
 
     def close(self) -> None:
-        if self._preheater is not None:
-            self._preheater.join(30)  # its thread ends before the backend does
-        if self._preheater is not None and self._preheater.is_alive():
-            _log.warning("cupy_magic: the background first launch still runs after 30 s; "
-                         "the backend closes without it")
+        thread = self._preheater
+        if thread is not None:
+            thread.join(30)  # its thread ends before the backend does
+            if thread.is_alive():
+                _log.warning("cupy_magic: the background first launch still runs after 30 s; "
+                             "the backend closes without it")
         super().close()
         self.cp.cuda.set_allocator(self.cp.get_default_memory_pool().malloc)
         self._restore_flat()

@@ -44,11 +44,10 @@ def finish_lazy_imports(names: tuple[str, ...] = LAZY) -> None:
 DONE: dict[int, float] = {}
 
 
-def preheat(cp: ModuleType, device: int, done: threading.Event,
-            rates: dict[int, float] | None = None) -> None:
+def preheat(cp: ModuleType, device: int, done: threading.Event) -> None:
     """Launch a first element-wise kernel, reduction and cuBLAS product on the home
     device, in the background from load on, with memory from no pool; then measure the
-    rate of a large page-locked upload into ``rates[device]`` (see :func:`upload_rate`).
+    rate of a large page-locked upload into ``DONE[device]`` (see :func:`upload_rate`).
 
     On the H200 the first kernel launch of a process took about 0.3 s even with every
     kernel in CuPy's cache (``benchmarks/first_launch.py``), a one-time cost that landed
@@ -56,7 +55,7 @@ def preheat(cp: ModuleType, device: int, done: threading.Event,
     Its few bytes come straight from ``cudaMalloc`` (a thread-local allocator of none),
     not from the cells' pool, whose use and peaks the cells' reports and ``%vram_who``
     count; ``CupyBackend.close`` joins its thread. A failure is logged, never raised: the
-    first cell then pays the cost as before. Done, the device goes into :data:`DONE`.
+    first cell then pays the cost as before, and the device stays out of :data:`DONE`.
     """
     try:
         with cp.cuda.Device(device), cp.cuda.using_allocator(None):
@@ -65,10 +64,7 @@ def preheat(cp: ModuleType, device: int, done: threading.Event,
             _first_gemms(cp)
             cp.cuda.get_current_stream().synchronize()
             del x
-            rate = upload_rate(cp)
-            if rates is not None:
-                rates[device] = rate
-            DONE[device] = rate
+            DONE[device] = upload_rate(cp)
     except Exception as exc:  # a broken device shows in the first cell, with its cause
         _log.warning("cupy_magic: the background first launch failed: %s", exc)
     finally:

@@ -54,6 +54,7 @@ class Home:
     written: bool = field(default=False)
     kept: dict[str, Any] = field(default_factory=dict)  # copies held to the commit: the
     # source changes these inputs in place, and may rebind their names after
+    writes: bool = True  # a change of its inputs the run made goes into the user's memory
 
     def write(self, be: Backend, whole: Any) -> None:
         """Copy the home's stretch of the allocation ``whole`` into the user's memory."""
@@ -70,11 +71,6 @@ class Home:
     def nbytes(self) -> int:
         """The bytes of the allocation, from ``start`` on, that are the home's."""
         return int(self.host.size)
-
-    @property
-    def writes(self) -> bool:
-        """Whether a change of its inputs the run made is written into the user's memory."""
-        return True
 
     def own(self, value: Any, at: int) -> np.ndarray | None:
         """The user's array or a view of it for ``value``, a device array at byte ``at`` of
@@ -98,22 +94,17 @@ class StridedHome(Home):
     copy becomes the user's view, a view of the copy a new array.
 
     Written back only where the source changes the input through its name or a name bound to
-    it (``own_change``): on the copy, ``X.ravel()`` or ``X.reshape(...)`` is a view, where
+    it (``writes``): on the copy, ``X.ravel()`` or ``X.reshape(...)`` is a view, where
     NumPy makes a copy of a strided ``X``, so a change through it, seen by the input watch,
     is not one NumPy makes to ``big``; such an ``X`` comes back as a new array, as before.
     """
 
     user: np.ndarray = field(default_factory=lambda: np.empty(0))
     copy_strides: tuple[int, ...] = ()
-    own_change: bool = False
 
     @property
     def nbytes(self) -> int:
         return int(self.user.nbytes)
-
-    @property
-    def writes(self) -> bool:
-        return self.own_change
 
     def write(self, be: Backend, whole: Any) -> None:
         if not self.written:
@@ -156,16 +147,15 @@ class Homes:
 
     def add_strided(self, copy: Any, name: str, user: np.ndarray,
                     keep: set[str] | frozenset[str] = frozenset(),
-                    own_change: bool = False) -> None:
+                    writes: bool = False) -> None:
         """Note that ``copy``, contiguous, is the device copy of ``user``, a strided
-        writeable view (:class:`StridedHome`; ``own_change``: the source changes it in place
+        writeable view (:class:`StridedHome`; ``writes``: the source changes it in place
         through its name)."""
         key, _, offset = self.be.allocation(copy)
         self.by_key[key] = StridedHome(np.empty(0, np.uint8), offset, {name: user},
                                        [weakref.ref(copy)],
                                        kept={name: copy} if name in keep else {}, user=user,
-                                       copy_strides=tuple(copy.strides),
-                                       own_change=own_change)
+                                       copy_strides=tuple(copy.strides), writes=writes)
 
     def write_changed(self, work: dict[str, Any], stored: set[str] | frozenset[str]
                       ) -> list[tuple[str, str]]:
@@ -232,5 +222,5 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and copy.strides == arr.strides:
             homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr}, keep)
         elif (copy.flags.c_contiguous or copy.flags.f_contiguous) and items_apart(arr):
-            homes.add_strided(copy, name, arr, keep, own_change=name in plan.in_place)
+            homes.add_strided(copy, name, arr, keep, writes=name in plan.in_place)
     return homes

@@ -109,8 +109,9 @@ class CellPlan:
     overlaps
         The groups of inputs whose memory overlaps (:func:`~.overlap.overlapping`).
     in_place
-        The inputs the source changes in place through their own name before rebinding it
-        (``x += 1``, ``x[0] = 1``, ``x.sort()``, ``out=x``; :class:`~.names.CellNames`).
+        The inputs the source changes in place through their own name before rebinding it,
+        or through a name ``y = x`` bound to them (``x += 1``, ``x[0] = 1``, ``x.sort()``,
+        ``out=x``, ``y += 1``; :class:`~.names.CellNames`).
     """
 
     code: CodeType
