@@ -35,9 +35,10 @@ from .errors import CellError, fail, frames_freed, unawaited_quiet
 from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
+from .inputmoves import inputs_need, move_inputs
 from .inputwrites import InputWatch
 from .mainmod import as_main
-from .plan import CellPlan, cast_target, inputs_need, move_inputs
+from .plan import CellPlan, cast_target
 from .reduce import check_names
 from .report import InputMove, RunReport
 
@@ -292,7 +293,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
                 cut: tuple[list[str], int], reason: str, report: RunReport, *, to_host: Any,
                 dtype: str | None, filename: str, be: Backend,
                 make: Callable[..., BatchRun] | None = None) -> None:
-    """Run a planned cell batch by batch (:func:`~.plan.batch_reason` gave a reason); commit
+    """Run a planned cell batch by batch (:func:`~.inputmoves.batch_reason` gave a reason); commit
     its results only if every batch succeeds. ``cut``: the inputs to cut and their length,
     as :func:`~.batching.select_inputs` chose them. Fills ``report`` (its ``batch``: the
     :class:`~.batching.BatchPlan` followed); ``make`` builds the run (over several devices)."""

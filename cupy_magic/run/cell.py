@@ -34,11 +34,12 @@ from .echo import effect_note
 from .errors import CellError, at_cell_line
 from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
+from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
 from .options import SYNC_MODES
 from .overlap import refuse_overlaps
-from .plan import CellPlan, batch_reason, check_budget, plan_cell, register_source
+from .plan import CellPlan, plan_cell, register_source
 from .report import RunReport
 from .sizes import check_sizes
 from .whole import run_whole, warmup

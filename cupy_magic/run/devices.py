@@ -37,7 +37,7 @@ from . import batched as _batched
 from .batched import BatchRun
 from .batching import BatchOptions
 from .errors import CellError
-from .plan import move_inputs
+from .inputmoves import move_inputs
 from .report import DeviceStat, InputMove, RunReport
 
 __all__ = ["ALL", "Dealer", "DeviceLoad", "DeviceRun", "device_run", "devices_reason",

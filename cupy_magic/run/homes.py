@@ -10,10 +10,12 @@ cell.
 
 An input has a home where its device copy holds its bytes as the host does: not cast
 (``--dtype``), contiguous on the host with the same strides on the device, writeable; inputs
-sharing memory (:mod:`.overlap`) share the home of their stretch of bytes. A writeable
-strided view (``X = big[:, ::2]``), whose device copy is contiguous, has a home of its own
-kind (:class:`StridedHome`): the copy comes back through a contiguous host array into the
-view, so ``big`` holds the change; a view the cell makes of it comes back as a new array.
+sharing memory (:mod:`.overlap`) share the home of their stretch of bytes, and so does a
+writeable strided view the cell may change (``X = big[:, ::2]``), copied as the stretch of
+``big`` that holds it. A sparser one (a column of a wide matrix), whose device copy is
+contiguous, has a home of its own kind (:class:`StridedHome`): the copy comes back through a
+contiguous host array into the view, so ``big`` holds the change; a view the cell makes of
+it comes back as a new array.
 Others (cast, read-only) come back as new arrays, and their views made earlier keep the old
 values. A home is written back when the cell stored one of its inputs and a name it
 commits lies in it, or when the source changes one in place through its own name
@@ -32,8 +34,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend, address, byte_span
+from .errors import CellError
+from .inputmoves import shared_input_spans
 from .overlap import items_apart
-from .plan import CellPlan, cast_target, shared_input_spans
+from .plan import CellPlan, cast_target
 
 __all__ = ["Home", "Homes", "StridedHome", "input_homes"]
 
@@ -94,9 +98,10 @@ class StridedHome(Home):
     copy becomes the user's view, a view of the copy a new array.
 
     Written back only where the source changes the input through its name or a name bound to
-    it (``writes``): on the copy, ``X.ravel()`` or ``X.reshape(...)`` is a view, where
-    NumPy makes a copy of a strided ``X``, so a change through it, seen by the input watch,
-    is not one NumPy makes to ``big``; such an ``X`` comes back as a new array, as before.
+    it (``writes``). On the copy every view or reshape of ``X`` is a view of the copy, where
+    NumPy's may be a view of ``big`` (``X[1:]``) or a copy (``X.ravel()``), so a cell that
+    changes it only through another name, seen by the input watch, is refused
+    (:meth:`Homes.settle`).
     """
 
     user: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -129,6 +134,9 @@ class Homes:
     def __init__(self, be: Backend) -> None:
         self.be = be
         self.by_key: dict[int, Home] = {}
+        # inputs the source may change in place and the run did not (``if c: X += 1``):
+        # their copies are not written back (:class:`~.inputwrites.InputWatch`)
+        self.unchanged: set[str] = set()
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
             inputs: dict[str, np.ndarray], keep: set[str] | frozenset[str] = frozenset()
@@ -157,6 +165,24 @@ class Homes:
                                        kept={name: copy} if name in keep else {}, user=user,
                                        copy_strides=tuple(copy.strides), writes=writes)
 
+    def settle(self, unseen: set[str], unmade: set[str]) -> None:
+        """Take what the run did to the inputs: ``unseen``, those it changed through another
+        name than their own; ``unmade``, those the source may change in place and the run
+        left as they were (not written back). Raise where a strided view with a contiguous
+        copy (:class:`StridedHome`) changed unseen: whether NumPy's change would reach the
+        array it views (``X[1:]`` a view, ``X.ravel()`` a copy) the copy cannot tell."""
+        self.unchanged = unmade
+        for home in self.by_key.values():
+            name = next(iter(home.inputs))
+            if isinstance(home, StridedHome) and not home.writes and name in unseen:
+                raise CellError(
+                    f"the cell changed {name!r}, a strided view of another array, through "
+                    f"another name (a view, a reshape, a function it was passed to); its "
+                    f"device copy is laid out apart from that array, so whether the change "
+                    f"reaches it, as NumPy decides, cannot be followed; change it through its "
+                    f"name ({name}[...] = ..., {name} += ...), or make it a copy in a plain "
+                    f"cell first ({name} = {name}.copy())")
+
     def write_changed(self, work: dict[str, Any], stored: set[str] | frozenset[str]
                       ) -> list[tuple[str, str]]:
         """Write back the homes held for inputs changed in place that no committed name
@@ -166,6 +192,7 @@ class Homes:
         held for a change the source may make (``if c: Y += 1``) and did not make would undo
         a change of the user's array made meanwhile through the host. The held copies go."""
         done: list[tuple[str, str]] = []
+        stored = set(stored) - self.unchanged
         for home in self.by_key.values():
             if home.kept and not home.written and stored.intersection(home.kept):
                 home.write(self.be, self.be.allocation(next(iter(home.kept.values())))[1])
@@ -191,7 +218,7 @@ class Homes:
         low, high = byte_span(at, value)
         if low < 0 or high > home.nbytes:
             return None
-        if stored.intersection(home.inputs):
+        if (set(stored) - self.unchanged).intersection(home.inputs):
             if not home.writes:  # changed where NumPy's copy would not be: a new array
                 return None
             home.write(self.be, whole)

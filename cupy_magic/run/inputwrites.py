@@ -10,6 +10,10 @@ refused, as NumPy refuses the write, where its copy cannot be read-only (CuPy's)
 fallback the copy is read-only too, so the write itself raises NumPy's error at its line, and
 a cell that makes it writeable first (``x.flags.writeable = True``) may write it, as NumPy
 lets it.
+
+It also watches the inputs a cell may change in place through their own name but need not
+(``unsure``: ``if c: x += 1``): where the change did not happen, writing the copy back would
+undo a change the cell made to the user's array through the host (``L[0][:] = -1``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ class InputWatch:
 
     def __init__(self, inputs: dict[str, Any], stored: set[str], moved: dict[str, Any],
                  be: Backend, only_read: frozenset[str] = frozenset(),
-                 overlaps: tuple[tuple[str, ...], ...] = ()) -> None:
+                 overlaps: tuple[tuple[str, ...], ...] = (),
+                 unsure: frozenset[str] = frozenset()) -> None:
         # the names the source does not show changing, and the read-only ones whose copies
         # cannot be read-only (a GPU's): refused if changed, even through their own name,
         # but for one sharing memory with a writeable input (changed through that one, as
@@ -51,19 +56,25 @@ class InputWatch:
         self.unguarded = {n for n in moved if n in inputs and not _writeable(inputs[n])
                           and not hasattr(moved[n].flags, "writeable") and n not in through}
         self.names = [n for n in moved if n in inputs and n not in only_read
-                      and (n not in stored or n in self.unguarded)]
+                      and (n not in stored or n in self.unguarded or n in unsure)]
+        self.unsure = unsure
         self.be = be
         self.copies = [moved[n] for n in self.names]
         self.layouts = [_layout(c) for c in self.copies]
         self.token = be.watch(self.copies) if self.names else None
+        self._changed: set[str] | None = None
 
     def changed(self) -> set[str]:
-        """The watched inputs whose copies the cell changed; a read-only one raises."""
+        """The watched inputs whose copies the cell changed (read once, after the run); a
+        read-only one raises."""
         if self.token is None:
             return set()
-        changed = {n for n, c, copy, was in zip(self.names, self.be.changed(self.token),
-                                                self.copies, self.layouts, strict=True)
-                   if c or _layout(copy) != was}
+        if self._changed is not None:
+            return self._changed
+        changed = self._changed = {
+            n for n, c, copy, was in zip(self.names, self.be.changed(self.token), self.copies,
+                                         self.layouts, strict=True)
+            if c or _layout(copy) != was}
         for name in sorted(changed):
             if name in self.unguarded:
                 raise CellError(
@@ -72,6 +83,13 @@ class InputWatch:
                     f"read-only'; make it writeable in a plain cell first ({name}.flags."
                     f"writeable = True), or change a copy ({name} = {name}.copy())")
         return changed
+
+    def unmade(self, work: dict[str, Any]) -> tuple[set[str], set[str]]:
+        """The ``unsure`` inputs whose copies the run left as they were, and of those the ones
+        whose names still hold their copies (``work``: the cell's namespace after it)."""
+        left = set(self.unsure) - self.changed() if self.token is not None else set()
+        return left, {n for n, c in zip(self.names, self.copies, strict=True)
+                      if n in left and work.get(n) is c}
 
     def refuse_unseen(self, run: str) -> None:
         """Raise if the cell changed a watched input: ``run`` (a batched run, a run over

@@ -33,6 +33,10 @@ class CellNames:
     # statement rebound the name (x += 1; x = 0, not x = x * 2; x += 1), or through a name
     # a top-level `y = x` bound to it before that (y = x; y += 1; del x, y)
     in_place_first: set[str] = field(default_factory=set)
+    # of those, the ones a top-level statement changes whenever the cell runs to its end
+    # (`X += 1`, `X[0] = 1`, `X.sort()`, `np.copyto(X, a)`), not under an `if`, in a loop,
+    # a `with` or `try`, or inside an expression that may skip it (`c and X.sort()`)
+    in_place_sure: set[str] = field(default_factory=set)
 
 
 class _Visitor(ast.NodeVisitor):
@@ -156,6 +160,42 @@ def _binds(stmt: ast.stmt) -> set[str]:
     return found
 
 
+def _surely_changes(stmt: ast.stmt) -> bool:
+    """Whether ``stmt``, run, always makes the change in place the visitor found in it: an
+    augmented assignment (``X += 1``, ``X[0] += 1``), an assignment to an item or attribute
+    (``X[0] = 1``), or a call that is the whole statement (``X.sort()``, ``np.copyto(X, a)``,
+    ``np.add(a, b, out=X)``), none of them holding a lambda, comprehension, conditional
+    expression or short-circuit operator (which may skip it or run it elsewhere)."""
+    if isinstance(stmt, ast.AugAssign):
+        ok = True
+    elif isinstance(stmt, ast.Assign):
+        ok = all(isinstance(t, (ast.Subscript, ast.Attribute)) for t in stmt.targets)
+    elif isinstance(stmt, ast.Expr):
+        ok = isinstance(stmt.value, ast.Call)
+    else:
+        return False
+    return ok and not any(isinstance(n, (ast.Lambda, ast.IfExp, ast.BoolOp, *_COMPREHENSIONS))
+                          for n in ast.walk(stmt))
+
+
+def _pairs(stmt: ast.stmt) -> list[tuple[str, str]]:
+    """``(target, source)`` names an assignment binds one to another: ``Y = X``,
+    ``Y = Z = X``, ``Y, Z = X, W`` (the right side read before any binding)."""
+    if not isinstance(stmt, ast.Assign):
+        return []
+    pairs: list[tuple[str, str]] = []
+    for target in stmt.targets:
+        if isinstance(target, ast.Name) and isinstance(stmt.value, ast.Name):
+            pairs.append((target.id, stmt.value.id))
+        elif isinstance(target, (ast.Tuple, ast.List)) \
+                and isinstance(stmt.value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(stmt.value.elts) \
+                and not any(isinstance(e, ast.Starred) for e in target.elts):
+            pairs += [(t.id, v.id) for t, v in zip(target.elts, stmt.value.elts, strict=True)
+                      if isinstance(t, ast.Name) and isinstance(v, ast.Name)]
+    return pairs
+
+
 def analyse(tree: ast.Module) -> CellNames:
     """Collect the names a cell reads, binds at module level, deletes and mutates.
 
@@ -172,21 +212,27 @@ def analyse(tree: ast.Module) -> CellNames:
         changed = (names.augmented | names.mutated) - before
         binds = _binds(stmt)  # a name bound anywhere in it may no longer be the alias
         # X changed in place through its own name, or through a name still bound to it
-        names.in_place_first |= (changed - rebound) | {aliases[n] for n in changed
-                                                       if n in aliases and n not in binds}
-        origin = None
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) \
-                and all(isinstance(t, ast.Name) for t in stmt.targets):
-            source = stmt.value.id
-            origin = aliases.get(source, None if source in rebound else source)
+        found = (changed - rebound) | {aliases[n] for n in changed
+                                       if n in aliases and n not in binds}
+        names.in_place_first |= found
+        if _surely_changes(stmt):
+            names.in_place_sure |= found
+        # what each name an assignment binds to another name holds: the input that name
+        # holds (itself, or the one it is an alias of), read before any binding
+        origins = {t: aliases.get(v, None if v in rebound else v) for t, v in _pairs(stmt)}
         for name in binds:
             aliases.pop(name, None)
-            if origin is not None and name != origin:
-                aliases[name] = origin
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             rebound |= {n.id for t in targets for n in ast.walk(t)
                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for name, origin in origins.items():
+            if origin is None:
+                continue
+            if name == origin:  # Y = X; X = Y: X holds the input again
+                rebound.discard(name)
+            else:
+                aliases[name] = origin
     nested = _nested_global_reads(tree)
     names.loaded |= _module_reads(tree) | nested
     names.mutated |= visitor.nested_mutated & nested

@@ -10,6 +10,14 @@ one device array, as in a plain cell. Where they cannot (a ``--dtype`` cast, a b
 device does not hold, memory that is not one NumPy array's, a batched or cluster run, which
 copies rows of each apart), a cell that may change one of them is refused before anything
 moves; one that only reads them runs on separate copies.
+
+A strided view the cell may change (``X = B[:, ::2]``) moves the same way, as a group of one:
+the stretch of ``B`` that holds it, with ``X`` a view of the same strides into it, so that
+what the cell makes of it is a view or a copy as in NumPy (``X[1:]`` and ``X.reshape(-1)``
+views into ``B``, ``np.ascontiguousarray(X)`` a copy), where its contiguous copy made each a
+view of that copy. Only where the stretch is at most :data:`STRETCH_LIMIT` times the
+view's bytes; a sparser view (a column of a wide matrix) moves as a contiguous copy
+(:class:`~.homes.StridedHome`).
 """
 
 from __future__ import annotations
@@ -24,8 +32,9 @@ from ..units import dtype_name, format_bytes
 from .errors import CellError
 from .report import InputMove
 
-__all__ = ["Span", "host_together", "items_apart", "move_overlaps", "overlapping",
-           "refuse_overlaps", "shared_spans", "span_of", "spans_words", "whole_groups"]
+__all__ = ["STRETCH_LIMIT", "Span", "host_together", "items_apart", "move_overlaps",
+           "overlapping", "refuse_overlaps", "shared_spans", "span_of", "spans_words",
+           "strided_spans", "whole_groups"]
 
 try:  # NumPy 2
     from numpy.lib.array_utils import byte_bounds
@@ -165,11 +174,35 @@ def shared_spans(inputs: dict[str, np.ndarray], groups: tuple[tuple[str, ...], .
     return spans
 
 
+# a strided input moves as the stretch of bytes that holds it up to this many times its own
+STRETCH_LIMIT = 4
+
+
+def strided_spans(inputs: dict[str, np.ndarray], grouped: Iterable[tuple[str, ...]],
+                  cast: Callable[[np.ndarray], bool], only_read: frozenset[str]
+                  ) -> dict[tuple[str, ...], Span]:
+    """The strided views among ``inputs`` (in no group of ``grouped``) the cell may change,
+    each a group of one with its :class:`Span`, where that is at most :data:`STRETCH_LIMIT`
+    times its bytes (a 256-byte alignment aside); see the module."""
+    done = {n for group in grouped for n in group}
+    out: dict[tuple[str, ...], Span] = {}
+    for name, arr in inputs.items():
+        if name in done or name in only_read or not arr.size or not arr.flags.writeable \
+                or arr.flags.c_contiguous or arr.flags.f_contiguous:
+            continue
+        span = span_of({name: arr}, cast)
+        if span is not None and span.host.nbytes <= STRETCH_LIMIT * arr.nbytes + _ALIGN:
+            out[(name,)] = span
+    return out
+
+
 def spans_words(spans: dict[tuple[str, ...], Span], inputs: dict[str, np.ndarray]) -> str:
     """What a budget message says of the spans larger than their arrays (``""``: none)."""
     return "".join(
-        f"; {', '.join(map(repr, g[:-1]))} and {g[-1]!r} share memory and move as the one "
-        f"stretch of {format_bytes(s.host.nbytes)} that holds them"
+        (f"; {', '.join(map(repr, g[:-1]))} and {g[-1]!r} share memory and move as the one "
+         f"stretch of {format_bytes(s.host.nbytes)} that holds them" if len(g) > 1 else
+         f"; {g[0]!r}, a strided view, moves as the stretch of {format_bytes(s.host.nbytes)} "
+         "that holds it")
         for g, s in spans.items() if _larger(s.host.nbytes, (inputs[n] for n in g)))
 
 
@@ -194,7 +227,8 @@ def move_overlaps(inputs: dict[str, np.ndarray], spans: dict[tuple[str, ...], Sp
                     view.flags.writeable = False  # read-only stays so (the CPU fallback's)
             shared[name] = view, InputMove(name, 0 if k else t.nbytes, 0.0 if k else t.seconds,
                                            t.pinned, dtype_name(arr.dtype),
-                                           view_of=group[0] if k else "")
+                                           view_of=group[0] if k else "",
+                                           own_bytes=arr.nbytes if len(group) == 1 else 0)
     return shared
 
 

@@ -1,5 +1,5 @@
-"""What a cell needs before it runs: its code, its NumPy inputs, the names it binds, and
-the copies of its inputs on the device.
+"""What a cell needs before it runs: its code, its NumPy inputs and the names it binds (the
+copies of its inputs on the device: :mod:`.inputmoves`).
 
 Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 :mod:`cupy_magic.run.batched`).
@@ -12,7 +12,6 @@ import codeop
 import contextlib
 import linecache
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
@@ -22,38 +21,23 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend, BudgetExceeded
+from ..backend import Backend
 from ..compat.generator import checked_generator
 from ..compat.proxy import array_module
 from ..compat.record import CompatRecord
 from ..compat.scope import cell_builtins
 from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
-from ..units import dtype_name, format_bytes, short_repr
+from ..units import dtype_name, short_repr
 from .aliases import MODULE_NAMES, only_read
-from .batching import BatchOptions
 from .compiled import Transform, compile_cell, ends_quiet
 from .errors import CellError
 from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
-from .overlap import Span, move_overlaps, overlapping, refuse_overlaps, shared_spans, spans_words
-from .report import InputMove
+from .overlap import overlapping, refuse_overlaps
 
-__all__ = [
-    "CAST_TARGETS",
-    "CellPlan",
-    "batch_reason",
-    "cast_target",
-    "check_budget",
-    "has_rows",
-    "input_shortfall",
-    "inputs_need",
-    "move_inputs",
-    "plan_cell",
-    "register_source",
-    "shared_input_spans",
-]
+__all__ = ["CAST_TARGETS", "CellPlan", "cast_target", "plan_cell", "register_source"]
 
 CAST_TARGETS = {"float32": {"float64": "float32", "complex128": "complex64"},
                 "float16": {"float64": "float16", "float32": "float16"}}
@@ -111,7 +95,8 @@ class CellPlan:
     in_place
         The inputs the source changes in place through their own name before rebinding it,
         or through a name ``y = x`` bound to them (``x += 1``, ``x[0] = 1``, ``x.sort()``,
-        ``out=x``, ``y += 1``; :class:`~.names.CellNames`).
+        ``out=x``, ``y += 1``; :class:`~.names.CellNames`); ``in_place_sure``: those a
+        top-level statement changes whenever the cell runs to its end (not ``if c: x += 1``).
     """
 
     code: CodeType
@@ -131,6 +116,7 @@ class CellPlan:
     only_read: frozenset[str] = frozenset()
     overlaps: tuple[tuple[str, ...], ...] = ()
     in_place: frozenset[str] = frozenset()
+    in_place_sure: frozenset[str] = frozenset()
 
     @property
     def changed_overlaps(self) -> list[tuple[str, ...]]:
@@ -294,107 +280,11 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     next(reversed(namespace.keys()), ""),
                     escapes="globals" in names.loaded or module_escapes(source, modules),
                     only_read=only, overlaps=tuple(overlaps),
-                    in_place=frozenset(names.in_place_first & inputs.keys()))
+                    in_place=frozenset(names.in_place_first & inputs.keys()),
+                    in_place_sure=frozenset(names.in_place_sure & inputs.keys()))
 
 
 def register_source(source: str, filename: str) -> None:
     """Let tracebacks and messages quote the cell's lines (``linecache``)."""
     if filename not in linecache.cache:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-
-
-def move_inputs(plan: CellPlan, dtype: str | None,
-                be: Backend) -> tuple[dict[str, Any], list[InputMove]]:
-    """Copy the plan's inputs to the device (cast under ``--dtype``); the report's rows."""
-    moved: dict[str, Any] = {}
-    moves: list[InputMove] = []
-    shared = move_overlaps(plan.inputs, shared_input_spans(plan, dtype), be)
-    for name, arr in plan.inputs.items():
-        if name in shared:
-            moved[name], move = shared[name]
-            moves.append(move)
-            continue
-        cast_from, saved, host, cast_s = "", 0, arr, 0.0
-        target = cast_target(arr, dtype)
-        if target != arr.dtype:
-            t0 = time.perf_counter()
-            host = arr.astype(target)
-            host.flags.writeable = arr.flags.writeable  # read-only stays read-only
-            cast_from, saved = dtype_name(arr.dtype), arr.nbytes - host.nbytes
-            cast_s = time.perf_counter() - t0
-        t = be.to_device(host)
-        moved[name] = t.array
-        moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, dtype_name(host.dtype),
-                               cast_from, saved))
-    return moved, moves
-
-
-def batch_reason(plan: CellPlan, opts: BatchOptions | None,
-                 be: Backend, dtype: str | None) -> str:
-    """Why the cell is run in batches, or ``""`` when it runs whole."""
-    if opts is not None and opts.requested:
-        return "asked for with --batch" + (f"-rows {opts.rows}" if opts.rows else "") + \
-            (f"-bytes {format_bytes(opts.nbytes)}" if opts.nbytes else "")
-    if not has_rows(plan.inputs):
-        return ""
-    short = input_shortfall(plan, dtype, be)
-    if short is None or be.limit is None:
-        return ""
-    need, free = short
-    budget = "VRAM budget" if be.is_gpu else "memory budget (host; the VRAM budget on a GPU)"
-    return (f"the inputs need {format_bytes(need)} but the {budget} of "
-            f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}")
-
-
-def has_rows(inputs: dict[str, np.ndarray]) -> bool:
-    """Whether an input has a leading axis of more than one row (the cell can be batched)."""
-    return any(a.ndim >= 1 and a.shape[0] > 1 for a in inputs.values())
-
-
-def input_shortfall(plan: CellPlan, dtype: str | None, be: Backend) -> tuple[int, int] | None:
-    """``(bytes the inputs need, bytes the budget leaves)`` when they do not fit, else None."""
-    free = be.budget_left()
-    need = 0 if free is None or not plan.inputs else inputs_need(plan, dtype)
-    return (need, free) if free is not None and need > free else None
-
-
-def shared_input_spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...], Span]:
-    """The plan's groups of inputs sharing memory that move as one stretch of bytes."""
-    return shared_spans(plan.inputs, plan.overlaps, lambda a: cast_target(a, dtype) != a.dtype,
-                        plan.only_read) if plan.overlaps else {}
-
-
-def inputs_need(plan: CellPlan, dtype: str | None) -> int:
-    """Device bytes of the inputs' copies (after ``--dtype``; inputs sharing memory copied as
-    the one stretch that holds them, :mod:`.overlap`); whole when they fit the budget
-    (:func:`input_shortfall`)."""
-    spans = shared_input_spans(plan, dtype)
-    shared = {n for group in spans for n in group}
-    return sum(a.size * cast_target(a, dtype).itemsize for n, a in plan.inputs.items()
-               if n not in shared) + sum(s.host.nbytes for s in spans.values())
-
-
-def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
-    """Refuse, before anything moves, a whole cell whose inputs do not fit the budget."""
-    short = input_shortfall(plan, dtype, be)
-    if short is None or be.limit is None:
-        return
-    need, free = short
-    sizes = ", ".join(f"{n} ({format_bytes(a.nbytes)})" for n, a in plan.inputs.items())
-    hint = "" if dtype else (", --dtype float32 (dtype='float32' from Python) to halve float64 "
-                             "inputs")
-    # batching cannot keep inputs that share memory apart when the cell may change them
-    changed = plan.changed_overlaps
-    data = f"copying one in a plain cell first ({changed[0][-1]} = {changed[0][-1]}.copy())" \
-        if changed else "batching the data"
-    # The words of the report (report.py): on the CPU fallback the budget is one of host
-    # memory, and there are no cached blocks to release.
-    budget, last = (("VRAM budget", ", a larger %vram_budget (cupy_magic.set_budget), or "
-                     "releasing cached blocks (cupy_magic.free_cached())") if be.is_gpu
-                    else ("memory budget (host)",
-                          " or a larger %vram_budget (cupy_magic.set_budget)"))
-    raise BudgetExceeded(
-        f"the cell's inputs {sizes} need {format_bytes(need)} but the {budget} "
-        f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}"
-        f"{spans_words(shared_input_spans(plan, dtype), plan.inputs)}; try {data}{hint}{last}",
-        explained=True)

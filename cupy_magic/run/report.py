@@ -48,6 +48,7 @@ class InputMove:
     saved_bytes: int = 0
     streamed: bool = False  # batched: ``seconds`` is the whole pipelined run, not the upload
     view_of: str = ""  # it shares memory with this input: a view into its copy, no bytes moved
+    own_bytes: int = 0  # a strided view moved as the stretch of its base that holds it: its own
 
     @property
     def how(self) -> str:
@@ -176,6 +177,10 @@ class RunReport:
                     "in NumPy: a change through one shows through the other); nothing moved")
         cast = (f", cast {m.cast_from}->{m.dtype} saved {format_bytes(m.saved_bytes)}"
                 if m.cast_from else "")
+        if m.own_bytes:  # the bytes between its items moved too
+            cast += (f"; a strided view of {format_bytes(m.own_bytes)}, moved as the stretch "
+                     "of its base that holds it, so that views and reshapes of it share "
+                     "memory as in NumPy")
         if not self.on_host:
             return (f"{format_bytes(m.nbytes)} in {m.seconds * 1e3:.1f} ms "
                     f"({m.gbps:.1f} GB/s, {m.how}){cast}")

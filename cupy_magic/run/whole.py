@@ -18,10 +18,11 @@ from ..backend import Backend
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
 from .homes import input_homes
+from .inputmoves import check_budget, has_rows, move_inputs
 from .inputwrites import InputWatch
 from .mainmod import as_main
 from .overlap import whole_groups
-from .plan import CellPlan, check_budget, has_rows, move_inputs
+from .plan import CellPlan
 from .reduce import combine
 from .report import RunReport
 
@@ -60,15 +61,22 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             homes = input_homes(plan, moved, dtype, be, to_host if to_host is True
                                 else set(to_host)) if to_host is not False else None
             watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
-                               plan.overlaps)
+                               plan.overlaps, plan.in_place - plan.in_place_sure
+                               if homes is not None else frozenset())
             work = {**namespace, **plan.overrides, **moved}
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
             with be.time_device() as timing, recorder:
                 value = plan.run(work, namespace, shown)
+            seen = plan.stored
             plan = watch.commit_plan(plan)  # inputs changed through other names too
-            plan = replace(plan, stored=whole_groups(plan.stored, plan.overlaps))
+            # `if c: X += 1` that did not run: X's copy is not written back, nor committed
+            # where X still holds it (the user's X, as before the cell, is what it holds)
+            unmade, still = watch.unmade(work)
+            if homes is not None:
+                homes.settle(plan.stored - seen, unmade)
+            plan = replace(plan, stored=whole_groups(plan.stored - still, plan.overlaps))
             watch = None
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes

@@ -149,3 +149,56 @@ def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(gpu):
     assert gpu.user_ns["p"] == np.format_float_positional(np.float32(np.pi))
     assert gpu.user_ns["d"] == np.format_float_scientific(np.float64(np.pi), precision=3)
     assert gpu.user_ns["f"] == np.format_float_positional(np.float32(3.14159))
+
+
+def test_ravel_as_numpy_copies_where_numpy_copies():
+    """NumPy's ``a.ravel(order)`` is a view only where ``a`` is contiguous in that order;
+    CuPy's is a view wherever a reshape can be one (NumPy's ``reshape(-1)`` rule, which
+    stands in for it here): the helper copies then."""
+    from cupy_magic.compat.differs import ravel_as_numpy
+
+    B = np.arange(24.0).reshape(4, 6)
+    cases = [(B, "C"), (B[:, ::2], "C"), (B[::2], "C"), (B.T, "C"), (B.T, "F"), (B.T, "A"),
+             (B[:, ::2].T, "F"), (B[1], "C"), (B[:, 1], "C"), (np.asfortranarray(B), "A")]
+    for a, order in cases:
+        reshape_like = a.reshape(-1, order=order if order != "A" else
+                                 ("F" if a.flags.f_contiguous and not a.flags.c_contiguous
+                                  else "C"))
+        got = ravel_as_numpy(np.ndarray, a, lambda o, r=reshape_like: r, order)
+        want = a.ravel(order)
+        np.testing.assert_array_equal(got, want)
+        assert np.shares_memory(got, a) == np.shares_memory(want, a), (a.strides, order)
+
+
+RAVELS = ("a = X[:, ::2]\nr = a.ravel()\nr[0] = -5\ns = X.ravel()\ns[1] = -7\n"
+          "t = np.ravel(X.T)\nt[2] = -9\nu = X.T.ravel('F')\nu[3] = -11\n"
+          "v = X[::2].ravel()\nv[4] = -13\n")
+
+
+def test_a_cells_ravel_is_a_view_or_a_copy_as_numpys(ip):
+    """CuPy's ravel of a strided array (``X[:, ::2]``, ``X.T``) is a view where NumPy's is a
+    copy: a change to it changed ``X`` on the device (and under ``--to-host`` the user's
+    ``X``). Method and function both follow NumPy: a copy for those, a view of a contiguous
+    ``X`` (``X.ravel()``, ``X.T.ravel('F')``)."""
+    plain = {"np": np, "X": np.arange(24.0).reshape(4, 6)}
+    exec(RAVELS, plain)
+    ip.user_ns.update(X=np.arange(24.0).reshape(4, 6))
+    ip.run_cell_magic("gpu", "--quiet --to-host", RAVELS)
+    for name in "Xrstuv":
+        np.testing.assert_array_equal(ip.user_ns[name], plain[name], err_msg=name)
+
+
+def test_a_ravel_method_of_anything_else_is_its_own(ip):
+    """The cell's ``v.ravel(...)`` calls go through the extension's builtin: another object's
+    ravel is called as it is, and an error shows the cell's line."""
+    ip.run_cell_magic("gpu", "--quiet", "class R:\n    def ravel(self, k=1):\n"
+                      "        return k * 2\n\nn = R().ravel(k=4)\n")
+    assert ip.user_ns["n"] == 8
+    err = ip.run_cell("%%gpu --quiet\nx = 1\nm = [1].ravel()\n").error_in_exec
+    assert isinstance(err, AttributeError) and str(err) == "'list' object has no attribute 'ravel'"
+    frames, tb = [], err.__traceback__  # the cell's own frames: not in a .py file
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.endswith(".py"):
+            frames.append(tb.tb_lineno)
+        tb = tb.tb_next
+    assert frames[-1] == 2 and "m" not in ip.user_ns

@@ -61,7 +61,9 @@ REBOUND = ["X -= 1\nX = 0", "X -= 1\ndel X", "X[0] = 7\nX = None", "X.sort(axis=
            "X += 1\nX = X.copy()", "np.add(X, 1, out=X)\nX = X * 2",
            # changed through another name bound to it, every name then let go
            "Y = X\nY += 1\ndel X, Y", "Y = X\nX = 0\nY[0] = 5\ndel Y",
-           "Y = Z = X\nZ.sort(axis=1)\ndel X\nY = Z = None", "Y = X\nW = Y\nW -= 2\nX = W = Y = 1"]
+           "Y = Z = X\nZ.sort(axis=1)\ndel X\nY = Z = None", "Y = X\nW = Y\nW -= 2\nX = W = Y = 1",
+           # a name bound back to the input, names bound in one tuple (lost before)
+           "Y = X\nX = Y\nX += 1\ndel X, Y", "Y, Z = X, X\nY += 1\ndel X, Y, Z"]
 
 
 @pytest.mark.parametrize("body", REBOUND)
@@ -243,3 +245,95 @@ def test_a_strided_view_of_either_order_changed_in_place_changes_its_base(ip, or
     plain, ns, got = _plain_and_gpu(ip, "X *= -1\nX[0] = 5", setup=setup)
     np.testing.assert_array_equal(got["B"], plain["B"])
     assert got["X"] is ns["X"]
+
+
+def _strided_wide() -> dict:
+    """``X``, every 20th column of ``B``: a view sparser than the stretch a copy may carry
+    (:data:`~cupy_magic.run.overlap.STRETCH_LIMIT`), so its device copy is contiguous."""
+    B = np.arange(240.0).reshape(4, 60)
+    X = B[:, ::20]
+    return {"np": np, "B": B, "X": X, "L": [X], "c": False, "n": 0}
+
+
+MAY_CHANGE = ["if c:\n    X += 1\nL[0][:] = -1", "if c:\n    X += 1\nL[0][:] = -1\nX = 0",
+              "for i in range(n):\n    X[i] = 5\nL[0][:] = -1\nV = X[1:]",
+              "Y = X\nif c:\n    Y.sort(axis=1)\nL[0][:] = -1\ndel X, Y",
+              "c and X.sort(axis=1)\nL[0][:] = -1"]
+
+
+@pytest.mark.parametrize("made", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "strided_wide"])
+@pytest.mark.parametrize("body", MAY_CHANGE)
+def test_a_change_in_place_the_cell_may_make_is_written_back_only_if_it_made_it(
+        ip, body, layout, made):
+    """``if c: X += 1`` with ``c`` false, then ``L[0][:] = -1`` (the user's array changed
+    through the host): a plain cell leaves -1 everywhere. The copy held for the change that
+    did not happen was written over the user's array (its old values came back); it is
+    written only where the run changed it (``c`` true, without the host's change: a change
+    on both sides in one cell is beyond a copy, as the README says)."""
+    if made:
+        body = body.replace("L[0][:] = -1\n", "").replace("\nL[0][:] = -1", "")
+    def setup():
+        if layout == "contiguous":
+            B = np.arange(24.0).reshape(4, 6)
+            ns = {"np": np, "B": B, "X": B, "L": [B]}
+        elif layout == "strided":
+            ns = _strided()
+        else:
+            ns = _strided_wide()
+        ns.update(c=made, n=2 if made else 0)
+        return ns
+
+    plain, ns, got = _plain_and_gpu(ip, body, setup=setup)
+    np.testing.assert_array_equal(got["B"], plain["B"])
+    assert ("X" in got) == ("X" in plain)
+    if "X" in plain:
+        np.testing.assert_array_equal(got["X"], plain["X"])
+        assert (got["X"] is ns["X"]) == (plain["X"] is plain["L"][0])
+    if "V" in plain and layout != "strided_wide":  # a view of a contiguous copy comes
+        np.testing.assert_array_equal(got["V"], plain["V"])  # back as a new array
+        assert np.shares_memory(got["V"], got["B"])
+
+
+VIEWS = ["R = X[1:]\nR[:] = 9", "R = X.reshape(-1)\nR[:3] = 9", "R = X.T\nR[0] = 1",
+         "X[2:][::-1][0] = 7", "R = X[:, None]\nR *= 2\ndel R",
+         "R = np.ascontiguousarray(X)\nR[0] = 5", "R = X.ravel()\nR[:3] = 9",
+         "R = np.ravel(X)\nR += 1", "R = X.flatten()\nR[0] = 3"]
+
+
+@pytest.mark.parametrize("body", VIEWS)
+def test_a_strided_input_changed_through_a_view_of_it_changes_the_array_it_views(ip, body):
+    """``X = B[:, ::2]``: ``X[1:]``, ``X.reshape(-1)`` and ``X.T`` are views of ``B`` in
+    NumPy, ``X.ravel()`` and ``np.ascontiguousarray(X)`` copies. Its device copy is the
+    stretch of ``B`` that holds it, with ``X``'s strides, so each is a view or a copy as in
+    NumPy (on the contiguous copy each was a view of the copy: ``B`` kept its old values and
+    ``X`` came back changed as a new array, or the ravel's change reached ``X``)."""
+    plain, ns, got = _plain_and_gpu(ip, body, setup=_strided)
+    for name in ("B", "X", "Xtr", "C", "R"):
+        if name in plain:
+            np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+    assert np.shares_memory(got["X"], got["B"]) and got["L"][0] is ns["X"]
+    if "R" in plain:
+        assert np.shares_memory(got["R"], got["B"]) == np.shares_memory(plain["R"], plain["B"])
+    row = next(m for m in cupy_magic.last_report().inputs if m.name == "X")
+    assert row.own_bytes == ns["X"].nbytes and row.nbytes > row.own_bytes
+
+
+@pytest.mark.parametrize("body", ["R = X[1:]\nR[:] = 9", "def f(a):\n    a[0] = 1\nf(X)"])
+def test_a_sparse_strided_input_changed_through_another_name_is_refused(ip, body):
+    """``X = B[:, ::20]`` moves as a contiguous copy (its stretch of ``B`` is 20 times its
+    size); whether a change through another name reaches ``B`` the copy cannot tell
+    (``X[1:]`` would, ``X.ravel()`` would not), so the cell is refused in one line naming
+    the fix, the user's arrays as they were. Through its own name it runs."""
+    ns = _strided_wide()
+    B, X = ns["B"], ns["X"]
+    ip.user_ns.update(ns)
+    result = ip.run_cell(f"%%gpu --quiet --to-host\n{body}\n")
+    err = result.error_in_exec
+    assert err is not None and "\n" not in str(err), err
+    assert "'X', a strided view of another array, through another name" in str(err)
+    assert "X = X.copy()" in str(err)
+    np.testing.assert_array_equal(B, np.arange(240.0).reshape(4, 60))
+    assert ip.user_ns["X"] is X and "R" not in ip.user_ns
+    ip.run_cell_magic("gpu", "--quiet --to-host", "X[1:] = 9\n")
+    assert ip.user_ns["X"] is X and (B[1:, ::20] == 9).all() and B[1, 1] == 61.0

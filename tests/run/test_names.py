@@ -75,6 +75,29 @@ def test_in_place_methods_and_out_arguments_count_as_mutations():
     ("Y = X\ntry:\n    pass\nexcept E as Y:\n    pass\nY += 1", set()),
     ("Y = X\nfor Y in [W]:\n    Y += 1", set()),  # rebound and changed in one statement
     ("Y = X\nif c:\n    Y += 1", {"X"}),  # may change it: held, written if it did
+    # a name bound back to the input holds it again, and names bound in one tuple
+    ("Y = X\nX = Y\nX += 1", {"X"}),
+    ("Y = X\nX = 0\nX = Y\nX[0] = 1", {"X"}),
+    ("Y, Z = X, X\nY += 1", {"X"}),
+    ("[Y, Z] = W, X\nZ.sort()", {"X"}),
+    ("X, Y = Y, X\nY += 1", {"X"}),  # swapped: Y holds the input X
+    ("Y, *Z = X, W\nY += 1", set()),  # starred: not followed
 ])
 def test_a_change_in_place_is_found_through_the_names_bound_to_the_input(source, first):
     assert names(source).in_place_first == first
+
+
+@pytest.mark.parametrize(("source", "sure"), [
+    ("X += 1", {"X"}), ("X[0] = 1", {"X"}), ("X[0] += 1", {"X"}), ("X.sort()", {"X"}),
+    ("np.copyto(X, a)", {"X"}), ("np.add(a, 1, out=X)", {"X"}), ("X.attr = 1", {"X"}),
+    ("Y = X\nY *= 2", {"X"}),
+    # may not run, or run elsewhere: watched, written back only if the copy changed
+    ("if c:\n    X += 1", set()), ("for i in r:\n    X[i] = 0", set()),
+    ("while c:\n    X -= 1", set()), ("with f():\n    X.sort()", set()),
+    ("try:\n    X += 1\nexcept E:\n    pass", set()), ("c and X.sort()", set()),
+    ("X.sort() if c else None", set()), ("[X.fill(0) for _ in r]", set()),
+    ("X[f(lambda: 1)] = 0", set()), ("Y = X\nif c:\n    Y += 1", set()),
+])
+def test_a_change_in_place_is_sure_only_where_every_run_to_the_end_makes_it(source, sure):
+    n = names(source)
+    assert n.in_place_sure == sure and n.in_place_sure <= n.in_place_first == {"X"}
