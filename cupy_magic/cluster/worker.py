@@ -9,6 +9,7 @@ was raised from or while handling.
 
 from __future__ import annotations
 
+import ast
 import pickle
 import socket
 import threading
@@ -27,6 +28,7 @@ from ..run.aliases import MODULE_NAMES, only_read
 from ..run.errors import fail, unawaited_quiet
 from ..run.inputwrites import InputWatch
 from ..run.plan import register_source
+from ..run.rewrite import device_semantics
 from ..syncs.record import SyncRecorder
 
 __all__ = ["BlockFailed", "BlockSpec", "BlockStats", "block_info", "drop_shared",
@@ -249,7 +251,8 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             watch = InputWatch(given, set(spec.stored), {n: work[n] for n in given}, be,
                                only_read(spec.source, frozenset(given),
                                          frozenset({*spec.numpy_names, *MODULE_NAMES})))
-            code = compile(spec.source, spec.filename, "exec", spec.flags, dont_inherit=True)
+            tree = device_semantics(ast.parse(spec.source, spec.filename), spec.source)
+            code = compile(tree, spec.filename, "exec", spec.flags, dont_inherit=True)
             if recorder is not None:
                 with recorder:
                     exec(code, work)

@@ -58,8 +58,7 @@ results are compared with NumPy's):
 - **``ravel`` of an array not contiguous in the order asked** (``x[:, ::2].ravel()``,
   ``np.ravel(x.T)``): NumPy makes a copy, CuPy a view wherever a reshape can (a uniformly
   strided array), so a change to the result changed ``x`` on the device. The cell's
-  ``np.ravel`` and its ``.ravel()`` calls (:data:`RAVEL_NAME`, the cell's code calls it in
-  front of each) copy then, as NumPy does.
+  ``np.ravel`` and its ``.ravel()`` calls (:mod:`.views`) copy then, as NumPy does.
 - **``np.trim_zeros`` of a Python list, tuple or range**: NumPy slices the sequence itself, so
   ``np.trim_zeros([0, 1, 2, 0])`` is the list ``[1, 2]``; made a device array first, it became
   an array. The cell calls NumPy's on the sequence (Python values in, Python values out:
@@ -80,47 +79,10 @@ from .draws import random_randint
 from .dress import dressed_like
 from .spec import UNSUPPORTED_KINDS, CallSpec
 from .supplement import NotSupplied
+from .views import ravel_as_numpy
 
-__all__ = ["RAVEL_NAME", "DeviceNpz", "guarded", "method_ravel", "ravel_as_numpy"]
+__all__ = ["DeviceNpz", "guarded"]
 
-# the builtin a cell's ``v.ravel(...)`` calls go through: ``RAVEL_NAME(v)(...)``
-RAVEL_NAME = "__cupy_magic_ravel__"
-
-
-def _contiguous_in(a: Any, order: Any) -> bool:
-    """Whether NumPy's ``a.ravel(order)`` is a view of ``a``: ``a`` contiguous in it."""
-    flags, wanted = a.flags, str(order).upper() if order is not None else "C"
-    if wanted == "F":
-        return bool(flags.f_contiguous)
-    if wanted in ("A", "K"):
-        return bool(flags.c_contiguous or flags.f_contiguous)
-    return bool(flags.c_contiguous)
-
-
-def ravel_as_numpy(device_type: type, a: Any, ravel: Any, order: Any = "C") -> Any:
-    """``ravel(order)`` (CuPy's ``a.ravel`` or ``cupy.ravel`` of ``a``) as NumPy's: a copy
-    where ``a``, a device array, is not contiguous in ``order`` and CuPy gave a view."""
-    out = ravel(order)
-    if isinstance(a, device_type) and getattr(out, "base", None) is not None \
-            and not _contiguous_in(a, order):
-        out = out.copy()
-    return out
-
-
-def method_ravel(device_type: type) -> Any:
-    """The builtin :data:`RAVEL_NAME`: ``v.ravel`` for any ``v``, NumPy's view-or-copy rule
-    for a device array's (:func:`ravel_as_numpy`)."""
-    def ravel_of(value: Any) -> Any:
-        __tracebackhide__ = True  # IPython shows the cell's line, not this frame
-        method = value.ravel
-        if not isinstance(value, device_type):
-            return method
-
-        def ravel(order: Any = "C") -> Any:
-            __tracebackhide__ = True
-            return ravel_as_numpy(device_type, value, method, order)
-        return ravel
-    return ravel_of
 
 _QUANTILES = frozenset({"percentile", "quantile"})
 _MET = frozenset({"A", "ALIGNED", "W", "WRITEABLE", "E", "ENSUREARRAY"})  # by any device array

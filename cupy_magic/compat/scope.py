@@ -13,7 +13,6 @@ proxy or a wrapper, the array module's Generator for a checked one. On the CPU f
 from __future__ import annotations
 
 import builtins
-import operator
 import types
 from typing import Any
 
@@ -21,10 +20,10 @@ import numpy
 
 from ..backend.cupy import probe_cupy
 from .cupyonly import refused_import
-from .differs import RAVEL_NAME, method_ravel
 from .generator import plain
 from .proxy import ArrayModule
 from .spec import MISSING, numpy_module
+from .views import view_builtins
 
 __all__ = ["cell_builtins", "host_value"]
 
@@ -46,7 +45,8 @@ def _no_gpu() -> str:
 def cell_builtins(module: ArrayModule) -> types.ModuleType:
     """The builtins a cell runs with: Python's, with an ``__import__`` that gives ``module``
     (or its submodule) for ``numpy`` and ``numpy.*`` and imports anything else as usual,
-    and :data:`~.differs.RAVEL_NAME`, which the cell's ``v.ravel(...)`` calls go through.
+    and the builtins of :mod:`.views`, which the cell's ``v.ravel(...)`` and kept ``x[i]``
+    go through.
 
     A module, as ``__builtins__`` is in a plain cell (IPython's user namespace holds the
     ``builtins`` module): ``__builtins__.sum`` reaches Python's ``sum`` where the cell
@@ -73,10 +73,8 @@ def cell_builtins(module: ArrayModule) -> types.ModuleType:
 
     scope = types.ModuleType(builtins.__name__, builtins.__doc__)
     vars(scope).update(builtins.__dict__, __import__=cell_import)
-    if calls.xp is not numpy:  # the cell's .ravel() calls (run/compiled.py)
-        setattr(scope, RAVEL_NAME, method_ravel(calls.device_type))
-    else:
-        setattr(scope, RAVEL_NAME, operator.attrgetter("ravel"))
+    # what the cell's code calls in front of v.ravel() and a kept x[i] (run/rewrite.py)
+    vars(scope).update(view_builtins(calls.device_type if calls.xp is not numpy else None))
     return scope
 
 

@@ -9,8 +9,8 @@ handed out renamed, its nested functions too. A compiler (IPython's ``shell.comp
 remembers the ``from __future__`` imports it compiles; a kept cell's future flags are added
 to it as compiling would have.
 
-Compiling also puts :data:`~cupy_magic.compat.differs.RAVEL_NAME` in front of each
-``v.ravel(...)`` call, so that the ravel of a strided device array is a copy, as NumPy's.
+Compiling also rewrites the places where CuPy gives a view and NumPy a copy (``v.ravel()``,
+a kept ``x[i]``: :mod:`.rewrite`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from types import CodeType
 from typing import Any
 
-from ..compat.differs import RAVEL_NAME
+from .rewrite import device_semantics
 
 __all__ = ["SHOWS", "CompiledCell", "Transform", "compile_cell", "ends_quiet"]
 
@@ -123,27 +123,12 @@ def _split(tree: ast.Module, filename: str, compiler: codeop.Compile,
     return compiler(head, filename, mode), compiler(expr, filename, "eval"), mode == "single"
 
 
-class _RavelCalls(ast.NodeTransformer):
-    """``v.ravel(...)`` becomes ``RAVEL_NAME(v)(...)``, on the same lines: CuPy's ravel of a
-    strided array is a view where NumPy's is a copy (:mod:`~cupy_magic.compat.differs`)."""
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "ravel":
-            fetch = ast.copy_location(ast.Call(ast.copy_location(
-                ast.Name(RAVEL_NAME, ast.Load()), func), [func.value], []), func)
-            node.func = fetch
-        return node
-
-
 def _compiled(source: str, filename: str, compiler: codeop.Compile, shows: str,
               transform: Transform | None = None) -> CompiledCell:
     tree = ast.parse(source, filename, "exec")
     if transform is not None:  # IPython's AST transformers, before the split, as it runs them
         tree = transform(tree)
-    if "ravel" in source:
-        tree = ast.fix_missing_locations(_RavelCalls().visit(tree))
+    tree = device_semantics(tree, source)  # CuPy's views where NumPy copies (rewrite.py)
     code = compiler(tree, filename, "exec")
     body, last, displays = _split(tree, filename, compiler, shows)  # for a run that shows it
     return CompiledCell(code, body, last, displays)

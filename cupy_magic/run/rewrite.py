@@ -1,0 +1,129 @@
+"""The cell's code with the builtins of :mod:`cupy_magic.compat.views` in front of the two
+places where CuPy gives a view and NumPy a copy, on the same lines and columns.
+
+- ``v.ravel(...)`` becomes ``RAVEL_NAME(v)(...)``.
+- ``x[i, j]`` (an index of no slice, ``...`` or ``None``: an item where ``x`` is an array)
+  becomes ``ITEM_NAME(x[i, j])`` where the cell may keep the value: anywhere but as an
+  operand (``x[i] * 2``, ``-x[i]``, ``x[i] < 0``), the right side of ``s += x[i]``, an
+  index or slice bound, a test (``if``, ``while``, ``assert``, a conditional expression's),
+  an f-string's value, the object of an attribute other than a view or a change in place
+  (``x[i].item()``, not ``x[i].reshape(1)`` or ``x[i].fill(0)``), or an argument of a call
+  that makes a new value (``float``, ``int``, ``abs``, ``print``, ``math.*``, and the array
+  module's functions but those that may return their argument, ``np.asarray``, ``np.ravel``).
+- ``np.float32(v, ...)`` (any NumPy scalar type of the array module's names) becomes
+  ``SCALAR_NAME(np.float32, v, ...)``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+
+from ..compat.views import ITEM_NAME, RAVEL_NAME, SCALAR_NAME
+from .names import parents
+
+__all__ = ["device_semantics"]
+
+# attributes of an item whose result is still it or a view of it, or change it in place
+_VIEW_ATTRS = frozenset({
+    "view", "reshape", "ravel", "T", "mT", "real", "imag", "squeeze", "transpose", "swapaxes",
+    "base", "flat", "data", "fill", "sort", "put", "itemset", "setfield", "resize",
+    "__array__", "__dlpack__", "__setitem__", "__iadd__", "__isub__", "__imul__",
+    "__itruediv__"})
+_SAFE_CALLS = frozenset({"float", "int", "bool", "complex", "str", "repr", "print", "abs",
+                         "round", "format", "len", "hash", "divmod", "pow", "isinstance"})
+# the names the array module goes by in cells, and modules whose functions make new values
+_MODULES = frozenset({"np", "numpy", "cp", "cupy", "xp", "math", "cmath"})
+# the array module's functions that may return their argument, or a view of it
+_VIEW_FUNCS = frozenset({
+    "asarray", "asanyarray", "ascontiguousarray", "asfortranarray", "atleast_1d",
+    "atleast_2d", "atleast_3d", "ravel", "reshape", "squeeze", "expand_dims", "broadcast_to",
+    "broadcast_arrays", "transpose", "moveaxis", "swapaxes", "rollaxis", "require", "real",
+    "imag", "flip", "copyto", "asarray_chkfinite", "asmatrix"})
+
+
+# NumPy's scalar types by name (np.float32, np.int64, np.bool_, np.double, ...)
+_SCALAR_TYPES = frozenset(n for n, v in vars(np).items()
+                          if isinstance(v, type) and issubclass(v, np.generic))
+
+
+def _item_index(node: ast.Subscript) -> bool:
+    """Whether ``node``'s index may take one item of every axis (no slice, ``...``,
+    ``None`` or ``np.newaxis``, which give views in NumPy too)."""
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    for part in parts:
+        if isinstance(part, (ast.Slice, ast.Starred)):
+            return False
+        if isinstance(part, ast.Constant) and (part.value is None or part.value is Ellipsis):
+            return False
+        if isinstance(part, ast.Attribute) and part.attr == "newaxis":
+            return False
+    return True
+
+
+def _makes_new(call: ast.Call) -> bool:
+    """Whether ``call``'s result is a new value, never its argument or a view of it."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in _SAFE_CALLS
+    root = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(func, ast.Attribute) and isinstance(root, ast.Name) \
+        and root.id in _MODULES and func.attr not in _VIEW_FUNCS
+
+
+def _used_at_once(node: ast.expr, up: ast.AST | None, above: ast.AST | None) -> bool:
+    """Whether the value of ``node`` (in ``up``, itself in ``above``) is used where it
+    stands and not kept."""
+    if isinstance(up, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Slice, ast.FormattedValue)):
+        return True
+    if isinstance(up, ast.AugAssign):
+        return up.value is node
+    if isinstance(up, ast.Subscript):
+        return True  # an index, or the array a further index reads (`x[0][()]` is wrapped)
+    if isinstance(up, ast.Attribute):
+        return up.attr not in _VIEW_ATTRS
+    if isinstance(up, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+        return up.test is node
+    if isinstance(up, ast.Call):
+        return any(a is node for a in up.args) and _makes_new(up)
+    if isinstance(up, ast.keyword) and isinstance(above, ast.Call):
+        return _makes_new(above)
+    return False
+
+
+class _Rewrite(ast.NodeTransformer):
+    def __init__(self, tree: ast.AST) -> None:
+        self.up = parents(tree)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "ravel":
+            name = ast.copy_location(ast.Name(RAVEL_NAME, ast.Load()), func)
+            node.func = ast.copy_location(ast.Call(name, [func.value], []), func)
+        elif isinstance(func, ast.Attribute) and func.attr in _SCALAR_TYPES and node.args \
+                and isinstance(func.value, ast.Name) and func.value.id in _MODULES:
+            node.args = [func, *node.args]
+            node.func = ast.copy_location(ast.Name(SCALAR_NAME, ast.Load()), func)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load) or not _item_index(node):
+            return node
+        up = self.up.get(node)
+        if _used_at_once(node, up, self.up.get(up) if up is not None else None):
+            return node
+        name = ast.copy_location(ast.Name(ITEM_NAME, ast.Load()), node)
+        return ast.copy_location(ast.Call(name, [node], []), node)
+
+
+def device_semantics(tree: ast.Module, source: str) -> ast.Module:
+    """``tree`` (the cell's, parsed from ``source``) rewritten as the module says; as it is
+    where the source has no index and no ``ravel``."""
+    if "[" not in source and "ravel" not in source and "(" not in source:
+        return tree
+    return ast.fix_missing_locations(_Rewrite(tree).visit(tree))

@@ -1,0 +1,120 @@
+"""The cell's code with the extension's builtins in front of CuPy's views where NumPy gives
+copies (cupy_magic.run.rewrite, cupy_magic.compat.views): which places get them, that lines
+stay, and that cells with them give NumPy's results on every backend."""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pytest
+
+from cupy_magic.compat.views import ITEM_NAME, RAVEL_NAME
+from cupy_magic.run.rewrite import device_semantics
+
+
+def _rewritten(source: str) -> str:
+    return ast.unparse(device_semantics(ast.parse(source), source))
+
+
+@pytest.mark.parametrize("source", [
+    "tmp = a[i]", "a[i], a[j] = a[j], a[i]", "trace.append(x[0])", "d = {k: x[0]}",
+    "out = [x[i] for i in r]", "m = max(x[0], x[1])", "v = np.asarray(x[0])",
+    "y = x[0].reshape(1)", "x[0].fill(5)", "lst[0] = y[1]", "f(x[0])", "return_ = (x[0],)",
+    "y = x[()]", "r = x[idx]", "a = x[0] or 1", "v = x[0] if c else x[1]",
+])
+def test_an_item_the_cell_may_keep_gets_the_item_builtin(source):
+    assert ITEM_NAME in _rewritten(source)
+
+
+@pytest.mark.parametrize("source", [
+    "y = x[0] * 2 + x[1]", "y = -x[0]", "if x[0] > 0:\n    pass", "while x[0] < 1:\n    x += 1",
+    "s += x[i]", "print(float(x[0]), int(x[1]), abs(x[2]))", "v = np.sqrt(x[0])",
+    "v = math.exp(x[0])", "y = x[0].item()", "y = z[x[0]] + 1", "y = z[x[0]:x[1]]",
+    "f'{x[0]}'", "y = np.full(3, fill_value=x[0])", "x[0] += 1", "x[0] = 5", "del x[0]",
+    "r = x[:, 0]", "r = x[..., 0]", "r = x[0, None]", "r = x[np.newaxis, 0]",
+    "assert x[0] == 1", "y = 1 if x[0] else 2",
+])
+def test_an_item_used_where_it_stands_or_a_view_as_numpys_is_left_alone(source):
+    assert ITEM_NAME not in _rewritten(source)
+
+
+def test_ravel_calls_go_through_the_ravel_builtin_and_nothing_else_changes():
+    assert _rewritten("r = X.T.ravel('F')") == f"r = {RAVEL_NAME}(X.T)('F')"
+    assert _rewritten("y = x * 2\nz = f(y)") == "y = x * 2\nz = f(y)"
+
+
+def test_the_rewritten_code_keeps_the_cells_lines():
+    source = "a = 1\nb = [2]\nc = b[0]\nd = b[5]\n"
+    code = compile(device_semantics(ast.parse(source), source), "<cell>", "exec")
+    ns = {"__builtins__": {**__builtins__, ITEM_NAME: lambda v: v}} \
+        if isinstance(__builtins__, dict) else {ITEM_NAME: lambda v: v}
+    with pytest.raises(IndexError) as info:
+        exec(code, ns)
+    assert info.traceback[-1].lineno + 1 == 4 and ns["c"] == 2
+
+
+ITEMS = [
+    # the swap idiom: CuPy's items are views, so a[j] kept its value
+    ("a[1], a[3] = a[3], a[1]", ("a",)),
+    ("t = a[0]\na[0] = a[4]\na[4] = t", ("a", "t")),
+    # kept while the array changes
+    ("trace = []\nfor _ in range(3):\n    trace.append(a[0])\n    a[0] += 1", ("a", "trace")),
+    ("old = a[2]\na[2] = 10\nd = a[2] - old", ("a", "old", "d")),
+    # changed in place: NumPy's scalar is a copy
+    ("s = X[0, 0]\ns += 100", ("X", "s")),
+    ("firsts = [X[i, 0] for i in range(3)]\nX[:, 0] = -1", ("X", "firsts")),
+    ("for i in range(1, 5):\n    a[i] = a[i - 1] * 2 + 1", ("a",)),
+]
+
+
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
+@pytest.mark.parametrize(("body", "names"), ITEMS)
+def test_items_of_an_array_are_copies_as_numpys(ip, body, names, line):
+    """A plain cell's ``a[i]`` is a scalar, a copy; on the GPU CuPy's is a 0-d view, and a
+    swap, a value kept before a change, or a change to it came out different."""
+    def fresh() -> dict:
+        return {"np": np, "a": np.arange(6.0), "X": np.arange(12.0).reshape(3, 4)}
+
+    plain = fresh()
+    exec(body, plain)
+    ip.user_ns.update(fresh())
+    ip.run_cell_magic("gpu", line, body)
+    for name in names:
+        got = ip.user_ns[name]
+        got = [np.asarray(v.get() if hasattr(v, "get") else v) for v in got] \
+            if isinstance(got, list) else np.asarray(got.get() if hasattr(got, "get") else got)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(plain[name]), err_msg=name)
+
+
+@pytest.mark.parametrize(("source", "made"), [
+    ("y = np.float32(v[0])", "y = __cupy_magic_scalar__(np.float32, v[0])"),
+    ("y = cp.int64(v, )", "y = __cupy_magic_scalar__(cp.int64, v)"),
+    ("y = np.bool_(v > 1)", "y = __cupy_magic_scalar__(np.bool_, v > 1)"),
+    ("y = np.zeros(3, np.float32)", "y = np.zeros(3, np.float32)"),
+    ("t = np.float32", "t = np.float32"), ("d = np.dtype('f4')", "d = np.dtype('f4')"),
+    ("y = np.float32()", "y = np.float32()"), ("y = other.float32(v)", "y = other.float32(v)"),
+])
+def test_a_numpy_scalar_type_called_goes_through_the_scalar_builtin(source, made):
+    assert _rewritten(source) == made
+
+
+SCALARS = ("y = np.float32(v[0])\nz = np.int64(v[1] * 3)\nb = np.bool_(v[2] > 1)\n"
+           "w = np.float32(v)\nh = np.float64(np.float32(1.5))\n")
+
+
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
+def test_a_numpy_scalar_of_a_device_value_is_numpys(ip, line):
+    """``np.float32(v[0])``: NumPy reads the item; CuPy refused the implicit conversion of
+    its 0-d array (a one-line refusal where a plain cell runs). The scalar is NumPy's, of
+    NumPy's type; of a whole array, the array cast."""
+    plain = {"np": np, "v": np.array([1.25, 2.5, 3.75])}
+    exec(SCALARS, plain)
+    ip.user_ns.update(v=np.array([1.25, 2.5, 3.75]))
+    ip.run_cell_magic("gpu", line, SCALARS)
+    for name in "yzbh":
+        assert type(ip.user_ns[name]) is type(plain[name]), name
+        assert ip.user_ns[name] == plain[name], name
+    w = ip.user_ns["w"]
+    w = w.get() if hasattr(w, "get") else w
+    assert w.dtype == np.float32 and np.array_equal(w, plain["w"])
