@@ -98,6 +98,26 @@ class _Rewrite(ast.NodeTransformer):
     def __init__(self, tree: ast.AST) -> None:
         self.up = parents(tree)
 
+    # annotations stay as written (under `from __future__ import annotations` their text is
+    # what the program sees)
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        node.target = self.visit(node.target)
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        return node
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+        returns, node.returns = node.returns, None
+        self.generic_visit(node)
+        node.returns = returns
+        return node
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         func = node.func

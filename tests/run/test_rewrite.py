@@ -39,6 +39,14 @@ def test_an_item_used_where_it_stands_or_a_view_as_numpys_is_left_alone(source):
     assert ITEM_NAME not in _rewritten(source)
 
 
+def test_annotations_stay_as_written():
+    source = ("from __future__ import annotations\ndef f(a: list[int]) -> dict[str, x[0]]:\n"
+              "    return a\nb: tuple[int] = (y[0],)\n")
+    out = _rewritten(source)
+    assert "def f(a: list[int]) -> dict[str, x[0]]:" in out
+    assert f"b: tuple[int] = ({ITEM_NAME}(y[0]),)" in out
+
+
 def test_ravel_calls_go_through_the_ravel_builtin_and_nothing_else_changes():
     assert _rewritten("r = X.T.ravel('F')") == f"r = {RAVEL_NAME}(X.T)('F')"
     assert _rewritten("y = x * 2\nz = f(y)") == "y = x * 2\nz = f(y)"
