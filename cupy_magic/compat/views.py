@@ -29,6 +29,7 @@ On the CPU fallback the builtins leave the value as it is: its arrays are NumPy'
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -112,9 +113,10 @@ def _call(kind: Any, *args: Any, **kwargs: Any) -> Any:
     return kind(*args, **kwargs)
 
 
+@functools.lru_cache(maxsize=8)
 def view_builtins(device_type: type | None) -> dict[str, Any]:
     """The builtins the cell's rewritten code calls; ``device_type`` None: the CPU
-    fallback's, which leave values as they are."""
+    fallback's, which leave values as they are (made once per array type: read-only)."""
     if device_type is None:
         return {RAVEL_NAME: operator.attrgetter("ravel"), ITEM_NAME: _same, SCALAR_NAME: _call}
     return {RAVEL_NAME: method_ravel(device_type), ITEM_NAME: item_copy(device_type),

@@ -136,7 +136,7 @@ class Homes:
         self.by_key: dict[int, Home] = {}
         # inputs the source may change in place and the run did not (``if c: X += 1``):
         # their copies are not written back (:class:`~.inputwrites.InputWatch`)
-        self.unchanged: set[str] = set()
+        self.unchanged: frozenset[str] = frozenset()
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
             inputs: dict[str, np.ndarray], keep: set[str] | frozenset[str] = frozenset()
@@ -165,7 +165,7 @@ class Homes:
                                        kept={name: copy} if name in keep else {}, user=user,
                                        copy_strides=tuple(copy.strides), writes=writes)
 
-    def settle(self, unseen: set[str], unmade: set[str]) -> None:
+    def settle(self, unseen: set[str], unmade: frozenset[str]) -> None:
         """Take what the run did to the inputs: ``unseen``, those it changed through another
         name than their own; ``unmade``, those the source may change in place and the run
         left as they were (not written back). Raise where a strided view with a contiguous

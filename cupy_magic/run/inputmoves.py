@@ -85,6 +85,8 @@ def shared_input_spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...
 
     spans = shared_spans(plan.inputs, plan.overlaps, cast, plan.only_read) \
         if plan.overlaps else {}
+    if plan.only_read.issuperset(plan.inputs):  # nothing the cell may change
+        return spans
     return {**spans, **strided_spans(plan.inputs, plan.overlaps, cast, plan.only_read)}
 
 

@@ -26,6 +26,8 @@ from .errors import CellError
 
 __all__ = ["InputWatch"]
 
+_NONE: frozenset[str] = frozenset()
+
 
 def _writeable(arr: Any) -> bool:
     """Whether NumPy lets the cell write ``arr`` (a device array: always)."""
@@ -84,12 +86,14 @@ class InputWatch:
                     f"writeable = True), or change a copy ({name} = {name}.copy())")
         return changed
 
-    def unmade(self, work: dict[str, Any]) -> tuple[set[str], set[str]]:
+    def unmade(self, work: dict[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
         """The ``unsure`` inputs whose copies the run left as they were, and of those the ones
         whose names still hold their copies (``work``: the cell's namespace after it)."""
-        left = set(self.unsure) - self.changed() if self.token is not None else set()
-        return left, {n for n, c in zip(self.names, self.copies, strict=True)
-                      if n in left and work.get(n) is c}
+        if not self.unsure or self.token is None:
+            return _NONE, _NONE  # no allocation: on the CPU fallback tracemalloc counts each
+        left = frozenset(self.unsure - self.changed())
+        return left, frozenset(n for n, c in zip(self.names, self.copies, strict=True)
+                               if n in left and work.get(n) is c)
 
     def refuse_unseen(self, run: str) -> None:
         """Raise if the cell changed a watched input: ``run`` (a batched run, a run over

@@ -184,11 +184,17 @@ def strided_spans(inputs: dict[str, np.ndarray], grouped: Iterable[tuple[str, ..
     """The strided views among ``inputs`` (in no group of ``grouped``) the cell may change,
     each a group of one with its :class:`Span`, where that is at most :data:`STRETCH_LIMIT`
     times its bytes (a 256-byte alignment aside); see the module."""
-    done = {n for group in grouped for n in group}
     out: dict[tuple[str, ...], Span] = {}
+    done: set[str] | None = None
     for name, arr in inputs.items():
-        if name in done or name in only_read or not arr.size or not arr.flags.writeable \
-                or arr.flags.c_contiguous or arr.flags.f_contiguous:
+        if name in only_read:
+            continue
+        flags = arr.flags
+        if flags.c_contiguous or flags.f_contiguous or not flags.writeable or not arr.size:
+            continue
+        if done is None:
+            done = {n for group in grouped for n in group}
+        if name in done:
             continue
         span = span_of({name: arr}, cast)
         if span is not None and span.host.nbytes <= STRETCH_LIMIT * arr.nbytes + _ALIGN:

@@ -76,7 +76,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             unmade, still = watch.unmade(work)
             if homes is not None:
                 homes.settle(plan.stored - seen, unmade)
-            plan = replace(plan, stored=whole_groups(plan.stored - still, plan.overlaps))
+            plan = replace(plan, stored=whole_groups(plan.stored - still if still
+                                                     else plan.stored, plan.overlaps))
             watch = None
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
