@@ -138,9 +138,9 @@ def guarded(calls: Calls, sub: str, wrapped: Any, host: Any, spec: CallSpec) -> 
                 return calls.to_host(a)[()] if isinstance(a, calls.device_type) else a
             return host(*map(down, args), **{k: down(v) for k, v in kwargs.items()})
         return dressed_like(format_float, wrapped)
-    if sub == "ravel" and on_device:
+    if sub == "ravel":  # on the CPU fallback too: a strided input's copy (views.py)
         def ravel(a: Any, order: Any = "C") -> Any:
-            return ravel_as_numpy(calls.device_type, a, lambda o: wrapped(a, o), order)
+            return ravel_as_numpy(a, lambda o: wrapped(a, o), order)
         return dressed_like(ravel, wrapped)
     if sub in _QUANTILES and on_device:
         def quantile(*args: Any, **kwargs: Any) -> Any:

@@ -16,14 +16,12 @@ import builtins
 import types
 from typing import Any
 
-import numpy
-
 from ..backend.cupy import probe_cupy
 from .cupyonly import refused_import
 from .generator import plain
 from .proxy import ArrayModule
 from .spec import MISSING, numpy_module
-from .views import view_builtins
+from .views import install, view_builtins
 
 __all__ = ["cell_builtins", "host_value"]
 
@@ -73,8 +71,10 @@ def cell_builtins(module: ArrayModule) -> types.ModuleType:
 
     scope = types.ModuleType(builtins.__name__, builtins.__doc__)
     vars(scope).update(builtins.__dict__, __import__=cell_import)
-    # what the cell's code calls in front of v.ravel() and a kept x[i] (run/rewrite.py)
-    vars(scope).update(view_builtins(calls.device_type if calls.xp is not numpy else None))
+    # what the cell's code calls in front of v.ravel() and a kept x[i] (run/rewrite.py);
+    # in Python's builtins too, for the functions the cell defines
+    install()
+    vars(scope).update(view_builtins())
     return scope
 
 

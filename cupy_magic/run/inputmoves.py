@@ -6,17 +6,21 @@ Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import numpy as np
 
 from ..backend import Backend, BudgetExceeded
+from ..compat.views import stands_strided
 from ..units import dtype_name, format_bytes
 from .batching import BatchOptions
 from .overlap import Span, move_overlaps, shared_spans, spans_words, strided_spans
 from .plan import CellPlan, cast_target
 from .report import InputMove
+
+_SORTS = re.compile(r"\.(sort|partition)\s*\(")
 
 __all__ = ["batch_reason", "check_budget", "has_rows", "input_shortfall", "inputs_need",
            "move_inputs", "shared_input_spans"]
@@ -43,6 +47,8 @@ def move_inputs(plan: CellPlan, dtype: str | None,
             cast_s = time.perf_counter() - t0
         t = be.to_device(host)
         moved[name] = t.array
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):  # its ravel: a copy
+            stands_strided(t.array)
         moves.append(InputMove(name, t.nbytes, t.seconds + cast_s, t.pinned, dtype_name(host.dtype),
                                cast_from, saved))
     return moved, moves
@@ -85,7 +91,10 @@ def shared_input_spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...
 
     spans = shared_spans(plan.inputs, plan.overlaps, cast, plan.only_read) \
         if plan.overlaps else {}
-    if plan.only_read.issuperset(plan.inputs):  # nothing the cell may change
+    # nothing the cell may change; or it sorts in place, which CuPy does only on a
+    # contiguous array (the strided view's device copy stays one)
+    if plan.only_read.issuperset(plan.inputs) or (
+            plan.compat is not None and _SORTS.search(plan.compat.source)):
         return spans
     return {**spans, **strided_spans(plan.inputs, plan.overlaps, cast, plan.only_read)}
 

@@ -108,6 +108,10 @@ def span_of(arrays: dict[str, np.ndarray], cast: Callable[[np.ndarray], bool]) -
         return None
     raw = owner.reshape(-1, order="A").view(np.uint8)
     start = address(owner)
+    # the copy starts 256-aligned where the owner starts: an array at another offset of its
+    # items' alignment (a memmap opened at byte 4) would be misaligned on the device
+    if any((address(a) - start) % a.dtype.alignment for a in arrays.values()):
+        return None
     bounds = [byte_bounds(a) for a in arrays.values()]
     low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
     low -= (low - start) % _ALIGN
@@ -183,7 +187,9 @@ def strided_spans(inputs: dict[str, np.ndarray], grouped: Iterable[tuple[str, ..
                   ) -> dict[tuple[str, ...], Span]:
     """The strided views among ``inputs`` (in no group of ``grouped``) the cell may change,
     each a group of one with its :class:`Span`, where that is at most :data:`STRETCH_LIMIT`
-    times its bytes (a 256-byte alignment aside); see the module."""
+    times its bytes (a 256-byte alignment aside) and holds no byte of another input
+    (``X = B[:, ::2]`` and ``Y = B[:, 1::2]``: written back whole, one stretch would undo
+    the other's change); see the module."""
     out: dict[tuple[str, ...], Span] = {}
     done: set[str] | None = None
     for name, arr in inputs.items():
@@ -197,7 +203,9 @@ def strided_spans(inputs: dict[str, np.ndarray], grouped: Iterable[tuple[str, ..
         if name in done:
             continue
         span = span_of({name: arr}, cast)
-        if span is not None and span.host.nbytes <= STRETCH_LIMIT * arr.nbytes + _ALIGN:
+        if span is not None and span.host.nbytes <= STRETCH_LIMIT * arr.nbytes + _ALIGN \
+                and not any(other is not arr and np.may_share_memory(span.host, other)
+                            for other in inputs.values()):
             out[(name,)] = span
     return out
 

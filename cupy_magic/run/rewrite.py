@@ -12,6 +12,7 @@ places where CuPy gives a view and NumPy a copy, on the same lines and columns.
   module's functions but those that may return their argument, ``np.asarray``, ``np.ravel``).
 - ``np.float32(v, ...)`` (any NumPy scalar type of the array module's names) becomes
   ``SCALAR_NAME(np.float32, v, ...)``.
+- ``for v in x`` (a statement's or a comprehension's) runs over ``ITER_NAME(x)``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import ast
 
 import numpy as np
 
-from ..compat.views import ITEM_NAME, RAVEL_NAME, SCALAR_NAME
+from ..compat.views import ITEM_NAME, ITER_NAME, RAVEL_NAME, SCALAR_NAME
 from .names import parents
 
 __all__ = ["device_semantics"]
@@ -40,7 +41,7 @@ _VIEW_FUNCS = frozenset({
     "asarray", "asanyarray", "ascontiguousarray", "asfortranarray", "atleast_1d",
     "atleast_2d", "atleast_3d", "ravel", "reshape", "squeeze", "expand_dims", "broadcast_to",
     "broadcast_arrays", "transpose", "moveaxis", "swapaxes", "rollaxis", "require", "real",
-    "imag", "flip", "copyto", "asarray_chkfinite", "asmatrix"})
+    "imag", "flip", "copyto", "asarray_chkfinite", "asmatrix", "array", "nan_to_num"})
 
 
 # NumPy's scalar types by name (np.float32, np.int64, np.bool_, np.double, ...)
@@ -118,6 +119,15 @@ class _Rewrite(ast.NodeTransformer):
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
 
+    def _iterated(self, node: ast.For | ast.comprehension) -> ast.AST:
+        self.generic_visit(node)
+        name = ast.copy_location(ast.Name(ITER_NAME, ast.Load()), node.iter)
+        node.iter = ast.copy_location(ast.Call(name, [node.iter], []), node.iter)
+        return node
+
+    visit_For = _iterated
+    visit_comprehension = _iterated
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         func = node.func
@@ -144,6 +154,7 @@ class _Rewrite(ast.NodeTransformer):
 def device_semantics(tree: ast.Module, source: str) -> ast.Module:
     """``tree`` (the cell's, parsed from ``source``) rewritten as the module says; as it is
     where the source has no index and no ``ravel``."""
-    if "[" not in source and "ravel" not in source and "(" not in source:
+    if "[" not in source and "ravel" not in source and "(" not in source \
+            and "for" not in source:
         return tree
     return ast.fix_missing_locations(_Rewrite(tree).visit(tree))

@@ -151,23 +151,25 @@ def test_float_formatting_keeps_a_numpy_scalars_precision_on_the_gpu(gpu):
     assert gpu.user_ns["f"] == np.format_float_positional(np.float32(3.14159))
 
 
-def test_ravel_as_numpy_copies_where_numpy_copies():
-    """NumPy's ``a.ravel(order)`` is a view only where ``a`` is contiguous in that order;
-    CuPy's is a view wherever a reshape can be one (NumPy's ``reshape(-1)`` rule, which
-    stands in for it here): the helper copies then."""
-    from cupy_magic.compat.differs import ravel_as_numpy
+def test_the_ravel_rule_is_numpys_view_or_copy():
+    """NumPy's ``a.ravel(order)`` is a view only where ``a`` is contiguous in that order
+    ('K': in the order its strides lie in memory); CuPy's is a view wherever a reshape can
+    be one, so the cell's ravel copies where the rule says NumPy's would."""
+    from cupy_magic.compat.views import _contiguous_in, stands_strided
 
     B = np.arange(24.0).reshape(4, 6)
-    cases = [(B, "C"), (B[:, ::2], "C"), (B[::2], "C"), (B.T, "C"), (B.T, "F"), (B.T, "A"),
-             (B[:, ::2].T, "F"), (B[1], "C"), (B[:, 1], "C"), (np.asfortranarray(B), "A")]
-    for a, order in cases:
-        reshape_like = a.reshape(-1, order=order if order != "A" else
-                                 ("F" if a.flags.f_contiguous and not a.flags.c_contiguous
-                                  else "C"))
-        got = ravel_as_numpy(np.ndarray, a, lambda o, r=reshape_like: r, order)
-        want = a.ravel(order)
-        np.testing.assert_array_equal(got, want)
-        assert np.shares_memory(got, a) == np.shares_memory(want, a), (a.strides, order)
+    C = np.arange(24.0).reshape(2, 3, 4)
+    layouts = [B, B[:, ::2], B[::2], B.T, B[:, ::2].T, B[1], B[:, 1], np.asfortranarray(B),
+               B[:, :1], B[:1], C.transpose(1, 0, 2), C.transpose(2, 0, 1), C[:, ::-1],
+               np.zeros((0, 3)), np.ones((1, 5))]
+    for a in layouts:
+        for order in "CFAK":
+            want = np.shares_memory(a.ravel(order), a) or a.size <= 1
+            assert _contiguous_in(a, order) == want or a.size <= 1, (a.shape, a.strides, order)
+    copy = np.ascontiguousarray(B[:, ::2])  # stands for the strided B[:, ::2]: a copy
+    assert _contiguous_in(copy, "C")
+    stands_strided(copy)
+    assert not _contiguous_in(copy, "C")
 
 
 RAVELS = ("a = X[:, ::2]\nr = a.ravel()\nr[0] = -5\ns = X.ravel()\ns[1] = -7\n"

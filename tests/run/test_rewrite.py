@@ -108,7 +108,8 @@ def test_a_numpy_scalar_type_called_goes_through_the_scalar_builtin(source, made
 
 
 SCALARS = ("y = np.float32(v[0])\nz = np.int64(v[1] * 3)\nb = np.bool_(v[2] > 1)\n"
-           "w = np.float32(v)\nh = np.float64(np.float32(1.5))\n")
+           "w = np.float32(v)\nh = np.float64(np.float32(1.5))\nf = np.float32(v32)\n"
+           "f += 1\n")
 
 
 @pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
@@ -116,9 +117,9 @@ def test_a_numpy_scalar_of_a_device_value_is_numpys(ip, line):
     """``np.float32(v[0])``: NumPy reads the item; CuPy refused the implicit conversion of
     its 0-d array (a one-line refusal where a plain cell runs). The scalar is NumPy's, of
     NumPy's type; of a whole array, the array cast."""
-    plain = {"np": np, "v": np.array([1.25, 2.5, 3.75])}
+    plain = {"np": np, "v": np.array([1.25, 2.5, 3.75]), "v32": np.ones(2, np.float32)}
     exec(SCALARS, plain)
-    ip.user_ns.update(v=np.array([1.25, 2.5, 3.75]))
+    ip.user_ns.update(v=np.array([1.25, 2.5, 3.75]), v32=np.ones(2, np.float32))
     ip.run_cell_magic("gpu", line, SCALARS)
     for name in "yzbh":
         assert type(ip.user_ns[name]) is type(plain[name]), name
@@ -126,3 +127,36 @@ def test_a_numpy_scalar_of_a_device_value_is_numpys(ip, line):
     w = ip.user_ns["w"]
     w = w.get() if hasattr(w, "get") else w
     assert w.dtype == np.float32 and np.array_equal(w, plain["w"])
+    v32 = ip.user_ns["v32"]  # np.float32 of a float32 array is the array: f += 1 changed it
+    np.testing.assert_array_equal(v32.get() if hasattr(v32, "get") else v32, plain["v32"])
+
+
+def test_a_function_the_cell_defines_runs_in_later_cells(ip):
+    """A function defined in a ``%%gpu`` cell is compiled with the extension's builtins
+    (``a[1]`` kept, ``v.ravel()``); it is committed into the user namespace, whose builtins
+    are Python's, and a later plain cell calling it raised NameError."""
+    ip.run_cell_magic("gpu", "--quiet", "def second(a):\n    return a[1]\n\n"
+                      "def flat(a):\n    return a.ravel()\n")
+    result = ip.run_cell("r = second(np.arange(3.0))\nq = flat(np.ones((2, 2)))\n")
+    assert result.error_in_exec is None, result.error_in_exec
+    assert ip.user_ns["r"] == 1.0 and ip.user_ns["q"].shape == (4,)
+
+
+ITERS = ("seen = []\nfor e in v:\n    seen.append(e)\nv[:] = 0\n"
+         "firsts = [e for e in w]\nw += 1\n")
+
+
+@pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
+def test_the_items_a_loop_over_an_array_keeps_are_copies(ip, line):
+    """CuPy's iteration over a 1-D array yields 0-d views: kept in a list, they showed the
+    array's later values (all zeros here)."""
+    def fresh() -> dict:
+        return {"np": np, "v": np.arange(4.0), "w": np.arange(3.0)}
+
+    plain = fresh()
+    exec(ITERS, plain)
+    ip.user_ns.update(fresh())
+    ip.run_cell_magic("gpu", line, ITERS)
+    for name in ("seen", "firsts"):
+        got = [float(e) for e in ip.user_ns[name]]
+        assert got == [float(e) for e in plain[name]], name
