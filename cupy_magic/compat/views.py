@@ -19,9 +19,10 @@ so compiling the cell puts a builtin in front of each (:mod:`cupy_magic.run.rewr
   double the cost of a scalar loop for nothing. A 0-d view made on purpose and kept
   (``v = x[0, ...]``, a view in NumPy too) is copied as well: the builtin sees only a 0-d
   view.
-- **``for v in x``** over a 1-D device array (and a comprehension's ``for``): CuPy yields 0-d
-  views of the items, NumPy scalars; the loop runs over ``ITER_NAME(x)``, which yields 0-d
-  copies. Other ways of iterating (``list(x)``, ``max(x)``, ``a, b = x``) still give views.
+- **``for v in x``** over a 1-D device array (a comprehension's ``for``, an unpacking
+  ``a, b = x``, the builtins that iterate: ``list(x)``, ``max(x)``, ``zip(x, y)``): CuPy
+  yields 0-d views of the items, NumPy scalars; they run over ``ITER_NAME(x)``, which yields
+  0-d copies.
 - **``np.float32(x[0])``** (any NumPy scalar type called on a device value) raised CuPy's
   "Implicit conversion to a NumPy array is not allowed", where NumPy reads the item. The
   cell's ``np.<type>(v, ...)`` is ``SCALAR_NAME(np.<type>, v, ...)``: the NumPy scalar of a

@@ -12,7 +12,9 @@ places where CuPy gives a view and NumPy a copy, on the same lines and columns.
   module's functions but those that may return their argument, ``np.asarray``, ``np.ravel``).
 - ``np.float32(v, ...)`` (any NumPy scalar type of the array module's names) becomes
   ``SCALAR_NAME(np.float32, v, ...)``.
-- ``for v in x`` (a statement's or a comprehension's) runs over ``ITER_NAME(x)``.
+- ``for v in x`` (a statement's or a comprehension's) runs over ``ITER_NAME(x)``, and so do
+  the builtins that iterate their arguments (``list(x)``, ``max(x)``, ``zip(x, y)``,
+  ``enumerate(x)``, ...) and an unpacking (``a, b = x``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ _VIEW_FUNCS = frozenset({
 # NumPy's scalar types by name (np.float32, np.int64, np.bool_, np.double, ...)
 _SCALAR_TYPES = frozenset(n for n, v in vars(np).items()
                           if isinstance(v, type) and issubclass(v, np.generic))
+
+
+# builtins whose arguments (from the given one on) are iterated, their items kept
+_ITERATING = {"list": 0, "tuple": 0, "sorted": 0, "max": 0, "min": 0, "zip": 0,
+              "enumerate": 0, "reversed": 0, "iter": 0, "map": 1, "filter": 1}
+
+
+def _iter_call(node: ast.expr) -> ast.Call:
+    name = ast.copy_location(ast.Name(ITER_NAME, ast.Load()), node)
+    return ast.copy_location(ast.Call(name, [node], []), node)
 
 
 def _item_index(node: ast.Subscript) -> bool:
@@ -121,8 +133,14 @@ class _Rewrite(ast.NodeTransformer):
 
     def _iterated(self, node: ast.For | ast.comprehension) -> ast.AST:
         self.generic_visit(node)
-        name = ast.copy_location(ast.Name(ITER_NAME, ast.Load()), node.iter)
-        node.iter = ast.copy_location(ast.Call(name, [node.iter], []), node.iter)
+        node.iter = _iter_call(node.iter)
+        return node
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        if any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets) \
+                and not isinstance(node.value, (ast.Tuple, ast.List)):
+            node.value = _iter_call(node.value)  # a, b = x
         return node
 
     visit_For = _iterated
@@ -131,6 +149,10 @@ class _Rewrite(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         func = node.func
+        if isinstance(func, ast.Name) and func.id in _ITERATING:
+            first = _ITERATING[func.id]
+            node.args = [a if k < first or isinstance(a, ast.Starred) else _iter_call(a)
+                         for k, a in enumerate(node.args)]
         if isinstance(func, ast.Attribute) and func.attr == "ravel":
             name = ast.copy_location(ast.Name(RAVEL_NAME, ast.Load()), func)
             node.func = ast.copy_location(ast.Call(name, [func.value], []), func)
@@ -152,9 +174,6 @@ class _Rewrite(ast.NodeTransformer):
 
 
 def device_semantics(tree: ast.Module, source: str) -> ast.Module:
-    """``tree`` (the cell's, parsed from ``source``) rewritten as the module says; as it is
-    where the source has no index and no ``ravel``."""
-    if "[" not in source and "ravel" not in source and "(" not in source \
-            and "for" not in source:
-        return tree
+    """``tree`` (the cell's, parsed from ``source``) rewritten as the module says (once per
+    cell text: :mod:`.compiled` keeps the code)."""
     return ast.fix_missing_locations(_Rewrite(tree).visit(tree))

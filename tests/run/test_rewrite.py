@@ -143,20 +143,37 @@ def test_a_function_the_cell_defines_runs_in_later_cells(ip):
 
 
 ITERS = ("seen = []\nfor e in v:\n    seen.append(e)\nv[:] = 0\n"
-         "firsts = [e for e in w]\nw += 1\n")
+         "firsts = [e for e in w]\nw += 1\n"
+         "top = max(u)\nlisted = list(u)\nfirst, *rest = u\npairs = list(zip(u, u))\n"
+         "u[:] = -1\n")
 
 
 @pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
 def test_the_items_a_loop_over_an_array_keeps_are_copies(ip, line):
-    """CuPy's iteration over a 1-D array yields 0-d views: kept in a list, they showed the
-    array's later values (all zeros here)."""
+    """CuPy's iteration over a 1-D array yields 0-d views: kept in a list (by a loop, a
+    comprehension, ``list``, ``max``, ``zip`` or an unpacking), they showed the array's later
+    values (all zeros here)."""
     def fresh() -> dict:
-        return {"np": np, "v": np.arange(4.0), "w": np.arange(3.0)}
+        return {"np": np, "v": np.arange(4.0), "w": np.arange(3.0), "u": np.arange(5.0)}
 
     plain = fresh()
     exec(ITERS, plain)
     ip.user_ns.update(fresh())
     ip.run_cell_magic("gpu", line, ITERS)
-    for name in ("seen", "firsts"):
+    for name in ("seen", "firsts", "listed", "rest"):
         got = [float(e) for e in ip.user_ns[name]]
         assert got == [float(e) for e in plain[name]], name
+    assert float(ip.user_ns["top"]) == plain["top"] and float(ip.user_ns["first"]) == 0.0
+    assert [tuple(map(float, p)) for p in ip.user_ns["pairs"]] == \
+        [tuple(map(float, p)) for p in plain["pairs"]]
+
+
+@pytest.mark.parametrize(("source", "wrapped"), [
+    ("m = max(x)", True), ("a, b = x", True), ("first, *rest = x", True),
+    ("p = list(zip(x, y))", True), ("q = list(map(f, x))", True), ("a, b = b, a", False),
+    ("n = len(x)", False), ("y = f(x)", False),
+])
+def test_what_iterates_an_array_goes_through_the_iteration_builtin(source, wrapped):
+    from cupy_magic.compat.views import ITER_NAME
+
+    assert (ITER_NAME in _rewritten(source)) is wrapped
