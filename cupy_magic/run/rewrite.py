@@ -52,8 +52,9 @@ _SCALAR_TYPES = frozenset(n for n, v in vars(np).items()
 
 
 # builtins whose arguments (from the given one on) are iterated, their items kept
+# (not reversed: it needs a sequence, and the builtin gives a generator)
 _ITERATING = {"list": 0, "tuple": 0, "sorted": 0, "max": 0, "min": 0, "zip": 0,
-              "enumerate": 0, "reversed": 0, "iter": 0, "map": 1, "filter": 1}
+              "enumerate": 0, "iter": 0, "map": 1, "filter": 1}
 
 
 def _iter_call(node: ast.expr) -> ast.Call:

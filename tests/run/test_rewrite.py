@@ -145,7 +145,7 @@ def test_a_function_the_cell_defines_runs_in_later_cells(ip):
 ITERS = ("seen = []\nfor e in v:\n    seen.append(e)\nv[:] = 0\n"
          "firsts = [e for e in w]\nw += 1\n"
          "top = max(u)\nlisted = list(u)\nfirst, *rest = u\npairs = list(zip(u, u))\n"
-         "u[:] = -1\n")
+         "back = [float(e) for e in reversed(u)]\nu[:] = -1\n")
 
 
 @pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
@@ -160,7 +160,7 @@ def test_the_items_a_loop_over_an_array_keeps_are_copies(ip, line):
     exec(ITERS, plain)
     ip.user_ns.update(fresh())
     ip.run_cell_magic("gpu", line, ITERS)
-    for name in ("seen", "firsts", "listed", "rest"):
+    for name in ("seen", "firsts", "listed", "rest", "back"):
         got = [float(e) for e in ip.user_ns[name]]
         assert got == [float(e) for e in plain[name]], name
     assert float(ip.user_ns["top"]) == plain["top"] and float(ip.user_ns["first"]) == 0.0
@@ -171,7 +171,7 @@ def test_the_items_a_loop_over_an_array_keeps_are_copies(ip, line):
 @pytest.mark.parametrize(("source", "wrapped"), [
     ("m = max(x)", True), ("a, b = x", True), ("first, *rest = x", True),
     ("p = list(zip(x, y))", True), ("q = list(map(f, x))", True), ("a, b = b, a", False),
-    ("n = len(x)", False), ("y = f(x)", False),
+    ("n = len(x)", False), ("y = f(x)", False), ("r = reversed(x)", False),
 ])
 def test_what_iterates_an_array_goes_through_the_iteration_builtin(source, wrapped):
     from cupy_magic.compat.views import ITER_NAME
