@@ -1,5 +1,6 @@
-"""The cell's code with the builtins of :mod:`cupy_magic.compat.views` in front of the two
-places where CuPy gives a view and NumPy a copy, on the same lines and columns.
+"""The cell's code with the builtins of :mod:`cupy_magic.compat.views` in front of the places
+where CuPy gives a view and NumPy a copy (or CuPy refuses what NumPy reads), on the same
+lines and columns:
 
 - ``v.ravel(...)`` becomes ``RAVEL_NAME(v)(...)``.
 - ``x[i, j]`` (an index of no slice, ``...`` or ``None``: an item where ``x`` is an array)
