@@ -21,7 +21,7 @@ from .cupyonly import refused_import
 from .generator import plain
 from .proxy import ArrayModule
 from .spec import MISSING, numpy_module
-from .views import install, view_builtins
+from .views import install
 
 __all__ = ["cell_builtins", "host_value"]
 
@@ -69,12 +69,11 @@ def cell_builtins(module: ArrayModule) -> types.ModuleType:
                 getattr(found, wanted)
         return found
 
+    # what the cell's code calls in front of v.ravel() and a kept x[i] (run/rewrite.py),
+    # put in Python's builtins, for the functions the cell defines too, and so in the cell's
+    install()
     scope = types.ModuleType(builtins.__name__, builtins.__doc__)
     vars(scope).update(builtins.__dict__, __import__=cell_import)
-    # what the cell's code calls in front of v.ravel() and a kept x[i] (run/rewrite.py);
-    # in Python's builtins too, for the functions the cell defines
-    install()
-    vars(scope).update(view_builtins())
     return scope
 
 

@@ -45,8 +45,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["ITEM_NAME", "ITER_NAME", "RAVEL_NAME", "SCALAR_NAME", "install", "item_copy",
-           "iter_copies", "method_ravel", "ravel_as_numpy", "scalar_of", "stands_strided",
-           "view_builtins"]
+           "iter_copies", "method_ravel", "ravel_as_numpy", "scalar_of", "stands_strided"]
 
 RAVEL_NAME = "__cupy_magic_ravel__"  # v.ravel(...) is RAVEL_NAME(v)(...)
 ITEM_NAME = "__cupy_magic_item__"  # a kept x[i, j] is ITEM_NAME(x[i, j])
@@ -160,15 +159,10 @@ def scalar_of(kind: Any, *args: Any, **kwargs: Any) -> Any:
     return kind(*args, **kwargs)
 
 
-def view_builtins() -> dict[str, Any]:
-    """The builtins the cell's rewritten code calls, by name."""
-    return {RAVEL_NAME: method_ravel, ITEM_NAME: item_copy, SCALAR_NAME: scalar_of,
-            ITER_NAME: iter_copies}
-
-
 def install() -> None:
     """Put the builtins in Python's ``builtins`` module (once): a function a cell defined runs
-    with the user namespace's builtins after the cell."""
+    with the user namespace's builtins after the cell, and each cell's builtins copy them."""
     if getattr(builtins, ITEM_NAME, None) is not item_copy:
-        for name, value in view_builtins().items():
+        for name, value in ((RAVEL_NAME, method_ravel), (ITEM_NAME, item_copy),
+                            (SCALAR_NAME, scalar_of), (ITER_NAME, iter_copies)):
             setattr(builtins, name, value)

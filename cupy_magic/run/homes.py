@@ -165,6 +165,10 @@ class Homes:
                                        kept={name: copy} if name in keep else {}, user=user,
                                        copy_strides=tuple(copy.strides), writes=writes)
 
+    def _made(self, stored: set[str] | frozenset[str]) -> set[str] | frozenset[str]:
+        """The inputs of ``stored`` whose copies the run changed: less the ``unchanged``."""
+        return stored - self.unchanged if self.unchanged else stored
+
     def settle(self, unseen: set[str], unmade: frozenset[str]) -> None:
         """Take what the run did to the inputs: ``unseen``, those it changed through another
         name than their own; ``unmade``, those the source may change in place and the run
@@ -173,7 +177,7 @@ class Homes:
         array it views (``X[1:]`` a view, ``X.ravel()`` a copy) the copy cannot tell."""
         self.unchanged = unmade
         for home in self.by_key.values():
-            name = next(iter(home.inputs))
+            name = next(iter(home.inputs))  # a strided home holds one input
             if isinstance(home, StridedHome) and not home.writes and name in unseen:
                 raise CellError(
                     f"the cell changed {name!r}, a strided view of another array, through "
@@ -192,7 +196,7 @@ class Homes:
         held for a change the source may make (``if c: Y += 1``) and did not make would undo
         a change of the user's array made meanwhile through the host. The held copies go."""
         done: list[tuple[str, str]] = []
-        stored = set(stored) - self.unchanged
+        stored = self._made(stored)
         for home in self.by_key.values():
             if home.kept and not home.written and stored.intersection(home.kept):
                 home.write(self.be, self.be.allocation(next(iter(home.kept.values())))[1])
@@ -218,7 +222,7 @@ class Homes:
         low, high = byte_span(at, value)
         if low < 0 or high > home.nbytes:
             return None
-        if (set(stored) - self.unchanged).intersection(home.inputs):
+        if self._made(stored).intersection(home.inputs):
             if not home.writes:  # changed where NumPy's copy would not be: a new array
                 return None
             home.write(self.be, whole)

@@ -6,7 +6,6 @@ Shared by the whole and the batched run (:mod:`cupy_magic.run.whole`,
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -19,8 +18,6 @@ from .batching import BatchOptions
 from .overlap import Span, move_overlaps, shared_spans, spans_words, strided_spans
 from .plan import CellPlan, cast_target
 from .report import InputMove
-
-_SORTS = re.compile(r"\.(sort|partition)\s*\(")
 
 __all__ = ["batch_reason", "check_budget", "has_rows", "input_shortfall", "inputs_need",
            "move_inputs", "shared_input_spans"]
@@ -93,8 +90,7 @@ def shared_input_spans(plan: CellPlan, dtype: str | None) -> dict[tuple[str, ...
         if plan.overlaps else {}
     # nothing the cell may change; or it sorts in place, which CuPy does only on a
     # contiguous array (the strided view's device copy stays one)
-    if plan.only_read.issuperset(plan.inputs) or (
-            plan.compat is not None and _SORTS.search(plan.compat.source)):
+    if plan.sorts_in_place or plan.only_read.issuperset(plan.inputs):
         return spans
     return {**spans, **strided_spans(plan.inputs, plan.overlaps, cast, plan.only_read)}
 

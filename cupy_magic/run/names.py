@@ -37,6 +37,9 @@ class CellNames:
     # (`X += 1`, `X[0] = 1`, `X.sort()`, `np.copyto(X, a)`), not under an `if`, in a loop,
     # a `with` or `try`, or inside an expression that may skip it (`c and X.sort()`)
     in_place_sure: set[str] = field(default_factory=set)
+    # a call of .sort() or .partition() anywhere in the cell (np.sort(x) counts too: a
+    # name may be the array module); CuPy sorts only contiguous arrays
+    sorts_in_place: bool = False
 
 
 class _Visitor(ast.NodeVisitor):
@@ -70,6 +73,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute):
+            if func.attr in ("sort", "partition"):
+                self.names.sorts_in_place = True
             if func.attr in _MUTATING_METHODS:
                 self._mutation_root(func.value)  # x.sort(), x.fill(0)
             if func.attr in _MUTATING_FUNCTIONS and node.args:

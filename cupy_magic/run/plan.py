@@ -97,6 +97,9 @@ class CellPlan:
         or through a name ``y = x`` bound to them (``x += 1``, ``x[0] = 1``, ``x.sort()``,
         ``out=x``, ``y += 1``; :class:`~.names.CellNames`); ``in_place_sure``: those a
         top-level statement changes whenever the cell runs to its end (not ``if c: x += 1``).
+    sorts_in_place
+        Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
+        contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
     """
 
     code: CodeType
@@ -117,6 +120,7 @@ class CellPlan:
     overlaps: tuple[tuple[str, ...], ...] = ()
     in_place: frozenset[str] = frozenset()
     in_place_sure: frozenset[str] = frozenset()
+    sorts_in_place: bool = False
 
     @property
     def changed_overlaps(self) -> list[tuple[str, ...]]:
@@ -281,7 +285,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     escapes="globals" in names.loaded or module_escapes(source, modules),
                     only_read=only, overlaps=tuple(overlaps),
                     in_place=frozenset(names.in_place_first & inputs.keys()),
-                    in_place_sure=frozenset(names.in_place_sure & inputs.keys()))
+                    in_place_sure=frozenset(names.in_place_sure & inputs.keys()),
+                    sorts_in_place=names.sorts_in_place)
 
 
 def register_source(source: str, filename: str) -> None:
