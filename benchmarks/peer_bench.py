@@ -24,6 +24,9 @@ chain, a loop of 300 small element-wise steps on 10,000 elements), in one run:
   ran a notebook of these cells on small slices into another new cache;
   ``second_after_warm_cache`` the same cell run again in that process, on new inputs (what
   re-running the cell costs there; ``gpu_warm`` is the best of many runs on the same inputs);
+- ``hand_first_after_warm_cache`` (GPU only): the baseline for the <= 1.2 target, the hand
+  port's first run in a fresh process without cupy_magic, same warm cache, after the warm-up
+  the load does (first launches, cuBLAS's start); ``hand_second_after_warm_cache`` on new inputs;
 - ``batched``: ``run_cell`` under a VRAM budget of a quarter of the cell's inputs (row-wise
   cells only; best of repeats).
 
@@ -37,7 +40,8 @@ from CuPy's default pool, not through the allocator cupy_magic installs at load 
 first in the block order, every cell in the interleaved one).
 
 Ratios: gpu_warm / hand (target <= 1.05), first_after_warm_cache / gpu_warm (target <= 1.2),
-first_cold / gpu_warm, batched / hand, numpy / hand. Every result is checked against NumPy.
+hand_first_after_warm_cache / hand (its baseline), first_cold / gpu_warm, batched / hand,
+numpy / hand. Every result is checked against NumPy.
 Writes ``peer-<stamp>.{json,md}`` (``peer-<stamp>-host.*`` with ``--host``) under ``--out``.
 
     python3 benchmarks/peer_bench.py [--repeats 5] [--scale 1.0] [--out DIR]
@@ -181,9 +185,42 @@ def child(name: str, scale: float) -> None:
                       "preheat_wait_s": preheat_wait}))
 
 
-def _first_run(name: str, scale: float, env: dict[str, str]) -> dict[str, Any]:
+def hand_child(name: str, scale: float) -> None:
+    """The hand port's first run in this fresh process, without cupy_magic, after the
+    warm-up ``%load_ext`` does in the background, here in plain CuPy and waited for
+    (``preheat_wait_s``); then again on new inputs. Prints one JSON line."""
+    import cupy as cp
+
+    t0 = time.perf_counter()
+    (cp.ones(1) + 1).get()  # the CUDA context and a first element-wise launch
+    float((cp.ones(4, dtype=cp.float32) * 2).sum())  # a reduction, as the load's
+    for a in (cp.ones((2, 2), dtype=d) for d in (cp.float32, cp.float64)):
+        a @ a  # cuBLAS's start
+    cp.cuda.Device().synchronize()
+    preheat_wait = time.perf_counter() - t0
+    _, code, results, _ = CELLS[name]
+    got: dict[str, Any] = {}
+
+    def run() -> float:  # as in_process's hand(), on fresh inputs: no copies needed
+        inputs = make_inputs(name, scale)
+        t0 = time.perf_counter()
+        ns = {"np": cp, **{k: cp.asarray(v) for k, v in inputs.items()}}
+        exec(code, ns)
+        got.update({k: cp.asnumpy(ns[k]) for k in results})
+        cp.cuda.Device().synchronize()
+        return time.perf_counter() - t0
+    wall, second = run(), run()
+    ref: dict[str, Any] = {"np": np, **make_inputs(name, scale)}
+    exec(code, ref)
+    print(json.dumps({"wall_s": wall, "second_run_s": second, "preheat_wait_s": preheat_wait,
+                      "backend": "cupy", "correct": _close(got, {k: ref[k] for k in results})}))
+
+
+def _first_run(name: str, scale: float, env: dict[str, str],
+               fn: str = "child") -> dict[str, Any]:
+    """``peer_bench.<fn>(name, scale)`` in a fresh process: its JSON line."""
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import peer_bench; "
-            f"peer_bench.child({name!r}, {scale!r})")
+            f"peer_bench.{fn}({name!r}, {scale!r})")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True, cwd=ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -201,10 +238,11 @@ def _notebook(path: Path, scale: float) -> None:
          "source": c} for c in cells]}))
 
 
-def first_runs(scale: float, backend_name: str
-               ) -> tuple[dict[str, dict], dict[str, dict], dict[str, dict], str]:
+def first_runs(scale: float, backend_name: str) -> tuple[
+        dict[str, dict], dict[str, dict], dict[str, dict], dict[str, dict], str]:
     """Each cell's first run in a fresh process: cold cache, then after warm-cache, then
-    after warm-cache with CUDA's eager module loading (GPU only)."""
+    after warm-cache with CUDA's eager module loading (GPU only), then the hand port's after
+    warm-cache without cupy_magic (:func:`hand_child`, GPU only); and warm-cache's output."""
     base = {**os.environ, "CUPY_MAGIC_BACKEND": backend_name}
     cold_dir, warm_dir = tempfile.mkdtemp(prefix="peer-cold-"), tempfile.mkdtemp(prefix="peer-w-")
     cold = {n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": cold_dir}) for n in CELLS}
@@ -217,7 +255,10 @@ def first_runs(scale: float, backend_name: str
     eager = {} if backend_name == "host" else {
         n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": warm_dir,
                                  "CUDA_MODULE_LOADING": "EAGER"}) for n in CELLS}
-    return cold, after, eager, done.stdout.strip()
+    hand_after = {} if backend_name == "host" else {
+        n: _first_run(n, scale, {**base, "CUPY_CACHE_DIR": warm_dir}, fn="hand_child")
+        for n in CELLS}
+    return cold, after, eager, hand_after, done.stdout.strip()
 
 
 def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> dict[str, Any]:
@@ -275,7 +316,7 @@ def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> di
                                 repeats)
         fig[f"{key}_correct"] = _close(last, want)
     if rowwise:
-        cupy_magic.set_budget(max(1, fig["input_bytes"] // 4))
+        cupy_magic.set_budget(f"{max(1, fig['input_bytes'] // 4)}B")  # a bare int < 1 MiB: refused
         try:
             run()
             fig["batched_s"] = _best(run, repeats)
@@ -299,6 +340,9 @@ def ratios(fig: dict[str, Any]) -> dict[str, float]:
         "first_eager/gpu_warm": r("first_eager_s", "gpu_warm_s"),
         "first_after_warm_cache/second": r("first_after_warm_cache_s",
                                            "second_after_warm_cache_s"),
+        "hand_first_after_warm_cache/hand": r("hand_first_after_warm_cache_s", "hand_s"),
+        "hand_first/hand_second": r("hand_first_after_warm_cache_s",
+                                    "hand_second_after_warm_cache_s"),
         "batched/hand": r("batched_s", "hand_s"),
         "numpy/hand": r("numpy_s", "hand_s")}.items() if v is not None}
 
@@ -307,10 +351,10 @@ def table(rec: dict[str, Any]) -> str:
     cols = ["numpy_s", "hand_s", "gpu_warm_s", "gpu_warm_syncs_off_s",
             "gpu_warm_all_to_host_s", "first_cold_s",
             "first_after_warm_cache_s", "second_after_warm_cache_s", "first_eager_s",
-            "batched_s"]
+            "hand_first_after_warm_cache_s", "hand_second_after_warm_cache_s", "batched_s"]
     keys = ["gpu_warm/hand", "gpu_warm_all_to_host/hand", "first_after_warm_cache/gpu_warm",
-            "first_after_warm_cache/second", "first_eager/gpu_warm", "first_cold/gpu_warm",
-            "batched/hand", "numpy/hand"]
+            "hand_first_after_warm_cache/hand", "first_after_warm_cache/second",
+            "first_eager/gpu_warm", "first_cold/gpu_warm", "batched/hand", "numpy/hand"]
     lines = [f"`%%gpu --to-host RESULTS` against the hand port on {rec['device']} "
              f"[{rec['backend']}] "
              f"({rec['date']}, scale {rec['scale']}, best of {rec['repeats']})", "",
@@ -348,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                   "Run with --host for the CPU fallback's figures")
             return 0
         device = gpu_name()
-    cold, after, eager, warm_text = first_runs(args.scale, backend_name)
+    cold, after, eager, hand_after, warm_text = first_runs(args.scale, backend_name)
     print(warm_text, flush=True)
     cells: dict[str, Any] = {}
     for name in CELLS:
@@ -363,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         if name in eager:
             fig.update(first_eager_s=eager[name]["wall_s"],
                        first_eager_parts={k: eager[name].get(k) for k in PARTS})
+        if name in hand_after:
+            fig.update(hand_first_after_warm_cache_s=hand_after[name]["wall_s"],
+                       hand_second_after_warm_cache_s=hand_after[name]["second_run_s"],
+                       hand_first_after_warm_cache_preheat_s=hand_after[name]["preheat_wait_s"],
+                       hand_first_after_warm_cache_correct=hand_after[name]["correct"])
         fig["ratios"] = ratios(fig)
         cells[name] = fig
         print(name, json.dumps(fig["ratios"]), flush=True)
