@@ -16,13 +16,13 @@ so compiling the cell puts a builtin in front of each (:mod:`cupy_magic.run.rewr
   function that is not known to make a new value) it is ``ITEM_NAME(x[i, j])``: a 0-d copy
   on the device. Where it is used at once (``x[i] * 2``, ``if x[i] > 0``, ``s += x[i]``,
   ``float(x[i])``, ``np.sqrt(x[i])``) nothing is added: a kernel launch per item would
-  double the cost of a scalar loop for nothing. A 0-d view made on purpose and kept
-  (``v = x[0, ...]``, a view in NumPy too) is copied as well: the builtin sees only a 0-d
-  view.
+  double the cost of a scalar loop for nothing. An index with a slice, ``...`` or ``None``
+  (``v = x[0, ...]``, a 0-d view in NumPy too) gets nothing.
 - **``for v in x``** over a 1-D device array (a comprehension's ``for``, an unpacking
   ``a, b = x``, the builtins that iterate: ``list(x)``, ``max(x)``, ``zip(x, y)``): CuPy
   yields 0-d views of the items, NumPy scalars; they run over ``ITER_NAME(x)``, which yields
-  0-d copies.
+  0-d copies. ``reversed(x)`` is ``REVERSED_NAME(reversed, x)``: the copies in reverse order
+  (``reversed`` needs a sequence, so it cannot take ``ITER_NAME(x)``'s generator).
 - **``np.float32(x[0])``** (any NumPy scalar type called on a device value) raised CuPy's
   "Implicit conversion to a NumPy array is not allowed", where NumPy reads the item. The
   cell's ``np.<type>(v, ...)`` is ``SCALAR_NAME(np.<type>, v, ...)``: the NumPy scalar of a
@@ -44,13 +44,15 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ITEM_NAME", "ITER_NAME", "RAVEL_NAME", "SCALAR_NAME", "install", "item_copy",
-           "iter_copies", "method_ravel", "ravel_as_numpy", "scalar_of", "stands_strided"]
+__all__ = ["ITEM_NAME", "ITER_NAME", "RAVEL_NAME", "REVERSED_NAME", "SCALAR_NAME", "install",
+           "item_copy", "iter_copies", "method_ravel", "ravel_as_numpy", "reversed_copies",
+           "scalar_of", "stands_strided"]
 
 RAVEL_NAME = "__cupy_magic_ravel__"  # v.ravel(...) is RAVEL_NAME(v)(...)
 ITEM_NAME = "__cupy_magic_item__"  # a kept x[i, j] is ITEM_NAME(x[i, j])
 SCALAR_NAME = "__cupy_magic_scalar__"  # np.float32(v) is SCALAR_NAME(np.float32, v)
 ITER_NAME = "__cupy_magic_iter__"  # for v in x is for v in ITER_NAME(x)
+REVERSED_NAME = "__cupy_magic_reversed__"  # reversed(x) is REVERSED_NAME(reversed, x)
 
 # device copies of strided user arrays that moved as contiguous arrays (by id; weakly)
 _STRIDED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -145,6 +147,15 @@ def _copies(value: Any) -> Iterator[Any]:
         yield item.copy()
 
 
+def reversed_copies(fn: Callable[[Any], Any], value: Any) -> Any:
+    """:data:`REVERSED_NAME`: ``fn(value)`` (``fn`` what the cell calls ``reversed``), or 0-d
+    copies of the items of a 1-D device array in reverse order, read as NumPy's iterator
+    reads them: one at a time, from the array as it is then."""
+    if fn is builtins.reversed and _on_device(value) and value.ndim == 1:
+        return _copies(value[::-1])
+    return fn(value)
+
+
 def scalar_of(kind: Any, *args: Any, **kwargs: Any) -> Any:
     """:data:`SCALAR_NAME`: ``kind(value, ...)`` (a NumPy scalar type) as NumPy makes it of a
     device ``value``: of its item where it is 0-d, by a cast on the device where it is
@@ -164,5 +175,6 @@ def install() -> None:
     with the user namespace's builtins after the cell, and each cell's builtins copy them."""
     if getattr(builtins, ITEM_NAME, None) is not item_copy:
         for name, value in ((RAVEL_NAME, method_ravel), (ITEM_NAME, item_copy),
-                            (SCALAR_NAME, scalar_of), (ITER_NAME, iter_copies)):
+                            (SCALAR_NAME, scalar_of), (ITER_NAME, iter_copies),
+                            (REVERSED_NAME, reversed_copies)):
             setattr(builtins, name, value)

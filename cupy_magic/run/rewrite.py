@@ -15,7 +15,8 @@ lines and columns:
   ``SCALAR_NAME(np.float32, v, ...)``.
 - ``for v in x`` (a statement's or a comprehension's) runs over ``ITER_NAME(x)``, and so do
   the builtins that iterate their arguments (``list(x)``, ``max(x)``, ``zip(x, y)``,
-  ``enumerate(x)``, ...) and an unpacking (``a, b = x``).
+  ``enumerate(x)``, ...) and an unpacking (``a, b = x``); ``reversed(x)`` becomes
+  ``REVERSED_NAME(reversed, x)``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import ast
 
 import numpy as np
 
-from ..compat.views import ITEM_NAME, ITER_NAME, RAVEL_NAME, SCALAR_NAME
+from ..compat.views import ITEM_NAME, ITER_NAME, RAVEL_NAME, REVERSED_NAME, SCALAR_NAME
 from .names import parents
 
 __all__ = ["device_semantics"]
@@ -53,7 +54,7 @@ _SCALAR_TYPES = frozenset(n for n, v in vars(np).items()
 
 
 # builtins whose arguments (from the given one on) are iterated, their items kept
-# (not reversed: it needs a sequence, and the builtin gives a generator)
+# (reversed needs a sequence, not the builtin's generator: it has a builtin of its own)
 _ITERATING = {"list": 0, "tuple": 0, "sorted": 0, "max": 0, "min": 0, "zip": 0,
               "enumerate": 0, "iter": 0, "map": 1, "filter": 1}
 
@@ -155,6 +156,10 @@ class _Rewrite(ast.NodeTransformer):
             first = _ITERATING[func.id]
             node.args = [a if k < first or isinstance(a, ast.Starred) else _iter_call(a)
                          for k, a in enumerate(node.args)]
+        elif isinstance(func, ast.Name) and func.id == "reversed" and len(node.args) == 1 \
+                and not node.keywords and not isinstance(node.args[0], ast.Starred):
+            node.args = [func, node.args[0]]
+            node.func = ast.copy_location(ast.Name(REVERSED_NAME, ast.Load()), func)
         if isinstance(func, ast.Attribute) and func.attr == "ravel":
             name = ast.copy_location(ast.Name(RAVEL_NAME, ast.Load()), func)
             node.func = ast.copy_location(ast.Call(name, [func.value], []), func)

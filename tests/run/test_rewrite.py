@@ -33,7 +33,7 @@ def test_an_item_the_cell_may_keep_gets_the_item_builtin(source):
     "v = math.exp(x[0])", "y = x[0].item()", "y = z[x[0]] + 1", "y = z[x[0]:x[1]]",
     "f'{x[0]}'", "y = np.full(3, fill_value=x[0])", "x[0] += 1", "x[0] = 5", "del x[0]",
     "r = x[:, 0]", "r = x[..., 0]", "r = x[0, None]", "r = x[np.newaxis, 0]",
-    "assert x[0] == 1", "y = 1 if x[0] else 2",
+    "assert x[0] == 1", "y = 1 if x[0] else 2", "v = x[0, ...]",
 ])
 def test_an_item_used_where_it_stands_or_a_view_as_numpys_is_left_alone(source):
     assert ITEM_NAME not in _rewritten(source)
@@ -145,7 +145,8 @@ def test_a_function_the_cell_defines_runs_in_later_cells(ip):
 ITERS = ("seen = []\nfor e in v:\n    seen.append(e)\nv[:] = 0\n"
          "firsts = [e for e in w]\nw += 1\n"
          "top = max(u)\nlisted = list(u)\nfirst, *rest = u\npairs = list(zip(u, u))\n"
-         "back = [float(e) for e in reversed(u)]\nu[:] = -1\n")
+         "back = [float(e) for e in reversed(u)]\nkept = list(reversed(u))\n"
+         "rit = reversed(u)\nlast = next(rit)\nu[:] = -1\nrest_r = list(rit)\n")
 
 
 @pytest.mark.parametrize("line", ["--quiet", "--quiet --to-host"])
@@ -160,10 +161,11 @@ def test_the_items_a_loop_over_an_array_keeps_are_copies(ip, line):
     exec(ITERS, plain)
     ip.user_ns.update(fresh())
     ip.run_cell_magic("gpu", line, ITERS)
-    for name in ("seen", "firsts", "listed", "rest", "back"):
+    for name in ("seen", "firsts", "listed", "rest", "back", "kept", "rest_r"):
         got = [float(e) for e in ip.user_ns[name]]
         assert got == [float(e) for e in plain[name]], name
     assert float(ip.user_ns["top"]) == plain["top"] and float(ip.user_ns["first"]) == 0.0
+    assert float(ip.user_ns["last"]) == plain["last"] == 4.0
     assert [tuple(map(float, p)) for p in ip.user_ns["pairs"]] == \
         [tuple(map(float, p)) for p in plain["pairs"]]
 
@@ -177,3 +179,23 @@ def test_what_iterates_an_array_goes_through_the_iteration_builtin(source, wrapp
     from cupy_magic.compat.views import ITER_NAME
 
     assert (ITER_NAME in _rewritten(source)) is wrapped
+
+
+@pytest.mark.parametrize(("source", "wrapped"), [
+    ("r = reversed(x)", True), ("r = list(reversed(x))", True), ("r = reversed(*xs)", False),
+    ("r = x.reversed()", False),
+])
+def test_reversed_goes_through_its_builtin_with_the_function_the_cell_names(source, wrapped):
+    from cupy_magic.compat.views import REVERSED_NAME
+
+    text = _rewritten(source)
+    assert (f"{REVERSED_NAME}(reversed, x" in text) is wrapped, text
+
+
+def test_reversed_of_anything_but_a_device_vector_is_the_named_function():
+    from cupy_magic.compat.views import reversed_copies
+
+    assert list(reversed_copies(reversed, [1, 2, 3])) == [3, 2, 1]
+    a = np.arange(3.0)
+    assert [float(e) for e in reversed_copies(reversed, a)] == [2.0, 1.0, 0.0]
+    assert reversed_copies(lambda v: ("mine", v), a)[0] == "mine"  # a reversed of the user's
