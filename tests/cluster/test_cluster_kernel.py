@@ -45,8 +45,10 @@ class Kernel:
 
         def hook(msg: dict) -> None:
             content = msg["content"]
-            out.append(content.get("text", ""))  # a print may come in several stream pieces
-            out.append(content.get("data", {}).get("text/plain", "") + "\n")
+            out.append(content.get("text", ""))  # a print may come in several stream pieces,
+            data = content.get("data", {})        # joined as they came
+            if "text/plain" in data:
+                out.append(data["text/plain"] + "\n")
             out.extend(ANSI.sub("", t) + "\n" for t in content.get("traceback", []))
 
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
