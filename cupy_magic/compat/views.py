@@ -32,7 +32,8 @@ so compiling the cell puts a builtin in front of each (:mod:`cupy_magic.run.rewr
 
 The builtins go into Python's ``builtins`` module too (:func:`install`), and stay after the
 extension is unloaded: a function a cell defined is compiled with them and may be called
-from any later cell. They act on CuPy arrays only (``cupy.ndarray`` where CuPy is
+from any later cell (pickled into a process where none is installed, it runs as plain Python
+code: :mod:`cupy_magic.run.rewrite`). They act on CuPy arrays only (``cupy.ndarray`` where CuPy is
 imported); anything else, the CPU fallback's NumPy arrays included, passes as it is.
 """
 

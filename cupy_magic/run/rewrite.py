@@ -17,6 +17,11 @@ lines and columns:
   the builtins that iterate their arguments (``list(x)``, ``max(x)``, ``zip(x, y)``,
   ``enumerate(x)``, ...) and an unpacking (``a, b = x``); ``reversed(x)`` becomes
   ``REVERSED_NAME(reversed, x)``.
+
+In the cell's own code each is a plain name (found in the cell's builtins). In the body of a
+function or lambda the cell defines, each is looked up in Python's ``builtins`` when it runs,
+with plain Python where it is missing: such a function may be pickled by value (cloudpickle,
+``client.submit(f)``) into a process where no cell ran, where the names raised NameError.
 """
 
 from __future__ import annotations
@@ -59,9 +64,16 @@ _ITERATING = {"list": 0, "tuple": 0, "sorted": 0, "max": 0, "min": 0, "zip": 0,
               "enumerate": 0, "iter": 0, "map": 1, "filter": 1}
 
 
-def _iter_call(node: ast.expr) -> ast.Call:
-    name = ast.copy_location(ast.Name(ITER_NAME, ast.Load()), node)
-    return ast.copy_location(ast.Call(name, [node], []), node)
+# what each builtin does where it is missing (in a function body: see _Rewrite.builtin)
+_WITHOUT = {ITEM_NAME: "lambda v: v", ITER_NAME: "lambda v: v", RAVEL_NAME: "lambda v: v.ravel",
+            SCALAR_NAME: "lambda k, *a, **kw: k(*a, **kw)", REVERSED_NAME: "lambda f, v: f(v)"}
+
+
+def _located(tree: ast.expr, at: ast.AST) -> ast.expr:
+    for node in ast.walk(tree):
+        if "lineno" in node._attributes:
+            ast.copy_location(node, at)
+    return tree
 
 
 def _item_index(node: ast.Subscript) -> bool:
@@ -113,6 +125,20 @@ def _used_at_once(node: ast.expr, up: ast.AST | None, above: ast.AST | None) -> 
 class _Rewrite(ast.NodeTransformer):
     def __init__(self, tree: ast.AST) -> None:
         self.up = parents(tree)
+        self.depth = 0  # functions (and lambdas) the visit is in
+
+    def builtin(self, name: str, at: ast.AST) -> ast.expr:
+        """The builtin ``name``, at ``at``'s place. In the cell's own code a plain name; in a
+        function's body one looked up when it runs, with plain Python where it is missing: a
+        function a cell defined may be pickled by value (cloudpickle, ``client.submit(f)``)
+        into a process where no cell ran, whose builtins lack it (it raised NameError)."""
+        if not self.depth:
+            return ast.copy_location(ast.Name(name, ast.Load()), at)
+        text = f"getattr(__import__('builtins'), {name!r}, None) or ({_WITHOUT[name]})"
+        return _located(ast.parse(text, mode="eval").body, at)
+
+    def _iter_call(self, node: ast.expr) -> ast.Call:
+        return ast.copy_location(ast.Call(self.builtin(ITER_NAME, node), [node], []), node)
 
     # annotations stay as written (under `from __future__ import annotations` their text is
     # what the program sees)
@@ -127,23 +153,34 @@ class _Rewrite(ast.NodeTransformer):
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
         returns, node.returns = node.returns, None
-        self.generic_visit(node)
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]  # run at the def
+        node.args = self.visit(node.args)
+        self.depth += 1
+        node.body = [self.visit(stmt) for stmt in node.body]
+        self.depth -= 1
         node.returns = returns
         return node
 
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
 
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        node.args = self.visit(node.args)
+        self.depth += 1
+        node.body = self.visit(node.body)
+        self.depth -= 1
+        return node
+
     def _iterated(self, node: ast.For | ast.comprehension) -> ast.AST:
         self.generic_visit(node)
-        node.iter = _iter_call(node.iter)
+        node.iter = self._iter_call(node.iter)
         return node
 
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         self.generic_visit(node)
         if any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets) \
                 and not isinstance(node.value, (ast.Tuple, ast.List)):
-            node.value = _iter_call(node.value)  # a, b = x
+            node.value = self._iter_call(node.value)  # a, b = x
         return node
 
     visit_For = _iterated
@@ -154,19 +191,19 @@ class _Rewrite(ast.NodeTransformer):
         func = node.func
         if isinstance(func, ast.Name) and func.id in _ITERATING:
             first = _ITERATING[func.id]
-            node.args = [a if k < first or isinstance(a, ast.Starred) else _iter_call(a)
+            node.args = [a if k < first or isinstance(a, ast.Starred) else self._iter_call(a)
                          for k, a in enumerate(node.args)]
         elif isinstance(func, ast.Name) and func.id == "reversed" and len(node.args) == 1 \
                 and not node.keywords and not isinstance(node.args[0], ast.Starred):
             node.args = [func, node.args[0]]
-            node.func = ast.copy_location(ast.Name(REVERSED_NAME, ast.Load()), func)
+            node.func = self.builtin(REVERSED_NAME, func)
         if isinstance(func, ast.Attribute) and func.attr == "ravel":
-            name = ast.copy_location(ast.Name(RAVEL_NAME, ast.Load()), func)
+            name = self.builtin(RAVEL_NAME, func)
             node.func = ast.copy_location(ast.Call(name, [func.value], []), func)
         elif isinstance(func, ast.Attribute) and func.attr in _SCALAR_TYPES and node.args \
                 and isinstance(func.value, ast.Name) and func.value.id in _MODULES:
             node.args = [func, *node.args]
-            node.func = ast.copy_location(ast.Name(SCALAR_NAME, ast.Load()), func)
+            node.func = self.builtin(SCALAR_NAME, func)
         return node
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
@@ -176,7 +213,7 @@ class _Rewrite(ast.NodeTransformer):
         up = self.up.get(node)
         if _used_at_once(node, up, self.up.get(up) if up is not None else None):
             return node
-        name = ast.copy_location(ast.Name(ITEM_NAME, ast.Load()), node)
+        name = self.builtin(ITEM_NAME, node)
         return ast.copy_location(ast.Call(name, [node], []), node)
 
 

@@ -199,3 +199,34 @@ def test_reversed_of_anything_but_a_device_vector_is_the_named_function():
     a = np.arange(3.0)
     assert [float(e) for e in reversed_copies(reversed, a)] == [2.0, 1.0, 0.0]
     assert reversed_copies(lambda v: ("mine", v), a)[0] == "mine"  # a reversed of the user's
+
+
+def test_a_function_body_looks_its_builtins_up_when_it_runs_and_the_cell_names_them():
+    text = _rewritten("for v in x:\n    pass\n"
+                      "def f(x):\n    return list(x)\ng = lambda x: max(x)\n")
+    cell, body = text.split("def f", 1)
+    assert "__cupy_magic_iter__(x)" in cell and "__import__" not in cell
+    assert body.count("getattr(__import__('builtins'), '__cupy_magic_iter__', None)") == 2
+
+
+PICKLED = ("import pickle, sys\nimport numpy as np\n"
+           "f = pickle.loads(sys.stdin.buffer.read())\n"
+           "print(f(np.arange(4.0)))\n")
+
+
+def test_a_function_a_cell_defined_runs_where_no_cell_ran(ip, tmp_path):
+    """Pickled by value (cloudpickle, as ``client.submit(f, ...)`` does) into a process where
+    cupy_magic never ran a cell, a function a ``%%gpu`` cell defined raised NameError: its
+    body called the extension's builtins, which that process lacks."""
+    import subprocess
+    import sys
+
+    cloudpickle = pytest.importorskip("cloudpickle")
+    ip.run_cell_magic("gpu", "--quiet", "def f(x):\n    t = x[0]\n"
+                      "    return [float(v) for v in reversed(x)] + [float(t), len(list(x))]\n")
+    f = ip.user_ns["f"]
+    assert f(np.arange(4.0)) == [3.0, 2.0, 1.0, 0.0, 0.0, 4]  # here, with the builtins
+    done = subprocess.run([sys.executable, "-c", PICKLED], input=cloudpickle.dumps(f),
+                          capture_output=True, cwd=tmp_path, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-600:]
+    assert done.stdout.decode().strip() == "[3.0, 2.0, 1.0, 0.0, 0.0, 4]"
