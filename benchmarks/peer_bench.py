@@ -185,6 +185,15 @@ def child(name: str, scale: float) -> None:
                       "preheat_wait_s": preheat_wait}))
 
 
+def hand_port(xp: Any, code: str, inputs: dict[str, Any], results: tuple[str, ...]
+              ) -> dict[str, Any]:
+    """The hand port of a cell: ``xp.asarray`` of the inputs, the code with ``np`` meaning
+    ``xp``, ``xp.asnumpy`` of the results (which it returns)."""
+    ns = {"np": xp, **{k: xp.asarray(v) for k, v in inputs.items()}}
+    exec(code, ns)
+    return {k: xp.asnumpy(ns[k]) if hasattr(xp, "asnumpy") else ns[k] for k in results}
+
+
 def hand_child(name: str, scale: float) -> None:
     """The hand port's first run in this fresh process, without cupy_magic, after the
     warm-up ``%load_ext`` does in the background, here in plain CuPy and waited for
@@ -201,12 +210,10 @@ def hand_child(name: str, scale: float) -> None:
     _, code, results, _ = CELLS[name]
     got: dict[str, Any] = {}
 
-    def run() -> float:  # as in_process's hand(), on fresh inputs: no copies needed
+    def run() -> float:  # on fresh inputs: no copies needed
         inputs = make_inputs(name, scale)
         t0 = time.perf_counter()
-        ns = {"np": cp, **{k: cp.asarray(v) for k, v in inputs.items()}}
-        exec(code, ns)
-        got.update({k: cp.asnumpy(ns[k]) for k in results})
+        got.update(hand_port(cp, code, inputs, results))
         cp.cuda.Device().synchronize()
         return time.perf_counter() - t0
     wall, second = run(), run()
@@ -289,10 +296,7 @@ def in_process(name: str, scale: float, repeats: int, xp: Any, host: bool) -> di
 
     def hand() -> None:
         with plain():
-            ns = {"np": xp, **{k: xp.asarray(v) for k, v in own.items()}}
-            exec(code, ns)
-            got.update({k: xp.asnumpy(ns[k]) if hasattr(xp, "asnumpy") else ns[k]
-                        for k in results})
+            got.update(hand_port(xp, code, own, results))
     last: dict[str, Any] = {}
 
     def run(syncs: str = "warn", to_host: Any = results) -> None:  # a fresh namespace: the
