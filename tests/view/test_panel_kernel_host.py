@@ -6,6 +6,7 @@ cell whose report said 86.80 MiB at the peak.
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 from typing import Any
 
@@ -46,9 +47,10 @@ def _figures(msgs: list[tuple[float, dict[str, Any]]]) -> list[str]:
 
 
 def _row(html: str, key: str) -> str:
+    """The text of the figures' ``key`` row, unescaped (the HTML writes ``<1%`` as ``&lt;1%``)."""
     found = re.search(rf">{key}</th><td[^>]*>([^<]*)<", html)
     assert found, f"no {key} row in {html[:200]!r}"
-    return found.group(1)
+    return html_lib.unescape(found.group(1))
 
 
 def test_the_panel_shows_a_batched_host_cells_memory_while_it_runs(kernel: Any) -> None:
