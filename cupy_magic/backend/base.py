@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -182,14 +182,16 @@ class Backend:
     def keep_on_device(self, obj: object) -> None:
         """Note that a result of a cell lives on the device (the GPU does this by itself)."""
 
-    def watch(self, copies: list[Any]) -> Any:
+    def watch(self, copies: list[Any], weak: Sequence[bool] = ()) -> Any:
         """Note the contents of device copies (checksums), so that :meth:`changed` can tell
         which the cell changed, whatever name it wrote through
-        (:mod:`cupy_magic.backend.writes`). Returns the token to give it."""
+        (:mod:`cupy_magic.backend.writes`). Returns the token to give it. A copy ``weak``
+        marks is not kept alive by the token; one gone by :meth:`changed` reads as changed."""
         raise NotImplementedError
 
     def changed(self, token: Any) -> list[bool]:
-        """For each copy :meth:`watch` noted, whether its contents differ now."""
+        """For each copy :meth:`watch` noted, whether its contents differ now (``True`` for
+        a weakly held one that is gone)."""
         raise NotImplementedError
 
     def to_host_into(self, value: Any, out: np.ndarray) -> None:

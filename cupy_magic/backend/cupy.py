@@ -8,7 +8,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -263,8 +263,8 @@ class CupyBackend(Backend):
                 strides: tuple[int, ...], dtype: np.dtype) -> Any:
         return self.cp.ndarray(shape, dtype, memptr=copy.data + offset, strides=strides)
 
-    def watch(self, copies: list[Any]) -> Any:
-        return DeviceFingerprints(self.cp, copies)
+    def watch(self, copies: list[Any], weak: Sequence[bool] = ()) -> Any:
+        return DeviceFingerprints(self.cp, copies, weak)
 
     def changed(self, token: Any) -> list[bool]:
         return token.changed()

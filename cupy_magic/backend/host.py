@@ -9,7 +9,7 @@ import sys
 import time
 import tracemalloc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -25,7 +25,7 @@ from .base import (
     _Measurement,
     address,
 )
-from .writes import host_changed, host_copy_of, host_mark
+from .writes import holders, host_changed, host_copy_of, host_mark
 
 
 def _host_ram_total() -> int:
@@ -137,13 +137,16 @@ class HostBackend(Backend):
                 strides: tuple[int, ...], dtype: np.dtype) -> Any:
         return np.ndarray(shape, dtype, buffer=copy, offset=offset, strides=strides)
 
-    def watch(self, copies: list[Any]) -> Any:
+    def watch(self, copies: list[Any], weak: Sequence[bool] = ()) -> Any:
         # each copy's checksums now, not the arrays they were made from (which the cell may
         # change through another reference)
-        return [(copy, host_mark(np.asarray(copy))) for copy in copies]
+        return [(held, host_mark(np.asarray(copy)))
+                for held, copy in zip(holders(copies, weak), copies, strict=True)]
 
     def changed(self, token: Any) -> list[bool]:
-        return [host_changed(np.asarray(copy), mark) for copy, mark in token]
+        # a copy gone by now (held weakly) reads as changed
+        return [copy is None or host_changed(np.asarray(copy), mark)
+                for copy, mark in ((held(), mark) for held, mark in token)]
 
     def to_host(self, array: Any) -> np.ndarray:
         self._resident.pop(id(array), None)

@@ -19,13 +19,22 @@ in 2**64. :func:`fingerprint_reference` is the same sum in NumPy.
 
 from __future__ import annotations
 
+import weakref
 import zlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FINGERPRINT_KERNEL", "DeviceFingerprints", "fingerprint_reference",
+__all__ = ["FINGERPRINT_KERNEL", "DeviceFingerprints", "fingerprint_reference", "holders",
            "host_changed", "host_checksum", "host_copy_of", "host_mark"]
+
+
+def holders(copies: Sequence[Any], weak: Sequence[bool] = ()) -> list[Callable[[], Any]]:
+    """What a watch keeps of each of ``copies``: a weak reference where ``weak`` says so (the
+    copy goes when the cell drops it, and reads ``None`` after), else a strong one."""
+    weak = list(weak) + [False] * (len(copies) - len(weak))
+    return [weakref.ref(c) if w else (lambda c=c: c) for c, w in zip(copies, weak, strict=True)]
 
 
 def host_checksum(arr: np.ndarray) -> tuple[int, int]:
@@ -144,9 +153,9 @@ class DeviceFingerprints:
     """The fingerprints of CuPy device copies on the current device: taken at once and
     again by :meth:`changed`, into words of this watch's own."""
 
-    def __init__(self, cp: Any, copies: list[Any]) -> None:
+    def __init__(self, cp: Any, copies: list[Any], weak: Sequence[bool] = ()) -> None:
         self.cp = cp
-        self.copies = copies
+        self.copies = holders(copies, weak)  # a copy gone by the end reads as changed
         self.device = cp.cuda.Device().id
         if not _KERNEL:
             _KERNEL.append(cp.RawKernel(FINGERPRINT_KERNEL, "cupy_magic_fingerprint"))
@@ -174,10 +183,12 @@ class DeviceFingerprints:
         cp, n = self.cp, len(self.copies)
         with cp.cuda.Device(self.device):
             cp.cuda.runtime.deviceSynchronize()
-            for k, copy in enumerate(self.copies):
-                self._launch(copy, n + k)
+            alive = [held() for held in self.copies]
+            for k, copy in enumerate(alive):
+                if copy is not None:
+                    self._launch(copy, n + k)
             both = self.prints.get()
-        return [bool(both[k] != both[n + k]) for k in range(n)]
+        return [copy is None or bool(both[k] != both[n + k]) for k, copy in enumerate(alive)]
 
     def __del__(self) -> None:  # its words go back to the spares (no CUDA call here)
         spares = _SPARE.get(getattr(self, "device", -1))

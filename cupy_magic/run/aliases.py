@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from types import ModuleType
 
 import numpy as np
 
@@ -64,14 +65,21 @@ _REACH_NAMESPACE = frozenset({"exec", "eval", "globals", "vars", "locals", "get_
 
 
 def _module_call(func: ast.expr, modules: frozenset[str]) -> str | None:
-    """The last name of ``np.linalg.norm`` when ``func`` is such a chain on a module name."""
+    """The last name of ``np.linalg.norm`` when ``func`` is such a chain on a module name
+    through NumPy's modules only: ``np.ndarray.sort(x)`` sorts ``x`` in place, where
+    ``np.sort(x)`` copies it."""
     parts = []
     while isinstance(func, ast.Attribute):
         parts.append(func.attr)
         func = func.value
-    if isinstance(func, ast.Name) and func.id in modules and parts:
-        return parts[0]
-    return None
+    if not (isinstance(func, ast.Name) and func.id in modules and parts):
+        return None
+    through: object = np
+    for part in reversed(parts[1:]):
+        through = getattr(through, part, None)
+        if not isinstance(through, ModuleType):
+            return None
+    return parts[0]
 
 
 def _copies(call: ast.Call, positional: int | None = None) -> bool:

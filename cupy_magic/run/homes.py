@@ -134,8 +134,9 @@ class Homes:
     def __init__(self, be: Backend) -> None:
         self.be = be
         self.by_key: dict[int, Home] = {}
-        # inputs the source may change in place and the run did not (``if c: X += 1``):
-        # their copies are not written back (:class:`~.inputwrites.InputWatch`)
+        # inputs the source may change in place or rebind and the run did not
+        # (``if c: X += 1``, ``if c: X = X * 2``): their copies are not written back
+        # (:class:`~.inputwrites.InputWatch`)
         self.unchanged: frozenset[str] = frozenset()
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
@@ -171,8 +172,8 @@ class Homes:
 
     def settle(self, unseen: set[str], unmade: frozenset[str]) -> None:
         """Take what the run did to the inputs: ``unseen``, those it changed through another
-        name than their own; ``unmade``, those the source may change in place and the run
-        left as they were (not written back). Raise where a strided view with a contiguous
+        name than their own; ``unmade``, those the source may change in place or rebind and
+        the run left as they were (not written back). Raise where a strided view with a contiguous
         copy (:class:`StridedHome`) changed unseen: whether NumPy's change would reach the
         array it views (``X[1:]`` a view, ``X.ravel()`` a copy) the copy cannot tell."""
         self.unchanged = unmade

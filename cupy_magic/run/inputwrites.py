@@ -11,9 +11,13 @@ fallback the copy is read-only too, so the write itself raises NumPy's error at 
 a cell that makes it writeable first (``x.flags.writeable = True``) may write it, as NumPy
 lets it.
 
-It also watches the inputs a cell may change in place through their own name but need not
-(``unsure``: ``if c: x += 1``): where the change did not happen, writing the copy back would
-undo a change the cell made to the user's array through the host (``L[0][:] = -1``).
+It also watches the inputs a cell may change or rebind but need not (``unsure``:
+``if c: x += 1``, ``if c: x = x * 2``, ``x = np.asarray(x)``): where the run left the copy as
+it was and the name still holds it, the cell did nothing to ``x``, and writing the copy back,
+or binding ``x`` to it, would undo a change the cell made to the user's array through the
+host (``L[0][:] = -1``) and leave ``x`` another object than ``L[0]``. Those copies are held
+weakly: a rebinding that ran lets the copy go, as it does unwatched, and a copy gone is taken
+for changed (it is not what the name holds, so nothing is left as it was).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..backend import Backend
+from ..backend.writes import holders
 from .errors import CellError
 
 __all__ = ["InputWatch"]
@@ -36,8 +41,9 @@ def _writeable(arr: Any) -> bool:
 
 def _layout(arr: Any) -> tuple[Any, ...]:
     """What a change of ``arr``'s metadata alters (``y = x; y.shape = (2, 3)`` reshapes
-    ``x`` in a plain cell) and its bytes' fingerprint does not see."""
-    return arr.shape, arr.strides, arr.dtype
+    ``x`` in a plain cell, ``x.flags.writeable = False`` makes it read-only) and its bytes'
+    fingerprint does not see."""
+    return arr.shape, arr.strides, arr.dtype, _writeable(arr)
 
 
 class InputWatch:
@@ -59,12 +65,18 @@ class InputWatch:
                           and not hasattr(moved[n].flags, "writeable") and n not in through}
         self.names = [n for n in moved if n in inputs and n not in only_read
                       and (n not in stored or n in self.unguarded or n in unsure)]
-        self.unsure = unsure
         self.be = be
-        self.copies = [moved[n] for n in self.names]
-        self.layouts = [_layout(c) for c in self.copies]
-        self.token = be.watch(self.copies) if self.names else None
+        copies = [moved[n] for n in self.names]
+        weak = [n in unsure and n not in self.unguarded for n in self.names]
+        self.copies = holders(copies, weak)
+        self.layouts = [_layout(c) for c in copies]
+        self.token = be.watch(copies, weak) if self.names else None
         self._changed: set[str] | None = None
+        # the unsure inputs' copies, held weakly, to see whether their names hold them at the
+        # end: those the source can only read (`if c: x = x * 2`) need no fingerprint
+        kept = [n for n in moved if n in unsure and n in inputs]
+        self.kept = dict(zip(kept, holders([moved[n] for n in kept], [True] * len(kept)),
+                             strict=True))
 
     def changed(self) -> set[str]:
         """The watched inputs whose copies the cell changed (read once, after the run); a
@@ -74,9 +86,9 @@ class InputWatch:
         if self._changed is not None:
             return self._changed
         changed = self._changed = {
-            n for n, c, copy, was in zip(self.names, self.be.changed(self.token), self.copies,
+            n for n, c, held, was in zip(self.names, self.be.changed(self.token), self.copies,
                                          self.layouts, strict=True)
-            if c or _layout(copy) != was}
+            if c or (copy := held()) is None or _layout(copy) != was}  # c: a copy gone
         for name in sorted(changed):
             if name in self.unguarded:
                 raise CellError(
@@ -89,11 +101,11 @@ class InputWatch:
     def unmade(self, work: dict[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
         """The ``unsure`` inputs whose copies the run left as they were, and of those the ones
         whose names still hold their copies (``work``: the cell's namespace after it)."""
-        if not self.unsure or self.token is None:
+        if not self.kept:
             return _NONE, _NONE  # no allocation: on the CPU fallback tracemalloc counts each
-        left = frozenset(self.unsure - self.changed())
-        return left, frozenset(n for n, c in zip(self.names, self.copies, strict=True)
-                               if n in left and work.get(n) is c)
+        left = frozenset(self.kept.keys() - self.changed())
+        return left, frozenset(n for n in left
+                               if (copy := self.kept[n]()) is not None and work.get(n) is copy)
 
     def refuse_unseen(self, run: str) -> None:
         """Raise if the cell changed a watched input: ``run`` (a batched run, a run over

@@ -8,6 +8,7 @@ import symtable
 from dataclasses import dataclass, field
 
 from ..syncs.values import imported
+from .fresh import BINDS_ANY, bound_fresh
 
 __all__ = ["SCOPES", "CellNames", "analyse", "cell_names", "module_escapes", "parents"]
 
@@ -37,6 +38,11 @@ class CellNames:
     # (`X += 1`, `X[0] = 1`, `X.sort()`, `np.copyto(X, a)`), not under an `if`, in a loop,
     # a `with` or `try`, or inside an expression that may skip it (`c and X.sort()`)
     in_place_sure: set[str] = field(default_factory=set)
+    # last bound by a top-level statement whenever the cell runs to its end, to a new object
+    # (`X = X * 2`, `X = np.log(X)`, `def X(): ...`), not to a value that may be the name's
+    # old one (`X = Y`, `X = np.asarray(X)`, `X = a if c else X`, `X = L[0]`) nor under an
+    # `if` or in a loop
+    bound_fresh: set[str] = field(default_factory=set)
     # a call of .sort() or .partition() anywhere in the cell (np.sort(x) counts too: a
     # name may be the array module); CuPy sorts only contiguous arrays
     sorts_in_place: bool = False
@@ -222,6 +228,7 @@ def analyse(tree: ast.Module) -> CellNames:
         names.in_place_first |= found
         if _surely_changes(stmt):
             names.in_place_sure |= found
+        names.bound_fresh = (names.bound_fresh - binds) | bound_fresh(stmt)  # the last
         # what each name an assignment binds to another name holds: the input that name
         # holds (itself, or the one it is an alias of), read before any binding
         origins = {t: aliases.get(v, None if v in rebound else v) for t, v in _pairs(stmt)}
@@ -256,6 +263,12 @@ def analyse(tree: ast.Module) -> CellNames:
     }
     names.assigned -= comp_targets - module_level_stores
     names.written_first = _written_first(tree)
+    # a function the cell calls may rebind a global anywhere (`def f(): global X; X = Y`),
+    # and globals() or exec any name
+    if any(isinstance(n, ast.Name) and n.id in BINDS_ANY for n in ast.walk(tree)):
+        names.bound_fresh.clear()
+    names.bound_fresh -= {n for node in ast.walk(tree) if isinstance(node, ast.Global)
+                          for n in node.names}
     return names
 
 

@@ -281,12 +281,22 @@ def host_together(values: dict[str, Any], be: Backend) -> dict[str, np.ndarray]:
     return out
 
 
-def whole_groups(stored: set[str], groups: tuple[tuple[str, ...], ...]) -> set[str]:
-    """``stored`` with every input of a group one of whose inputs is in it: views of one
-    device array are committed together, so that a later cell's change through one shows
-    through the others (a name the cell rebinds gets its new value)."""
+def whole_groups(stored: set[str], groups: tuple[tuple[str, ...], ...],
+                 key: Callable[[str], int | None]) -> set[str]:
+    """``stored`` with every input of a group where one of them in ``stored`` still holds a
+    view into the group's device array: views of one device array are committed together,
+    so that a later cell's change through one shows through the others. ``key(name)``: the
+    allocation of what ``name`` holds after the run (``None``: no device array); an input
+    not in ``stored`` holds its copy, so the group's allocation is theirs. A group whose
+    stored inputs were all rebound (``Xtr = Xtr * 2``) holds nothing of the device array,
+    and its other inputs stay the user's arrays (a change through one of them was seen by
+    the input watch, which stored it)."""
     out = set(stored)
     for group in groups:
-        if out & set(group):
-            out |= set(group)
+        inside = out.intersection(group)
+        if not inside or len(inside) == len(group):
+            continue
+        shared = {key(m) for m in group if m not in out} - {None}
+        if any(key(m) in shared for m in inside):
+            out.update(group)
     return out

@@ -97,6 +97,14 @@ class CellPlan:
         or through a name ``y = x`` bound to them (``x += 1``, ``x[0] = 1``, ``x.sort()``,
         ``out=x``, ``y += 1``; :class:`~.names.CellNames`); ``in_place_sure``: those a
         top-level statement changes whenever the cell runs to its end (not ``if c: x += 1``).
+    may_keep
+        The inputs the source may change in place or rebind and need not, so that the run
+        may leave the name holding its copy as it was (``if c: x += 1``, ``if c: x = x * 2``,
+        ``for`` loops, ``x = np.asarray(x)``): ``in_place`` less ``in_place_sure``, and all
+        it stores but those a top-level statement surely changes in place or last binds to a
+        new object (``x = x * 2``; :attr:`~.names.CellNames.bound_fresh`). The run watches
+        their copies (:class:`~.inputwrites.InputWatch`) and leaves the user's array where it
+        did nothing.
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -120,6 +128,7 @@ class CellPlan:
     overlaps: tuple[tuple[str, ...], ...] = ()
     in_place: frozenset[str] = frozenset()
     in_place_sure: frozenset[str] = frozenset()
+    may_keep: frozenset[str] = frozenset()
     sorts_in_place: bool = False
 
     @property
@@ -286,6 +295,10 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                     only_read=only, overlaps=tuple(overlaps),
                     in_place=frozenset(names.in_place_first & inputs.keys()),
                     in_place_sure=frozenset(names.in_place_sure & inputs.keys()),
+                    may_keep=frozenset(((names.in_place_first - names.in_place_sure)
+                                        | (names.assigned | names.mutated)
+                                        - names.in_place_sure - names.bound_fresh)
+                                       & inputs.keys()),
                     sorts_in_place=names.sorts_in_place)
 
 

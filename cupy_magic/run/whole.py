@@ -51,6 +51,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
     mem = watch = homes = None
+    still: frozenset[str] = frozenset()  # inputs left as the user's arrays (InputWatch.unmade)
     try:
         check_budget(plan, dtype, be)
         if warm:
@@ -61,8 +62,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             homes = input_homes(plan, moved, dtype, be, to_host if to_host is True
                                 else set(to_host)) if to_host is not False else None
             watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
-                               plan.overlaps, plan.in_place - plan.in_place_sure
-                               if homes is not None else frozenset())
+                               plan.overlaps, plan.may_keep)
             work = {**namespace, **plan.overrides, **moved}
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
@@ -71,13 +71,15 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                 value = plan.run(work, namespace, shown)
             seen = plan.stored
             plan = watch.commit_plan(plan)  # inputs changed through other names too
-            # `if c: X += 1` that did not run: X's copy is not written back, nor committed
-            # where X still holds it (the user's X, as before the cell, is what it holds)
+            # `if c: X += 1` or `if c: X = X * 2` that did not run: X's copy is not written
+            # back, nor committed where X still holds it (the user's X, as before the cell)
             unmade, still = watch.unmade(work)
             if homes is not None:
                 homes.settle(plan.stored - seen, unmade)
-            plan = replace(plan, stored=whole_groups(plan.stored - still if still
-                                                     else plan.stored, plan.overlaps))
+            plan = replace(plan, stored=whole_groups(
+                plan.stored - still if still else plan.stored, plan.overlaps,
+                lambda name: allocation_key(work.get(name), be)))
+            still -= plan.stored  # a view into a device array the commit keeps comes along
             watch = None
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
@@ -94,15 +96,25 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
-    return shown_value(value, [n for n in bound if n in committed], namespace,
+    return shown_value(value, [n for n in bound if n in committed or n in still], namespace,
                        to_host is True, be)
+
+
+def allocation_key(value: Any, be: Backend) -> int | None:
+    """The device allocation ``value`` lies in (:meth:`~cupy_magic.backend.Backend.
+    allocation`), ``None`` where it is no array of the backend's (the CPU fallback's copies
+    are NumPy arrays)."""
+    if be.is_device_array(value) or (not be.is_gpu and isinstance(value, np.ndarray)):
+        return be.allocation(value)[0]
+    return None
 
 
 def shown_value(value: Any, names: list[str], namespace: dict[str, Any], to_host: bool,
                 be: Backend) -> Any:
     """The last expression's value as the user namespace now holds it.
 
-    A value bound to a committed name is that name's committed value (so ``_`` and the name
+    A value bound to a committed name, or to an input the cell left as the user's array
+    (``if c: X = X * 2`` that did not run), is what the name now holds (so ``_`` and the name
     agree); under ``to_host`` a device array is brought to the host, and a 0-d array becomes
     the NumPy scalar a NumPy cell shows (``np.int64(45)``).
     """

@@ -172,6 +172,25 @@ def test_the_device_fingerprint_is_the_reference_sum(nbytes) -> None:
         assert prints.changed() == [True]
 
 
+def test_a_weakly_watched_copy_goes_with_its_last_name_and_then_reads_changed(ip, xp):
+    """A watch holds the copies ``weak`` marks weakly (``if c: X = X * 2`` that ran lets
+    ``X``'s copy go); one gone by the end reads as changed, one alive as its bytes say."""
+    import gc
+    import weakref
+
+    be = backend.current()
+    kept, dropped, strong = xp.arange(4.0), xp.arange(5.0), xp.arange(6.0)
+    gone = weakref.ref(dropped)
+    token = be.watch([kept, dropped, strong], [True, True, False])
+    del dropped
+    gc.collect()
+    assert gone() is None, "the watch kept a weakly watched copy alive"
+    assert be.changed(token) == [False, True, False]  # read once per watch, as a run does
+    token = be.watch([kept], [True])
+    kept[0] = 9
+    assert be.changed(token) == [True]
+
+
 @pytest.mark.gpu
 def test_a_change_on_a_stream_of_the_cells_own_is_seen(ip, xp):
     if xp is np:

@@ -101,3 +101,28 @@ def test_a_change_in_place_is_found_through_the_names_bound_to_the_input(source,
 def test_a_change_in_place_is_sure_only_where_every_run_to_the_end_makes_it(source, sure):
     n = names(source)
     assert n.in_place_sure == sure and n.in_place_sure <= n.in_place_first == {"X"}
+
+
+@pytest.mark.parametrize(("source", "fresh"), [
+    ("X = X * 2", {"X"}), ("X = -X", {"X"}), ("X = X > 0", {"X"}), ("X: object = X + 1", {"X"}),
+    ("X, Y = X + 1, Y", {"X"}), ("X = [X]", {"X"}), ("def X():\n    pass", {"X"}),
+    ("import numpy as X", {"X"}), ("Y = X\nX = X * 2", {"X"}), ("X = np.log(X)", {"X"}),
+    ("X = X.astype(np.float32)", {"X"}), ("X = X.view()", {"X"}), ("X = f(X)", {"X"}),
+    # may be the name's old value, or may not run: not fresh (watched)
+    ("X = X", set()), ("X = Y", set()), ("X = np.asarray(X)", set()),
+    ("X = X.astype(float, copy=False)", set()), ("X = max(X, Y, key=len)", set()),
+    ("X = d.get('k')", set()), ("X = f(**kw)", set()), ("X = fs[0](X)", set()),
+    ("@dec\ndef X():\n    pass", set()), ("X = X * 2\nglobals()['X'] = Y", set()),
+    ("X = X * 2\nexec('X = Y')", set()),
+    ("X = a if c else X", set()), ("X = c and X", set()), ("X = L[0]", set()),
+    ("X = (Y := X) * 2", set()), ("X, *Y = X, 1", set()), ("if c:\n    X = X * 2", set()),
+    ("for i in r:\n    X = X * 2", set()), ("X = X * 2\nX = Y", set()),
+    ("X = X * 2\nfor X in r:\n    pass", set()), ("X = X * 2\ndel X", set()),
+    ("X = X * 2\ndef f():\n    global X\n    X = Y", {"f"}),
+])
+def test_a_name_is_bound_fresh_only_where_every_run_to_the_end_binds_it_to_a_new_object(
+        source, fresh):
+    """``X = X * 2`` at the top level makes ``X`` a new array whenever the cell runs to its
+    end, so the run need not watch whether ``X`` still holds its copy at the end; the last
+    binding decides, and a function declaring ``X`` global may rebind it anywhere."""
+    assert names(source).bound_fresh == fresh

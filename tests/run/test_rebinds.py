@@ -1,0 +1,134 @@
+"""A cell that may rebind an input and need not: where it did not, the user's ``X`` is left
+as it is, as a plain cell leaves it (``CellPlan.may_keep``, run/inputwrites.py).
+
+``if c: X = X * 2`` with ``c`` false, then ``L[0][:] = -1`` (the user's array changed through
+the host): a plain cell leaves ``X`` the same object as ``L[0]``, all -1. The run bound ``X``
+to its device copy, or under ``--to-host`` wrote the copy over the user's array, so the old
+values came back (session 26's note, "found broken").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupy_magic
+
+MAY_REBIND = [
+    "if c:\n    X = X * 2\nL[0][:] = -1",
+    "for i in range(n):\n    X = X + i\nL[0][:] = -1",
+    "X = X\nL[0][:] = -1",
+    "Y = X\nX = Y\nL[0][:] = -1",
+    "X = np.asarray(X)\nL[0][:] = -1",
+    "X = X * 2 if c else X\nL[0][:] = -1",
+    "def f():\n    global X\n    X = X * 2\nif c:\n    f()\nL[0][:] = -1",
+    "try:\n    if c:\n        X = X[[2, 1, 0]]\nexcept IndexError:\n    pass\nL[0][:] = -1",
+    "if c:\n    X += 1\nL[0][:] = -1",  # in place: under --to-host fixed before, not on device
+]
+
+
+def _host(value):
+    """``value`` on the host (a device array copied back)."""
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
+        else np.asarray(value)
+
+
+@pytest.mark.parametrize("mode", ["--quiet", "--quiet --to-host"])
+@pytest.mark.parametrize(("body", "made"), [
+    (body, made) for body in MAY_REBIND for made in (False, True)
+    # made, `X += 1` with the host's change is a change on both sides in one cell: the
+    # copy's is written last (README; tests/run/test_homes.py)
+    if not (made and "+=" in body)])
+def test_an_input_the_cell_may_rebind_is_left_as_the_users_where_it_was_not(
+        ip, body, mode, made):
+    """The user's ``X`` and ``L[0]`` after the cell are those of a plain cell (``exec``):
+    the same object and values where the rebinding did not run (``c`` false, a loop of no
+    turns, ``X = X``, ``X = np.asarray(X)``), a new array where it did."""
+    def setup():
+        X = np.arange(12.0).reshape(3, 4)
+        return {"np": np, "X": X, "L": [X], "c": made, "n": 2 if made else 0}
+
+    plain = setup()
+    exec(body, plain)
+    ns = setup()
+    ip.user_ns.update(ns)
+    ip.run_cell_magic("gpu", mode, body)
+    got = ip.user_ns
+    assert got["L"][0] is ns["X"]
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])  # the host's change kept
+    np.testing.assert_array_equal(_host(got["X"]), plain["X"])
+    if plain["X"] is plain["L"][0]:
+        assert got["X"] is ns["X"], "X is no longer the user's array"
+    else:  # rebound: a new array, on the device unless --to-host
+        assert got["X"] is not ns["X"]
+        assert isinstance(got["X"], np.ndarray) == ("--to-host" in mode or not ip_on_gpu())
+
+
+def ip_on_gpu() -> bool:
+    from cupy_magic import backend
+
+    return backend.current().is_gpu
+
+
+def test_a_rebinding_that_ran_lets_the_copy_go(ip):
+    """The copy of an input the cell may rebind is watched, not held: after ``X = X * 2``
+    ran under an ``if``, the copy goes as it did unwatched, so the peak is two arrays' worth
+    (the copy and ``X * 2``, then ``X * 2`` and ``Y``), not three."""
+    X = np.ones((1024, 1024))  # 8 MiB
+    ip.user_ns.update(X=X, c=True)
+    ip.run_cell_magic("gpu", "--quiet", "if c:\n    X = X * 2\nY = X * 3\ndel Y")
+    peak = cupy_magic.last_report().peak_pool_bytes
+    assert 2 * X.nbytes <= peak < 2.5 * X.nbytes, peak / X.nbytes
+
+
+@pytest.mark.parametrize("mode", ["--quiet", "--quiet --to-host"])
+@pytest.mark.parametrize("made", [False, True])
+def test_the_shown_value_of_an_input_left_as_the_users_is_the_users(ip, mode, made):
+    """``if c: X = X * 2`` then ``L[0][:] = -1`` and ``X`` last: a plain cell shows the
+    user's array, all -1 (or the new array where ``c``); it showed the stale copy."""
+    body = "if c:\n    X = X * 2\nL[0][:] = -1\nX"
+    X = np.arange(4.0)
+    ip.user_ns.update(X=X, L=[X], c=made)
+    shown = ip.run_cell_magic("gpu", mode, body)
+    if made:
+        np.testing.assert_array_equal(_host(shown), np.arange(4.0) * 2)
+    else:
+        assert shown is X and X.tolist() == [-1.0] * 4
+
+
+@pytest.mark.parametrize("mode", ["--quiet", "--quiet --to-host"])
+def test_a_group_whose_changed_name_was_rebound_leaves_the_others_as_the_users(ip, mode):
+    """``Xtr = X[:2]`` from an earlier cell; the cell rebinds ``X`` (``X = X * 2``), then
+    changes the user's array through the host: ``Xtr`` is the user's view, all -1, as in a
+    plain cell. The group was committed whole because ``X`` was stored, so ``Xtr`` came
+    back as a view of the stale device copy (and under ``--to-host`` the copy was written
+    over the user's array)."""
+    X = np.arange(4.0)
+    Xtr = X[:2]
+    ip.user_ns.update(X=X, Xtr=Xtr, L=[X], c=True)
+    ip.run_cell_magic("gpu", mode, "if c:\n    X = X * 2\nL[0][:] = -1\nn = Xtr.shape[0]")
+    got = ip.user_ns
+    assert got["Xtr"] is Xtr and Xtr.tolist() == [-1.0, -1.0] and X.tolist() == [-1.0] * 4
+    np.testing.assert_array_equal(_host(got["X"]), np.arange(4.0) * 2)
+
+
+@pytest.mark.parametrize("mode", ["--quiet", "--quiet --to-host"])
+def test_a_change_through_the_class_s_method_is_a_change(ip, mode):
+    """``np.ndarray.sort(X)`` sorts ``X`` in place (``np.sort(X)`` copies): the run took it
+    for a read, so with ``if c: X = X * 2`` not run the sorted copy was dropped."""
+    X = np.array([3.0, 1.0, 2.0, 0.0])
+    ip.user_ns.update(X=X, c=False)
+    ip.run_cell_magic("gpu", mode, "np.ndarray.sort(X)\nif c:\n    X = X * 2")
+    assert _host(ip.user_ns["X"]).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_flag_set_under_an_if_that_ran_is_kept(ip):
+    """``if c: X.flags.writeable = False`` that ran: the copy's bytes are unchanged, its
+    flags not, so the run does not take it for left as it was (the CPU fallback; CuPy's
+    arrays have no writeable flag to set)."""
+    if ip_on_gpu():
+        pytest.skip("CuPy's arrays have no writeable flag to set")
+    X = np.arange(4.0)
+    ip.user_ns.update(X=X, c=True)
+    ip.run_cell_magic("gpu", "--quiet", "if c:\n    X.flags.writeable = False")
+    assert ip.user_ns["X"].flags.writeable is False
