@@ -23,8 +23,9 @@ _FRESH = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant, ast.List, ast.Tuple
 # NumPy's functions and methods do but where ``copy=`` says otherwise
 # (``X.astype(t, copy=False)``, ``np.array(X, copy=None)``)
 _SAME_CALLS = {"asarray", "asanyarray", "ascontiguousarray", "asfortranarray",
-               "asarray_chkfinite", "require", "asnumpy", "get", "pop", "setdefault", "max",
-               "min", "next", "getattr", "reduce"}
+               "asarray_chkfinite", "require", "asnumpy", "atleast_1d", "atleast_2d",
+               "atleast_3d", "squeeze", "conj", "conjugate", "real", "__array__", "get", "pop",
+               "setdefault", "max", "min", "next", "getattr", "reduce"}
 # names through which a cell may bind any global (``globals()["X"] = Y``, ``exec("X = Y")``)
 BINDS_ANY = {"globals", "exec", "eval", "vars", "locals", "setattr", "__import__"}
 

@@ -66,17 +66,21 @@ class InputWatch:
         self.names = [n for n in moved if n in inputs and n not in only_read
                       and (n not in stored or n in self.unguarded or n in unsure)]
         self.be = be
-        copies = [moved[n] for n in self.names]
-        weak = [n in unsure and n not in self.unguarded for n in self.names]
-        self.copies = holders(copies, weak)
-        self.layouts = [_layout(c) for c in copies]
-        self.token = be.watch(copies, weak) if self.names else None
         self._changed: set[str] | None = None
+        self.copies: list[Any] = []
+        self.layouts: list[tuple[Any, ...]] = []
+        self.token = None
+        if self.names:
+            copies = [moved[n] for n in self.names]
+            weak = [n in unsure and n not in self.unguarded for n in self.names]
+            self.copies = holders(copies, weak)
+            self.layouts = [_layout(c) for c in copies]
+            self.token = be.watch(copies, weak)
         # the unsure inputs' copies, held weakly, to see whether their names hold them at the
         # end: those the source can only read (`if c: x = x * 2`) need no fingerprint
-        kept = [n for n in moved if n in unsure and n in inputs]
+        kept = [n for n in unsure if n in moved and n in inputs] if unsure else []
         self.kept = dict(zip(kept, holders([moved[n] for n in kept], [True] * len(kept)),
-                             strict=True))
+                             strict=True)) if kept else {}
 
     def changed(self) -> set[str]:
         """The watched inputs whose copies the cell changed (read once, after the run); a

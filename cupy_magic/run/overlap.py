@@ -32,9 +32,21 @@ from ..units import dtype_name, format_bytes
 from .errors import CellError
 from .report import InputMove
 
-__all__ = ["STRETCH_LIMIT", "Span", "host_together", "items_apart", "move_overlaps",
-           "overlapping", "refuse_overlaps", "shared_spans", "span_of", "spans_words",
-           "strided_spans", "whole_groups"]
+__all__ = [
+    "MAY_HOLD",
+    "STRETCH_LIMIT",
+    "Span",
+    "host_together",
+    "items_apart",
+    "move_overlaps",
+    "overlapping",
+    "refuse_overlaps",
+    "shared_spans",
+    "span_of",
+    "spans_words",
+    "strided_spans",
+    "whole_groups",
+]
 
 try:  # NumPy 2
     from numpy.lib.array_utils import byte_bounds
@@ -281,22 +293,26 @@ def host_together(values: dict[str, Any], be: Backend) -> dict[str, np.ndarray]:
     return out
 
 
+MAY_HOLD = -1  # a key for a value that may hold a view of any allocation (a list, an object)
+
+
 def whole_groups(stored: set[str], groups: tuple[tuple[str, ...], ...],
                  key: Callable[[str], int | None]) -> set[str]:
-    """``stored`` with every input of a group where one of them in ``stored`` still holds a
-    view into the group's device array: views of one device array are committed together,
+    """``stored`` with every input of a group where one of them in ``stored`` may still hold
+    a view into the group's device array: views of one device array are committed together,
     so that a later cell's change through one shows through the others. ``key(name)``: the
-    allocation of what ``name`` holds after the run (``None``: no device array); an input
-    not in ``stored`` holds its copy, so the group's allocation is theirs. A group whose
-    stored inputs were all rebound (``Xtr = Xtr * 2``) holds nothing of the device array,
-    and its other inputs stay the user's arrays (a change through one of them was seen by
-    the input watch, which stored it)."""
+    allocation of what ``name`` holds after the run (``None``: holds no device memory, as a
+    number; :data:`MAY_HOLD`: may hold any, as a list); an input not in ``stored`` holds its
+    copy, so the group's allocation is theirs. A group whose stored inputs were all rebound
+    to new arrays (``Xtr = Xtr * 2``) holds nothing of the device array, and its other
+    inputs stay the user's arrays (a change through one of them was seen by the input
+    watch, which stored it)."""
     out = set(stored)
     for group in groups:
         inside = out.intersection(group)
         if not inside or len(inside) == len(group):
             continue
         shared = {key(m) for m in group if m not in out} - {None}
-        if any(key(m) in shared for m in inside):
+        if any(k == MAY_HOLD or k in shared for k in map(key, inside)):
             out.update(group)
     return out

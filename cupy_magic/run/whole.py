@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
+from numbers import Number
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from .homes import input_homes
 from .inputmoves import check_budget, has_rows, move_inputs
 from .inputwrites import InputWatch
 from .mainmod import as_main
-from .overlap import whole_groups
+from .overlap import MAY_HOLD, whole_groups
 from .plan import CellPlan
 from .reduce import combine
 from .report import RunReport
@@ -96,17 +97,24 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
-    return shown_value(value, [n for n in bound if n in committed or n in still], namespace,
-                       to_host is True, be)
+    # a name committed first: `Z = X; X = X; Z` shows Z, which the commit keeps
+    return shown_value(value, [n for n in bound if n in committed]
+                       or [n for n in bound if n in still], namespace, to_host is True, be)
 
 
 def allocation_key(value: Any, be: Backend) -> int | None:
     """The device allocation ``value`` lies in (:meth:`~cupy_magic.backend.Backend.
-    allocation`), ``None`` where it is no array of the backend's (the CPU fallback's copies
-    are NumPy arrays)."""
+    allocation`; the CPU fallback's copies are NumPy arrays), for
+    :func:`~.overlap.whole_groups`: ``None`` where it holds none (a number, a host array on a
+    GPU, an array of references on the CPU fallback, which no copy is), ``MAY_HOLD`` where
+    it may hold a view of any (a list, an object)."""
     if be.is_device_array(value) or (not be.is_gpu and isinstance(value, np.ndarray)):
+        if value.dtype.hasobject or value.dtype.kind == "T":
+            return None
         return be.allocation(value)[0]
-    return None
+    if value is None or isinstance(value, (np.ndarray, np.generic, Number, str, bytes)):
+        return None
+    return MAY_HOLD
 
 
 def shown_value(value: Any, names: list[str], namespace: dict[str, Any], to_host: bool,

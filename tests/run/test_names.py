@@ -110,6 +110,7 @@ def test_a_change_in_place_is_sure_only_where_every_run_to_the_end_makes_it(sour
     ("X = X.astype(np.float32)", {"X"}), ("X = X.view()", {"X"}), ("X = f(X)", {"X"}),
     # may be the name's old value, or may not run: not fresh (watched)
     ("X = X", set()), ("X = Y", set()), ("X = np.asarray(X)", set()),
+    ("X = np.atleast_1d(X)", set()), ("X = X.squeeze()", set()), ("X = X.conj()", set()),
     ("X = X.astype(float, copy=False)", set()), ("X = max(X, Y, key=len)", set()),
     ("X = d.get('k')", set()), ("X = f(**kw)", set()), ("X = fs[0](X)", set()),
     ("@dec\ndef X():\n    pass", set()), ("X = X * 2\nglobals()['X'] = Y", set()),

@@ -132,3 +132,36 @@ def test_a_flag_set_under_an_if_that_ran_is_kept(ip):
     ip.user_ns.update(X=X, c=True)
     ip.run_cell_magic("gpu", "--quiet", "if c:\n    X.flags.writeable = False")
     assert ip.user_ns["X"].flags.writeable is False
+
+
+def test_a_group_member_rebound_to_an_array_of_references_runs(ip):
+    """``Xtr = Xtr.astype(object)`` (``Xtr = X[:2]`` from an earlier cell) holds no device
+    memory; asking where it lay raised on the CPU fallback (an array of references has no
+    bytes to view)."""
+    X = np.arange(6.0)
+    ip.user_ns.update(X=X, Xtr=X[:2])
+    ip.run_cell_magic("gpu", "--quiet", "Xtr = Xtr.astype(object)\nZ = X.sum()")
+    assert ip.user_ns["Xtr"].dtype == object and ip.user_ns["Xtr"].tolist() == [0.0, 1.0]
+    assert ip.user_ns["X"] is X
+
+
+def test_a_group_member_kept_in_a_list_brings_the_group_along(ip):
+    """``Xtr = [X, Xtr]``: the list may hold views of the group's device array, so the group
+    is committed whole, as before: ``Xtr[0] is X`` as in a plain cell."""
+    X = np.arange(6.0)
+    ip.user_ns.update(X=X, Xtr=X[:2])
+    ip.run_cell_magic("gpu", "--quiet", "Xtr = [X, Xtr]")
+    got = ip.user_ns
+    assert got["Xtr"][0] is got["X"]
+    assert _host(got["X"]).tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("mode", ["--quiet", "--quiet --to-host"])
+def test_a_committed_name_is_shown_before_an_input_left_as_the_users(ip, mode):
+    """``Z = X; X = X; Z``: ``Z`` is committed (the copy) and ``X`` left as the user's; the
+    last line shows what ``Z`` holds, so ``_`` and ``Z`` agree."""
+    X = np.arange(4.0)
+    ip.user_ns.update(X=X)
+    shown = ip.run_cell_magic("gpu", mode, "Z = X\nX = X\nZ")
+    assert shown is ip.user_ns["Z"]
+    assert ip.user_ns["X"] is X
