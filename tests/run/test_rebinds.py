@@ -165,3 +165,18 @@ def test_a_committed_name_is_shown_before_an_input_left_as_the_users(ip, mode):
     shown = ip.run_cell_magic("gpu", mode, "Z = X\nX = X\nZ")
     assert shown is ip.user_ns["Z"]
     assert ip.user_ns["X"] is X
+
+
+@pytest.mark.parametrize("body", ["X.flags.writeable = False",
+                                  "if c:\n    X.flags.writeable = False",
+                                  "Y = X\nY.flags.writeable = False"])
+def test_under_to_host_a_flag_the_cell_set_reaches_the_users_array(ip, body):
+    """Under ``--to-host`` the copy is written back into the user's array; a plain cell
+    leaves ``X`` read-only after ``X.flags.writeable = False``, and so does the run now
+    (the flag stayed on the copy). The CPU fallback: CuPy's arrays have no such flag."""
+    if ip_on_gpu():
+        pytest.skip("CuPy's arrays have no writeable flag to set")
+    X = np.arange(4.0)
+    ip.user_ns.update(X=X, c=True)
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    assert ip.user_ns["X"] is X and X.flags.writeable is False
