@@ -133,9 +133,6 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             home = None if homes is None or (shown is not None and id(value) in shown.kept) \
                 else homes.host_of(value, plan.stored)
             if home is not None:
-                if isinstance(value, np.ndarray) and not value.flags.writeable \
-                        and home.flags.writeable:  # `X.flags.writeable = False` in the cell:
-                    home.flags.writeable = False  # the CPU fallback's copy has the flag
                 updates[name] = home
                 homed[name] = "host (the user's array, changed in place, as in a plain cell)" \
                     if home is namespace.get(name) else "host (a view of the user's array)"

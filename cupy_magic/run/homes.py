@@ -212,8 +212,9 @@ class Homes:
         lies in no home."""
         # the CPU fallback's copies are NumPy arrays (its "device" ones only once committed)
         if not self.by_key or not (self.be.is_device_array(value) or (
-                not self.be.is_gpu and isinstance(value, np.ndarray))) or not value.size:
-            return None
+                not self.be.is_gpu and isinstance(value, np.ndarray))) or not value.size \
+                or value.dtype.hasobject or value.dtype.kind == "T":
+            return None  # an array of references (the CPU fallback's) lies in no home
         key, whole, offset = self.be.allocation(value)
         home = self.by_key.get(key)
         if home is None or not any(c is not None and self.be.allocation(c)[0] == key
