@@ -25,7 +25,7 @@ import numpy as np
 
 from .names import SCOPES, parents
 
-__all__ = ["MODULE_NAMES", "only_read"]
+__all__ = ["MODULE_NAMES", "only_read", "read_until_rebound"]
 
 # what a cell may name the array module, besides the names bound to NumPy before it
 MODULE_NAMES = ("np", "numpy", "cp", "cupy")
@@ -204,3 +204,44 @@ def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> fr
                 and up.target is node)):  # y += 1 writes y in place
             unsafe |= holds[node.id]
     return frozenset(names - unsafe)
+
+
+def _binds_new_memory(stmt: ast.stmt, name: str) -> bool:
+    """Whether ``stmt`` is a top-level ``name = ...`` whose value holds new memory, never a
+    view of the input's copy nor the copy (an operator's result: ``X = X * 2``; not
+    ``X = X[::-1]``, ``X = X.T``, ``X = np.transpose(X)`` or ``X = [X]``)."""
+    if isinstance(stmt, ast.Assign):
+        targets, value = stmt.targets, stmt.value
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets, value = [stmt.target], stmt.value
+    else:
+        return False
+    return any(isinstance(t, ast.Name) and t.id == name for t in targets) \
+        and isinstance(value, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant)) \
+        and not any(isinstance(n, ast.NamedExpr) for n in ast.walk(value))
+
+
+@functools.lru_cache(maxsize=256)
+def read_until_rebound(source: str, names: frozenset[str],
+                       modules: frozenset[str]) -> frozenset[str]:
+    """Those of ``names`` that the cell's source can only read up to the end of the first
+    top-level assignment that binds the name to new memory (all of the source where none
+    does; :func:`_binds_new_memory`): after it the name holds another value, and what the
+    source does to that one cannot reach the input's copy but through a name bound to it
+    before (``Y = X``, ``Y = X[:2]``): none may be. ``X = X * 2; X += 1``
+    reads ``X``'s copy only; ``X = f(X)`` may change it (``def f(a): a -= 1``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    lines = source.splitlines(keepends=True)
+    found = set()
+    for name in names:
+        end = next((stmt.end_lineno for stmt in tree.body if _binds_new_memory(stmt, name)),
+                   None)
+        part = source if end is None else "".join(lines[:end])
+        # a name bound to the copy or a view of it there (`Y = X[:2]`) may write it later
+        held = _aliases(ast.parse(part), frozenset({name}))[0]
+        if only_read(part, frozenset({name}), modules) and held.keys() == {name}:
+            found.add(name)
+    return frozenset(found)

@@ -232,12 +232,14 @@ class Homes:
 
 
 def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
-                be: Backend, to_host: bool | set[str] = True) -> Homes:
+                be: Backend, to_host: bool | set[str] = True,
+                unseen: frozenset[str] = frozenset()) -> Homes:
     """The homes of the inputs ``moved`` holds the device copies of (see the module); the
     copies of inputs changed in place whose names come to the host (``to_host``: all, or
-    those) are held to the commit."""
+    those) are held to the commit, and those of ``unseen`` (:attr:`~.plan.CellPlan.unseen`)."""
     homes = Homes(be)
-    keep = plan.in_place if to_host is True else plan.in_place & to_host
+    keep = plan.in_place | unseen
+    keep = keep if to_host is True else keep & to_host
     spans = shared_input_spans(plan, dtype)
     for group, span in spans.items():
         first = group[0]
@@ -257,3 +259,4 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
         elif (copy.flags.c_contiguous or copy.flags.f_contiguous) and items_apart(arr):
             homes.add_strided(copy, name, arr, keep, writes=name in plan.in_place)
     return homes
+

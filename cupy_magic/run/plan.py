@@ -29,7 +29,7 @@ from ..compat.scope import cell_builtins
 from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
 from ..units import dtype_name, short_repr
-from .aliases import MODULE_NAMES, only_read
+from .aliases import MODULE_NAMES, only_read, read_until_rebound
 from .compiled import Transform, compile_cell, ends_quiet
 from .errors import CellError
 from .lines import off_the_lines
@@ -105,6 +105,13 @@ class CellPlan:
         new object (``x = x * 2``; :attr:`~.names.CellNames.bound_fresh`). The run watches
         their copies (:class:`~.inputwrites.InputWatch`) and leaves the user's array where it
         did nothing.
+    unseen
+        The inputs the cell stores that it may change in place first through another name
+        than their own, unseen by its source, before their names let the copies go:
+        ``X = f(X)`` where ``f`` changes its argument, ``R = [X]; R[0] += 1; X = X + 1``
+        (:func:`~.aliases.read_until_rebound`); not ``X = X * 2; X += 1``. Under
+        ``--to-host`` their copies are held to the commit and watched
+        (:func:`~.homes.input_homes`), so that such a change reaches the user's array.
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -129,6 +136,7 @@ class CellPlan:
     in_place: frozenset[str] = frozenset()
     in_place_sure: frozenset[str] = frozenset()
     may_keep: frozenset[str] = frozenset()
+    unseen: frozenset[str] = frozenset()
     sorts_in_place: bool = False
 
     @property
@@ -299,7 +307,17 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                                         | (names.assigned | names.mutated)
                                         - names.in_place_sure - names.bound_fresh)
                                        & inputs.keys()),
+                    unseen=_unseen(source, names, inputs, only, modules),
                     sorts_in_place=names.sorts_in_place)
+
+
+def _unseen(source: str, names: CellNames, inputs: dict[str, np.ndarray],
+            only: frozenset[str], modules: frozenset[str]) -> frozenset[str]:
+    """:attr:`CellPlan.unseen`: the stored inputs not shown changing in place through their
+    names, that the source may change otherwise before it rebinds them."""
+    maybe = ((names.assigned | names.mutated) & inputs.keys()) - names.in_place_first - only
+    return maybe - read_until_rebound(source, frozenset(maybe), modules) if maybe \
+        else frozenset()
 
 
 def register_source(source: str, filename: str) -> None:

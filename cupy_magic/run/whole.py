@@ -60,10 +60,11 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         with be.track_memory(filename) as mem:
             report.start_pool_bytes = mem.start_bytes
             moved, report.inputs = move_inputs(plan, dtype, be)
+            unseen = plan.unseen if to_host is not False else frozenset()
             homes = input_homes(plan, moved, dtype, be, to_host if to_host is True
-                                else set(to_host)) if to_host is not False else None
+                                else set(to_host), unseen) if to_host is not False else None
             watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
-                               plan.overlaps, plan.may_keep)
+                               plan.overlaps, plan.may_keep | unseen)
             work = {**namespace, **plan.overrides, **moved}
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \

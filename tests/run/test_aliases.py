@@ -81,3 +81,18 @@ def test_a_cell_that_only_reads_its_inputs_takes_no_checksums(ip, monkeypatch):
     assert np.asarray(backend.current().to_host(ip.user_ns["x"])
                       if be.is_device_array(ip.user_ns["x"]) else ip.user_ns["x"]).tolist() == \
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize(("source", "read"), [
+    ("X = X * 2\nX += 1", {"X"}), ("s = X.sum()\nX = -X\nX[0] = 1", {"X"}),
+    ("X = f(X)\nX = X * 2", set()), ("f(X)\nX = X * 2", set()),
+    ("X = X[::-1]\nX[0] = 5\nX = X + 1", set()), ("R = [X]\nR[0] += 1\nX = X + 1", set()),
+    ("Y = X[:2]\nX = X * 2\nY[0] = 7", set()), ("if c:\n    X = X * 2\nX += 1", set()),
+    ("X = X.T\nX[0] = 1\nX = X * 2", set()),
+])
+def test_an_input_is_read_only_until_a_rebinding_to_new_memory(source, read):
+    """``X = X * 2; X += 1`` changes the new array, not ``X``'s copy; ``X = f(X)`` may
+    change the copy (``def f(a): a -= 1``), and so may a view bound before the rebinding."""
+    from cupy_magic.run.aliases import read_until_rebound
+
+    assert read_until_rebound(source, frozenset({"X"}), MODULES) == read
