@@ -7,7 +7,7 @@ when asked, re-homing functions and classes the cell defined, and the report's o
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import compress, repeat
 from operator import is_not
 from typing import TYPE_CHECKING, Any
@@ -140,7 +140,8 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             if _together(value, be, shown):  # with the other views of its allocation
                 updates[name] = together[name] = value
                 continue
-            value = _to_host(value, be, shown, namespace.get(name))
+            value = _to_host(value, be, shown, namespace.get(name),
+                             None if homes is None else lambda v: homes.host_of(v, plan.stored))
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])
@@ -326,15 +327,19 @@ def host_form(value: Any, be: Backend, was: Any = None) -> Any:
 
 
 def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
-             was: Any = None) -> Any:
+             was: Any = None, home: Callable[[Any], Any] | None = None) -> Any:
     """``value`` with its device arrays brought to the host (:func:`host_form`; ``was``: what
     the name held), also those in a tuple, a list or a named tuple (``np.diag_indices``,
-    ``np.unique_all``, ``np.linalg.svd``); the same object when it holds none."""
+    ``np.unique_all``, ``np.linalg.svd``); the same object when it holds none. ``home``: the
+    user's array an item that is an input's device copy stands for (``R = [X, W]``: ``R[1]
+    is W`` as in a plain cell), else ``None``."""
     if be.is_device_array(value):
         kept = None if shown is None else shown.reuse(value)
         return host_form(value, be, was) if kept is None else kept
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [_to_host(v, be, shown) for v in value]
+        items = [found if home is not None and isinstance(v, np.ndarray | be.xp.ndarray)
+                 and (found := home(v)) is not None else _to_host(v, be, shown, home=home)
+                 for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)

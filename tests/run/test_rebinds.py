@@ -204,3 +204,31 @@ def test_under_to_host_a_change_through_another_name_before_a_rebinding_is_kept(
     np.testing.assert_array_equal(got["L"][0], plain["L"][0])
     np.testing.assert_array_equal(got["X"], plain["X"])
     assert (got["X"] is ns["X"]) == (plain["X"] is plain["L"][0])
+
+
+@pytest.mark.parametrize("body", ["R = [X, W]", "R = (X, W)", "R = [X, W]\nR[0] += 1",
+                                  "R = [X, X * 2]", "R = [[X], W]"])
+def test_under_to_host_an_input_kept_in_a_list_is_the_users_array(ip, body):
+    """``R = [X, W]``: a plain cell's ``R[1] is W``; under ``--to-host`` the list held host
+    copies of the device copies, sharing no memory with the user's arrays (found by the
+    differential fuzz; the same at 1678c0b). An item that is an input's copy is now the
+    user's array, written back first where the cell changed it (``R[0] += 1``)."""
+    def setup():
+        X = np.arange(6.0)
+        return {"np": np, "X": X, "W": np.ones(3), "L": [X]}
+
+    def flat(items):
+        return [x for v in items for x in (flat(v) if isinstance(v, list) else [v])]
+
+    plain = setup()
+    exec(body, plain)
+    ns = setup()
+    ip.user_ns.update(ns)
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    got = flat(ip.user_ns["R"])
+    want = flat(plain["R"])
+    assert [g is ns["X"] or g is ns["W"] for g in got] == \
+        [w is plain["X"] or w is plain["W"] for w in want]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(ns["X"], plain["X"])
