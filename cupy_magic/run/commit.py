@@ -112,6 +112,16 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     made: dict[int, np.ndarray] = {}  # the results' arrays, by id: the device's if the cell's
     # one walk: `g = f` stays the same function; containers only if the cell makes functions
     # (or the array module or the cell's globals may be kept in one, plan.escapes)
+    # each device array the user's array (or a view of it) it stands for, once: two names,
+    # or a name and a list's item, bound to one device array stay one array (`R = [X]`)
+    homed_values: dict[int, tuple[Any, Any]] = {}
+
+    def home_of(value: Any) -> Any:
+        hit = homed_values.get(id(value))
+        if hit is None and homes is not None:  # kept with it: its id is not reused meanwhile
+            hit = homed_values[id(value)] = (value, homes.host_of(value, plan.stored))
+        return None if hit is None else hit[1]
+
     rehome = Rehomer(plan.code.co_filename, namespace,
                      deep=plan.escapes or makes_functions(plan.code),
                      work=work)
@@ -131,7 +141,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             _held_arrays(value, made)
         if wants_host:
             home = None if homes is None or (shown is not None and id(value) in shown.kept) \
-                else homes.host_of(value, plan.stored)
+                else home_of(value)
             if home is not None:
                 updates[name] = home
                 homed[name] = "host (the user's array, changed in place, as in a plain cell)" \
@@ -141,7 +151,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
                 updates[name] = together[name] = value
                 continue
             value = _to_host(value, be, shown, namespace.get(name),
-                             None if homes is None else lambda v: homes.host_of(v, plan.stored))
+                             None if homes is None else home_of)
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])

@@ -78,11 +78,14 @@ class Home:
 
     def own(self, value: Any, at: int) -> np.ndarray | None:
         """The user's array or a view of it for ``value``, a device array at byte ``at`` of
-        the home; ``None``: brought to the host as a new array."""
-        for arr in self.inputs.values():  # the user's own array where the value is it
-            if (self.place(arr), arr.shape, arr.strides, arr.dtype) == \
-                    (at, value.shape, value.strides, value.dtype):
-                return arr
+        the home; ``None``: brought to the host as a new array. The user's array itself only
+        for its own copy: a view of the copy laid out as it (``Y = X.view()``,
+        ``X = X.reshape(X.shape)``) is a new view, as NumPy's is another object."""
+        if any(ref() is value for ref in self.copies):
+            for arr in self.inputs.values():  # the user's own array where the value is it
+                if (self.place(arr), arr.shape, arr.strides, arr.dtype) == \
+                        (at, value.shape, value.strides, value.dtype):
+                    return arr
         if value.ndim == 0:  # CuPy's x[0, 0] is a view, NumPy's a scalar: brought as one
             return None
         return np.ndarray(value.shape, value.dtype, buffer=self.host, offset=at,

@@ -232,3 +232,39 @@ def test_under_to_host_an_input_kept_in_a_list_is_the_users_array(ip, body):
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(ns["X"], plain["X"])
+
+
+@pytest.mark.parametrize("body", ["Y = X.view()", "Y = X[...]", "X = X.reshape(X.shape)",
+                                  "Y = X[0]\nZ = Y", "Y = X[::-1]\nR = [Y]",
+                                  "X = X[::-1]\nY = X"])
+def test_under_to_host_views_and_their_names_keep_numpy_s_identities(ip, body):
+    """A view of an input's copy laid out as the input (``Y = X.view()``) came back as the
+    user's array itself (``Y is X``; NumPy's view is another object), and two names, or a
+    name and a list's item, bound to one view came back as two views (``Y is Z`` false):
+    found by the differential fuzz, the same at 1678c0b. Compared with ``exec`` on each
+    pair of names: identity and shared memory."""
+    def setup():
+        X = np.arange(12.0).reshape(3, 4)
+        return {"np": np, "X": X, "L": [X]}
+
+    plain = setup()
+    exec(body, plain)
+    ns = setup()
+    ip.user_ns.update(ns)
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    got = ip.user_ns
+
+    def arrays(space):
+        found = {k: space[k] for k in ("X", "Y", "Z") if k in space}
+        found["L0"] = space["L"][0]
+        if "R" in space:
+            found["R0"] = space["R"][0]
+        return found
+
+    want, have = arrays(plain), arrays(got)
+    assert want.keys() == have.keys()
+    for a in want:
+        np.testing.assert_array_equal(have[a], want[a])
+        for b in want:
+            assert (have[a] is have[b]) == (want[a] is want[b]), (a, b)
+            assert np.shares_memory(have[a], have[b]) == np.shares_memory(want[a], want[b])
