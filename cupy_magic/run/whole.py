@@ -8,7 +8,7 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from numbers import Number
 from typing import Any
@@ -100,7 +100,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     committed = {o.name for o in report.outputs}
     # a name committed first: `Z = X; X = X; Z` shows Z, which the commit keeps
     return shown_value(value, [n for n in bound if n in committed]
-                       or [n for n in bound if n in still], namespace, to_host is True, be)
+                       or [n for n in bound if n in still], namespace, to_host is True, be,
+                       None if homes is None else lambda v: homes.host_of(v, plan.stored))
 
 
 def allocation_key(value: Any, be: Backend) -> int | None:
@@ -119,17 +120,21 @@ def allocation_key(value: Any, be: Backend) -> int | None:
 
 
 def shown_value(value: Any, names: list[str], namespace: dict[str, Any], to_host: bool,
-                be: Backend) -> Any:
+                be: Backend, home: Callable[[Any], Any] | None = None) -> Any:
     """The last expression's value as the user namespace now holds it.
 
     A value bound to a committed name, or to an input the cell left as the user's array
     (``if c: X = X * 2`` that did not run), is what the name now holds (so ``_`` and the name
     agree); under ``to_host`` a device array is brought to the host, and a 0-d array becomes
-    the NumPy scalar a NumPy cell shows (``np.int64(45)``).
+    the NumPy scalar a NumPy cell shows (``np.int64(45)``), and an input's copy or a view of
+    it the user's array or a view of it (``home``: :meth:`~.homes.Homes.host_of`).
     """
     for name in names:
         if name in namespace:
             return namespace[name]
+    if to_host and home is not None and isinstance(value, np.ndarray | be.xp.ndarray) \
+            and (found := home(value)) is not None:
+        return found  # an input's copy (a read input shown last: `Xtr`): the user's array
     if to_host and be.is_device_array(value):
         return host_form(value, be)
     return value

@@ -268,3 +268,15 @@ def test_under_to_host_views_and_their_names_keep_numpy_s_identities(ip, body):
         for b in want:
             assert (have[a] is have[b]) == (want[a] is want[b]), (a, b)
             assert np.shares_memory(have[a], have[b]) == np.shares_memory(want[a], want[b])
+
+
+@pytest.mark.parametrize(("body", "name"), [("X", "X"), ("Xtr", "Xtr"), ("X = X\nXtr", "Xtr"),
+                                            ("if c:\n    X = X * 2\nXtr", "Xtr")])
+def test_under_to_host_an_input_shown_last_is_the_users_array(ip, body, name):
+    """A plain cell ending in ``X`` shows ``X`` itself (``_ is X``); under ``--to-host`` the
+    run showed a host copy of the device copy (a read input is not committed), and since
+    75de877 also ``Xtr`` after a rebinding of ``X`` (no longer committed as a group)."""
+    X = np.arange(12.0).reshape(3, 4)
+    ip.user_ns.update(X=X, Xtr=X[:2], c=True)
+    shown = ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    assert shown is ip.user_ns[name]
