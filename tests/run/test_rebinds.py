@@ -27,6 +27,17 @@ MAY_REBIND = [
 ]
 
 
+def _plain_and_gpu(ip, body: str, setup, mode: str) -> tuple[dict, dict, dict]:
+    """``body`` run by ``exec`` over ``setup()`` and as a ``%%gpu`` cell (``mode``) over
+    another ``setup()``: the plain namespace, the cell's before it ran, and the shell's."""
+    plain = setup()
+    exec(body, plain)
+    ns = setup()
+    ip.user_ns.update(ns)
+    ip.run_cell_magic("gpu", mode, body)
+    return plain, ns, ip.user_ns
+
+
 def _host(value):
     """``value`` on the host (a device array copied back)."""
     return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
@@ -48,12 +59,7 @@ def test_an_input_the_cell_may_rebind_is_left_as_the_users_where_it_was_not(
         X = np.arange(12.0).reshape(3, 4)
         return {"np": np, "X": X, "L": [X], "c": made, "n": 2 if made else 0}
 
-    plain = setup()
-    exec(body, plain)
-    ns = setup()
-    ip.user_ns.update(ns)
-    ip.run_cell_magic("gpu", mode, body)
-    got = ip.user_ns
+    plain, ns, got = _plain_and_gpu(ip, body, setup, mode)
     assert got["L"][0] is ns["X"]
     np.testing.assert_array_equal(got["L"][0], plain["L"][0])  # the host's change kept
     np.testing.assert_array_equal(_host(got["X"]), plain["X"])
@@ -194,12 +200,7 @@ def test_under_to_host_a_change_through_another_name_before_a_rebinding_is_kept(
         X = np.arange(12.0).reshape(3, 4)
         return {"np": np, "X": X, "W": np.ones(4), "L": [X]}
 
-    plain = setup()
-    exec(body, plain)
-    ns = setup()
-    ip.user_ns.update(ns)
-    ip.run_cell_magic("gpu", "--quiet --to-host", body)
-    got = ip.user_ns
+    plain, ns, got = _plain_and_gpu(ip, body, setup, "--quiet --to-host")
     assert got["L"][0] is ns["X"]
     np.testing.assert_array_equal(got["L"][0], plain["L"][0])
     np.testing.assert_array_equal(got["X"], plain["X"])
@@ -220,12 +221,8 @@ def test_under_to_host_an_input_kept_in_a_list_is_the_users_array(ip, body):
     def flat(items):
         return [x for v in items for x in (flat(v) if isinstance(v, list) else [v])]
 
-    plain = setup()
-    exec(body, plain)
-    ns = setup()
-    ip.user_ns.update(ns)
-    ip.run_cell_magic("gpu", "--quiet --to-host", body)
-    got = flat(ip.user_ns["R"])
+    plain, ns, shell = _plain_and_gpu(ip, body, setup, "--quiet --to-host")
+    got = flat(shell["R"])
     want = flat(plain["R"])
     assert [g is ns["X"] or g is ns["W"] for g in got] == \
         [w is plain["X"] or w is plain["W"] for w in want]
@@ -247,12 +244,7 @@ def test_under_to_host_views_and_their_names_keep_numpy_s_identities(ip, body):
         X = np.arange(12.0).reshape(3, 4)
         return {"np": np, "X": X, "L": [X]}
 
-    plain = setup()
-    exec(body, plain)
-    ns = setup()
-    ip.user_ns.update(ns)
-    ip.run_cell_magic("gpu", "--quiet --to-host", body)
-    got = ip.user_ns
+    plain, _, got = _plain_and_gpu(ip, body, setup, "--quiet --to-host")
 
     def arrays(space):
         found = {k: space[k] for k in ("X", "Y", "Z") if k in space}
