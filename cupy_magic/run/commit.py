@@ -115,6 +115,7 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
     # each device array the user's array (or a view of it) it stands for, once: two names,
     # or a name and a list's item, bound to one device array stay one array (`R = [X]`)
     homed_values: dict[int, tuple[Any, Any]] = {}
+    hosted_values: dict[int, tuple[Any, Any]] = {}  # likewise what _to_host made of each
 
     def home_of(value: Any) -> Any:
         hit = homed_values.get(id(value))
@@ -150,8 +151,11 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             if _together(value, be, shown):  # with the other views of its allocation
                 updates[name] = together[name] = value
                 continue
-            value = _to_host(value, be, shown, namespace.get(name),
-                             None if homes is None else home_of)
+            hit = hosted_values.get(id(value))  # `X = Y = [a]`: one list, as in NumPy
+            if hit is None:
+                hit = hosted_values[id(value)] = (value, _to_host(
+                    value, be, shown, namespace.get(name), None if homes is None else home_of))
+            value = hit[1]
         stuck = len(rehome.stuck)
         updates[name] = rehome(host_value(value))
         report.notes.extend(_stuck_note(name, g, value) for g in rehome.stuck[stuck:])

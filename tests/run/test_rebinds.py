@@ -272,3 +272,16 @@ def test_under_to_host_an_input_shown_last_is_the_users_array(ip, body, name):
     ip.user_ns.update(X=X, Xtr=X[:2], c=True)
     shown = ip.run_cell_magic("gpu", "--quiet --to-host", body)
     assert shown is ip.user_ns[name]
+
+
+@pytest.mark.parametrize("body", ["A = B = [X * 2]", "A = (X * 2, 1)\nB = A",
+                                  "Xtr = [X, Xtr]\nX = Xtr"])
+def test_under_to_host_two_names_of_one_list_stay_one_list(ip, body):
+    """``Xtr = [X, Xtr]; X = Xtr``: a plain cell's ``X is Xtr``; under ``--to-host`` since
+    b3ee4d6 (a list's items that are inputs' copies become the user's arrays) each name's
+    list was rebuilt on its own, as two lists (found by re-running the fuzz)."""
+    X = np.arange(12.0).reshape(3, 4)
+    ip.user_ns.update(X=X, Xtr=X[:2])
+    ip.run_cell_magic("gpu", "--quiet --to-host", body)
+    first, second = ("X", "Xtr") if "Xtr" in body else ("A", "B")
+    assert ip.user_ns[first] is ip.user_ns[second]
