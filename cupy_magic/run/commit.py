@@ -351,9 +351,8 @@ def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
         kept = None if shown is None else shown.reuse(value)
         return host_form(value, be, was) if kept is None else kept
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [found if home is not None and isinstance(v, np.ndarray | be.xp.ndarray)
-                 and (found := home(v)) is not None else _to_host(v, be, shown, home=home)
-                 for v in value]
+        items = [found if home is not None and (found := home(v)) is not None
+                 else _to_host(v, be, shown, home=home) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)

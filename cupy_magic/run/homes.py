@@ -39,7 +39,7 @@ from .inputmoves import shared_input_spans
 from .overlap import items_apart
 from .plan import CellPlan, cast_target
 
-__all__ = ["Home", "Homes", "StridedHome", "input_homes"]
+__all__ = ["Home", "Homes", "StridedHome", "in_device_memory", "input_homes"]
 
 
 @dataclass
@@ -213,11 +213,8 @@ class Homes:
         """``value`` (a device array the cell commits) as the user's array or a view of it,
         its home written back first if the cell stored one of its inputs; ``None`` where it
         lies in no home."""
-        # the CPU fallback's copies are NumPy arrays (its "device" ones only once committed)
-        if not self.by_key or not (self.be.is_device_array(value) or (
-                not self.be.is_gpu and isinstance(value, np.ndarray))) or not value.size \
-                or value.dtype.hasobject or value.dtype.kind == "T":
-            return None  # an array of references (the CPU fallback's) lies in no home
+        if not self.by_key or not in_device_memory(value, self.be) or not value.size:
+            return None
         key, whole, offset = self.be.allocation(value)
         home = self.by_key.get(key)
         if home is None or not any(c is not None and self.be.allocation(c)[0] == key
@@ -232,6 +229,15 @@ class Homes:
                 return None
             home.write(self.be, whole)
         return home.own(value, at)
+
+
+def in_device_memory(value: Any, be: Backend) -> bool:
+    """Whether ``value`` is an array with bytes in the backend's device memory, which
+    :meth:`~cupy_magic.backend.Backend.allocation` can place: a device array, or on the CPU
+    fallback a NumPy array (its copies; its "device" ones only once committed), not one of
+    references (``dtype=object``, ``StringDType``), which has no bytes to view."""
+    return (be.is_device_array(value) or (not be.is_gpu and isinstance(value, np.ndarray))) \
+        and not (value.dtype.hasobject or value.dtype.kind == "T")
 
 
 def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,

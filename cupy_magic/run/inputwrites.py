@@ -78,9 +78,9 @@ class InputWatch:
             self.token = be.watch(copies, weak)
         # the unsure inputs' copies, held weakly, to see whether their names hold them at the
         # end: those the source can only read (`if c: x = x * 2`) need no fingerprint
-        kept = [n for n in unsure if n in moved and n in inputs] if unsure else []
+        kept = [n for n in unsure if n in moved and n in inputs]
         self.kept = dict(zip(kept, holders([moved[n] for n in kept], [True] * len(kept)),
-                             strict=True)) if kept else {}
+                             strict=True))
 
     def changed(self) -> set[str]:
         """The watched inputs whose copies the cell changed (read once, after the run); a

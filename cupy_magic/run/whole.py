@@ -18,7 +18,7 @@ import numpy as np
 from ..backend import Backend
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
-from .homes import input_homes
+from .homes import in_device_memory, input_homes
 from .inputmoves import check_budget, has_rows, move_inputs
 from .inputwrites import InputWatch
 from .mainmod import as_main
@@ -110,9 +110,7 @@ def allocation_key(value: Any, be: Backend) -> int | None:
     :func:`~.overlap.whole_groups`: ``None`` where it holds none (a number, a host array on a
     GPU, an array of references on the CPU fallback, which no copy is), ``MAY_HOLD`` where
     it may hold a view of any (a list, an object)."""
-    if be.is_device_array(value) or (not be.is_gpu and isinstance(value, np.ndarray)):
-        if value.dtype.hasobject or value.dtype.kind == "T":
-            return None
+    if in_device_memory(value, be):
         return be.allocation(value)[0]
     if value is None or isinstance(value, (np.ndarray, np.generic, Number, str, bytes)):
         return None
@@ -132,8 +130,7 @@ def shown_value(value: Any, names: list[str], namespace: dict[str, Any], to_host
     for name in names:
         if name in namespace:
             return namespace[name]
-    if to_host and home is not None and isinstance(value, np.ndarray | be.xp.ndarray) \
-            and (found := home(value)) is not None:
+    if to_host and home is not None and (found := home(value)) is not None:
         return found  # an input's copy (a read input shown last: `Xtr`): the user's array
     if to_host and be.is_device_array(value):
         return host_form(value, be)
