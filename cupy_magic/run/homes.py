@@ -17,12 +17,15 @@ contiguous, has a home of its own kind (:class:`StridedHome`): the copy comes ba
 contiguous host array into the view, so ``big`` holds the change; a view the cell makes of
 it comes back as a new array.
 Others (cast, read-only) come back as new arrays, and their views made earlier keep the old
-values. A home is written back when the cell stored one of its inputs and a name it
-commits lies in it, or when the source changes one in place through its own name
-(``X -= 1``, ``X[0] = 1``, ``X.sort()``) or a name a top-level ``Y = X`` bound to it, and
-the cell then rebinds or deletes the names (``X -= 1; X = 0``, ``Y = X; Y += 1; del X, Y``):
-in a plain cell the user's array keeps that change, and its earlier views see it. For those
-inputs only the home keeps the device copy alive to the commit.
+values. A home is written back when the run may have changed one of its inputs' copies (in
+place through a name, or as the input watch saw) and a name it commits lies in it: a copy
+only read, then rebound (``X = X.T``, ``Xtr = Xtr * 2``), holds the user's bytes, and
+writing it back would undo a change the cell made meanwhile through the host. Also when
+the source changes one in place through its own name (``X -= 1``, ``X[0] = 1``,
+``X.sort()``) or a name a top-level ``Y = X`` bound to it, and the cell then rebinds or
+deletes the names (``X -= 1; X = 0``, ``Y = X; Y += 1; del X, Y``): in a plain cell the
+user's array keeps that change, and its earlier views see it. For those inputs only the
+home keeps the device copy alive to the commit.
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ class Home:
     kept: dict[str, Any] = field(default_factory=dict)  # copies held to the commit: the
     # source changes these inputs in place, and may rebind their names after
     writes: bool = True  # a change of its inputs the run made goes into the user's memory
+    # the arrays the copies are views of, weakly: a view made in the cell (`X = X.T`) holds
+    # that one (NumPy's and CuPy's `base`), not the copy, which may be gone
+    owners: list[weakref.ref[Any]] = field(default_factory=list)
+
+    def lives(self, be: Backend, key: int) -> bool:
+        """Whether the allocation ``key`` names is still this home's: one of its copies, or
+        an array they are views of, lives in it."""
+        return any(c is not None and be.allocation(c)[0] == key
+                   for c in (ref() for ref in self.copies + self.owners))
 
     def write(self, be: Backend, whole: Any) -> None:
         """Copy the home's stretch of the allocation ``whole`` into the user's memory."""
@@ -141,6 +153,7 @@ class Homes:
         # (``if c: X += 1``, ``if c: X = X * 2``): their copies are not written back
         # (:class:`~.inputwrites.InputWatch`)
         self.unchanged: frozenset[str] = frozenset()
+        self.made: set[str] | frozenset[str] | None = None  # None: any stored input may be
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
             inputs: dict[str, np.ndarray], keep: set[str] | frozenset[str] = frozenset()
@@ -155,7 +168,7 @@ class Homes:
         self.by_key[key] = Home(host, offset + start_in_copy, inputs,
                                 [weakref.ref(c) for c in copies],
                                 kept={n: c for n, c in zip(inputs, copies, strict=True)
-                                      if n in keep})
+                                      if n in keep}, owners=_owners(copies))
 
     def add_strided(self, copy: Any, name: str, user: np.ndarray,
                     keep: set[str] | frozenset[str] = frozenset(),
@@ -167,19 +180,27 @@ class Homes:
         self.by_key[key] = StridedHome(np.empty(0, np.uint8), offset, {name: user},
                                        [weakref.ref(copy)],
                                        kept={name: copy} if name in keep else {}, user=user,
-                                       copy_strides=tuple(copy.strides), writes=writes)
+                                       copy_strides=tuple(copy.strides), writes=writes,
+                                       owners=_owners([copy]))
 
     def _made(self, stored: set[str] | frozenset[str]) -> set[str] | frozenset[str]:
-        """The inputs of ``stored`` whose copies the run changed: less the ``unchanged``."""
-        return stored - self.unchanged if self.unchanged else stored
+        """The inputs of ``stored`` whose copies the run changed: less the ``unchanged``, and
+        only the ``made`` once settled."""
+        stored = stored - self.unchanged if self.unchanged else stored
+        return stored if self.made is None else stored & self.made
 
-    def settle(self, unseen: set[str], unmade: frozenset[str]) -> None:
+    def settle(self, unseen: set[str], unmade: frozenset[str],
+               made: set[str] | frozenset[str]) -> None:
         """Take what the run did to the inputs: ``unseen``, those it changed through another
         name than their own; ``unmade``, those the source may change in place or rebind and
-        the run left as they were (not written back). Raise where a strided view with a contiguous
-        copy (:class:`StridedHome`) changed unseen: whether NumPy's change would reach the
-        array it views (``X[1:]`` a view, ``X.ravel()`` a copy) the copy cannot tell."""
+        the run left as they were (not written back); ``made``, those whose copies the run
+        may have changed (in place, or seen changed by the input watch): a home none of them
+        lies in is not written back, the user's array holding the bytes. Raise where a
+        strided view with a contiguous copy (:class:`StridedHome`) changed unseen: whether
+        NumPy's change would reach the array it views (``X[1:]`` a view, ``X.ravel()`` a
+        copy) the copy cannot tell."""
         self.unchanged = unmade
+        self.made = made
         for home in self.by_key.values():
             name = next(iter(home.inputs))  # a strided home holds one input
             if isinstance(home, StridedHome) and not home.writes and name in unseen:
@@ -217,9 +238,8 @@ class Homes:
             return None
         key, whole, offset = self.be.allocation(value)
         home = self.by_key.get(key)
-        if home is None or not any(c is not None and self.be.allocation(c)[0] == key
-                                   for c in (ref() for ref in home.copies)):
-            return None  # none of its copies lives: the key names another allocation now
+        if home is None or not home.lives(self.be, key):
+            return None  # nothing of its copies lives: the key names another allocation now
         at = offset - home.start
         low, high = byte_span(at, value)
         if low < 0 or high > home.nbytes:
@@ -229,6 +249,20 @@ class Homes:
                 return None
             home.write(self.be, whole)
         return home.own(value, at)
+
+
+def _owners(copies: list[Any]) -> list[weakref.ref[Any]]:
+    """Weak references to the arrays ``copies`` are views of (their ``base``)."""
+    return [weakref.ref(c.base) for c in copies
+            if getattr(c, "base", None) is not None and _weakly(c.base)]
+
+
+def _weakly(obj: Any) -> bool:
+    try:
+        weakref.ref(obj)
+    except TypeError:  # a base that is no array (bytes, an mmap)
+        return False
+    return True
 
 
 def in_device_memory(value: Any, be: Backend) -> bool:

@@ -77,7 +77,11 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             # back, nor committed where X still holds it (the user's X, as before the cell)
             unmade, still = watch.unmade(work)
             if homes is not None:
-                homes.settle(plan.stored - seen, unmade)
+                # the copies the run may have changed: the source's own changes in place
+                # and those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`,
+                # `X = X.T`), is not written over a change made meanwhile through the host
+                homes.settle(plan.stored - seen, unmade,
+                             ((seen & (plan.in_place | unseen)) - unmade) | watch.changed())
             plan = replace(plan, stored=whole_groups(
                 plan.stored - still if still else plan.stored, plan.overlaps,
                 lambda name: allocation_key(work.get(name), be)))

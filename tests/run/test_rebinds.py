@@ -285,3 +285,31 @@ def test_under_to_host_two_names_of_one_list_stay_one_list(ip, body):
     ip.run_cell_magic("gpu", "--quiet --to-host", body)
     first, second = ("X", "Xtr") if "Xtr" in body else ("A", "B")
     assert ip.user_ns[first] is ip.user_ns[second]
+
+
+@pytest.mark.parametrize("body", [
+    "Xtr = Xtr * 2\nX = np.ascontiguousarray(X)\nX = X.T\nL[0][:] = -1",
+    "Xtr = Xtr * 2\nX = X.T\nL[0][:] = -1",
+    "Xtr = Xtr + 0\nX = X.T\nL[0][:] = -1",
+    "Y = Xtr\nX = X.T\nL[0][:] = -1",
+    "Xtr = Xtr * 2\nX = X.T\nX[:] = -1",  # the copy changed: written back, as before
+])
+def test_under_to_host_a_group_only_read_then_rebound_is_not_written_over_the_host(ip, body):
+    """``Xtr = X[:2]`` from an earlier cell: a cell that only reads the copies of ``X`` and
+    ``Xtr`` before rebinding them, and changes the user's array through the host
+    (``L[0]``), leaves that change, and ``X = X.T`` a view of it, as a plain cell does. The
+    run wrote the unchanged copy over the user's array, or brought ``X.T`` back as a copy of
+    the stale one: any stored input of the group counted as changed, and ``X.T`` holds the
+    copy's base, not the copy (session 27's note, "found broken", first item)."""
+    def setup():
+        X = np.arange(12.0).reshape(4, 3)
+        return {"np": np, "X": X, "Xtr": X[:2], "L": [X]}
+
+    plain, ns, got = _plain_and_gpu(ip, body, setup, "--quiet --to-host")
+    assert got["L"][0] is ns["X"]
+    for name in ("X", "Xtr", "Y"):
+        if name in plain:
+            np.testing.assert_array_equal(got[name], plain[name])
+            assert np.shares_memory(got[name], got["L"][0]) == \
+                np.shares_memory(plain[name], plain["L"][0]), name
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])
