@@ -82,6 +82,10 @@ class BatchRun(BatchJoin):
         self.first_slot = 0
         self.last_work: dict[str, Any] = {}
         self.first: list[tuple[str, Any]] = []
+        # inputs the cell may rebind and never changes in place (`if c: X = X * 2`): those
+        # the batches leave as they got them stay the user's arrays (BatchJoin.collect)
+        self.may_leave = plan.may_keep - plan.in_place - plan.unseen
+        self.left: set[str] = set()
         self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
@@ -121,6 +125,7 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
+            given = {n: work[n] for n in self.may_leave if n in work}
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
@@ -134,7 +139,8 @@ class BatchRun(BatchJoin):
                     with unawaited_quiet():
                         work.clear()
                 raise
-            self.collect(i, a, b, slot, work)
+            self.collect(i, a, b, slot, work, given)
+            del given
         if i == 0:
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)

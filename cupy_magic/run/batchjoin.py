@@ -41,14 +41,20 @@ class BatchJoin:
     first_slot: int
     last_work: dict[str, Any]
     first: list[tuple[str, Any]]
+    may_leave: frozenset[str]
+    left: set[str]
 
-    def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any]) -> None:
-        """Take what batch ``i`` (rows ``a:b``, run on ``slot``) left in ``work``."""
+    def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any],
+                given: dict[str, Any]) -> None:
+        """Take what batch ``i`` (rows ``a:b``, run on ``slot``) left in ``work``; ``given``:
+        the copies it got of the inputs it may leave as they were (``may_leave``)."""
         rows = b - a
         for name in sorted(self.plan.stored):
             if name not in work:
                 continue
             value = work[name]
+            if name in given and self._left(name, value is given[name], i):
+                continue
             if name in self.opts.reduce:
                 self.keep_partial(i, slot, name, value, rows)
                 continue
@@ -91,9 +97,26 @@ class BatchJoin:
         # are dropped now: their device memory goes back to the slot's pool arena, and the next
         # batch does not run beside them (the first batch, which sizes the rest, did not).
         read_only = [n for n in self.inputs if n not in self.plan.stored]
-        for name in (*self.specs, *self.opts.reduce, *read_only):
+        for name in (*self.specs, *self.opts.reduce, *read_only, *self.left):
             work.pop(name, None)
         self.last_work = work
+
+    def _left(self, name: str, left: bool, i: int) -> bool:
+        """Whether batch ``i`` left the input ``name`` as it got it (``left``); refused where
+        the first batch did otherwise: a plain cell leaves it the user's array
+        (``if c: X = X * 2`` with ``c`` false) or rebinds it, for all of its rows at once."""
+        if i == 0:
+            if left:
+                self.left.add(name)
+        elif left != (name in self.left):
+            first = f"rebound {name!r}" if left else f"left {name!r} as it was"
+            this = "left it as it was" if left else "rebound it"
+            raise CellError(
+                f"the first batch {first} and batch {i + 1} {this}: which one depends on "
+                "the rows, where a plain cell does one or the other for all of them; "
+                "decide it for the whole array before the cell (a condition computed in a "
+                "plain cell), or run the cell whole (no --batch, a larger budget)")
+        return left
 
     def keep_partial(self, i: int, slot: int, name: str, value: Any, rows: int) -> None:
         """Keep batch ``i``'s ``--reduce`` partial ``name``: a device array is copied (on
@@ -136,7 +159,7 @@ class BatchJoin:
     def forget(self) -> None:
         """Drop everything the batches left so far (a first batch measured again)."""
         for table in (self.specs, self.written, self.constants, self.partials,
-                      self.partial_rows):
+                      self.partial_rows, self.left):
             table.clear()
         self.first.clear()
         self.last_work = {}
@@ -147,6 +170,8 @@ class BatchJoin:
         for name in self.inputs:
             if name not in self.specs and name not in self.plan.stored:
                 kept[name] = self.namespace[name]
+        for name in self.left:  # `if c: X = X * 2` that no batch ran: the user's X
+            kept[name] = self.namespace[name]
         return kept
 
     def _same_in_every_batch(self, name: str, value: Any, i: int) -> None:

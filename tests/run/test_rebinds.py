@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from IPython.core.error import UsageError
 
 import cupy_magic
 
@@ -313,3 +314,42 @@ def test_under_to_host_a_group_only_read_then_rebound_is_not_written_over_the_ho
             assert np.shares_memory(got[name], got["L"][0]) == \
                 np.shares_memory(plain[name], plain["L"][0]), name
     np.testing.assert_array_equal(got["L"][0], plain["L"][0])
+
+
+@pytest.mark.parametrize("mode", ["--quiet --batch-rows 4", "--quiet --batch-rows 4 --to-host"])
+@pytest.mark.parametrize(("body", "made"), [
+    ("if c:\n    X = X * 2\nL[0][:] = -1", False), ("if c:\n    X = X * 2", True),
+    ("X = X\nY = X * 2", False), ("if c:\n    X = X * 2\nY = X + 1", False),
+    ("if c:\n    X = X * 2\nY = X + 1", True),
+    ("if c:\n    W = W * 2\nY = X + W[0]", False),  # made: W has no rows (refused)
+])
+def test_a_batched_cell_leaves_an_input_it_did_not_rebind_as_the_users(ip, body, mode, made):
+    """A batched run gathered ``X`` into a new array wherever the cell may rebind it, also
+    where no batch did (``c`` false, ``X = X``): the user's array changed through ``L[0]``
+    then read stale through ``X``. Now ``X`` stays the user's array where no batch rebound
+    it, and is gathered as before where every batch did."""
+    def setup():
+        X = np.arange(40.0).reshape(20, 2)
+        return {"np": np, "X": X, "W": np.ones(2), "L": [X], "c": made}
+
+    plain, ns, got = _plain_and_gpu(ip, body, setup, mode)
+    for name in ("X", "W", "Y"):
+        if name in plain:
+            np.testing.assert_array_equal(_host(got[name]), plain[name])
+    for name in ("X", "W"):  # rebound only by a `name = name * 2` that ran
+        assert (got[name] is ns[name]) == (not made or f"{name} = {name} *" not in body), name
+
+
+@pytest.mark.parametrize("cond", ["X[0, 0] > 10", "X[0, 0] < 10"])
+def test_a_batched_cell_that_rebinds_an_input_for_some_rows_only_is_refused(ip, cond):
+    """``if X[0, 0] > 10: X = X * 2`` decides per batch what a plain cell decides once for
+    the whole array: the batches that kept ``X`` and those that rebound it cannot be joined
+    (they were, into an array of half old and half doubled rows). Refused, naming the batch
+    and the fix; the user's ``X`` is left as it was."""
+    X = np.arange(40.0).reshape(20, 2)
+    ip.user_ns.update(np=np, X=X)
+    with pytest.raises(UsageError, match=r"the first batch .* and batch 3 .*: which one "
+                       r"depends on the rows.*run the cell whole"):
+        ip.run_cell_magic("gpu", "--quiet --batch-rows 4", f"if {cond}:\n    X = X * 2")
+    assert ip.user_ns["X"] is X
+    np.testing.assert_array_equal(X, np.arange(40.0).reshape(20, 2))
