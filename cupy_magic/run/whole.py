@@ -80,8 +80,11 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                 # the copies the run may have changed: the source's own changes in place
                 # and those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`,
                 # `X = X.T`), is not written over a change made meanwhile through the host
+                # (the watch reads its copy, held weakly, as changed once it is gone)
+                read = plan.may_keep - plan.in_place - unseen
                 homes.settle(plan.stored - seen, unmade,
-                             ((seen & (plan.in_place | unseen)) - unmade) | watch.changed())
+                             ((seen & (plan.in_place | unseen)) - unmade)
+                             | (watch.changed() - read))
             plan = replace(plan, stored=whole_groups(
                 plan.stored - still if still else plan.stored, plan.overlaps,
                 lambda name: allocation_key(work.get(name), be)))

@@ -294,6 +294,11 @@ def test_under_to_host_two_names_of_one_list_stay_one_list(ip, body):
     "Xtr = Xtr + 0\nX = X.T\nL[0][:] = -1",
     "Y = Xtr\nX = X.T\nL[0][:] = -1",
     "Xtr = Xtr * 2\nX = X.T\nX[:] = -1",  # the copy changed: written back, as before
+    # the copy of Xtr, gone (rebound), read as changed by the input watch (the fuzz)
+    "Xtr = Xtr * 2\nX = X.T\nL[0][:] = -1\nXtr += 1",
+    "X = X + 0\nXtr = Xtr.T\nL[0][:] = -1\nQ = [X]",
+    "Xtr = Xtr * 2\nXtr += 1\nX = X[::-1]\nif c:\n    L[0][:] = -1",
+    "if c:\n    X = X.T\nXtr = Xtr * 2\nXtr = L[0][:2]\nY = Xtr.T\nY[0] = 4",
 ])
 def test_under_to_host_a_group_only_read_then_rebound_is_not_written_over_the_host(ip, body):
     """``Xtr = X[:2]`` from an earlier cell: a cell that only reads the copies of ``X`` and
@@ -304,7 +309,7 @@ def test_under_to_host_a_group_only_read_then_rebound_is_not_written_over_the_ho
     copy's base, not the copy (session 27's note, "found broken", first item)."""
     def setup():
         X = np.arange(12.0).reshape(4, 3)
-        return {"np": np, "X": X, "Xtr": X[:2], "L": [X]}
+        return {"np": np, "X": X, "Xtr": X[:2], "L": [X], "c": True}
 
     plain, ns, got = _plain_and_gpu(ip, body, setup, "--quiet --to-host")
     assert got["L"][0] is ns["X"]
