@@ -136,8 +136,11 @@ class StridedHome(Home):
             self.written = True
 
     def own(self, value: Any, at: int) -> np.ndarray | None:
+        # the copy itself only: a view of it laid out as it (`Z = X.T.T`) is another
+        # object in NumPy, and comes back a new array as the other views do
         user = self.user
-        if (at, value.shape, value.dtype, tuple(value.strides)) == \
+        if any(ref() is value for ref in self.copies) and \
+                (at, value.shape, value.dtype, tuple(value.strides)) == \
                 (0, user.shape, user.dtype, self.copy_strides):
             return user
         return None

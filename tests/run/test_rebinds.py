@@ -358,3 +358,20 @@ def test_a_batched_cell_that_rebinds_an_input_for_some_rows_only_is_refused(ip, 
         ip.run_cell_magic("gpu", "--quiet --batch-rows 4", f"if {cond}:\n    X = X * 2")
     assert ip.user_ns["X"] is X
     np.testing.assert_array_equal(X, np.arange(40.0).reshape(20, 2))
+
+
+@pytest.mark.parametrize("body", ["X = X.T\nZ = X.T", "Z = X.reshape(X.shape)", "Z = X[...]",
+                                  "X += 1\nZ = X"])
+def test_under_to_host_a_view_of_a_strided_input_is_not_the_users_array(ip, body):
+    """``X = big[::2]`` (a strided view whose copy is contiguous): a view the cell makes of
+    the copy laid out as it (``X.T.T``, ``X[...]``) came back as the user's ``X`` itself,
+    where NumPy's is another object (found by the fuzz); ``Z = X`` is ``X``."""
+    def setup():
+        big = np.arange(48.0).reshape(16, 3)
+        X = big[::4]
+        return {"np": np, "big": big, "X": X, "L": [X]}
+
+    plain, _ns, got = _plain_and_gpu(ip, body, setup, "--quiet --to-host")
+    np.testing.assert_array_equal(got["Z"], plain["Z"])
+    assert (got["Z"] is got["L"][0]) == (plain["Z"] is plain["L"][0])
+    np.testing.assert_array_equal(got["big"], plain["big"])
