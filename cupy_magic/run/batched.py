@@ -10,6 +10,7 @@ committed unless every batch succeeds.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -125,7 +126,8 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
-            given = {n: work[n] for n in self.may_leave if n in work}
+            # held weakly: a batch that rebinds one frees its copy, as a whole run does
+            given = {n: weakref.ref(work[n]) for n in self.may_leave if n in work}
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
@@ -140,7 +142,6 @@ class BatchRun(BatchJoin):
                         work.clear()
                 raise
             self.collect(i, a, b, slot, work, given)
-            del given
         if i == 0:
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)

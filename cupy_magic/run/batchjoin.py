@@ -7,6 +7,7 @@ none of these fits (:class:`~.batched.BatchRun` runs the batches).
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,15 +46,16 @@ class BatchJoin:
     left: set[str]
 
     def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any],
-                given: dict[str, Any]) -> None:
+                given: dict[str, Callable[[], Any]]) -> None:
         """Take what batch ``i`` (rows ``a:b``, run on ``slot``) left in ``work``; ``given``:
-        the copies it got of the inputs it may leave as they were (``may_leave``)."""
+        weak references to the copies it got of the inputs it may leave as they were
+        (``may_leave``)."""
         rows = b - a
         for name in sorted(self.plan.stored):
             if name not in work:
                 continue
             value = work[name]
-            if name in given and self._left(name, value is given[name], i):
+            if name in given and self._left(name, value is given[name](), i):
                 continue
             if name in self.opts.reduce:
                 self.keep_partial(i, slot, name, value, rows)

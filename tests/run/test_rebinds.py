@@ -375,3 +375,17 @@ def test_under_to_host_a_view_of_a_strided_input_is_not_the_users_array(ip, body
     np.testing.assert_array_equal(got["Z"], plain["Z"])
     assert (got["Z"] is got["L"][0]) == (plain["Z"] is plain["L"][0])
     np.testing.assert_array_equal(got["big"], plain["big"])
+
+
+def test_a_batched_rebinding_that_ran_lets_the_batch_s_copy_go(ip):
+    """Each batch's copy of an input it may leave as it was is held weakly to see whether
+    the batch left it: ``if c: X = X * 2`` that ran frees the copy as ``X = X * 2`` does, so
+    the two cells' peaks are the same (a strong hold added a batch's rows to it)."""
+    X = np.ones((64 * 1024, 16))  # 8 MiB, batches of 2 MiB
+    peaks = []
+    for body in ("X = X * 2\nY = X * 3\ndel Y", "if c:\n    X = X * 2\nY = X * 3\ndel Y"):
+        ip.user_ns.update(X=X, c=True)
+        ip.run_cell_magic("gpu", "--quiet --batch-rows 16384", body)
+        np.testing.assert_array_equal(_host(ip.user_ns["X"]), X * 2)
+        peaks.append(cupy_magic.last_report().peak_pool_bytes)
+    assert peaks[1] < peaks[0] + 16384 * 16 * 8 // 2, [p / 2**20 for p in peaks]
