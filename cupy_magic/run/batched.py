@@ -83,10 +83,13 @@ class BatchRun(BatchJoin):
         self.first_slot = 0
         self.last_work: dict[str, Any] = {}
         self.first: list[tuple[str, Any]] = []
-        # inputs the cell may rebind and never changes in place (`if c: X = X * 2`): those
-        # the batches leave as they got them stay the user's arrays (BatchJoin.collect)
-        self.may_leave = plan.may_keep - plan.in_place - plan.unseen
+        # inputs the cell may rebind and never changes in place through its name
+        # (`if c: X = X * 2`, `X = np.asarray(X)`): those the batches leave as they got them
+        # stay the user's arrays (BatchJoin.collect); one the source may change through
+        # another name (plan.unseen) is watched in the first batch, and gathered if changed
+        self.may_leave = plan.may_keep - plan.in_place
         self.left: set[str] = set()
+        self.touched: set[str] = set()
         self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
@@ -126,8 +129,7 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
-            # held weakly: a batch that rebinds one frees its copy, as a whole run does
-            given = {n: weakref.ref(work[n]) for n in self.may_leave if n in work}
+            given, marks = self.given(i, work)
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
@@ -141,11 +143,25 @@ class BatchRun(BatchJoin):
                     with unawaited_quiet():
                         work.clear()
                 raise
+            if marks is not None:  # changed in place through another name: gathered
+                for name, changed in zip(marks[0], self.be.changed(marks[1]), strict=True):
+                    if changed and given[name]() is not None:
+                        self.touched.add(name)
+                        del given[name]
             self.collect(i, a, b, slot, work, given)
         if i == 0:
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
+
+    def given(self, i: int, work: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """Weak references to batch ``i``'s copies of the inputs it may leave as they were
+        (a batch that rebinds one frees its copy, as a whole run does), and in the first
+        batch the watch of those the source may change through another name."""
+        given = {n: weakref.ref(work[n]) for n in self.may_leave - self.touched if n in work}
+        unsure = [n for n in given if n in self.plan.unseen] if i == 0 else []
+        return given, (unsure, self.be.watch([work[n] for n in unsure], [True] * len(unsure))
+                       ) if unsure else None
 
     def watch_first(self, work: dict[str, Any]) -> InputWatch:
         """Watch the first batch's rows of the batched inputs and the shared inputs' copies,

@@ -44,6 +44,7 @@ class BatchJoin:
     first: list[tuple[str, Any]]
     may_leave: frozenset[str]
     left: set[str]
+    touched: set[str]
 
     def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any],
                 given: dict[str, Callable[[], Any]]) -> None:
@@ -161,7 +162,7 @@ class BatchJoin:
     def forget(self) -> None:
         """Drop everything the batches left so far (a first batch measured again)."""
         for table in (self.specs, self.written, self.constants, self.partials,
-                      self.partial_rows, self.left):
+                      self.partial_rows, self.left, self.touched):
             table.clear()
         self.first.clear()
         self.last_work = {}
