@@ -26,7 +26,7 @@ import numpy as np
 from ..syncs.values import attr_path
 from .batching import _definition
 
-__all__ = ["WRITES_FILE", "outside_effect", "refusal"]
+__all__ = ["WRITES_FILE", "holder_changed", "outside_effect", "refusal"]
 
 # builtins whose calls change nothing outside the cell (a host sync among them, float(x),
 # fails the capture itself)
@@ -69,6 +69,52 @@ def outside_effect(source: str, namespace: Mapping[str, Any], xp: Iterable[str],
         return ""
     return _Scan(namespace, set(xp), is_device, 0, effects=True).tree(tree)
 
+
+# the methods that change an array in place
+_IN_PLACE = {"sort", "fill", "put", "partition", "resize", "itemset", "setfield",
+             "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__"}
+
+
+def holder_changed(source: str, namespace: Mapping[str, Any],
+                   inputs: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An object from outside the cell that the cell changes through an item or attribute
+    (``L[0][:] = -1``, ``d["x"] += 1``, ``L[0].sort()``) and that holds one of ``inputs``
+    (the batched ones) or a view of it, as an item, a value or an attribute: ``(its name,
+    the input's)``; ``None`` where there is none. A batched run uploads the input's rows as
+    the batches go, so such a change reaches the later batches' rows only."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    bound, changed, parts = _bound(tree), [], (ast.Subscript, ast.Attribute)
+    for node in ast.walk(tree):
+        # into an item (`L[0][:] = -1`; `L[0] = 5` replaces the item, the array unchanged),
+        # an item in place (`L[0] += 1`), an item's method that changes it (`L[0].sort()`)
+        targets = [t.value for t in node.targets if isinstance(t, parts)] \
+            if isinstance(node, ast.Assign) else [node.target.value] \
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, parts) else \
+            [node.target] if isinstance(node, ast.AugAssign) else [node.func.value] \
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in _IN_PLACE else []
+        changed += [_first(t) for t in targets if isinstance(t, parts)]
+    for root, key in dict.fromkeys(changed):
+        if not root or root in bound or root in inputs:
+            continue
+        held = namespace.get(root)
+        items = held.values() if isinstance(held, dict) else \
+            held if isinstance(held, (list, tuple)) else vars(held).values() \
+            if hasattr(held, "__dict__") and not isinstance(held, types.ModuleType) else ()
+        if key is not None:  # L[1][:] = 0: that item only, where it is one
+            try:
+                items = [held[key] if isinstance(held, (dict, list, tuple))
+                         else getattr(held, key)]
+            except (LookupError, TypeError, AttributeError):
+                continue
+        for item in items:
+            for name, arr in inputs.items():
+                if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
+                    return root, name
+    return None
 
 def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,
             found: Sequence[Any] = (), syncs: Sequence[Any] = (), traced: bool = False,
@@ -265,6 +311,17 @@ def _imported(tree: ast.AST) -> dict[str, str]:
         elif isinstance(node, ast.ImportFrom):
             names.update({a.asname or a.name: node.module or "" for a in node.names})
     return names
+
+
+def _first(node: ast.AST) -> tuple[str, Any]:
+    """The name a chain of items and attributes starts from, and the first item's key or
+    attribute's name where the source gives it as a constant (``None`` otherwise)."""
+    key: Any = None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        key = node.attr if isinstance(node, ast.Attribute) else \
+            node.slice.value if isinstance(node.slice, ast.Constant) else None
+        node = node.value
+    return (node.id, key) if isinstance(node, ast.Name) else ("", None)
 
 
 def _root(node: ast.AST) -> str:

@@ -91,3 +91,35 @@ def test_a_batched_cell_that_writes_its_rows_to_a_file_is_refused(rows, tmp_path
     assert "which writes a file, which a batched run would do once per batch" in msg
     assert "write the gathered result in a cell of its own" in msg
     assert not (tmp_path / "y.npy").exists() and "y" not in rows.user_ns
+
+
+@pytest.mark.parametrize("cell", ["L[0][:] = -1", "L[0] += 1", "L[0].fill(0)", "d['x'][:, 0] = 0",
+                                  "o.a[0] = 1", "L[i][:] = 0"])
+def test_a_batched_cell_that_changes_its_input_through_a_holder_is_refused(rows, cell):
+    """``L = [x]`` from an earlier cell, then ``y = x * 2; L[0][:] = -1`` batched: the first
+    batch's change reached the rows the later batches uploaded, so ``y`` came back with
+    those rows from -1, silently (a plain cell's ``y`` is ``x * 2`` of the old values).
+    Refused before anything moves, naming the holder, the input and the fix; nothing
+    changed."""
+    rows.run_cell("import types\nL = [x, np.ones(3)]\nd = {'x': x}\n"
+                  "o = types.SimpleNamespace(a=x[::2])\ni = 0")
+    x = rows.user_ns["x"]
+    before = x.copy()
+    message = cell_error(rows, f"y = x * 2\n{cell}", f"--quiet {BATCHED}")
+    holder = cell.split("[")[0].split(".")[0]
+    assert message.startswith(f"the cell changes the batched input 'x' (or a view of it) in "
+                              f"place through {holder}, which holds it")
+    assert "change x through its name (x[...] = ...), or run the cell whole" in message
+    assert "y" not in rows.user_ns
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("cell", ["L[0] = 5", "L[1][:] = 0", "o.b[:] = 0", "d['y'] = 1",
+                                  "y = y + L[0].mean()"])
+def test_a_batched_cell_that_changes_a_holder_but_not_its_input_runs(rows, cell):
+    """Replacing a holder's item (``L[0] = 5``), changing another item (``L[1]``) or
+    reading the input through it is no change of the batched input: the cell runs."""
+    rows.run_cell("import types\nL = [x, np.ones(3)]\nd = {'x': x}\n"
+                  "o = types.SimpleNamespace(a=x[::2], b=np.ones(2))")
+    rows.run_cell_magic("gpu", f"--quiet {BATCHED}", f"y = x * 2\n{cell}")
+    assert "y" in rows.user_ns
