@@ -87,7 +87,7 @@ class BatchRun(BatchJoin):
         # (`if c: X = X * 2`, `X = np.asarray(X)`): those the batches leave as they got them
         # stay the user's arrays (BatchJoin.collect); one the source may change through
         # another name (plan.unseen) is watched in the first batch, and gathered if changed
-        self.may_leave = plan.may_keep - plan.in_place
+        self.may_leave = plan.may_rebind
         self.left: set[str] = set()
         self.touched: set[str] = set()
         self.current, self.n_batches = (0, 0, 0), 0

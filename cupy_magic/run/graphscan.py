@@ -325,6 +325,4 @@ def _first(node: ast.AST) -> tuple[str, Any]:
 
 
 def _root(node: ast.AST) -> str:
-    while isinstance(node, (ast.Subscript, ast.Attribute)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else ""
+    return _first(node)[0]

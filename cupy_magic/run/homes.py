@@ -152,11 +152,8 @@ class Homes:
     def __init__(self, be: Backend) -> None:
         self.be = be
         self.by_key: dict[int, Home] = {}
-        # inputs the source may change in place or rebind and the run did not
-        # (``if c: X += 1``, ``if c: X = X * 2``): their copies are not written back
-        # (:class:`~.inputwrites.InputWatch`)
-        self.unchanged: frozenset[str] = frozenset()
-        self.made: set[str] | frozenset[str] | None = None  # None: any stored input may be
+        # the inputs whose copies the run may have changed (settle); None: any stored one
+        self.made: set[str] | frozenset[str] | None = None
 
     def add(self, copies: list[Any], host: np.ndarray, start_in_copy: int,
             inputs: dict[str, np.ndarray], keep: set[str] | frozenset[str] = frozenset()
@@ -187,22 +184,18 @@ class Homes:
                                        owners=_owners([copy]))
 
     def _made(self, stored: set[str] | frozenset[str]) -> set[str] | frozenset[str]:
-        """The inputs of ``stored`` whose copies the run changed: less the ``unchanged``, and
-        only the ``made`` once settled."""
-        stored = stored - self.unchanged if self.unchanged else stored
+        """The inputs of ``stored`` whose copies the run changed (``made``, once settled)."""
         return stored if self.made is None else stored & self.made
 
-    def settle(self, unseen: set[str], unmade: frozenset[str],
-               made: set[str] | frozenset[str]) -> None:
+    def settle(self, unseen: set[str], made: set[str] | frozenset[str]) -> None:
         """Take what the run did to the inputs: ``unseen``, those it changed through another
-        name than their own; ``unmade``, those the source may change in place or rebind and
-        the run left as they were (not written back); ``made``, those whose copies the run
-        may have changed (in place, or seen changed by the input watch): a home none of them
-        lies in is not written back, the user's array holding the bytes. Raise where a
-        strided view with a contiguous copy (:class:`StridedHome`) changed unseen: whether
-        NumPy's change would reach the array it views (``X[1:]`` a view, ``X.ravel()`` a
-        copy) the copy cannot tell."""
-        self.unchanged = unmade
+        name than their own; ``made``, those whose copies the run may have changed (in
+        place, or seen changed by the input watch), not those it may change and left as
+        they were (``if c: X += 1``, ``if c: X = X * 2``: :class:`~.inputwrites.InputWatch`):
+        a home none of them lies in is not written back, the user's array holding the
+        bytes. Raise where a strided view with a contiguous copy (:class:`StridedHome`)
+        changed unseen: whether NumPy's change would reach the array it views (``X[1:]`` a
+        view, ``X.ravel()`` a copy) the copy cannot tell."""
         self.made = made
         for home in self.by_key.values():
             name = next(iter(home.inputs))  # a strided home holds one input

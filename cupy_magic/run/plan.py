@@ -144,6 +144,13 @@ class CellPlan:
         """The groups of ``overlaps`` the cell may change one of (a batched run cannot keep)."""
         return [g for g in self.overlaps if not set(g) <= self.only_read]
 
+    @property
+    def may_rebind(self) -> frozenset[str]:
+        """Of ``may_keep``, the inputs the source never changes in place through a name
+        (``if c: X = X * 2``, ``X = np.asarray(X)``): left as they were unless rebound, but
+        for a change through another name (those of ``unseen``)."""
+        return self.may_keep - self.in_place
+
     def run(self, namespace: dict[str, Any], user: dict[str, Any] | None = None,
             show: Callable[[Any], Any] | None = None) -> Any:
         """Run the cell in ``namespace``; return its last expression's value (or ``None``).

@@ -81,8 +81,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                 # and those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`,
                 # `X = X.T`), is not written over a change made meanwhile through the host
                 # (the watch reads its copy, held weakly, as changed once it is gone)
-                read = plan.may_keep - plan.in_place - unseen
-                homes.settle(plan.stored - seen, unmade,
+                read = plan.may_rebind - unseen
+                homes.settle(plan.stored - seen,
                              ((seen & (plan.in_place | unseen)) - unmade)
                              | (watch.changed() - read))
             plan = replace(plan, stored=whole_groups(
