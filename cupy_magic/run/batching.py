@@ -334,6 +334,18 @@ def check_rows(source: str, inputs: Mapping[str, Any], batched: Iterable[str],
     return check
 
 
+def relied_on(check: RowCheck, how: str = "--batch") -> list[str]:
+    """Report notes for the places a batched run went on the user's word (``how``: the
+    option that asked for it):
+    where the row check could not see whether the cell keeps its rows apart. A batch that
+    breaks the promise there gives other results than NumPy on the whole array, which no
+    check after the run can tell, so the report names each place."""
+    return [f"batched on your word ({how}) at {m.describe()}: the check could not confirm "
+            "that each row's results depend only on that row there; if they do not, the "
+            "results differ from NumPy's on the whole array: run the cell whole to be sure"
+            for m in check.found if not m.certain]
+
+
 def _generator(obj: Any) -> bool:
     """Whether ``obj`` is a random generator (NumPy's or CuPy's): each batch would draw
     its own numbers from it."""

@@ -27,7 +27,7 @@ from ..backend import Backend
 from ..syncs.lint import SyncFinding, lint_cell
 from ..syncs.record import HostSyncError, SyncRecorder, merge
 from .batched import run_batched
-from .batching import BatchOptions, check_rows, select_inputs
+from .batching import BatchOptions, check_rows, relied_on, select_inputs
 from .compiled import Transform
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .echo import effect_note
@@ -195,6 +195,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                          to_host=to_host, dtype=dtype, warm=warmup_run, filename=filename,
                          be=be, make=None if devices is None else device_run(devices))
             report.notes += _last_not_shown(source, plan, namespace, "batched", "batch")
+            report.notes += relied_on(check, "--batch" if devices is None else "--devices")
             if report.batch is not None and effect_note(effect, report.batch.batches):
                 report.notes.append(effect_note(effect, report.batch.batches))
         else:

@@ -445,3 +445,19 @@ def test_a_batched_run_notes_the_last_expression_only_where_a_plain_cell_shows_o
     said = [n for n in cupy_magic.last_report().notes if "last expression" in n]
     assert said == (["the cell's last expression is not shown in a batched run (each batch "
                      "has its own); assign it and join it with --reduce"] if noted else [])
+
+
+@pytest.mark.parametrize(("cell", "noted"), [
+    ("X = X * 2\nif X[0, 0] > 10:\n    X = X + 100\n", [2]),
+    ("if X.sum() > 0:\n    y = X * 2\nelse:\n    y = X\n", [1]),
+    ("y = X * 2\n", [])])
+def test_a_batched_run_on_request_names_the_places_it_took_on_the_users_word(ip, cell, noted):
+    """``--batch`` runs a cell whose row check cannot see at some place (a branch on a value
+    over the batch's rows): the report names each such place, since a batch that breaks the
+    promise there gives other results than NumPy (``X = X * 2; if X[0, 0] > 10`` gathers
+    half old and half changed rows), and nothing after the run can tell."""
+    ip.user_ns["X"] = np.arange(32.0).reshape(8, 4)
+    assert ip.run_cell(f"%%gpu --quiet --batch --batch-rows 2\n{cell}").success
+    said = [n for n in cupy_magic.last_report().notes if "on your word" in n]
+    assert [int(n.split(" at line ")[1].split()[0]) for n in said] == noted
+    assert all("(--batch)" in n and "run the cell whole to be sure" in n for n in said)
