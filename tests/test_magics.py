@@ -593,8 +593,11 @@ def test_batched_warmup_runs_a_slice_whole_then_the_batches(ip):
     report = cupy_magic.last_report()
     assert report.batch is not None and report.warmup_rows == 4096
     assert report.warmup_seconds is not None
-    [note] = report.notes  # calls.append ran once per batch, which the report says
-    assert "calls calls.append on an object from outside the cell" in note
+    # calls.append ran once per batch, which the report says, and it took a batched value
+    # where the row check cannot see (batched on the user's word, also said)
+    word, effect = report.notes
+    assert "calls calls.append on an object from outside the cell" in effect
+    assert word.startswith("batched on your word (--batch) at line 1 `calls.append(len(x))`")
     assert float(ip.user_ns["s"]) == pytest.approx(2 * x.sum())
     assert float(ip.user_ns["m"]) == pytest.approx(2 * x.mean())
     np.testing.assert_array_equal(ip.user_ns["y"], 2 * x)

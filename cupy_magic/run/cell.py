@@ -174,13 +174,13 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                                    if be.is_gpu else None)
         effect = outside_effect(source, namespace, plan.module_names, be.is_device_array)
         held = holder_changed(source, namespace, {n: plan.inputs[n] for n in cut})
-        if held:  # L[0][:] = -1 with L[0] the user's X: the later batches' rows changed
+        if held:  # L[0][:] = -1 with L[0] the user's X, or f() writing X: later batches' rows
             raise CellError(
                 f"the cell changes the batched input {held[1]!r} (or a view of it) in place "
-                f"through {held[0]}, which holds it: a batched run uploads {held[1]}'s rows as "
-                f"the batches go, so the change would reach the later batches' rows only; "
-                f"change {held[1]} through its name ({held[1]}[...] = ...), or run the cell "
-                "whole (no --batch, a larger budget)")
+                f"through {held[0]}: a batched run uploads {held[1]}'s rows as the batches go, "
+                f"so the change would reach the later batches' rows only; change {held[1]} "
+                f"through its name in the cell ({held[1]}[...] = ..., or a function's argument"
+                f": f({held[1]})), or run the cell whole (no --batch, a larger budget)")
         if WRITES_FILE in effect:  # each batch's rows over the last's: wrong for certain
             raise CellError(f"the cell {effect}, which a batched run would do once per batch, "
                             "each batch writing its own rows over the last's; write the "

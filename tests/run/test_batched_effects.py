@@ -109,9 +109,47 @@ def test_a_batched_cell_that_changes_its_input_through_a_holder_is_refused(rows,
     holder = cell.split("[")[0].split(".")[0]
     assert message.startswith(f"the cell changes the batched input 'x' (or a view of it) in "
                               f"place through {holder}, which holds it")
-    assert "change x through its name (x[...] = ...), or run the cell whole" in message
+    assert "change x through its name in the cell (x[...] = ..., or a function's argument: " \
+           "f(x)), or run the cell whole" in message
     assert "y" not in rows.user_ns
     np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize(("define", "call", "via"), [
+    ("def f():\n    x[:, 0] = -1\n", "f()", "f(), which changes it as its global x"),
+    ("def f():\n    global x\n    x += 1\n", "f()", "f(), which changes it as its global x"),
+    ("def f():\n    x.fill(0)\n", "z = f()", "f(), which changes it as its global x"),
+    ("def g():\n    L[0][:] = -1\ndef f(v):\n    g()\n    return v\n", "y = f(y)",
+     "g(), which changes it as its global L"),
+    ("def f(k=1):\n    L[0][:, 0] = k\n", "f(k=2)", "f(), which changes it as its global L")])
+def test_a_batched_cell_calling_a_function_that_changes_its_input_as_a_global_is_refused(
+        rows, define, call, via):
+    """``def f(): x[:, 0] = -1`` from an earlier cell, then ``f(); y = x * 2`` batched: the
+    function writes the user's array itself (its globals), and each batch uploads its rows
+    after the first batch's call, so ``y``'s first batch kept the old values and the rest
+    the new, silently (a plain cell's ``y`` has -2 in every row). Refused before anything
+    moves, naming the function and the input; nothing changed."""
+    rows.run_cell(f"L = [x]\n{define}")
+    x = rows.user_ns["x"]
+    before = x.copy()
+    message = cell_error(rows, f"y = x * 2\n{call}\n", f"--quiet {BATCHED}")
+    assert message.startswith(f"the cell changes the batched input 'x' (or a view of it) in "
+                              f"place through the function {via}: a batched run uploads")
+    assert "y" not in rows.user_ns and "z" not in rows.user_ns
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize(("define", "call"), [
+    ("def f(v):\n    v[:, 0] = -1\n", "f(y)"),  # its argument: the batch's own rows
+    ("def f():\n    x = np.zeros(3)\n    x[:] = 1\n    return x\n", "f()"),  # a local
+    ("def f():\n    w[:] = 1\n", "f()"),  # a global, but not the input
+    ("def f():\n    return x.sum()\n", "y = y + 0 * f()")])  # reads only
+def test_a_batched_cell_calling_a_function_that_leaves_its_input_alone_runs(rows, define, call):
+    """A function that changes its argument, a local of its own or another global, or only
+    reads the input, is no change of the batched input through the user's array: it runs."""
+    rows.run_cell(f"w = np.ones(4)\n{define}")
+    rows.run_cell_magic("gpu", f"--quiet {BATCHED}", f"y = x * 2\n{call}\n")
+    assert "y" in rows.user_ns
 
 
 @pytest.mark.parametrize("cell", ["L[0] = 5", "L[1][:] = 0", "o.b[:] = 0", "d['y'] = 1",
