@@ -32,8 +32,9 @@ from .compiled import Transform
 from .devices import device_run, devices_reason, for_devices, resolve_devices
 from .echo import effect_note
 from .errors import CellError, at_cell_line
-from .graphscan import WRITES_FILE, holder_changed, outside_effect
+from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
+from .heldwrites import holder_changed, stale_read
 from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
@@ -186,6 +187,15 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                             "each batch writing its own rows over the last's; write the "
                             "gathered result in a cell of its own after this one, or run "
                             "this one whole (a larger budget, no --batch)")
+    stale = None if reason else stale_read(source, namespace, plan.inputs, plan.stored,
+                                           plan.in_place_sure, to_host is not False)
+    if stale:  # L[0][:] = -1; y = x + 0 with L = [x]: x in the cell is the copy from before
+        raise CellError(
+            f"the cell changes the input {stale[1]!r} (or a view of it) in place through "
+            f"{stale[0]}, and then reads {stale[1]} or changes it: %%gpu copies {stale[1]} to "
+            f"the device before the cell runs, so the cell's {stale[1]} would not see that "
+            f"change (a plain cell's would); change {stale[1]} through its name in the cell "
+            f"({stale[1]}[...] = ..., or a function's argument: f({stale[1]}))")
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -26,7 +26,7 @@ import numpy as np
 from ..syncs.values import attr_path
 from .batching import _definition
 
-__all__ = ["WRITES_FILE", "holder_changed", "outside_effect", "refusal"]
+__all__ = ["WRITES_FILE", "outside_effect", "refusal"]
 
 # builtins whose calls change nothing outside the cell (a host sync among them, float(x),
 # fails the capture itself)
@@ -73,82 +73,6 @@ def outside_effect(source: str, namespace: Mapping[str, Any], xp: Iterable[str],
 # the methods that change an array in place
 _IN_PLACE = {"sort", "fill", "put", "partition", "resize", "itemset", "setfield",
              "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__"}
-
-
-def holder_changed(source: str, namespace: Mapping[str, Any],
-                   inputs: Mapping[str, Any]) -> tuple[str, str] | None:
-    """An object from outside the cell that the cell changes through an item or attribute
-    (``L[0][:] = -1``, ``d["x"] += 1``, ``L[0].sort()``) and that holds one of ``inputs``
-    (the batched ones) or a view of it, as an item, a value or an attribute; or a function
-    from outside that the cell calls and that changes one of them in place as a global
-    (``def f(): X[:, 0] = -1``), itself or through such a holder, or through a function it
-    calls. Returns ``(how, the input's name)``, ``how`` naming the holder or the function;
-    ``None`` where there is none. A batched run uploads the input's rows as the batches go,
-    so such a change reaches the later batches' rows only."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    return _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
-
-
-def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
-                inputs: Mapping[str, Any], seen: set[int], depth: int,
-                ) -> tuple[str, str] | None:
-    """:func:`holder_changed` over ``tree``: the cell's (``depth`` 0, where a change through
-    an input's own name is the batch's) or a called function's (its globals, where such a
-    change is the user's array)."""
-    direct, changed = depth > 0, []
-    parts = (ast.Subscript, ast.Attribute, ast.Name) if direct else (ast.Subscript, ast.Attribute)
-    for node in ast.walk(tree):
-        # into an item (`L[0][:] = -1`; `L[0] = 5` replaces the item, the array unchanged),
-        # an item in place (`L[0] += 1`), an item's method that changes it (`L[0].sort()`)
-        targets = [t.value for t in node.targets if isinstance(t, (ast.Subscript, ast.Attribute))] \
-            if isinstance(node, ast.Assign) else [node.target.value] \
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, (ast.Subscript,
-                                                                             ast.Attribute)) \
-            else [node.target] if isinstance(node, ast.AugAssign) else [node.func.value] \
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr in _IN_PLACE else []
-        changed += [_first(t) for t in targets if isinstance(t, parts)]
-    for root, key in dict.fromkeys(changed):
-        if not root or root in bound or (root in inputs and not direct):
-            continue
-        held = namespace.get(root)
-        items = [held] if isinstance(held, np.ndarray) else held.values() \
-            if isinstance(held, dict) else held if isinstance(held, (list, tuple)) else \
-            vars(held).values() if hasattr(held, "__dict__") \
-            and not isinstance(held, types.ModuleType) else ()
-        if key is not None and not isinstance(held, np.ndarray):  # L[1][:] = 0: that item
-            try:
-                items = [held[key] if isinstance(held, (dict, list, tuple))
-                         else getattr(held, key)]
-            except (LookupError, TypeError, AttributeError):
-                continue
-        for item in items:
-            for name, arr in inputs.items():
-                if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
-                    return (f"the function {_owner(tree)}, which changes it as its global "
-                            f"{root}" if direct else f"{root}, which holds it"), name
-    if depth >= MAX_DEPTH:
-        return None
-    for node in ast.walk(tree):  # the functions from outside it calls: f() writing X
-        fn = namespace.get(node.func.id) if isinstance(node, ast.Call) \
-            and isinstance(node.func, ast.Name) and node.func.id not in bound else None
-        definition = _definition(fn) if fn is not None and id(fn) not in seen else None
-        if definition is not None:
-            seen.add(id(fn))
-            local = _bound(definition) - {n for g in ast.walk(definition)
-                                          if isinstance(g, ast.Global) for n in g.names}
-            found = _changed_in(definition, local - {definition.name}, fn.__globals__,
-                                inputs, seen, depth + 1)
-            if found is not None:
-                return found
-    return None
-
-
-def _owner(tree: ast.AST) -> str:
-    return f"{tree.name}()" if isinstance(tree, ast.FunctionDef) else "called"
 
 
 def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,

@@ -8,6 +8,7 @@ import math
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from numbers import Number
@@ -66,6 +67,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             watch = InputWatch(plan.inputs, plan.stored, moved, be, plan.only_read,
                                plan.overlaps, plan.may_keep | unseen)
             work = {**namespace, **plan.overrides, **moved}
+            copies = {n: weakref.ref(moved[n]) for n in plan.in_place_sure & moved.keys()} \
+                if to_host is False else {}
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
@@ -76,6 +79,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             # `if c: X += 1` or `if c: X = X * 2` that did not run: X's copy is not written
             # back, nor committed where X still holds it (the user's X, as before the cell)
             unmade, still = watch.unmade(work)
+            report.notes += _let_go(plan.stored & plan.in_place_sure, work, copies)
             if homes is not None:
                 # the copies the run may have changed: the source's own changes in place
                 # and those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`,
@@ -109,6 +113,26 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     return shown_value(value, [n for n in bound if n in committed]
                        or [n for n in bound if n in still], namespace, to_host is True, be,
                        None if homes is None else lambda v: homes.host_of(v, plan.stored))
+
+
+def _let_go(changed: set[str], work: dict[str, Any],
+            copies: dict[str, weakref.ref]) -> list[str]:
+    """Notes for a device run (``copies``: the inputs' device copies, weakly): an input the
+    cell surely changed in place (a top-level statement) and then rebound or deleted (``X -=
+    1; X = 0``; not ``if c: X += 1``, whose copy no watch follows). The change was
+    in its device copy, which a device run does not write into the user's array (README),
+    and the name no longer holds it: a plain cell's change is in the user's array."""
+    notes = []
+    for name in sorted(changed & copies.keys()):
+        copy = copies[name]()
+        if copy is not None and name in work and work[name] is copy:
+            continue  # X -= 1: X is the changed copy
+        how = "rebound" if name in work else "deleted"
+        notes.append(f"{name!r} was changed in place before the cell {how} it: without "
+                     "--to-host the change reached only its device copy, not the user's "
+                     "array (a plain cell changes the user's array, which earlier views and "
+                     "lists holding it show); run with --to-host to have it written there")
+    return notes
 
 
 def allocation_key(value: Any, be: Backend) -> int | None:

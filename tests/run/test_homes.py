@@ -85,6 +85,37 @@ def test_under_to_host_a_change_in_place_stays_when_the_cell_then_rebinds_the_na
     assert "'X' was changed in place before the cell" in notes
 
 
+@pytest.mark.parametrize("body", REBOUND)
+def test_a_device_run_says_a_change_in_place_it_let_go_did_not_reach_the_users_array(
+        ip, body):
+    """Without ``--to-host`` a change in place reaches only the input's device copy, and the
+    user's array is left as it was (README); ``X -= 1; X = 0`` then lets that copy go, so
+    the change shows nowhere, where a plain cell's is in the user's array (``L[0]``). The
+    report says so, naming the input and ``--to-host``; before, nothing said it."""
+    X = np.arange(40.0)[::-1].reshape(10, 4).copy()
+    before = X.copy()
+    ip.user_ns.update(np=np, X=X, L=[X])
+    ip.run_cell_magic("gpu", "--quiet", body)
+    np.testing.assert_array_equal(X, before)
+    notes = [n for n in cupy_magic.last_report().notes if "changed in place" in n]
+    how = "deleted" if "X" not in ip.user_ns else "rebound"
+    assert notes == [f"'X' was changed in place before the cell {how} it: without --to-host "
+                     "the change reached only its device copy, not the user's array (a plain "
+                     "cell changes the user's array, which earlier views and lists holding it "
+                     "show); run with --to-host to have it written there"]
+
+
+@pytest.mark.parametrize("body", ["X -= 1", "X[0] = 7\nY = X", "X = X - 1\nX = 0",
+                                  "if c:\n    X += 1\nX = 0"])
+def test_a_device_run_says_nothing_where_the_change_stays_in_the_name_or_none_was_made(
+        ip, body):
+    """``X -= 1`` leaves ``X`` the changed device copy (README); ``X = X - 1`` changes no
+    input; ``if c: X += 1`` with ``c`` false made no change: no note."""
+    ip.user_ns.update(np=np, X=np.arange(6.0), c=False)
+    ip.run_cell_magic("gpu", "--quiet", body)
+    assert not any("changed in place" in n for n in cupy_magic.last_report().notes)
+
+
 @pytest.mark.parametrize("body", ["X = X - 1\nX = 0", "X = X - 1\nX -= 1\nX = 0",
                                   "X = X * 2\nX[0] = 5\ndel X"])
 def test_a_rebound_input_the_source_does_not_change_in_place_is_left_as_it_was(ip, body):

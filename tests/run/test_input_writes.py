@@ -118,11 +118,13 @@ def test_a_change_to_the_users_array_through_a_container_is_not_undone(ip):
     """The cell reaches the user's own ``x`` through ``d`` (not a copy: only arrays the cell
     names are copied) and changes it; its copy of ``x`` is unchanged, so ``x`` stays the
     user's array, changed (before the copies were checksummed, comparing the copy with the
-    user's array took this for a change of the copy and wrote the stale copy back)."""
+    user's array took this for a change of the copy and wrote the stale copy back). The sum
+    is read before the change: after it, the cell would read the copy from before, and is
+    refused (test_holder_writes)."""
     x = np.zeros(3)
     ip.user_ns.update(x=x, d={"a": x})
-    ip.run_cell_magic("gpu", "--quiet", "d['a'][0] = 5\ns = x.sum()")
-    assert ip.user_ns["x"] is x and x.tolist() == [5.0, 0.0, 0.0]
+    ip.run_cell_magic("gpu", "--quiet", "s = x.sum()\nd['a'][0] = 5")
+    assert ip.user_ns["x"] is x and x.tolist() == [5.0, 0.0, 0.0] and float(ip.user_ns["s"]) == 0
     assert ip.user_ns["d"]["a"] is x
 
 

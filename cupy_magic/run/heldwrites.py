@@ -1,0 +1,169 @@
+"""Changes a cell makes to its inputs through objects from outside it, read before anything
+runs: an object that holds an input (``L[0][:] = -1`` with ``L = [x]`` from an earlier cell,
+``for a in arrs: a *= 2``) or a function from an earlier cell that changes one as a global
+(``def reset(): x[:] = 0``). Such a change reaches the user's array, not the copy the cell's
+name holds: a batched run would upload the later batches' rows changed
+(:func:`holder_changed`), a whole run's name would read the copy from before it
+(:func:`stale_read`).
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .batching import _definition
+from .graphscan import _IN_PLACE, MAX_DEPTH, _bound, _first
+
+__all__ = ["holder_changed", "stale_read"]
+
+_HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+_META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
+
+
+def holder_changed(source: str, namespace: Mapping[str, Any],
+                   inputs: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An object from outside the cell that the cell changes through an item or attribute
+    (``L[0][:] = -1``, ``d["x"] += 1``, ``L[0].sort()``) and that holds one of ``inputs``
+    (the batched ones) or a view of it, as an item, a value or an attribute; or a function
+    from outside that the cell calls and that changes one of them in place as a global
+    (``def f(): X[:, 0] = -1``), itself or through such a holder, or through a function it
+    calls. Returns ``(how, the input's name)``, ``how`` naming the holder or the function;
+    ``None`` where there is none. A batched run uploads the input's rows as the batches go,
+    so such a change reaches the later batches' rows only."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
+    return None if found is None else found[:2]
+
+
+def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, Any],
+               stored: Iterable[str], sure: Iterable[str], views: bool = False,
+               ) -> tuple[str, str] | None:
+    """For a whole run: an input the cell changes through an object from outside that holds
+    it, or through a function from outside (:func:`holder_changed`), and then reads, at that
+    statement or a later one, without ever binding or changing it through its name
+    (``stored``); or one a top-level statement surely changes through its name too
+    (``sure``). Returns ``(how, the input's name)``, else ``None``. The cell's name holds the
+    device copy made before it ran, which the change through the host does not reach:
+    ``L[0][:] = -1; y = x + 0`` would read the old values, and a change of the copy would be
+    written over the host's (a plain cell's ``x`` is ``L[0]`` itself). Reads before the
+    change are right; so, with ``views`` (the name comes back to the host, where an
+    unchanged copy, or a view of it, is the user's array, or a view of it), are ``x[1:]``,
+    ``x.T``, ``y = x`` and ``q = [x]`` (:func:`_reads`). A cell that may change or rebind
+    the name is left to the run's watch (``if c: x += 1``, README). A change through a
+    holder under an ``if`` counts as made: whether it runs is not known before the run."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    body, stored, sure = getattr(tree, "body", []), set(stored), set(sure)
+    found = _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
+    while found is not None:
+        how, name, line = found
+        first = next((i for i, s in enumerate(body)
+                      if s.lineno <= line <= (s.end_lineno or s.lineno)), 0)
+        if name in sure or (name not in stored and _reads(body[first:], name, views)):
+            return how, name
+        inputs = {k: v for k, v in inputs.items() if k != name}  # read before only: the next
+        found = _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
+    return None
+
+
+def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
+    """Whether ``stmts`` read ``name``'s values: not its shape or dtype, nor (with
+    ``views``) a view of it made by basic indexing or ``.T``, or the name bound to another
+    (``y = x``) or put in a list, tuple, set or dict (``q = [x]``)."""
+    basic = (ast.Slice, ast.Constant)
+    for stmt in stmts:
+        for parent in ast.walk(stmt):
+            for node in ast.iter_child_nodes(parent):
+                if not (isinstance(node, ast.Name) and node.id == name
+                        and isinstance(node.ctx, ast.Load)):
+                    continue
+                index = parent.slice if isinstance(parent, ast.Subscript) else None
+                parts = index.elts if isinstance(index, ast.Tuple) else [index]
+                if isinstance(parent, ast.Attribute) and parent.attr in _META:
+                    continue  # x.shape: the copy's is the user's array's
+                if views and (isinstance(parent, _HOLDS) or (isinstance(
+                        parent, (ast.Assign, ast.AnnAssign)) and parent.value is node)):
+                    continue  # y = x, q = [x]: the user's array itself, back on the host
+                if views and ((isinstance(parent, ast.Attribute) and parent.attr == "T")
+                              or (index is not None and all(isinstance(p, basic) for p in parts))):
+                    continue
+                return True
+    return False
+
+
+def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
+                inputs: Mapping[str, Any], seen: set[int], depth: int,
+                ) -> tuple[str, str, int] | None:
+    """:func:`holder_changed` over ``tree``: the cell's (``depth`` 0, where a change through
+    an input's own name is the batch's) or a called function's (its globals, where such a
+    change is the user's array); with the cell's line of the change (or of the call)."""
+    direct, changed = depth > 0, []
+    parts = (ast.Subscript, ast.Attribute, ast.Name) if direct else (ast.Subscript, ast.Attribute)
+    for node in ast.walk(tree):
+        changed += [(*_first(t), getattr(node, "lineno", 0))
+                    for t in _changes(node) if isinstance(t, parts)]
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
+                and any(_first(t)[0] == node.target.id for n in node.body for m in ast.walk(n)
+                        for t in _changes(m)):  # for a in arrs: a *= 2
+            changed.append((_first(node.iter)[0], None, node.lineno))
+    for root, key, line in changed:
+        if not root or root in bound or (root in inputs and not direct):
+            continue
+        held = namespace.get(root)
+        items = [held] if isinstance(held, np.ndarray) else held.values() \
+            if isinstance(held, dict) else held if isinstance(held, (list, tuple)) else \
+            vars(held).values() if hasattr(held, "__dict__") \
+            and not isinstance(held, types.ModuleType) else ()
+        if key is not None and not isinstance(held, np.ndarray):  # L[1][:] = 0: that item
+            try:
+                items = [held[key] if isinstance(held, (dict, list, tuple))
+                         else getattr(held, key)]
+            except (LookupError, TypeError, AttributeError):
+                continue
+        for item in items:
+            for name, arr in inputs.items():
+                if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
+                    return (f"the function {_owner(tree)}, which changes it as its global "
+                            f"{root}" if direct else f"{root}, which holds it"), name, line
+    if depth >= MAX_DEPTH:
+        return None
+    for node in ast.walk(tree):  # the functions from outside it calls: f() writing X
+        fn = namespace.get(node.func.id) if isinstance(node, ast.Call) \
+            and isinstance(node.func, ast.Name) and node.func.id not in bound else None
+        definition = _definition(fn) if fn is not None and id(fn) not in seen else None
+        if definition is not None:
+            seen.add(id(fn))
+            local = _bound(definition) - {n for g in ast.walk(definition)
+                                          if isinstance(g, ast.Global) for n in g.names}
+            found = _changed_in(definition, local - {definition.name}, fn.__globals__,
+                                inputs, seen, depth + 1)
+            if found is not None:  # the cell's line is the call's
+                return found[0], found[1], getattr(node, "lineno", 0)
+    return None
+
+
+def _changes(node: ast.AST) -> list[ast.AST]:
+    """What ``node`` changes in place: the object written into (``L[0][:] = -1``: ``L[0]``;
+    ``L[0] = 5`` replaces an item of ``L``, the array unchanged), changed in place
+    (``L[0] += 1``) or whose method changes it (``L[0].sort()``)."""
+    items = (ast.Subscript, ast.Attribute)
+    return [t.value for t in node.targets if isinstance(t, items)] \
+        if isinstance(node, ast.Assign) else [node.target.value] \
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, items) else \
+        [node.target] if isinstance(node, ast.AugAssign) else [node.func.value] \
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        and node.func.attr in _IN_PLACE else []
+
+
+def _owner(tree: ast.AST) -> str:
+    return f"{tree.name}()" if isinstance(tree, ast.FunctionDef) else "called"

@@ -1,0 +1,92 @@
+"""A whole %%gpu cell that changes an input through an object from outside that holds it
+(``L[0][:] = -1`` with ``L = [x]`` from an earlier cell), or through a function from outside
+that changes it as a global, and then uses the input: the cell's ``x`` is the device copy
+made before it ran, which that change does not reach. A plain cell's ``x`` is ``L[0]``
+itself, so ``y = x + 0`` after it read the old values, silently (648 of 20,000 fuzzed cells
+under ``--to-host``, 2,465 in device mode, session 29). Refused before anything moves,
+naming the holder, the input and the fix; reads before the change run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import cell_error
+
+SETUP = ("X = np.arange(6.0).reshape(3, 2)\nZ = np.ones(2)\nL = [X]\narrs = [X, Z]\nc = False\n"
+         "D = {'x': X}\ndef reset():\n    X[:] = 0\n")
+MODES = ["--quiet", "--quiet --to-host"]
+
+
+@pytest.fixture
+def held(ip):
+    ip.run_cell("import numpy as np\n" + SETUP)
+    return ip
+
+
+def plain(cell: str) -> dict:
+    ns = {"np": np}
+    exec(SETUP + cell, ns)
+    return ns
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("cell", "via"), [
+    ("L[0][:] = -1\nY = X + 0\n", "L, which holds it"),
+    ("D['x'][:] = 0\nY = X * 1\n", "D, which holds it"),
+    ("reset()\nY = X + 1\n", "the function reset(), which changes it as its global X"),
+    ("for a in arrs:\n    a *= 2\nY = X + 1\n", "arrs, which holds it"),
+    ("X[0] = 5\nL[0][:] = -1\n", "L, which holds it"),  # both sides: the copy's written last
+    ("for i in range(2):\n    Y = X + i\n    L[0][:] = i\n", "L, which holds it")])
+def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refused(
+        held, mode, cell, via):
+    before = held.user_ns["X"].copy()
+    x = held.user_ns["X"]
+    message = cell_error(held, cell, mode)
+    assert message.startswith(f"the cell changes the input 'X' (or a view of it) in place "
+                              f"through {via}, and then reads X or changes it: %%gpu copies X "
+                              "to the device before the cell runs")
+    assert message.endswith("change X through its name in the cell (X[...] = ..., or a "
+                            "function's argument: f(X))")
+    assert held.user_ns["X"] is x and "Y" not in held.user_ns
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", [
+    "Y = X + 0\nL[0][:] = -1\n",  # read before the change: the copy is right
+    "L[0][:] = -1\nX = 3\n",  # rebound after, never read
+    "L[0][:] = -1\nY = Z + 1\n",  # another input
+    "L[0] = 5\nY = X + 1\n",  # an item replaced, not changed
+    "def f(a):\n    a[0] = 7\nf(X)\nY = X + 1\n",  # its argument: the copy itself
+    "L[0][:] = -1\nn = X.shape[0] + X.ndim\n",  # its shape: the copy's is the user's
+    "if c:\n    X += 1\nL[0][:] = -1\n"])  # may change, did not: the run's watch decides
+def test_a_cell_that_changes_a_holder_but_reads_no_stale_copy_runs_as_a_plain_cell(
+        held, mode, cell):
+    want = plain(cell)
+    assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+    for name in ("X", "Y"):
+        if name in want and isinstance(want[name], np.ndarray):
+            got = held.user_ns[name]
+            np.testing.assert_array_equal(got.get() if hasattr(got, "get") and
+                                          not isinstance(got, np.ndarray) else got, want[name])
+    if "--to-host" in mode:  # a device run leaves the user's array as it was (README)
+        np.testing.assert_array_equal(held.user_ns["L"][0], want["L"][0])
+
+
+@pytest.mark.parametrize(("mode", "runs"), [("--quiet --to-host", True), ("--quiet", False)])
+def test_a_view_made_after_the_change_runs_only_where_it_comes_back_as_the_users(
+        held, mode, runs):
+    """``L[0][:] = -1; V = X[1:]``: under ``--to-host`` ``V`` comes back a view of the user's
+    array (the copy unchanged), which holds the -1s, as in a plain cell, and ``Y = X``,
+    ``Q = [X]`` the user's array itself; in a device run they would be the copy from before
+    (or a view of it), so the cell is refused there."""
+    cell = "L[0][:] = -1\nV = X[1:]\nW = X.T\nY = X\nQ = [X]\n"
+    if not runs:
+        assert "then reads X" in cell_error(held, cell, mode)
+        return
+    assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+    want, got = plain(cell), held.user_ns
+    for name in ("V", "W"):
+        np.testing.assert_array_equal(got[name], want[name])
+        assert np.shares_memory(got[name], got["X"]) and got["L"][0] is got["X"]
+    assert got["Y"] is got["X"] and got["Q"][0] is got["X"]
