@@ -90,6 +90,10 @@ class BatchRun(BatchJoin):
         self.may_leave = plan.may_rebind
         self.left: set[str] = set()
         self.touched: set[str] = set()
+        # an input it may change in place and need not (`if c: X += 1`): gathered, and
+        # watched in every batch; the user's array where no batch changed or rebound it
+        self.maybe_in_place = plan.in_place & plan.may_keep
+        self.moved_in_place: set[str] = set()
         self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
@@ -130,6 +134,10 @@ class BatchRun(BatchJoin):
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
             given, marks = self.given(i, work)
+            maybe = {n: weakref.ref(work[n]) for n in self.maybe_in_place - self.moved_in_place
+                     if n in work}
+            seen = self.be.watch([work[n] for n in maybe], [True] * len(maybe)) if maybe \
+                else None
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
@@ -148,6 +156,10 @@ class BatchRun(BatchJoin):
                     if changed and given[name]() is not None:
                         self.touched.add(name)
                         del given[name]
+            if seen is not None:  # changed, or rebound (its copy gone or not the name's)
+                self.moved_in_place.update(n for (n, ref), changed in zip(
+                    maybe.items(), self.be.changed(seen), strict=True)
+                    if changed or ref() is None or work.get(n) is not ref())
             self.collect(i, a, b, slot, work, given)
         if i == 0:
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,

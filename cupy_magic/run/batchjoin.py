@@ -45,6 +45,8 @@ class BatchJoin:
     may_leave: frozenset[str]
     left: set[str]
     touched: set[str]
+    maybe_in_place: frozenset[str]
+    moved_in_place: set[str]
 
     def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any],
                 given: dict[str, Callable[[], Any]]) -> None:
@@ -162,7 +164,7 @@ class BatchJoin:
     def forget(self) -> None:
         """Drop everything the batches left so far (a first batch measured again)."""
         for table in (self.specs, self.written, self.constants, self.partials,
-                      self.partial_rows, self.left, self.touched):
+                      self.partial_rows, self.left, self.touched, self.moved_in_place):
             table.clear()
         self.first.clear()
         self.last_work = {}
@@ -206,6 +208,9 @@ class BatchJoin:
                             "so rows would be missing; assign it in every batch")
         final = self.tail()
         final.update(self.out)
+        for name in self.maybe_in_place - self.moved_in_place:  # `if c: X += 1`, no batch ran
+            if name in final:  # it: the user's X, as in a plain cell (its rows gathered equal)
+                final[name] = self.namespace[name]
         for name, parts in self.partials.items():
             final[name] = self.joined(name, parts)
         return final
