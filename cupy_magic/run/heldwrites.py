@@ -10,6 +10,7 @@ name holds: a batched run would upload the later batches' rows changed
 from __future__ import annotations
 
 import ast
+import collections
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -46,19 +47,20 @@ def holder_changed(source: str, namespace: Mapping[str, Any],
 def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, Any],
                stored: Iterable[str], sure: Iterable[str], views: bool = False,
                ) -> tuple[str, str] | None:
-    """For a whole run: an input the cell changes through an object from outside that holds
-    it, or through a function from outside (:func:`holder_changed`), and then reads, at that
+    """For a whole run: an input the cell changes through an object from outside that holds it,
+    or through a function from outside (:func:`holder_changed`), and then reads, at that
     statement or a later one, without ever binding or changing it through its name
     (``stored``); or one a top-level statement surely changes through its name too
-    (``sure``). Returns ``(how, the input's name)``, else ``None``. The cell's name holds the
-    device copy made before it ran, which the change through the host does not reach:
+    (``sure``). Returns ``(how, the input's name)``, else ``None``. The cell's name holds
+    the device copy made before it ran, which the change through the host does not reach:
     ``L[0][:] = -1; y = x + 0`` would read the old values, and a change of the copy would be
     written over the host's (a plain cell's ``x`` is ``L[0]`` itself). Reads before the
     change are right; so, with ``views`` (the name comes back to the host, where an
     unchanged copy, or a view of it, is the user's array, or a view of it), are ``x[1:]``,
     ``x.T``, ``y = x`` and ``q = [x]`` (:func:`_reads`). A cell that may change or rebind
     the name is left to the run's watch (``if c: x += 1``, README). A change through a
-    holder under an ``if`` counts as made: whether it runs is not known before the run."""
+    holder under an ``if`` counts as made: whether it runs is not known before the run.
+    """
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -109,9 +111,19 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
     change is the user's array); with the cell's line of the change (or of the call)."""
     direct, changed = depth > 0, []
     parts = (ast.Subscript, ast.Attribute, ast.Name) if direct else (ast.Subscript, ast.Attribute)
+    # names bound to an item of an object from outside (`Y = L[0]`): a change through them
+    # is one through the holder (`Y += 1`)
+    aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
+    binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                                and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
+    held = {t.id: _first(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and isinstance(n.value, (ast.Subscript, ast.Attribute)) for t in n.targets
+            if isinstance(t, ast.Name) and _first(n.value)[0] not in bound
+            and binds[t.id] == 1 and t.id not in inputs}  # bound there only: no other value
     for node in ast.walk(tree):
-        changed += [(*_first(t), getattr(node, "lineno", 0))
-                    for t in _changes(node) if isinstance(t, parts)]
+        changed += [(*held[_first(t)[0]], node.lineno) if _first(t)[0] in held else
+                    (*_first(t), getattr(node, "lineno", 0))
+                    for t in _changes(node) if isinstance(t, parts) or _first(t)[0] in held]
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
                 and any(_first(t)[0] == node.target.id for n in node.body for m in ast.walk(n)
                         for t in _changes(m)):  # for a in arrs: a *= 2
@@ -119,15 +131,15 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
             continue
-        held = namespace.get(root)
-        items = [held] if isinstance(held, np.ndarray) else held.values() \
-            if isinstance(held, dict) else held if isinstance(held, (list, tuple)) else \
-            vars(held).values() if hasattr(held, "__dict__") \
-            and not isinstance(held, types.ModuleType) else ()
-        if key is not None and not isinstance(held, np.ndarray):  # L[1][:] = 0: that item
+        obj = namespace.get(root)
+        items = [obj] if isinstance(obj, np.ndarray) else obj.values() \
+            if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else \
+            vars(obj).values() if hasattr(obj, "__dict__") \
+            and not isinstance(obj, types.ModuleType) else ()
+        if key is not None and not isinstance(obj, np.ndarray):  # L[1][:] = 0: that item
             try:
-                items = [held[key] if isinstance(held, (dict, list, tuple))
-                         else getattr(held, key)]
+                items = [obj[key] if isinstance(obj, (dict, list, tuple))
+                         else getattr(obj, key)]
             except (LookupError, TypeError, AttributeError):
                 continue
         for item in items:

@@ -320,11 +320,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
 
 def _unseen(source: str, names: CellNames, inputs: dict[str, np.ndarray],
             only: frozenset[str], modules: frozenset[str]) -> frozenset[str]:
-    """:attr:`CellPlan.unseen`: the stored (or deleted) inputs not shown changing in place
-    through their names, that the source may change otherwise before it rebinds (or deletes)
-    them (``f(X); del X`` with ``def f(a): a -= 1``)."""
-    maybe = ((names.assigned | names.mutated | names.deleted) & inputs.keys()) \
-        - names.in_place_first - only
+    """:attr:`CellPlan.unseen`: the stored inputs not shown changing in place through their
+    names, that the source may change otherwise before it rebinds them."""
+    maybe = ((names.assigned | names.mutated) & inputs.keys()) - names.in_place_first - only
     return maybe - read_until_rebound(source, frozenset(maybe), modules) if maybe \
         else frozenset()
 

@@ -36,7 +36,10 @@ def plain(cell: str) -> dict:
     ("reset()\nY = X + 1\n", "the function reset(), which changes it as its global X"),
     ("for a in arrs:\n    a *= 2\nY = X + 1\n", "arrs, which holds it"),
     ("X[0] = 5\nL[0][:] = -1\n", "L, which holds it"),  # both sides: the copy's written last
-    ("for i in range(2):\n    Y = X + i\n    L[0][:] = i\n", "L, which holds it")])
+    ("for i in range(2):\n    Y = X + i\n    L[0][:] = i\n", "L, which holds it"),
+    # through a name bound to the holder's item (772 fuzzed cells under --to-host)
+    ("W = L[0]\nW += 1\nY = X + 0\n", "L, which holds it"),
+    ("W = D['x']\nW[0] = 9\nX[0] = 5\n", "D, which holds it")])
 def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refused(
         held, mode, cell, via):
     before = held.user_ns["X"].copy()
@@ -57,6 +60,8 @@ def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refuse
     "L[0][:] = -1\nX = 3\n",  # rebound after, never read
     "L[0][:] = -1\nY = Z + 1\n",  # another input
     "L[0] = 5\nY = X + 1\n",  # an item replaced, not changed
+    "Y = X + 0\nW = L[0]\nW += 1\n",  # through the holder's item, after the read
+    "W = L[0]\nY = W + X\n",  # the holder's item only read
     "def f(a):\n    a[0] = 7\nf(X)\nY = X + 1\n",  # its argument: the copy itself
     "L[0][:] = -1\nn = X.shape[0] + X.ndim\n",  # its shape: the copy's is the user's
     "if c:\n    X += 1\nL[0][:] = -1\n"])  # may change, did not: the run's watch decides
@@ -90,3 +95,4 @@ def test_a_view_made_after_the_change_runs_only_where_it_comes_back_as_the_users
         np.testing.assert_array_equal(got[name], want[name])
         assert np.shares_memory(got[name], got["X"]) and got["L"][0] is got["X"]
     assert got["Y"] is got["X"] and got["Q"][0] is got["X"]
+
