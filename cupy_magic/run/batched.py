@@ -133,11 +133,7 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
-            given, marks = self.given(i, work)
-            maybe = {n: weakref.ref(work[n]) for n in self.maybe_in_place - self.moved_in_place
-                     if n in work}
-            seen = self.be.watch([work[n] for n in maybe], [True] * len(maybe)) if maybe \
-                else None
+            given, watched, token = self.given(i, work)
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
@@ -151,29 +147,40 @@ class BatchRun(BatchJoin):
                     with unawaited_quiet():
                         work.clear()
                 raise
-            if marks is not None:  # changed in place through another name: gathered
-                for name, changed in zip(marks[0], self.be.changed(marks[1]), strict=True):
-                    if changed and given[name]() is not None:
-                        self.touched.add(name)
-                        del given[name]
-            if seen is not None:  # changed, or rebound (its copy gone or not the name's)
-                self.moved_in_place.update(n for (n, ref), changed in zip(
-                    maybe.items(), self.be.changed(seen), strict=True)
-                    if changed or ref() is None or work.get(n) is not ref())
+            if watched:
+                self.take_watch(watched, token, given, work)
             self.collect(i, a, b, slot, work, given)
         if i == 0:
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
 
-    def given(self, i: int, work: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    def given(self, i: int, work: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                                             Any]:
         """Weak references to batch ``i``'s copies of the inputs it may leave as they were
-        (a batch that rebinds one frees its copy, as a whole run does), and in the first
-        batch the watch of those the source may change through another name."""
+        (a batch that rebinds one frees its copy, as a whole run does); and one watch (the
+        backend's fingerprints, weakly) of those the source may change through another name
+        (in the first batch) and of those it may change in place (in every batch, until one
+        did): their weak references, and the watch's token."""
         given = {n: weakref.ref(work[n]) for n in self.may_leave - self.touched if n in work}
-        unsure = [n for n in given if n in self.plan.unseen] if i == 0 else []
-        return given, (unsure, self.be.watch([work[n] for n in unsure], [True] * len(unsure))
-                       ) if unsure else None
+        watched = {n: given[n] for n in given if n in self.plan.unseen} if i == 0 else {}
+        watched |= {n: weakref.ref(work[n]) for n in self.maybe_in_place - self.moved_in_place
+                    if n in work}
+        return given, watched, self.be.watch([r() for r in watched.values()],
+                                             [True] * len(watched)) if watched else None
+
+    def take_watch(self, watched: dict[str, Any], token: Any, given: dict[str, Any],
+                   work: dict[str, Any]) -> None:
+        """What the watch of :meth:`given` saw after the batch: an input changed through
+        another name is gathered from then on; one the cell may change in place counts as
+        moved where the batch changed or rebound it (its copy gone, or not the name's)."""
+        for (name, ref), changed in zip(watched.items(), self.be.changed(token), strict=True):
+            if name in self.maybe_in_place:
+                if changed or ref() is None or work.get(name) is not ref():
+                    self.moved_in_place.add(name)
+            elif changed and ref() is not None:
+                self.touched.add(name)
+                del given[name]
 
     def watch_first(self, work: dict[str, Any]) -> InputWatch:
         """Watch the first batch's rows of the batched inputs and the shared inputs' copies,

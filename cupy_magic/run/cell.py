@@ -34,7 +34,7 @@ from .echo import effect_note
 from .errors import CellError, at_cell_line
 from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
-from .heldwrites import holder_changed, stale_read
+from .heldwrites import by_its_name, holder_changed, stale_read
 from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
@@ -179,9 +179,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
             raise CellError(
                 f"the cell changes the batched input {held[1]!r} (or a view of it) in place "
                 f"through {held[0]}: a batched run uploads {held[1]}'s rows as the batches go, "
-                f"so the change would reach the later batches' rows only; change {held[1]} "
-                f"through its name in the cell ({held[1]}[...] = ..., or a function's argument"
-                f": f({held[1]})), or run the cell whole (no --batch, a larger budget)")
+                f"so the change would reach the later batches' rows only; "
+                f"{by_its_name(held[1])}, or run the cell whole (no --batch, a larger budget)")
         if WRITES_FILE in effect:  # each batch's rows over the last's: wrong for certain
             raise CellError(f"the cell {effect}, which a batched run would do once per batch, "
                             "each batch writing its own rows over the last's; write the "
@@ -194,8 +193,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
             f"the cell changes the input {stale[1]!r} (or a view of it) in place through "
             f"{stale[0]}, and then reads {stale[1]} or changes it: %%gpu copies {stale[1]} to "
             f"the device before the cell runs, so the cell's {stale[1]} would not see that "
-            f"change (a plain cell's would); change {stale[1]} through its name in the cell "
-            f"({stale[1]}[...] = ..., or a function's argument: f({stale[1]}))")
+            f"change (a plain cell's would); {by_its_name(stale[1])}")
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

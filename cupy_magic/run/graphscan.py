@@ -70,11 +70,6 @@ def outside_effect(source: str, namespace: Mapping[str, Any], xp: Iterable[str],
     return _Scan(namespace, set(xp), is_device, 0, effects=True).tree(tree)
 
 
-# the methods that change an array in place
-_IN_PLACE = {"sort", "fill", "put", "partition", "resize", "itemset", "setfield",
-             "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__"}
-
-
 def refusal(source: str, namespace: Mapping[str, Any], xp: Iterable[str], *,
             found: Sequence[Any] = (), syncs: Sequence[Any] = (), traced: bool = False,
             timeline: bool = False, devices: bool = False,

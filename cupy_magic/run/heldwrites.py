@@ -18,12 +18,21 @@ from typing import Any
 import numpy as np
 
 from .batching import _definition
-from .graphscan import _IN_PLACE, MAX_DEPTH, _bound, _first
+from .graphscan import MAX_DEPTH, _bound, _first
+from .names import MUTATING_METHODS
 
-__all__ = ["holder_changed", "stale_read"]
+__all__ = ["by_its_name", "holder_changed", "stale_read"]
 
+_IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
+                                "__itruediv__"}
 _HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
 _META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
+
+
+def by_its_name(name: str) -> str:
+    """The fix both refusals name: change the input through its own name in the cell."""
+    return (f"change {name} through its name in the cell ({name}[...] = ..., or a function's "
+            f"argument: f({name}))")
 
 
 def holder_changed(source: str, namespace: Mapping[str, Any],
@@ -65,8 +74,8 @@ def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    body, stored, sure = getattr(tree, "body", []), set(stored), set(sure)
-    found = _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
+    body, stored, sure, bound = getattr(tree, "body", []), set(stored), set(sure), _bound(tree)
+    found = _changed_in(tree, bound, namespace, inputs, set(), 0)
     while found is not None:
         how, name, line = found
         first = next((i for i, s in enumerate(body)
@@ -74,7 +83,7 @@ def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
         if name in sure or (name not in stored and _reads(body[first:], name, views)):
             return how, name
         inputs = {k: v for k, v in inputs.items() if k != name}  # read before only: the next
-        found = _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
+        found = _changed_in(tree, bound, namespace, inputs, set(), 0)
     return None
 
 
@@ -121,9 +130,12 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
             if isinstance(t, ast.Name) and _first(n.value)[0] not in bound
             and binds[t.id] == 1 and t.id not in inputs}  # bound there only: no other value
     for node in ast.walk(tree):
-        changed += [(*held[_first(t)[0]], node.lineno) if _first(t)[0] in held else
-                    (*_first(t), getattr(node, "lineno", 0))
-                    for t in _changes(node) if isinstance(t, parts) or _first(t)[0] in held]
+        for target in _changes(node):
+            root, key = _first(target)
+            if root in held:
+                changed.append((*held[root], node.lineno))
+            elif isinstance(target, parts):
+                changed.append((root, key, node.lineno))
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
                 and any(_first(t)[0] == node.target.id for n in node.body for m in ast.walk(n)
                         for t in _changes(m)):  # for a in arrs: a *= 2

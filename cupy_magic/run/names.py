@@ -15,7 +15,9 @@ __all__ = ["SCOPES", "CellNames", "analyse", "cell_names", "module_escapes", "pa
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)  # a scope of its own
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 # Methods and functions that change their array argument in place (NumPy and CuPy alike).
-_MUTATING_METHODS = {"sort", "fill", "put", "partition", "itemset", "resize", "setfield"}
+# the array methods that change the array in place (heldwrites adds their dunder forms)
+MUTATING_METHODS = frozenset({"sort", "fill", "put", "partition", "itemset", "resize",
+                              "setfield"})
 _MUTATING_FUNCTIONS = {"copyto", "put", "place", "putmask", "fill_diagonal", "put_along_axis",
                        "shuffle"}
 
@@ -81,7 +83,7 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(func, ast.Attribute):
             if func.attr in ("sort", "partition"):
                 self.names.sorts_in_place = True
-            if func.attr in _MUTATING_METHODS:
+            if func.attr in MUTATING_METHODS:
                 self._mutation_root(func.value)  # x.sort(), x.fill(0)
             if func.attr in _MUTATING_FUNCTIONS and node.args:
                 self._mutation_root(node.args[0])  # np.copyto(x, ...), np.put(x, ...)
