@@ -25,6 +25,7 @@ from .flat import flat_device_index
 from .gpuinfo import describe, device_name
 from .hostmem import HostMemory
 from .marks import EventMarks
+from .peaks import HighWater
 from .preheat import DONE as preheat_done
 from .preheat import finish_lazy_imports, preheat
 from .writes import DeviceFingerprints
@@ -73,8 +74,9 @@ class CupyBackend(Backend):
         # (benchmarks/cell_overhead.py), and they do not change while the process lives
         self._properties: dict[int, dict[str, Any]] = {}
         self._infos: dict[int, DeviceInfo] = {}  # read every cell, fixed while it lives
-        # the measurements track_memory has open, by device: _malloc raises their peaks
-        self._open: dict[int, list[_Measurement]] = {}
+        # the peaks of the measurements track_memory has open, by device (the allocator
+        # raises the home device's, _malloc the others')
+        self._peaks: dict[int, HighWater] = {}
         # non-empty while the home pool holds more than its limit in arrays
         self._strict: list[bool] = []
         cupy.cuda.set_allocator(self._allocator())
@@ -124,10 +126,11 @@ class CupyBackend(Backend):
         A Python call per array costs: ``benchmarks/op_overhead.py`` (a CuPy
         ``MemoryHook`` would cost four calls into Python per array).
         """
-        home, strict, measuring = self.home, self._strict, self._open.setdefault(self.home, [])
+        home, strict, peaks = self.home, self._strict, self._peaks_of(self.home)
         pool, malloc, checked = self.pool, self.pool.malloc, self._malloc
         used, get_device = self.pool.used_bytes, self.cp.cuda.runtime.getDevice
         refused = self.cp.cuda.memory.OutOfMemoryError
+        measuring, level = peaks.active, peaks.level
 
         def allocate(size: int) -> Any:
             if strict or get_device() != home:
@@ -138,9 +141,8 @@ class CupyBackend(Backend):
                 mem = self._grow(pool, size)
             if measuring:  # read after: another thread's allocation on this pool counts too
                 now = used()
-                for m in measuring:
-                    if now > m.peak_bytes:
-                        m.peak_bytes = now
+                if now > level[0]:
+                    level[0] = now
             return mem
 
         return allocate
@@ -157,13 +159,17 @@ class CupyBackend(Backend):
             if before + -(-size // 512) * 512 > limit:  # the pool's 512-byte units
                 raise self.cp.cuda.memory.OutOfMemoryError(size, before, limit)
         mem = self._grow(pool, size)
-        measuring = self._open.get(device)
-        if measuring:
-            used = pool.used_bytes()
-            for m in measuring:
-                if used > m.peak_bytes:
-                    m.peak_bytes = used
+        peaks = self._peaks.get(device)
+        if peaks is not None and peaks.active:
+            peaks.raise_to(pool.used_bytes())
         return mem
+
+    def _peaks_of(self, device: int) -> HighWater:
+        """The high-water marks of the measurements open on ``device`` (made on first use)."""
+        peaks = self._peaks.get(device)
+        if peaks is None:
+            peaks = self._peaks[device] = HighWater()
+        return peaks
 
     def _fit(self, device: int) -> None:
         """Keep the pool of ``device`` within its limit: cached blocks go when it holds more;
@@ -327,12 +333,12 @@ class CupyBackend(Backend):
         self._fit(device)
         start = self.pool_used(device)
         m = _Measurement(start_bytes=start, peak_bytes=start)
-        measuring = self._open.setdefault(device, [])
-        measuring.append(m)
+        peaks = self._peaks_of(device)
+        peaks.open(m, start)
         try:
             yield m
         finally:
-            measuring.remove(m)
+            peaks.close(m)
 
     def watch_compiles(self, code_filename: str) -> CompileRecord:
         return CompileRecord(code_filename)

@@ -60,12 +60,12 @@ def cell_warnings() -> Iterator[None]:
     """While inside, a warning located in the wrapper or in :mod:`cupy_magic.compat` is shown
     at the user's line that made the call (see the module's docstring)."""
     before = warnings.showwarning
-    skip = _library_dirs()
 
     def shown(message: Any, category: type[Warning], filename: str, lineno: int,
               file: Any = None, line: str | None = None) -> None:
         if _in_front(filename):
-            frame = _user_frame(sys._getframe(1), skip)
+            # the libraries' folders, read when a warning shows (most cells show none)
+            frame = _user_frame(sys._getframe(1), _library_dirs())
             if frame is not None:
                 filename, lineno, line = frame.f_code.co_filename, frame.f_lineno, None
         before(message, category, filename, lineno, file, line)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -45,11 +46,10 @@ def holder_changed(source: str, namespace: Mapping[str, Any],
     calls. Returns ``(how, the input's name)``, ``how`` naming the holder or the function;
     ``None`` where there is none. A batched run uploads the input's rows as the batches go,
     so such a change reaches the later batches' rows only."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parse(source)
+    if tree is None:
         return None
-    found = _changed_in(tree, _bound(tree), namespace, inputs, set(), 0)
+    found = _changed_in(tree, _bound_of(tree), namespace, inputs, set(), 0)
     return None if found is None else found[:2]
 
 
@@ -70,11 +70,10 @@ def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
     the name is left to the run's watch (``if c: x += 1``, README). A change through a
     holder under an ``if`` counts as made: whether it runs is not known before the run.
     """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parse(source)
+    if tree is None:
         return None
-    body, stored, sure, bound = getattr(tree, "body", []), set(stored), set(sure), _bound(tree)
+    body, stored, sure, bound = tree.body, set(stored), set(sure), _bound_of(tree)
     found = _changed_in(tree, bound, namespace, inputs, set(), 0)
     while found is not None:
         how, name, line = found
@@ -85,6 +84,12 @@ def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
         inputs = {k: v for k, v in inputs.items() if k != name}  # read before only: the next
         found = _changed_in(tree, bound, namespace, inputs, set(), 0)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _bound_of(tree: ast.AST) -> set[str]:
+    """:func:`graphscan._bound` of a cell's tree, once per tree (callers do not change it)."""
+    return _bound(tree)
 
 
 def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
@@ -112,6 +117,48 @@ def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=256)
+def _parse(source: str) -> ast.Module | None:
+    """The cell's tree, parsed once per text (a cell run again reads it again: 0.1 ms of a
+    warm cell's 0.4 on an H100, ``benchmarks/allocator_cost.py``); ``None``: not Python."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _scan(tree: ast.AST, bound: frozenset[str]) -> tuple[
+        tuple[tuple[str, Any, int, bool, bool], ...], dict[str, tuple[str, Any]],
+        tuple[tuple[str, int], ...]]:
+    """What :func:`_changed_in` reads of ``tree`` alone, once per tree: each change in place
+    (the root, its key, the line, whether the target is a bare name, an item or attribute),
+    ``for a in arrs: a *= 2`` as a change of ``arrs``; the names bound there once to an item
+    of an object from outside (``Y = L[0]``), with that item; the calls of names from
+    outside, with their lines. All in the order ``ast.walk`` meets them."""
+    aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
+    binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                                and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
+    held = {t.id: _first(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and isinstance(n.value, (ast.Subscript, ast.Attribute)) for t in n.targets
+            if isinstance(t, ast.Name) and _first(n.value)[0] not in bound
+            and binds[t.id] == 1}  # bound there only: no other value
+    changes: list[tuple[str, Any, int, bool, bool]] = []
+    calls: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        for target in _changes(node):
+            changes.append((*_first(target), node.lineno, isinstance(target, ast.Name),
+                            isinstance(target, (ast.Subscript, ast.Attribute))))
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
+                and any(_first(t)[0] == node.target.id for n in node.body for m in ast.walk(n)
+                        for t in _changes(m)):  # for a in arrs: a *= 2
+            changes.append((_first(node.iter)[0], None, node.lineno, False, True))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id not in bound:
+            calls.append((node.func.id, getattr(node, "lineno", 0)))
+    return tuple(changes), held, tuple(calls)
+
+
 def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
                 inputs: Mapping[str, Any], seen: set[int], depth: int,
                 ) -> tuple[str, str, int] | None:
@@ -119,27 +166,12 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
     an input's own name is the batch's) or a called function's (its globals, where such a
     change is the user's array); with the cell's line of the change (or of the call)."""
     direct, changed = depth > 0, []
-    parts = (ast.Subscript, ast.Attribute, ast.Name) if direct else (ast.Subscript, ast.Attribute)
-    # names bound to an item of an object from outside (`Y = L[0]`): a change through them
-    # is one through the holder (`Y += 1`)
-    aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
-    binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-                                and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
-    held = {t.id: _first(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-            and isinstance(n.value, (ast.Subscript, ast.Attribute)) for t in n.targets
-            if isinstance(t, ast.Name) and _first(n.value)[0] not in bound
-            and binds[t.id] == 1 and t.id not in inputs}  # bound there only: no other value
-    for node in ast.walk(tree):
-        for target in _changes(node):
-            root, key = _first(target)
-            if root in held:
-                changed.append((*held[root], node.lineno))
-            elif isinstance(target, parts):
-                changed.append((root, key, node.lineno))
-        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
-                and any(_first(t)[0] == node.target.id for n in node.body for m in ast.walk(n)
-                        for t in _changes(m)):  # for a in arrs: a *= 2
-            changed.append((_first(node.iter)[0], None, node.lineno))
+    scanned, held, calls = _scan(tree, frozenset(bound))
+    for root, key, line, bare, part in scanned:
+        if root in held and root not in inputs:  # `Y = L[0]; Y += 1`: through the holder
+            changed.append((*held[root], line))
+        elif part or (direct and bare):
+            changed.append((root, key, line))
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
             continue
@@ -161,9 +193,8 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
                             f"{root}" if direct else f"{root}, which holds it"), name, line
     if depth >= MAX_DEPTH:
         return None
-    for node in ast.walk(tree):  # the functions from outside it calls: f() writing X
-        fn = namespace.get(node.func.id) if isinstance(node, ast.Call) \
-            and isinstance(node.func, ast.Name) and node.func.id not in bound else None
+    for func, line in calls:  # the functions from outside it calls: f() writing X
+        fn = namespace.get(func)
         definition = _definition(fn) if fn is not None and id(fn) not in seen else None
         if definition is not None:
             seen.add(id(fn))
@@ -172,7 +203,7 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
             found = _changed_in(definition, local - {definition.name}, fn.__globals__,
                                 inputs, seen, depth + 1)
             if found is not None:  # the cell's line is the call's
-                return found[0], found[1], getattr(node, "lineno", 0)
+                return found[0], found[1], line
     return None
 
 

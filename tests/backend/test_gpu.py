@@ -248,18 +248,48 @@ def test_a_backend_made_again_in_the_process_skips_the_first_launch(shell, monke
 
 
 def test_the_peak_read_at_each_allocation_is_the_pools_own_count(gip):
-    # the peak _malloc records at each allocation is the pool's own count of the bytes in
-    # use after it, for odd sizes too, and a smaller allocation later leaves it
+    # the peak the allocator records at each allocation is the pool's own count of the bytes
+    # in use after it, for odd sizes too, and a smaller allocation later leaves it
     import cupy
 
     be = backend.current()
-    with be.track_memory("<test>") as m:
-        seen = m.start_bytes
-        keep = []
-        for n in (0, 1, 511, 512, 513, 4_097, 1_000_003, 3 << 20):
+    keep = []
+    for n in (0, 1, 511, 512, 513, 4_097, 1_000_003, 3 << 20):
+        with be.track_memory("<test>") as m:
             keep.append(cupy.empty(n, dtype=cupy.uint8))
-            seen = max(seen, be.pool.used_bytes())
-            assert m.peak_bytes == seen
+            seen = be.pool.used_bytes()
+        assert m.peak_bytes == max(m.start_bytes, seen)
+    with be.track_memory("<test>") as m:
         del keep[3:5]
-        keep.append(cupy.empty(10, dtype=cupy.uint8))  # below the peak: it stays
-        assert m.peak_bytes == seen
+        keep.append(cupy.empty(10, dtype=cupy.uint8))  # below the start: it stays
+    assert m.peak_bytes == m.start_bytes
+
+
+def test_measurements_open_together_each_see_their_own_window(gip):
+    # nested (a batched run's batch inside the cell's) and crossing (two threads): each
+    # measurement's peak is the highest bytes in use while it was open, and no other's
+    import cupy
+
+    be = backend.current()
+    mib = 1 << 20
+    with be.track_memory("<test>") as outer:
+        big = cupy.empty(64 * mib, dtype=cupy.uint8)
+        top = be.pool.used_bytes()
+        del big
+        with be.track_memory("<test>") as inner:
+            small = cupy.empty(mib, dtype=cupy.uint8)
+            inner_top = be.pool.used_bytes()
+    assert (inner.peak_bytes, outer.peak_bytes) == (inner_top, top)
+    first, second = be.track_memory("<test>"), be.track_memory("<test>")
+    a = first.__enter__()
+    big = cupy.empty(64 * mib, dtype=cupy.uint8)
+    a_top = be.pool.used_bytes()
+    del big
+    b = second.__enter__()  # opened after the 64 MiB went: it never saw them
+    more = cupy.empty(2 * mib, dtype=cupy.uint8)
+    first.__exit__(None, None, None)
+    again = cupy.empty(3 * mib, dtype=cupy.uint8)  # after the first closed: the second's only
+    b_top = be.pool.used_bytes()
+    second.__exit__(None, None, None)
+    assert a.peak_bytes == a_top and b.peak_bytes == b_top < a_top
+    del small, more, again
