@@ -16,7 +16,7 @@ installs (a Python function CuPy calls for every array). This splits that cost:
 - the small loop (``peer_bench.py``'s 300 steps on 10,000 float32) as a hand port under
   each allocator, all timed in turn, and ``run_cell`` of it with ``to_host=("y",)``;
 - the fixed cost of a cell: ``run_cell("y = v")`` of 16 float32 against the hand port's
-  ``asnumpy(asarray(v))``.
+  ``asnumpy(asarray(v))``, and ``y = v + 0`` over the small loop's 10,000 float32.
 
 Usage::
 
@@ -161,8 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     loop = dict(zip([f"hand_{n}" for n in loop_names] + ["gpu"],
                     (t * 1e3 for t in _best_alternating(fns, args.repeats, least_s=1.0,
                                                         most=300)), strict=True))
-    a, b = _best_alternating([hand_fixed, cell_fixed], args.repeats, least_s=1.0, most=500)
-    fixed = {"hand_tiny_ms": a * 1e3, "cell_tiny_ms": b * 1e3}
+    def cell_one() -> None:  # the small loop's input, one step: its fixed cost
+        cupy_magic.run_cell("y = v + 0\n", {"np": np, "v": v}, to_host=("y",))
+
+    def hand_one() -> None:
+        with cp.cuda.using_allocator(default):
+            cp.asnumpy(cp.asarray(v) + 0)
+
+    a, b, c, d = _best_alternating([hand_fixed, cell_fixed, hand_one, cell_one],
+                                   args.repeats, least_s=1.0, most=500)
+    fixed = {"hand_tiny_ms": a * 1e3, "cell_tiny_ms": b * 1e3, "hand_one_step_ms": c * 1e3,
+             "cell_one_step_ms": d * 1e3}
     for group in (ns, reads):
         for k, val in group.items():
             print(f"{k:28s} {val:9.1f} ns")

@@ -61,7 +61,9 @@ def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refuse
     "L[0][:] = -1\nY = Z + 1\n",  # another input
     "L[0] = 5\nY = X + 1\n",  # an item replaced, not changed
     "Y = X + 0\nW = L[0]\nW += 1\n",  # through the holder's item, after the read
-    "W = L[0]\nY = W + X\n",  # the holder's item only read
+    # the holder's item only read (on the host: L is not an input, so W is the user's
+    # array, which CuPy does not add to X's device copy: float() of its sum)
+    "W = L[0]\nY = float(W.sum()) + X\n",
     "def f(a):\n    a[0] = 7\nf(X)\nY = X + 1\n",  # its argument: the copy itself
     "L[0][:] = -1\nn = X.shape[0] + X.ndim\n",  # its shape: the copy's is the user's
     "if c:\n    X += 1\nL[0][:] = -1\n"])  # may change, did not: the run's watch decides
