@@ -344,7 +344,8 @@ def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
              was: Any = None, home: Callable[[Any], Any] | None = None) -> Any:
     """``value`` with its device arrays brought to the host (:func:`host_form`; ``was``: what
     the name held), also those in a tuple, a list or a named tuple (``np.diag_indices``,
-    ``np.unique_all``, ``np.linalg.svd``); the same object when it holds none. ``home``: the
+    ``np.unique_all``, ``np.linalg.svd``) or the values of a dict; the same object when it
+    holds none. ``home``: the
     user's array an item that is an input's device copy stands for (``R = [X, W]``: ``R[1]
     is W`` as in a plain cell), else ``None``."""
     if be.is_device_array(value):
@@ -356,4 +357,8 @@ def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if type(value) is dict:  # D = {"x": X}: D["x"] is X, as in a plain cell
+        found = {k: got if home is not None and (got := home(v)) is not None
+                 else _to_host(v, be, shown, home=home) for k, v in value.items()}
+        return value if all(found[k] is v for k, v in value.items()) else found
     return value

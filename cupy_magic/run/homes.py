@@ -16,12 +16,15 @@ writeable strided view the cell may change (``X = big[:, ::2]``), copied as the 
 contiguous, has a home of its own kind (:class:`StridedHome`): the copy comes back through a
 contiguous host array into the view, so ``big`` holds the change; a view the cell makes of
 it comes back as a new array.
-Others (cast, read-only) come back as new arrays, and their views made earlier keep the old
-values. A home is written back when the run may have changed one of its inputs' copies (in
-place through a name, or as the input watch saw) and a name it commits lies in it: a copy
-only read, then rebound (``X = X.T``, ``Xtr = Xtr * 2``), holds the user's bytes, and
-writing it back would undo a change the cell made meanwhile through the host. Also when
-the source changes one in place through its own name (``X -= 1``, ``X[0] = 1``,
+A read-only one (``x.flags.writeable`` false, a read-only ``np.load(..., mmap_mode="r")``) has
+a home that is never written: its copy, unchanged, comes back as the user's array and its
+views as views of it; a copy the cell changed comes back a new array (a GPU refuses the
+cell). Others (cast, read-only strided) come back as new arrays, and their views made
+earlier keep the old values. A home is written back when the run may have changed one of its
+inputs' copies (in place through a name, or as the input watch saw) and a name it commits
+lies in it: a copy only read, then rebound (``X = X.T``, ``Xtr = Xtr * 2``), holds the
+user's bytes, and writing it back would undo a change the cell made meanwhile through the
+host. Also when the source changes one in place through its own name (``X -= 1``, ``X[0] = 1``,
 ``X.sort()``) or a name a top-level ``Y = X`` bound to it, and the cell then rebinds or
 deletes the names (``X -= 1; X = 0``, ``Y = X; Y += 1; del X, Y``): in a plain cell the
 user's array keeps that change, and its earlier views see it. For those inputs only the
@@ -162,13 +165,18 @@ class Homes:
         order) holds ``host`` (the user's bytes, ``uint8``) from byte ``start_in_copy`` of
         the first on (negative: before it); the copies of the inputs in ``keep`` are held to
         the commit."""
-        if not host.flags.writeable or not host.flags.c_contiguous or not host.size:
+        if not host.flags.c_contiguous or not host.size:
             return
+        # read-only bytes are never written: a copy the run changed comes back a new array
+        # (a GPU refuses such a cell before the commit, InputWatch), one it did not is the
+        # user's array, or a view of it, as after a plain cell (`Y = X`, `Q = [X]`, `X[1:]`)
+        writes = bool(host.flags.writeable)
         key, _, offset = self.be.allocation(copies[0])
         self.by_key[key] = Home(host, offset + start_in_copy, inputs,
                                 [weakref.ref(c) for c in copies],
                                 kept={n: c for n, c in zip(inputs, copies, strict=True)
-                                      if n in keep}, owners=_owners(copies))
+                                      if n in keep} if writes else {},
+                                writes=writes, owners=_owners(copies))
 
     def add_strided(self, copy: Any, name: str, user: np.ndarray,
                     keep: set[str] | frozenset[str] = frozenset(),
@@ -290,12 +298,12 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
         if name in grouped or copy is None or cast_target(arr, dtype) != arr.dtype:
             continue
         # the same items as the user's: a byte order the device does not hold is swapped
-        if not arr.flags.writeable or copy.shape != arr.shape or copy.dtype != arr.dtype \
-                or not arr.size:
+        if copy.shape != arr.shape or copy.dtype != arr.dtype or not arr.size:
             continue
         if (arr.flags.c_contiguous or arr.flags.f_contiguous) and copy.strides == arr.strides:
             homes.add([copy], arr.reshape(-1, order="A").view(np.uint8), 0, {name: arr}, keep)
-        elif (copy.flags.c_contiguous or copy.flags.f_contiguous) and items_apart(arr):
+        elif arr.flags.writeable and (copy.flags.c_contiguous or copy.flags.f_contiguous) \
+                and items_apart(arr):
             homes.add_strided(copy, name, arr, keep, writes=name in plan.in_place)
     return homes
 

@@ -426,3 +426,68 @@ def test_a_stretch_is_not_used_where_it_would_be_misaligned_on_the_device(tmp_pa
     assert span_of({"X": X}, lambda a: False) is None
     Z = np.zeros((4, 12))[:, ::2]
     assert span_of({"Z": Z}, lambda a: False) is not None
+
+
+READ_ONLY = ["Y = X", "Q = [X]", "V = X[1:]", "T = X.T", "D = {'x': X}", "Y = X\nZ = X + 1",
+             "S = X[2]", "if c:\n    X = X + 1"]
+
+
+@pytest.mark.parametrize("memmap", [False, True])
+@pytest.mark.parametrize("body", READ_ONLY)
+def test_under_to_host_a_read_only_input_the_cell_leaves_unchanged_comes_back_as_itself(
+        ip, tmp_path, body, memmap):
+    """A read-only input (``x.flags.writeable`` false, or ``np.load(..., mmap_mode="r")``)
+    the cell only reads: a name the cell binds to it is the user's array, a view of it a
+    view of the user's array, read-only, as in a plain cell. Before, every one came back
+    as a new array (the home of an input was made for writeable ones only)."""
+    def setup() -> dict:
+        if memmap:
+            path = tmp_path / "x.npy"
+            np.save(path, np.arange(40.0).reshape(10, 4))
+            X = np.load(path, mmap_mode="r")
+        else:
+            X = np.arange(40.0).reshape(10, 4)
+            X.flags.writeable = False
+        return {"np": np, "X": X, "c": False}
+
+    plain, ns, got = _plain_and_gpu(ip, body, setup=setup)
+    assert got["X"] is ns["X"] and not got["X"].flags.writeable
+    for name in ("Y", "Q", "V", "T", "D", "Z", "S"):
+        if name not in plain:
+            continue
+        want, have = plain[name], got[name]
+        items = (lambda v: list(v.values()) if isinstance(v, dict) else list(v)) \
+            if isinstance(want, (list, dict)) else (lambda v: [v])
+        for w, h in zip(items(want), items(have), strict=True):
+            np.testing.assert_array_equal(h, w, err_msg=name)
+            assert (h is got["X"]) == (w is plain["X"]), name
+            assert np.shares_memory(h, got["X"]) == np.shares_memory(w, plain["X"]), name
+            assert h.flags.writeable == w.flags.writeable, name
+
+
+def test_a_read_only_input_the_cell_changes_is_refused_or_raises_and_stays(ip):
+    """The home of a read-only input is never written: a cell that changes its copy fails
+    (NumPy's error on the CPU fallback, the run's refusal on a GPU) and the user's array and
+    namespace are as they were."""
+    X = np.arange(40.0).reshape(10, 4)
+    X.flags.writeable = False
+    ip.user_ns.update({"np": np, "X": X})
+    ok = ip.run_cell("%%gpu --quiet --to-host\nY = X\nX += 1\n").success
+    assert not ok
+    assert ip.user_ns["X"] is X and "Y" not in ip.user_ns
+    np.testing.assert_array_equal(X, np.arange(40.0).reshape(10, 4))
+
+
+def test_under_to_host_a_dict_the_cell_binds_holds_the_users_arrays_and_numpy_ones(ip):
+    """``--to-host`` brings back the values of a dict the cell binds as it does a list's
+    items: an input's unchanged copy is the user's array (``D["x"] is X``, as in a plain
+    cell), a new device array a NumPy array; before, the dict kept the device copies."""
+    plain, _ns, got = _plain_and_gpu(
+        ip, "D = {'x': X, 'y': X + 1, 'n': 3, 'in': {'z': X[1:]}}\nE = {}\n",
+        np.arange(40.0).reshape(10, 4))
+    D, want = got["D"], plain["D"]
+    assert D["x"] is got["X"] and D["n"] == 3 and got["E"] == {}
+    for have, w in ((D["y"], want["y"]), (D["in"]["z"], want["in"]["z"])):
+        assert type(have) is np.ndarray
+        np.testing.assert_array_equal(have, w)
+    assert np.shares_memory(D["in"]["z"], got["X"])
