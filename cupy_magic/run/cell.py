@@ -34,7 +34,7 @@ from .echo import effect_note
 from .errors import CellError, at_cell_line
 from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
-from .heldwrites import by_its_name, holder_changed, stale_read
+from .heldwrites import by_its_name, held_inputs, holder_changed, stale_read
 from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
@@ -194,6 +194,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
             f"{stale[0]}, and then reads {stale[1]} or changes it: %%gpu copies {stale[1]} to "
             f"the device before the cell runs, so the cell's {stale[1]} would not see that "
             f"change (a plain cell's would); {by_its_name(stale[1])}")
+    if not reason:  # those whose copies change too are refused after the run (whole.py)
+        plan = dataclasses.replace(plan, held=held_inputs(source, namespace, plan.inputs))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -22,11 +22,13 @@ from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
 from .names import MUTATING_METHODS
 
-__all__ = ["by_its_name", "holder_changed", "stale_read"]
+__all__ = ["by_its_name", "held_inputs", "holder_changed", "stale_read"]
 
 _IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
                                 "__itruediv__"}
 _HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+           ast.Match, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
 
 
@@ -90,6 +92,26 @@ def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
 def _bound_of(tree: ast.AST) -> set[str]:
     """:func:`graphscan._bound` of a cell's tree, once per tree (callers do not change it)."""
     return _bound(tree)
+
+
+def held_inputs(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, Any],
+                ) -> tuple[tuple[str, str], ...]:
+    """Every input the cell changes through an object from outside that holds it, or a
+    function from outside (:func:`holder_changed`), in a top-level statement (made whenever
+    the cell gets there, not under an ``if`` or in a loop), with how: ``(name, how)`` pairs. A whole
+    run refuses one whose device copy changed too (:func:`cupy_magic.run.whole.run_whole`):
+    the change through the holder is in the user's array, the other in the copy, and no
+    commit has both (``if c: X += 1`` then ``L[0][:] = -1``)."""
+    tree = _parse(source)
+    if tree is None:
+        return ()
+    found, bound, left = [], _bound_of(tree), dict(inputs)
+    sure = [(s.lineno, s.end_lineno or s.lineno) for s in tree.body if not isinstance(s, _BLOCKS)]
+    while (hit := _changed_in(tree, bound, namespace, left, set(), 0)) is not None:
+        if any(a <= hit[2] <= b for a, b in sure):  # made whenever the cell gets there, not
+            found.append((hit[1], hit[0]))  # `if c: L[0][:] = -1`, which may not run
+        del left[hit[1]]
+    return tuple(found)
 
 
 def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:

@@ -112,6 +112,10 @@ class CellPlan:
         (:func:`~.aliases.read_until_rebound`); not ``X = X * 2; X += 1``. Under
         ``--to-host`` their copies are held to the commit and watched
         (:func:`~.homes.input_homes`), so that such a change reaches the user's array.
+    held
+        The inputs the cell may change through an object from outside that holds them, or
+        a function from outside, each with how (:func:`~.heldwrites.held_inputs`; a whole
+        run's only).
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -137,6 +141,7 @@ class CellPlan:
     in_place_sure: frozenset[str] = frozenset()
     may_keep: frozenset[str] = frozenset()
     unseen: frozenset[str] = frozenset()
+    held: tuple[tuple[str, str], ...] = ()
     sorts_in_place: bool = False
 
     @property

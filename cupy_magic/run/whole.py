@@ -19,6 +19,7 @@ import numpy as np
 from ..backend import Backend
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
+from .heldwrites import by_its_name
 from .homes import in_device_memory, input_homes
 from .inputmoves import check_budget, has_rows, move_inputs
 from .inputwrites import InputWatch
@@ -79,16 +80,16 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             # `if c: X += 1` or `if c: X = X * 2` that did not run: X's copy is not written
             # back, nor committed where X still holds it (the user's X, as before the cell)
             unmade, still = watch.unmade(work)
+            # the copies the run may have changed: the source's own changes in place and
+            # those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`, `X = X.T`),
+            # is not written over a change made meanwhile through the host (the watch reads
+            # its copy, held weakly, as changed once it is gone)
+            made = (((seen & (plan.in_place | unseen)) - unmade)
+                    | (watch.changed() - (plan.may_rebind - unseen)))
+            _refuse_both_sides(plan, made)
             report.notes += _let_go(plan.stored & plan.in_place_sure, work, copies)
             if homes is not None:
-                # the copies the run may have changed: the source's own changes in place
-                # and those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`,
-                # `X = X.T`), is not written over a change made meanwhile through the host
-                # (the watch reads its copy, held weakly, as changed once it is gone)
-                read = plan.may_rebind - unseen
-                homes.settle(plan.stored - seen,
-                             ((seen & (plan.in_place | unseen)) - unmade)
-                             | (watch.changed() - read))
+                homes.settle(plan.stored - seen, made)
             plan = replace(plan, stored=whole_groups(
                 plan.stored - still if still else plan.stored, plan.overlaps,
                 lambda name: allocation_key(work.get(name), be)))
@@ -113,6 +114,26 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     return shown_value(value, [n for n in bound if n in committed]
                        or [n for n in bound if n in still], namespace, to_host is True, be,
                        None if homes is None else lambda v: homes.host_of(v, plan.stored))
+
+
+def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> None:
+    """Refuse, before the commit, a run that changed an input through an object from
+    outside that holds it (:attr:`~.plan.CellPlan.held`: the user's array) and also changed
+    its device copy, or a copy sharing its memory (``changed``): ``if c: X += 1`` then
+    ``L[0][:] = -1``. A plain cell makes both changes in the one array; here one is in the
+    user's array and one in the copy, and committing either loses the other. The change
+    through the holder stays made (README: a container's change stays, even if the cell
+    fails)."""
+    for name, how in plan.held:
+        group = next((g for g in plan.overlaps if name in g), (name,))
+        hit = sorted(changed.intersection(group))
+        if hit:
+            raise CellError(
+                f"the cell changed the input {name!r} (or a view of it) both through {how} "
+                f"(in the user's array) and in the device copy of {hit[0]!r}: a plain cell "
+                f"makes both changes in the one array, %%gpu can keep only one (the change "
+                f"through {how.split(',')[0]} stays made in the user's array; the cell is not "
+                f"committed); {by_its_name(name)}")
 
 
 def _let_go(changed: set[str], work: dict[str, Any],

@@ -98,3 +98,27 @@ def test_a_view_made_after_the_change_runs_only_where_it_comes_back_as_the_users
         assert np.shares_memory(got[name], got["X"]) and got["L"][0] is got["X"]
     assert got["Y"] is got["X"] and got["Q"][0] is got["X"]
 
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("cell", "via"), [
+    # the copy changed before the change through the holder, or after it, or only when
+    # the branch runs (c is True here): each change is in another array, and a commit
+    # keeps only one of them (session 30's fuzz: written back over the holder's -1)
+    ("if c:\n    X += 1\nL[0][:] = -1\n", "L"),
+    ("L[0][:] = -1\nif c:\n    X += 1\n", "L"),
+    ("W = X.T\nW += 1\nL[0][:] = -1\n", "L"),
+    ("def f(a):\n    a -= 1\nf(X)\nreset()\n", "the function reset()")])
+def test_a_cell_that_changes_an_input_both_through_a_holder_and_in_its_copy_is_refused(
+        held, mode, cell, via):
+    held.user_ns["c"] = True
+    x = held.user_ns["X"]
+    message = cell_error(held, cell, mode)
+    assert message.startswith("the cell changed the input 'X' (or a view of it) both through ")
+    assert f"%%gpu can keep only one (the change through {via} stays made in the user's " \
+           "array; the cell is not committed)" in message
+    assert message.endswith("change X through its name in the cell (X[...] = ..., or a "
+                            "function's argument: f(X))")
+    # nothing committed; what the holder changed stays made in the user's array (README)
+    assert held.user_ns["X"] is x and "W" not in held.user_ns
+    assert (x <= 0).all()
