@@ -34,7 +34,7 @@ from .echo import effect_note
 from .errors import CellError, at_cell_line
 from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
-from .heldwrites import by_its_name, held_inputs, holder_changed, stale_read
+from .heldwrites import by_its_name, held_changes, held_sure, holder_changed, stale_read
 from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
@@ -177,25 +177,27 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         held = holder_changed(source, namespace, {n: plan.inputs[n] for n in cut})
         if held:  # L[0][:] = -1 with L[0] the user's X, or f() writing X: later batches' rows
             raise CellError(
-                f"the cell changes the batched input {held[1]!r} (or a view of it) in place "
-                f"through {held[0]}: a batched run uploads {held[1]}'s rows as the batches go, "
-                f"so the change would reach the later batches' rows only; "
-                f"{by_its_name(held[1])}, or run the cell whole (no --batch, a larger budget)")
+                f"the cell changes the batched input {held.name!r} (or a view of it) in place "
+                f"through {held.how}: a batched run uploads {held.name}'s rows as the batches "
+                f"go, so the change would reach the later batches' rows only; "
+                f"{by_its_name(held.name)}, or run the cell whole (no --batch, a larger budget)")
         if WRITES_FILE in effect:  # each batch's rows over the last's: wrong for certain
             raise CellError(f"the cell {effect}, which a batched run would do once per batch, "
                             "each batch writing its own rows over the last's; write the "
                             "gathered result in a cell of its own after this one, or run "
                             "this one whole (a larger budget, no --batch)")
-    stale = None if reason else stale_read(source, namespace, plan.inputs, plan.stored,
-                                           plan.in_place_sure, to_host is not False)
+    changes = () if reason else held_changes(source, namespace, plan.inputs)
+    stale = stale_read(source, changes, plan.stored, plan.in_place_sure,
+                       to_host is not False) if changes else None
     if stale:  # L[0][:] = -1; y = x + 0 with L = [x]: x in the cell is the copy from before
+        x = stale.name
         raise CellError(
-            f"the cell changes the input {stale[1]!r} (or a view of it) in place through "
-            f"{stale[0]}, and then reads {stale[1]} or changes it: %%gpu copies {stale[1]} to "
-            f"the device before the cell runs, so the cell's {stale[1]} would not see that "
-            f"change (a plain cell's would); {by_its_name(stale[1])}")
-    if not reason:  # those whose copies change too are refused after the run (whole.py)
-        plan = dataclasses.replace(plan, held=held_inputs(source, namespace, plan.inputs))
+            f"the cell changes the input {x!r} (or a view of it) in place through "
+            f"{stale.how}, and then reads {x} or changes it: %%gpu copies {x} to the device "
+            f"before the cell runs, so the cell's {x} would not see that change (a plain "
+            f"cell's would); {by_its_name(x)}")
+    if changes:  # those whose copies change too are refused after the run (whole.py)
+        plan = dataclasses.replace(plan, held=held_sure(source, changes))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -345,20 +345,21 @@ def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
     """``value`` with its device arrays brought to the host (:func:`host_form`; ``was``: what
     the name held), also those in a tuple, a list or a named tuple (``np.diag_indices``,
     ``np.unique_all``, ``np.linalg.svd``) or the values of a dict; the same object when it
-    holds none. ``home``: the
-    user's array an item that is an input's device copy stands for (``R = [X, W]``: ``R[1]
-    is W`` as in a plain cell), else ``None``."""
+    holds none. ``home``: the user's array an item that is an input's device copy stands for
+    (``R = [X, W]``: ``R[1] is W`` as in a plain cell), else ``None``."""
     if be.is_device_array(value):
         kept = None if shown is None else shown.reuse(value)
         return host_form(value, be, was) if kept is None else kept
+    def item(v: Any) -> Any:
+        found = None if home is None else home(v)
+        return _to_host(v, be, shown, home=home) if found is None else found
+
     if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        items = [found if home is not None and (found := home(v)) is not None
-                 else _to_host(v, be, shown, home=home) for v in value]
+        items = [item(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     if type(value) is dict:  # D = {"x": X}: D["x"] is X, as in a plain cell
-        found = {k: got if home is not None and (got := home(v)) is not None
-                 else _to_host(v, be, shown, home=home) for k, v in value.items()}
+        found = {k: item(v) for k, v in value.items()}
         return value if all(found[k] is v for k, v in value.items()) else found
     return value

@@ -13,8 +13,8 @@ import ast
 import collections
 import functools
 import types
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence, Set
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
 from .names import MUTATING_METHODS
 
-__all__ = ["by_its_name", "held_inputs", "holder_changed", "stale_read"]
+__all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
+           "stale_read"]
 
 _IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
                                 "__itruediv__"}
@@ -38,80 +39,86 @@ def by_its_name(name: str) -> str:
             f"argument: f({name}))")
 
 
+class Held(NamedTuple):
+    """A change through an object from outside: ``who`` made it (``L``, ``the function
+    reset()``), ``how`` says so in a message (``L, which holds it``), ``name`` is the input
+    it reaches and ``line`` the cell's line of the change (or of the call)."""
+
+    who: str
+    how: str
+    name: str
+    line: int
+
+
 def holder_changed(source: str, namespace: Mapping[str, Any],
-                   inputs: Mapping[str, Any]) -> tuple[str, str] | None:
+                   inputs: Mapping[str, Any]) -> Held | None:
     """An object from outside the cell that the cell changes through an item or attribute
     (``L[0][:] = -1``, ``d["x"] += 1``, ``L[0].sort()``) and that holds one of ``inputs``
     (the batched ones) or a view of it, as an item, a value or an attribute; or a function
     from outside that the cell calls and that changes one of them in place as a global
     (``def f(): X[:, 0] = -1``), itself or through such a holder, or through a function it
-    calls. Returns ``(how, the input's name)``, ``how`` naming the holder or the function;
-    ``None`` where there is none. A batched run uploads the input's rows as the batches go,
-    so such a change reaches the later batches' rows only."""
+    calls; ``None`` where there is none. A batched run uploads the input's rows as the
+    batches go, so such a change reaches the later batches' rows only."""
     tree = _parse(source)
-    if tree is None:
-        return None
-    found = _changed_in(tree, _bound_of(tree), namespace, inputs, set(), 0)
-    return None if found is None else found[:2]
+    return None if tree is None else _changed_in(tree, _bound_of(tree), namespace, inputs,
+                                                 set(), 0)
 
 
-def stale_read(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, Any],
-               stored: Iterable[str], sure: Iterable[str], views: bool = False,
-               ) -> tuple[str, str] | None:
-    """For a whole run: an input the cell changes through an object from outside that holds it,
-    or through a function from outside (:func:`holder_changed`), and then reads, at that
-    statement or a later one, without ever binding or changing it through its name
-    (``stored``); or one a top-level statement surely changes through its name too
-    (``sure``). Returns ``(how, the input's name)``, else ``None``. The cell's name holds
-    the device copy made before it ran, which the change through the host does not reach:
-    ``L[0][:] = -1; y = x + 0`` would read the old values, and a change of the copy would be
-    written over the host's (a plain cell's ``x`` is ``L[0]`` itself). Reads before the
-    change are right; so, with ``views`` (the name comes back to the host, where an
-    unchanged copy, or a view of it, is the user's array, or a view of it), are ``x[1:]``,
-    ``x.T``, ``y = x`` and ``q = [x]`` (:func:`_reads`). A cell that may change or rebind
-    the name is left to the run's watch (``if c: x += 1``, README). A change through a
-    holder under an ``if`` counts as made: whether it runs is not known before the run.
-    """
-    tree = _parse(source)
-    if tree is None:
-        return None
-    body, stored, sure, bound = tree.body, set(stored), set(sure), _bound_of(tree)
-    found = _changed_in(tree, bound, namespace, inputs, set(), 0)
-    while found is not None:
-        how, name, line = found
-        first = next((i for i, s in enumerate(body)
-                      if s.lineno <= line <= (s.end_lineno or s.lineno)), 0)
-        if name in sure or (name not in stored and _reads(body[first:], name, views)):
-            return how, name
-        inputs = {k: v for k, v in inputs.items() if k != name}  # read before only: the next
-        found = _changed_in(tree, bound, namespace, inputs, set(), 0)
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _bound_of(tree: ast.AST) -> set[str]:
-    """:func:`graphscan._bound` of a cell's tree, once per tree (callers do not change it)."""
-    return _bound(tree)
-
-
-def held_inputs(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, Any],
-                ) -> tuple[tuple[str, str], ...]:
-    """Every input the cell changes through an object from outside that holds it, or a
-    function from outside (:func:`holder_changed`), in a top-level statement (made whenever
-    the cell gets there, not under an ``if`` or in a loop), with how: ``(name, how)`` pairs. A whole
-    run refuses one whose device copy changed too (:func:`cupy_magic.run.whole.run_whole`):
-    the change through the holder is in the user's array, the other in the copy, and no
-    commit has both (``if c: X += 1`` then ``L[0][:] = -1``)."""
+def held_changes(source: str, namespace: Mapping[str, Any],
+                 inputs: Mapping[str, Any]) -> tuple[Held, ...]:
+    """:func:`holder_changed` for each of ``inputs`` in turn (the first change found of
+    each), for a whole run: :func:`stale_read` and :func:`held_sure` read them."""
     tree = _parse(source)
     if tree is None:
         return ()
     found, bound, left = [], _bound_of(tree), dict(inputs)
-    sure = [(s.lineno, s.end_lineno or s.lineno) for s in tree.body if not isinstance(s, _BLOCKS)]
     while (hit := _changed_in(tree, bound, namespace, left, set(), 0)) is not None:
-        if any(a <= hit[2] <= b for a, b in sure):  # made whenever the cell gets there, not
-            found.append((hit[1], hit[0]))  # `if c: L[0][:] = -1`, which may not run
-        del left[hit[1]]
+        found.append(hit)
+        del left[hit.name]
     return tuple(found)
+
+
+def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
+               sure: Iterable[str], views: bool = False) -> Held | None:
+    """Of ``changes`` (:func:`held_changes`), one whose input the cell then reads, at that
+    statement or a later one, without ever binding or changing it through its name
+    (``stored``); or one whose input a top-level statement surely changes through its name
+    too (``sure``); else ``None``. The cell's name holds the device copy made before it
+    ran, which the change through the host does not reach: ``L[0][:] = -1; y = x + 0``
+    would read the old values, and a change of the copy would be written over the host's
+    (a plain cell's ``x`` is ``L[0]`` itself). Reads before the change are right; so, with
+    ``views`` (the name comes back to the host, where an unchanged copy, or a view of it,
+    is the user's array, or a view of it), are ``x[1:]``, ``x.T``, ``y = x`` and ``q = [x]``
+    (:func:`_reads`). A cell that may change or rebind the name is left to the run's watch
+    (``if c: x += 1``, README). A change through a holder under an ``if`` counts as made:
+    whether it runs is not known before the run."""
+    tree = _parse(source)
+    body, stored, sure = [] if tree is None else tree.body, set(stored), set(sure)
+    for hit in changes:
+        first = next((i for i, s in enumerate(body)
+                      if s.lineno <= hit.line <= (s.end_lineno or s.lineno)), 0)
+        if hit.name in sure or (hit.name not in stored
+                                and _reads(body[first:], hit.name, views)):
+            return hit
+    return None
+
+
+def held_sure(source: str, changes: Iterable[Held]) -> tuple[Held, ...]:
+    """Those of ``changes`` a top-level statement makes (whenever the cell gets there, not
+    under an ``if`` or in a loop, which may not run). A whole run refuses one whose input's
+    device copy changed too (:func:`cupy_magic.run.whole.run_whole`): the change through
+    the holder is in the user's array, the other in the copy, and no commit has both
+    (``if c: X += 1`` then ``L[0][:] = -1``)."""
+    tree = _parse(source)
+    spans = [] if tree is None else [(s.lineno, s.end_lineno or s.lineno) for s in tree.body
+                                     if not isinstance(s, _BLOCKS)]
+    return tuple(hit for hit in changes if any(a <= hit.line <= b for a, b in spans))
+
+
+@functools.lru_cache(maxsize=256)
+def _bound_of(tree: ast.AST) -> frozenset[str]:
+    """:func:`graphscan._bound` of a cell's tree, once per tree."""
+    return frozenset(_bound(tree))
 
 
 def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
@@ -141,8 +148,8 @@ def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _parse(source: str) -> ast.Module | None:
-    """The cell's tree, parsed once per text (a cell run again reads it again: 0.1 ms of a
-    warm cell's 0.4 on an H100, ``benchmarks/allocator_cost.py``); ``None``: not Python."""
+    """The cell's tree, parsed once per text (a cell run again reads it again: with the
+    walks below, 22% of a warm tiny cell's profile on the CPU); ``None``: not Python."""
     try:
         return ast.parse(source)
     except SyntaxError:
@@ -150,7 +157,7 @@ def _parse(source: str) -> ast.Module | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _scan(tree: ast.AST, bound: frozenset[str]) -> tuple[
+def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         tuple[tuple[str, Any, int, bool, bool], ...], dict[str, tuple[str, Any]],
         tuple[tuple[str, int], ...]]:
     """What :func:`_changed_in` reads of ``tree`` alone, once per tree: each change in place
@@ -181,14 +188,13 @@ def _scan(tree: ast.AST, bound: frozenset[str]) -> tuple[
     return tuple(changes), held, tuple(calls)
 
 
-def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
-                inputs: Mapping[str, Any], seen: set[int], depth: int,
-                ) -> tuple[str, str, int] | None:
+def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
+                inputs: Mapping[str, Any], seen: set[int], depth: int) -> Held | None:
     """:func:`holder_changed` over ``tree``: the cell's (``depth`` 0, where a change through
     an input's own name is the batch's) or a called function's (its globals, where such a
     change is the user's array); with the cell's line of the change (or of the call)."""
     direct, changed = depth > 0, []
-    scanned, held, calls = _scan(tree, frozenset(bound))
+    scanned, held, calls = _scan(tree, bound)
     for root, key, line, bare, part in scanned:
         if root in held and root not in inputs:  # `Y = L[0]; Y += 1`: through the holder
             changed.append((*held[root], line))
@@ -211,8 +217,9 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
         for item in items:
             for name, arr in inputs.items():
                 if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
-                    return (f"the function {_owner(tree)}, which changes it as its global "
-                            f"{root}" if direct else f"{root}, which holds it"), name, line
+                    who = f"the function {_owner(tree)}" if direct else root
+                    return Held(who, f"{who}, which changes it as its global {root}" if direct
+                                else f"{root}, which holds it", name, line)
     if depth >= MAX_DEPTH:
         return None
     for func, line in calls:  # the functions from outside it calls: f() writing X
@@ -222,10 +229,10 @@ def _changed_in(tree: ast.AST, bound: set[str], namespace: Mapping[str, Any],
             seen.add(id(fn))
             local = _bound(definition) - {n for g in ast.walk(definition)
                                           if isinstance(g, ast.Global) for n in g.names}
-            found = _changed_in(definition, local - {definition.name}, fn.__globals__,
-                                inputs, seen, depth + 1)
+            found = _changed_in(definition, frozenset(local - {definition.name}),
+                                fn.__globals__, inputs, seen, depth + 1)
             if found is not None:  # the cell's line is the call's
-                return found[0], found[1], line
+                return found._replace(line=line)
     return None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import is_
 from types import CodeType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
 from .overlap import overlapping, refuse_overlaps
+
+if TYPE_CHECKING:  # a cell's plan only carries them (cell.py makes them)
+    from .heldwrites import Held
 
 __all__ = ["CAST_TARGETS", "CellPlan", "cast_target", "plan_cell", "register_source"]
 
@@ -113,9 +116,9 @@ class CellPlan:
         ``--to-host`` their copies are held to the commit and watched
         (:func:`~.homes.input_homes`), so that such a change reaches the user's array.
     held
-        The inputs the cell may change through an object from outside that holds them, or
-        a function from outside, each with how (:func:`~.heldwrites.held_inputs`; a whole
-        run's only).
+        The changes a top-level statement makes to inputs through an object from outside
+        that holds them, or a function from outside (:func:`~.heldwrites.held_sure`; a
+        whole run's only).
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -141,7 +144,7 @@ class CellPlan:
     in_place_sure: frozenset[str] = frozenset()
     may_keep: frozenset[str] = frozenset()
     unseen: frozenset[str] = frozenset()
-    held: tuple[tuple[str, str], ...] = ()
+    held: tuple[Held, ...] = ()
     sorts_in_place: bool = False
 
     @property

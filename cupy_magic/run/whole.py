@@ -124,16 +124,17 @@ def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> No
     user's array and one in the copy, and committing either loses the other. The change
     through the holder stays made (README: a container's change stays, even if the cell
     fails)."""
-    for name, how in plan.held:
+    for held in plan.held:
+        name = held.name
         group = next((g for g in plan.overlaps if name in g), (name,))
         hit = sorted(changed.intersection(group))
         if hit:
             raise CellError(
-                f"the cell changed the input {name!r} (or a view of it) both through {how} "
-                f"(in the user's array) and in the device copy of {hit[0]!r}: a plain cell "
-                f"makes both changes in the one array, %%gpu can keep only one (the change "
-                f"through {how.split(',')[0]} stays made in the user's array; the cell is not "
-                f"committed); {by_its_name(name)}")
+                f"the cell changed the input {name!r} (or a view of it) both through "
+                f"{held.how} (in the user's array) and in the device copy of {hit[0]!r}: a "
+                f"plain cell makes both changes in the one array, %%gpu can keep only one "
+                f"(the change through {held.who} stays made in the user's array; the cell is "
+                f"not committed); {by_its_name(name)}")
 
 
 def _let_go(changed: set[str], work: dict[str, Any],
