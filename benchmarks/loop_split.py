@@ -16,7 +16,10 @@ Rows, timed in turn (best of ``--repeats`` each, a, b, b, a): ``hand`` (CuPy's d
 ``hand_measured`` (cupy_magic's allocator inside ``track_memory``, the cell's own allocator
 state), ``cell`` (``run_cell(..., to_host=("y",))``) and ``cell_syncs_off``. Then
 ``--profile`` runs of the cell under :mod:`cProfile`: the functions with most time of their
-own, in microseconds per cell.
+own, in microseconds per cell; and ``--stages`` runs of it, and of a one-step cell on 16
+elements, with the stages of a run (:data:`STAGES`, the backend's :data:`CONTEXTS`) timed
+by wrappers (no profiler's cost per call): microseconds per cell in each, with what it
+calls.
 
 Usage::
 
@@ -44,7 +47,78 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _results import add_out, stamp, write
 
+# the stages of a whole run, by the module attribute each is called through: the time spent
+# in each (with what it calls) per cell, timed by wrappers while cells run (no profiler)
+STAGES = {
+    "cupy_magic.session.cells": ["check_options", "to_host_names", "cluster_remote",
+                                 "_run_cell", "cell_warnings"],
+    "cupy_magic.run.progress": ["start", "finish"],
+    "cupy_magic.view.progressbar": ["for_cell"],
+    "cupy_magic.holders.account": ["note_cell"],
+    "cupy_magic.run.cell": ["plan_cell", "_lint", "_recorder", "_line_record", "batch_reason",
+                            "held_changes", "check_sizes", "run_whole", "_attach_records",
+                            "register_source"],
+    "cupy_magic.run.whole": ["check_budget", "move_inputs", "input_homes", "InputWatch",
+                             "commit", "leave_copy", "shown_value", "whole_groups",
+                             "_refuse_both_sides", "_let_go"],
+}
+CONTEXTS = ["track_memory", "time_device", "watch_compiles"]  # the backend's, enter and exit
+
 CODE = ("mark(now())\ny = v\nfor _ in range(300):\n    y = y * 0.999 + 0.001\nmark(now())\n")
+
+
+def stage_times(run: Callable[[], None], cells: int, be: Any) -> dict[str, float]:
+    """Microseconds per cell spent in each of :data:`STAGES` and :data:`CONTEXTS` (with what
+    they call) over ``cells`` runs of ``run``, timed by wrappers put in and taken out here."""
+    import importlib
+
+    spent: dict[str, float] = {}
+
+    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+        return wrapper
+
+    def timed_context(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @contextlib.contextmanager
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            with fn(*a, **k) as got:
+                spent[label + " enter"] = spent.get(label + " enter", 0.0) + \
+                    time.perf_counter() - t0
+                try:
+                    yield got
+                finally:
+                    t1 = time.perf_counter()
+            spent[label + " exit"] = spent.get(label + " exit", 0.0) + time.perf_counter() - t1
+        return wrapper
+
+    undo: list[tuple[Any, str, Any]] = []
+    for path, names in STAGES.items():
+        module = importlib.import_module(path)
+        for name in names:
+            undo.append((module, name, getattr(module, name)))
+            setattr(module, name, timed(f"{path.rsplit('.', 1)[1]}.{name}",
+                                        getattr(module, name)))
+    for name in CONTEXTS:
+        undo.append((be, name, None))
+        setattr(be, name, timed_context(f"backend.{name}", getattr(be, name)))
+    try:
+        t0 = time.perf_counter()
+        for _ in range(cells):
+            run()
+        spent["all"] = time.perf_counter() - t0
+    finally:
+        for owner, name, old in reversed(undo):
+            if old is None:
+                delattr(owner, name)  # the instance's wrapper: the class's method again
+            else:
+                setattr(owner, name, old)
+    return {k: v / cells * 1e6 for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     add_out(ap)
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--profile", type=int, default=300)
+    ap.add_argument("--stages", type=int, default=300, help="cells timed stage by stage")
     args = ap.parse_args(argv)
     import cupy_magic
     from cupy_magic import backend
@@ -132,10 +207,22 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmost time of their own, us per cell (cProfile):")
     for r in own[:25]:
         print(f"  {r['own_us']:8.1f} {r['under_us']:8.1f} {r['calls']:6.1f}  {r['function']}")
+    tiny = v[:16].copy()
+
+    def one_step() -> None:  # the small loop's input, one step: a cell's fixed cost
+        cupy_magic.run_cell("y = v + 0\n", {"np": np, "v": tiny}, to_host=("y",))
+
+    stages = {"small_loop": stage_times(cell, args.stages, be),
+              "one_step_16": stage_times(one_step, args.stages, be)}
+    for what, got in stages.items():
+        print(f"\nstages of {what}, us per cell (with what each calls; wrappers, no profiler):")
+        for k, us in got.items():
+            print(f"  {us:9.1f}  {k}")
     kind = "gpu" if be.is_gpu else "host"
     write(args.out, f"loop-split-{stamp()}-{kind}",
           {"device": be.info().name, "code": CODE, "repeats": args.repeats,
-           "best_ms": best, "profile_cells": args.profile, "own_time": own})
+           "best_ms": best, "profile_cells": args.profile, "own_time": own,
+           "stage_cells": args.stages, "stages_us": stages})
     return 0
 
 

@@ -330,7 +330,8 @@ def _unseen(source: str, names: CellNames, inputs: dict[str, np.ndarray],
             only: frozenset[str], modules: frozenset[str]) -> frozenset[str]:
     """:attr:`CellPlan.unseen`: the stored inputs not shown changing in place through their
     names, that the source may change otherwise before it rebinds them."""
-    maybe = ((names.assigned | names.mutated) & inputs.keys()) - names.in_place_first - only
+    maybe = ((names.assigned | names.mutated | names.deleted) & inputs.keys()) \
+        - names.in_place_first - only
     return maybe - read_until_rebound(source, frozenset(maybe), modules) if maybe \
         else frozenset()
 

@@ -85,6 +85,37 @@ def test_under_to_host_a_change_in_place_stays_when_the_cell_then_rebinds_the_na
     assert "'X' was changed in place before the cell" in notes
 
 
+def _lower(a):
+    a -= 1
+
+
+UNSEEN_THEN_LET_GO = ["f(X)\ndel X", "Y = X\nf(Y)\ndel X, Y", "f(X[1:])\ndel X",
+                      "R = [X]\nR[0] += 1\ndel X", "f(X)\nX = 0",
+                      "L[0][:] = -1\ndel X", "Y = X\ndel X"]
+
+
+@pytest.mark.parametrize("body", UNSEEN_THEN_LET_GO)
+def test_under_to_host_a_change_through_another_name_stays_when_the_cell_deletes_the_name(
+        ip, body):
+    """``f(X); del X`` with ``def f(a): a -= 1``: a plain cell leaves the change in the
+    user's array (``L[0]``, the earlier views). Under ``--to-host`` the copy the change
+    was made in went with the name, and the user's array kept its old values (session 30's
+    note, "found broken"); a copy only read, or not there to change (``L[0][:] = -1``, a
+    change through the host), is not written back."""
+    def setup():
+        X = np.arange(40.0)[::-1].reshape(10, 4).copy()
+        return {"np": np, "X": X, "Xtr": X[:8], "C": X[:, 1], "L": [X], "f": _lower}
+
+    plain, ns, got = _plain_and_gpu(ip, body, setup=setup)
+    assert got["L"][0] is ns["X"]
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])
+    for name in ("Xtr", "C"):
+        np.testing.assert_array_equal(got[name], plain[name], err_msg=name)
+    assert ("X" in got) == ("X" in plain)
+    if "Y" in plain:
+        assert got["Y"] is ns["X"]
+
+
 @pytest.mark.parametrize("body", REBOUND)
 def test_a_device_run_says_a_change_in_place_it_let_go_did_not_reach_the_users_array(
         ip, body):
