@@ -89,6 +89,10 @@ def input_refusal(name: str, dtype: numpy.dtype) -> str:
     CuPy holds numbers and booleans up to float64 and complex128: not objects, strings,
     structured records, dates, or NumPy's extended precision (``np.longdouble``).
     """
+    # the common case, without the message: 0.4 us a call on the CPU, 4.9 making it first
+    if (dtype.kind in "biuc" or (dtype.kind == "f" and dtype.itemsize <= 8)) \
+            and dtype.itemsize <= 16 and not dtype.names:
+        return ""
     head = f"input {name!r} is a NumPy array of dtype {dtype}, which CuPy cannot hold"
     if dtype.names:
         first = dtype.names[0]
