@@ -208,16 +208,19 @@ def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> fr
 
 def _binds_new_memory(stmt: ast.stmt, name: str) -> bool:
     """Whether ``stmt`` is a top-level ``name = ...`` whose value holds new memory, never a
-    view of the input's copy nor the copy (an operator's result: ``X = X * 2``; not
-    ``X = X[::-1]``, ``X = X.T``, ``X = np.transpose(X)`` or ``X = [X]``)."""
+    view of the input's copy nor the copy (an operator's result: ``X = X * 2``; an array's
+    ``.copy()``; not ``X = X[::-1]``, ``X = X.T``, ``X = np.transpose(X)`` or ``X = [X]``)."""
     if isinstance(stmt, ast.Assign):
         targets, value = stmt.targets, stmt.value
     elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
         targets, value = [stmt.target], stmt.value
     else:
         return False
+    copied = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr == "copy" and not value.args and not value.keywords \
+        and isinstance(value.func.value, ast.Name) and value.func.value.id == name  # X.copy()
     return any(isinstance(t, ast.Name) and t.id == name for t in targets) \
-        and isinstance(value, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant)) \
+        and (copied or isinstance(value, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant))) \
         and not any(isinstance(n, ast.NamedExpr) for n in ast.walk(value))
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import backend as _backend
 from ..backend import Backend
+from ..backend.writes import host_mark
 from ..syncs.lint import SyncFinding, lint_cell
 from ..syncs.record import HostSyncError, SyncRecorder, merge
 from .batched import run_batched
@@ -34,7 +35,14 @@ from .echo import effect_note
 from .errors import CellError, at_cell_line
 from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
-from .heldwrites import by_its_name, held_changes, held_sure, holder_changed, stale_read
+from .heldwrites import (
+    by_its_name,
+    held_changes,
+    held_sure,
+    holder_changed,
+    stale_message,
+    stale_read,
+)
 from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
@@ -187,17 +195,23 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                             "gathered result in a cell of its own after this one, or run "
                             "this one whole (a larger budget, no --batch)")
     changes = () if reason else held_changes(source, namespace, plan.inputs)
-    stale = stale_read(source, changes, plan.stored, plan.in_place_sure,
-                       to_host is not False) if changes else None
+    sure = held_sure(source, changes) if changes else ()
+    # a name the cell stores is left to the run where it may change it in place (the
+    # both-sides refusal) or may leave it holding its copy (the watch: `if c: X = X * 2`);
+    # one it surely rebinds to new memory after reading it (`L[0][:] = -1; X = X * 2`)
+    # read the old copy: refused here where the change is sure, after the run where made
+    left, views = plan.stored & (plan.in_place | plan.may_keep), to_host is not False
+    stale = (stale_read(source, changes, plan.stored, plan.in_place_sure, views)
+             or stale_read(source, sure, left, plan.in_place_sure, views, fresh=True)) \
+        if changes else None
     if stale:  # L[0][:] = -1; y = x + 0 with L = [x]: x in the cell is the copy from before
-        x = stale.name
-        raise CellError(
-            f"the cell changes the input {x!r} (or a view of it) in place through "
-            f"{stale.how}, and then reads {x} or changes it: %%gpu copies {x} to the device "
-            f"before the cell runs, so the cell's {x} would not see that change (a plain "
-            f"cell's would); {by_its_name(x)}")
-    if changes:  # those whose copies change too are refused after the run (whole.py)
-        plan = dataclasses.replace(plan, held=held_sure(source, changes))
+        raise CellError(stale_message(stale))
+    if changes:  # those under an `if` or in a loop count where the user's array changed in
+        # the run (whole.py): a stale read is refused then, as is a change on both sides
+        plan = dataclasses.replace(plan, held=sure, held_maybe=tuple(
+            (hit, host_mark(plan.inputs[hit.name]),
+             stale_read(source, [hit], left, plan.in_place_sure, views, fresh=True) is not None)
+            for hit in changes if hit not in sure))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -18,12 +18,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .aliases import _binds_new_memory
 from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
 from .names import MUTATING_METHODS
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
-           "stale_read"]
+           "stale_message", "stale_read"]
 
 _IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
                                 "__itruediv__"}
@@ -79,17 +80,20 @@ def held_changes(source: str, namespace: Mapping[str, Any],
 
 
 def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
-               sure: Iterable[str], views: bool = False) -> Held | None:
+               sure: Iterable[str], views: bool = False, fresh: bool = False) -> Held | None:
     """Of ``changes`` (:func:`held_changes`), one whose input the cell then reads, at that
-    statement or a later one, without ever binding or changing it through its name
-    (``stored``); or one whose input a top-level statement surely changes through its name
+    statement or a later one, and does not change in place through its name (``stored``:
+    those it does, left to the run; a name only read, then rebound, ``X = X * 2``, read
+    the old copy); or one whose input a top-level statement surely changes through its name
     too (``sure``); else ``None``. The cell's name holds the device copy made before it
     ran, which the change through the host does not reach: ``L[0][:] = -1; y = x + 0``
     would read the old values, and a change of the copy would be written over the host's
     (a plain cell's ``x`` is ``L[0]`` itself). Reads before the change are right; so, with
     ``views`` (the name comes back to the host, where an unchanged copy, or a view of it,
     is the user's array, or a view of it), are ``x[1:]``, ``x.T``, ``y = x`` and ``q = [x]``
-    (:func:`_reads`). A cell that may change or rebind the name is left to the run's watch
+    (:func:`_reads`); with ``fresh``, those after a top-level ``x = x * 2`` (or
+    ``x = x.copy()``) before the change, by which the name holds new memory. A cell that
+    may change or rebind the name is left to the run's watch
     (``if c: x += 1``, README). A change through a holder under an ``if`` counts as made:
     whether it runs is not known before the run."""
     tree = _parse(source)
@@ -97,10 +101,24 @@ def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
     for hit in changes:
         first = next((i for i, s in enumerate(body)
                       if s.lineno <= hit.line <= (s.end_lineno or s.lineno)), 0)
+        if fresh and any(_binds_new_memory(s, hit.name) for s in body[:first]):
+            continue  # `X = X * 2` first: by the change the name holds new memory
         if hit.name in sure or (hit.name not in stored
                                 and _reads(body[first:], hit.name, views)):
             return hit
     return None
+
+
+def stale_message(held: Held, after_run: bool = False) -> str:
+    """The refusal of a cell :func:`stale_read` finds: before the run, or after it for a
+    change the cell may make and did (``if c: L[0][:] = -1``, the user's array changed)."""
+    x = held.name
+    done = (f" (the change through {held.who} stays made in the user's array; the cell is "
+            "not committed)") if after_run else ""
+    return (f"the cell changes the input {x!r} (or a view of it) in place through "
+            f"{held.how}, and then reads {x} or changes it: %%gpu copies {x} to the device "
+            f"before the cell runs, so the cell's {x} would not see that change (a plain "
+            f"cell's would){done}; {by_its_name(x)}")
 
 
 def held_sure(source: str, changes: Iterable[Held]) -> tuple[Held, ...]:

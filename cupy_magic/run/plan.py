@@ -119,6 +119,11 @@ class CellPlan:
         The changes a top-level statement makes to inputs through an object from outside
         that holds them, or a function from outside (:func:`~.heldwrites.held_sure`; a
         whole run's only).
+    held_maybe
+        Such changes the cell may make and need not (under an ``if``, in a loop), each with
+        the checksum of the user's array it reaches, taken before the run (a run that
+        changed that array made it), and whether the cell then reads the input's copy
+        (:func:`~.heldwrites.stale_read`: refused where the change was made).
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -145,6 +150,7 @@ class CellPlan:
     may_keep: frozenset[str] = frozenset()
     unseen: frozenset[str] = frozenset()
     held: tuple[Held, ...] = ()
+    held_maybe: tuple[tuple[Held, Any, bool], ...] = ()
     sorts_in_place: bool = False
 
     @property

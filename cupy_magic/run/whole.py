@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
+from ..backend.writes import host_changed
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
-from .heldwrites import by_its_name
+from .heldwrites import by_its_name, stale_message
 from .homes import in_device_memory, input_homes
 from .inputmoves import check_budget, has_rows, move_inputs
 from .inputwrites import InputWatch
@@ -123,8 +124,17 @@ def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> No
     ``L[0][:] = -1``. A plain cell makes both changes in the one array; here one is in the
     user's array and one in the copy, and committing either loses the other. The change
     through the holder stays made (README: a container's change stays, even if the cell
-    fails)."""
-    for held in plan.held:
+    fails). A change the cell may make and need not (:attr:`~.plan.CellPlan.held_maybe`,
+    ``if c: L[0][:] = -1``) counts where the user's array changed in the run."""
+    made = []  # of the changes the cell may make (`if c: L[0][:] = -1`), those it made
+    for held, mark, stale in plan.held_maybe:
+        group = next((g for g in plan.overlaps if held.name in g), (held.name,))
+        if (stale or changed.intersection(group)) and \
+                host_changed(plan.inputs[held.name], mark):
+            if stale:  # then read the name's copy, made before the change
+                raise CellError(stale_message(held, after_run=True))
+            made.append(held)
+    for held in [*plan.held, *made]:
         name = held.name
         group = next((g for g in plan.overlaps if name in g), (name,))
         hit = sorted(changed.intersection(group))

@@ -80,6 +80,82 @@ def test_a_cell_that_changes_a_holder_but_reads_no_stale_copy_runs_as_a_plain_ce
         np.testing.assert_array_equal(held.user_ns["L"][0], want["L"][0])
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", ["L[0][:] = -1\nX = X * 2\n", "reset()\nX = X + 1\n",
+                                  "D['x'][:] = 3\nX = np.sqrt(X)\n"])
+def test_a_cell_that_rebinds_an_input_from_its_stale_copy_is_refused(held, mode, cell):
+    """``L[0][:] = -1; X = X * 2``: a plain cell doubles the -1s; the cell's ``X`` is the
+    copy from before the change, so ``X`` came back as the old values doubled, in both
+    modes (session 30's fuzz). Refused before anything runs, as a read of the stale copy
+    into another name is."""
+    x, before = held.user_ns["X"], held.user_ns["X"].copy()
+    message = cell_error(held, cell, mode)
+    assert "and then reads X or changes it: %%gpu copies X to the device" in message
+    assert held.user_ns["X"] is x
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", ["X = X * 2\nL[0][:] = -1\nY = X + 0\n",
+                                  "L[0][:] = -1\nX = 3\nX = X * 2\n"])
+def test_a_name_rebound_to_new_memory_before_the_change_reads_no_stale_copy(held, mode, cell):
+    """``X = X * 2`` before the change: by then ``X`` holds new memory, made from the
+    values before the change, as in a plain cell; nothing stale is read."""
+    want = plain(cell)
+    assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+    got = held.user_ns["X"]
+    np.testing.assert_array_equal(got.get() if hasattr(got, "get") and
+                                  not isinstance(got, np.ndarray) else got, want["X"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("made", [False, True])
+@pytest.mark.parametrize("cell", ["if c:\n    L[0][:] = -1\nX = X * 2\n",
+                                  "for a in arrs[:1 if c else 0]:\n    a[:] = 4\nX = X + 1\n"])
+def test_a_stale_read_after_a_change_that_may_not_happen_is_refused_where_it_happened(
+        held, mode, made, cell):
+    """``if c: L[0][:] = -1`` then ``X = X * 2``: where the branch did not run the cell is
+    right and runs; where it ran, the cell read the copy from before (and came back with
+    the old values doubled, silently), so it is refused after the run, before anything is
+    committed: the change through the holder stays made in the user's array, as a plain
+    cell's statements before an error stay done."""
+    held.user_ns["c"] = made
+    x = held.user_ns["X"]
+    if not made:
+        want = plain(cell)  # SETUP's c is False
+        assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+        got = held.user_ns["X"]
+        np.testing.assert_array_equal(got.get() if hasattr(got, "get") and
+                                      not isinstance(got, np.ndarray) else got, want["X"])
+        return
+    message = cell_error(held, cell, mode)
+    assert "and then reads X or changes it" in message
+    assert "stays made in the user's array; the cell is not committed" in message
+    assert held.user_ns["X"] is x
+    assert (x == -1).all() or (x == 4).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("c", "d"), [(False, False), (False, True), (True, False),
+                                      (True, True)])
+def test_a_change_on_both_sides_that_may_not_happen_is_refused_only_where_both_did(
+        held, mode, c, d):
+    """``if d: X += 1`` and ``if c: L[0][:] = -1``: only where both ran are there two
+    changes in two arrays (refused after the run); either one alone is a plain cell's."""
+    cell = "if d:\n    X += 1\nif c:\n    L[0][:] = -1\n"
+    held.user_ns.update(c=c, d=d)
+    if c and d:
+        assert "both through L, which holds it" in cell_error(held, cell, mode)
+        return
+    want = plain(f"c = {c}\nd = {d}\n" + cell)
+    assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+    got = held.user_ns["X"]
+    np.testing.assert_array_equal(got.get() if hasattr(got, "get") and
+                                  not isinstance(got, np.ndarray) else got, want["X"])
+    if "--to-host" in mode:
+        np.testing.assert_array_equal(held.user_ns["L"][0], want["L"][0])
+
+
 @pytest.mark.parametrize(("mode", "runs"), [("--quiet --to-host", True), ("--quiet", False)])
 def test_a_view_made_after_the_change_runs_only_where_it_comes_back_as_the_users(
         held, mode, runs):
