@@ -201,16 +201,16 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     # one it surely rebinds to new memory after reading it (`L[0][:] = -1; X = X * 2`)
     # read the old copy: refused here where the change is sure, after the run where made
     left, views = plan.stored & (plan.in_place | plan.may_keep), to_host is not False
+    rebinds = {hit for hit in changes  # read, then rebound to new memory
+               if stale_read(source, [hit], left, plan.in_place_sure, views, fresh=True)}
     stale = (stale_read(source, changes, plan.stored, plan.in_place_sure, views)
-             or stale_read(source, sure, left, plan.in_place_sure, views, fresh=True)) \
-        if changes else None
+             or next((hit for hit in sure if hit in rebinds), None)) if changes else None
     if stale:  # L[0][:] = -1; y = x + 0 with L = [x]: x in the cell is the copy from before
         raise CellError(stale_message(stale))
     if changes:  # those under an `if` or in a loop count where the user's array changed in
         # the run (whole.py): a stale read is refused then, as is a change on both sides
         plan = dataclasses.replace(plan, held=sure, held_maybe=tuple(
-            (hit, host_mark(plan.inputs[hit.name]),
-             stale_read(source, [hit], left, plan.in_place_sure, views, fresh=True) is not None)
+            (hit, host_mark(plan.inputs[hit.name]), hit in rebinds)
             for hit in changes if hit not in sure))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)

@@ -153,6 +153,10 @@ class CellPlan:
     held_maybe: tuple[tuple[Held, Any, bool], ...] = ()
     sorts_in_place: bool = False
 
+    def group_of(self, name: str) -> tuple[str, ...]:
+        """The inputs sharing memory with ``name`` (its group of ``overlaps``, or itself)."""
+        return next((g for g in self.overlaps if name in g), (name,))
+
     @property
     def changed_overlaps(self) -> list[tuple[str, ...]]:
         """The groups of ``overlaps`` the cell may change one of (a batched run cannot keep)."""

@@ -128,16 +128,14 @@ def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> No
     ``if c: L[0][:] = -1``) counts where the user's array changed in the run."""
     made = []  # of the changes the cell may make (`if c: L[0][:] = -1`), those it made
     for held, mark, stale in plan.held_maybe:
-        group = next((g for g in plan.overlaps if held.name in g), (held.name,))
-        if (stale or changed.intersection(group)) and \
+        if (stale or changed.intersection(plan.group_of(held.name))) and \
                 host_changed(plan.inputs[held.name], mark):
             if stale:  # then read the name's copy, made before the change
                 raise CellError(stale_message(held, after_run=True))
             made.append(held)
     for held in [*plan.held, *made]:
         name = held.name
-        group = next((g for g in plan.overlaps if name in g), (name,))
-        hit = sorted(changed.intersection(group))
+        hit = sorted(changed.intersection(plan.group_of(name)))
         if hit:
             raise CellError(
                 f"the cell changed the input {name!r} (or a view of it) both through "
