@@ -43,6 +43,7 @@ from .heldwrites import (
     stale_message,
     stale_read,
 )
+from .homes import view_kinds
 from .inputmoves import batch_reason, check_budget
 from .lines import LineRecord
 from .names import cell_names
@@ -200,7 +201,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     # both-sides refusal) or may leave it holding its copy (the watch: `if c: X = X * 2`);
     # one it surely rebinds to new memory after reading it (`L[0][:] = -1; X = X * 2`)
     # read the old copy: refused here where the change is sure, after the run where made
-    left, views = plan.stored & (plan.in_place | plan.may_keep), to_host is not False
+    left = plan.stored & (plan.in_place | plan.may_keep)
+    views = view_kinds(plan, dtype) if changes and to_host is not False else {}
     rebinds = {hit for hit in changes  # read, then rebound to new memory
                if stale_read(source, [hit], left, plan.in_place_sure, views, fresh=True)}
     stale = (stale_read(source, changes, plan.stored, plan.in_place_sure, views)

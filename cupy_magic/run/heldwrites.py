@@ -80,7 +80,8 @@ def held_changes(source: str, namespace: Mapping[str, Any],
 
 
 def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
-               sure: Iterable[str], views: bool = False, fresh: bool = False) -> Held | None:
+               sure: Iterable[str], views: Mapping[str, str] | None = None,
+               fresh: bool = False) -> Held | None:
     """Of ``changes`` (:func:`held_changes`), one whose input the cell then reads, at that
     statement or a later one, and does not change in place through its name (``stored``:
     those it does, left to the run; a name only read, then rebound, ``X = X * 2``, read
@@ -88,12 +89,13 @@ def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
     too (``sure``); else ``None``. The cell's name holds the device copy made before it
     ran, which the change through the host does not reach: ``L[0][:] = -1; y = x + 0``
     would read the old values, and a change of the copy would be written over the host's
-    (a plain cell's ``x`` is ``L[0]`` itself). Reads before the change are right; so, with
-    ``views`` (the name comes back to the host, where an unchanged copy, or a view of it,
-    is the user's array, or a view of it), are ``x[1:]``, ``x.T``, ``y = x`` and ``q = [x]``
-    (:func:`_reads`); with ``fresh``, those after a top-level ``x = x * 2`` (or
-    ``x = x.copy()``) before the change, by which the name holds new memory. A cell that
-    may change or rebind the name is left to the run's watch
+    (a plain cell's ``x`` is ``L[0]`` itself). Reads before the change are right; so, for
+    the names ``views`` gives (the names come back to the host:
+    :func:`~.homes.view_kinds`), are ``y = x`` and ``q = [x]`` where an unchanged copy comes
+    back as the user's array (``"whole"``), and ``x[1:]`` and ``x.T`` too where its views
+    come back as views of it (``"views"``) (:func:`_reads`); with ``fresh``, those after a
+    top-level ``x = x * 2`` (or ``x = x.copy()``) before the change, by which the name
+    holds new memory. A cell that may change or rebind the name is left to the run's watch
     (``if c: x += 1``, README). A change through a holder under an ``if`` counts as made:
     whether it runs is not known before the run."""
     tree = _parse(source)
@@ -103,8 +105,9 @@ def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
                       if s.lineno <= hit.line <= (s.end_lineno or s.lineno)), 0)
         if fresh and any(_binds_new_memory(s, hit.name) for s in body[:first]):
             continue  # `X = X * 2` first: by the change the name holds new memory
+        kind = (views or {}).get(hit.name)
         if hit.name in sure or (hit.name not in stored
-                                and _reads(body[first:], hit.name, views)):
+                                and _reads(body[first:], hit.name, kind)):
             return hit
     return None
 
@@ -139,10 +142,11 @@ def _bound_of(tree: ast.AST) -> frozenset[str]:
     return frozenset(_bound(tree))
 
 
-def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
-    """Whether ``stmts`` read ``name``'s values: not its shape or dtype, nor (with
-    ``views``) a view of it made by basic indexing or ``.T``, or the name bound to another
-    (``y = x``) or put in a list, tuple, set or dict (``q = [x]``)."""
+def _reads(stmts: Sequence[ast.stmt], name: str, kind: str | None) -> bool:
+    """Whether ``stmts`` read ``name``'s values: not its shape or dtype, nor (``kind``
+    ``"whole"`` or ``"views"``) the name bound to another (``y = x``) or put in a list,
+    tuple, set or dict (``q = [x]``), nor (``"views"``) a view of it made by basic indexing
+    or ``.T``."""
     basic = (ast.Slice, ast.Constant)
     for stmt in stmts:
         for parent in ast.walk(stmt):
@@ -154,11 +158,12 @@ def _reads(stmts: Sequence[ast.stmt], name: str, views: bool) -> bool:
                 parts = index.elts if isinstance(index, ast.Tuple) else [index]
                 if isinstance(parent, ast.Attribute) and parent.attr in _META:
                     continue  # x.shape: the copy's is the user's array's
-                if views and (isinstance(parent, _HOLDS) or (isinstance(
+                if kind and (isinstance(parent, _HOLDS) or (isinstance(
                         parent, (ast.Assign, ast.AnnAssign)) and parent.value is node)):
                     continue  # y = x, q = [x]: the user's array itself, back on the host
-                if views and ((isinstance(parent, ast.Attribute) and parent.attr == "T")
-                              or (index is not None and all(isinstance(p, basic) for p in parts))):
+                if kind == "views" and (
+                        (isinstance(parent, ast.Attribute) and parent.attr == "T")
+                        or (index is not None and all(isinstance(p, basic) for p in parts))):
                     continue
                 return True
     return False

@@ -45,7 +45,7 @@ from .inputmoves import shared_input_spans
 from .overlap import items_apart
 from .plan import CellPlan, cast_target
 
-__all__ = ["Home", "Homes", "StridedHome", "in_device_memory", "input_homes"]
+__all__ = ["Home", "Homes", "StridedHome", "in_device_memory", "input_homes", "view_kinds"]
 
 
 @dataclass
@@ -307,3 +307,34 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
             homes.add_strided(copy, name, arr, keep, writes=name in plan.in_place)
     return homes
 
+
+
+def view_kinds(plan: CellPlan, dtype: str | None) -> dict[str, str]:
+    """How each input's unchanged device copy comes back under ``--to-host``, read before
+    anything moves: ``"views"`` where the copy and the views the cell makes of it come back
+    as the user's array and views of it (a home of the contiguous kind, or the stretch of a
+    group sharing memory); ``"whole"`` where only the copy itself does (a
+    :class:`StridedHome`: ``x[1:]`` comes back a new array); an input not named comes back
+    as new arrays (cast by ``--dtype``, a byte order the device does not hold, a read-only
+    strided view). :func:`~.heldwrites.stale_read` allows such reads after a change through
+    a holder, where they show the user's array as the change left it."""
+    kinds = {n: "views" for group in shared_input_spans(plan, dtype) for n in group}
+    for name, arr in plan.inputs.items():
+        if name in kinds or cast_target(arr, dtype) != arr.dtype or not arr.dtype.isnative \
+                or not arr.size:
+            continue
+        if arr.strides in (_strides(arr.shape, arr.itemsize), _strides(
+                arr.shape[::-1], arr.itemsize)[::-1]):  # C or F order, as the device copy's
+            kinds[name] = "views"
+        elif arr.flags.writeable and items_apart(arr):
+            kinds[name] = "whole"
+    return kinds
+
+
+def _strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The strides of a C-ordered array of ``shape``: those CuPy gives its copy."""
+    out, step = [], itemsize
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))

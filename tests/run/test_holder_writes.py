@@ -175,6 +175,41 @@ def test_a_view_made_after_the_change_runs_only_where_it_comes_back_as_the_users
     assert got["Y"] is got["X"] and got["Q"][0] is got["X"]
 
 
+@pytest.mark.parametrize(("setup", "opts", "cell", "runs"), [
+    # a strided input only read moves as a contiguous copy: its views come back new arrays,
+    # the copy itself as the user's view (StridedHome)
+    ("B = np.arange(24.0).reshape(4, 6)\nX = B[:, ::2]", "", "V = X[1:]", False),
+    ("B = np.arange(24.0).reshape(4, 6)\nX = B[:, ::2]", "", "V = X.T", False),
+    ("B = np.arange(240.0).reshape(4, 60)\nX = B[:, 3]", "", "V = X[1:]", False),
+    ("B = np.arange(24.0).reshape(4, 6)\nX = B[:, ::2]", "", "V = X", True),
+    ("B = np.arange(24.0).reshape(4, 6)\nX = B[:, ::2]", "", "Q = [X]", True),
+    # cast by --dtype: the copy and its views come back new arrays, of the old values
+    ("X = np.arange(6.0).reshape(3, 2)", "--dtype float32", "V = X", False),
+    ("X = np.arange(6.0).reshape(3, 2)", "--dtype float32", "V = X[1:]", False),
+    # laid out as the device copy, C or F order: views of the user's array
+    ("X = np.asfortranarray(np.arange(6.0).reshape(3, 2))", "", "V = X[1:]", True),
+    ("X = np.arange(6.0).reshape(3, 2).T", "", "V = X.T", True)])
+def test_a_view_after_the_change_runs_only_for_an_input_whose_views_come_back_as_its_own(
+        ip, setup, opts, cell, runs):
+    """Under ``--to-host`` ``L[0][:] = -1; V = X[1:]`` is right only where the copy's views
+    come back as views of the user's array (:func:`cupy_magic.run.homes.view_kinds`); for a
+    strided input or one cast by ``--dtype`` they come back as new arrays of the copy's old
+    values, which the fuzz of session 32 found silently wrong: refused there."""
+    ip.run_cell(f"import numpy as np\n{setup}\nL = [X]\n")
+    cell = f"L[0][:] = -1\n{cell}\n"
+    if not runs:  # refused before anything runs: X as it was
+        before = ip.user_ns["X"].copy()
+        message = cell_error(ip, cell, f"--quiet --to-host {opts}")
+        assert message.startswith("the cell changes the input 'X' (or a view of it) in place "
+                                  "through L, which holds it, and then reads X")
+        np.testing.assert_array_equal(ip.user_ns["X"], before)
+        assert "V" not in ip.user_ns and "Q" not in ip.user_ns
+        return
+    assert ip.run_cell(f"%%gpu --quiet --to-host {opts}\n{cell}").success
+    got = ip.user_ns["Q"][0] if "Q" in ip.user_ns else ip.user_ns["V"]
+    assert np.shares_memory(got, ip.user_ns["X"]) and (got == -1).all()
+
+
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("cell", "via"), [
