@@ -144,29 +144,46 @@ def _bound_of(tree: ast.AST) -> frozenset[str]:
 
 def _reads(stmts: Sequence[ast.stmt], name: str, kind: str | None) -> bool:
     """Whether ``stmts`` read ``name``'s values: not its shape or dtype, nor (``kind``
-    ``"whole"`` or ``"views"``) the name bound to another (``y = x``) or put in a list,
-    tuple, set or dict (``q = [x]``), nor (``"views"``) a view of it made by basic indexing
-    or ``.T``."""
-    basic = (ast.Slice, ast.Constant)
+    ``"whole"`` or ``"views"``) the name bound as it is to another (``y = x``) or put so in
+    a list, tuple, set or dict that is bound (``q = [x]``), nor (``"views"``) a view of it
+    made by basic indexing or ``.T`` and bound so (``v = x[1:].T``, ``q = [x[1:]]``). A
+    view used otherwise reads the values (``y = x[1:] + 0``, ``np.sum([x])``)."""
     for stmt in stmts:
-        for parent in ast.walk(stmt):
-            for node in ast.iter_child_nodes(parent):
-                if not (isinstance(node, ast.Name) and node.id == name
-                        and isinstance(node.ctx, ast.Load)):
-                    continue
-                index = parent.slice if isinstance(parent, ast.Subscript) else None
-                parts = index.elts if isinstance(index, ast.Tuple) else [index]
-                if isinstance(parent, ast.Attribute) and parent.attr in _META:
-                    continue  # x.shape: the copy's is the user's array's
-                if kind and (isinstance(parent, _HOLDS) or (isinstance(
-                        parent, (ast.Assign, ast.AnnAssign)) and parent.value is node)):
-                    continue  # y = x, q = [x]: the user's array itself, back on the host
-                if kind == "views" and (
-                        (isinstance(parent, ast.Attribute) and parent.attr == "T")
-                        or (index is not None and all(isinstance(p, basic) for p in parts))):
-                    continue
-                return True
+        up = {id(c): p for p in ast.walk(stmt) for c in ast.iter_child_nodes(p)}
+        for node in ast.walk(stmt):
+            if not (isinstance(node, ast.Name) and node.id == name
+                    and isinstance(node.ctx, ast.Load)):
+                continue
+            top = node
+            while kind == "views" and _is_view(up.get(id(top)), top):
+                top = up[id(top)]
+            parent = up.get(id(top))
+            if isinstance(parent, ast.Attribute) and parent.attr in _META:
+                continue  # x.shape, x[1:].shape: the copy's is the user's array's
+            if kind and _bound_as_is(top, up):
+                continue  # y = x, q = [x]: the user's array itself, back on the host
+            return True
     return False
+
+
+def _is_view(parent: ast.AST | None, node: ast.AST) -> bool:
+    """Whether ``parent`` makes a view of ``node``: ``node[1:, 0]`` or ``node.T``."""
+    if isinstance(parent, ast.Attribute):
+        return parent.attr == "T"
+    if not (isinstance(parent, ast.Subscript) and parent.value is node):
+        return False
+    parts = parent.slice.elts if isinstance(parent.slice, ast.Tuple) else [parent.slice]
+    return all(isinstance(p, (ast.Slice, ast.Constant)) for p in parts)
+
+
+def _bound_as_is(node: ast.AST, up: Mapping[int, ast.AST]) -> bool:
+    """Whether ``node`` is the value an assignment binds, itself or as an item of a list,
+    tuple, set or dict's value that is (``y = x``, ``q = [x, (x, 1)]``)."""
+    parent = up.get(id(node))
+    while isinstance(parent, _HOLDS) and not (isinstance(parent, ast.Dict)
+                                              and any(k is node for k in parent.keys)):
+        node, parent = parent, up.get(id(parent))
+    return isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node
 
 
 @functools.lru_cache(maxsize=256)

@@ -188,7 +188,12 @@ def test_a_view_made_after_the_change_runs_only_where_it_comes_back_as_the_users
     ("X = np.arange(6.0).reshape(3, 2)", "--dtype float32", "V = X[1:]", False),
     # laid out as the device copy, C or F order: views of the user's array
     ("X = np.asfortranarray(np.arange(6.0).reshape(3, 2))", "", "V = X[1:]", True),
-    ("X = np.arange(6.0).reshape(3, 2).T", "", "V = X.T", True)])
+    ("X = np.arange(6.0).reshape(3, 2).T", "", "V = X.T", True),
+    ("X = np.arange(6.0).reshape(3, 2)", "", "Q = [X[1:].T, (X, 1)]", True),
+    # a view used, not bound as it is: it reads the copy's old values
+    ("X = np.arange(6.0).reshape(3, 2)", "", "V = X[1:] + 0", False),
+    ("X = np.arange(6.0).reshape(3, 2)", "", "V = np.concatenate([X])", False),
+    ("X = np.arange(6.0).reshape(3, 2)", "", "V = np.sum((X.T, X.T))", False)])
 def test_a_view_after_the_change_runs_only_for_an_input_whose_views_come_back_as_its_own(
         ip, setup, opts, cell, runs):
     """Under ``--to-host`` ``L[0][:] = -1; V = X[1:]`` is right only where the copy's views
