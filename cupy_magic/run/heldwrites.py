@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import inspect
 import types
 from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, NamedTuple
@@ -199,12 +200,13 @@ def _parse(source: str) -> ast.Module | None:
 @functools.lru_cache(maxsize=256)
 def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         tuple[tuple[str, Any, int, bool, bool], ...], dict[str, tuple[str, Any]],
-        tuple[tuple[str, int], ...]]:
+        tuple[tuple[str, str | None, int], ...]]:
     """What :func:`_changed_in` reads of ``tree`` alone, once per tree: each change in place
     (the root, its key, the line, whether the target is a bare name, an item or attribute),
     ``for a in arrs: a *= 2`` as a change of ``arrs``; the names bound there once to an item
     of an object from outside (``Y = L[0]``), with that item; the calls of names from
-    outside, with their lines. All in the order ``ast.walk`` meets them."""
+    outside (``f()``, and ``obj.reset()`` with the method's name), with their lines. All in
+    the order ``ast.walk`` meets them."""
     aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
     binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
                                 and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
@@ -213,7 +215,7 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
             if isinstance(t, ast.Name) and _first(n.value)[0] not in bound
             and binds[t.id] == 1}  # bound there only: no other value
     changes: list[tuple[str, Any, int, bool, bool]] = []
-    calls: list[tuple[str, int]] = []
+    calls: list[tuple[str, str | None, int]] = []
     for node in ast.walk(tree):
         for target in _changes(node):
             changes.append((*_first(target), node.lineno, isinstance(target, ast.Name),
@@ -224,15 +226,20 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
             changes.append((_first(node.iter)[0], None, node.lineno, False, True))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id not in bound:
-            calls.append((node.func.id, getattr(node, "lineno", 0)))
+            calls.append((node.func.id, None, getattr(node, "lineno", 0)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id not in bound:
+            calls.append((node.func.value.id, node.func.attr, getattr(node, "lineno", 0)))
     return tuple(changes), held, tuple(calls)
 
 
 def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
-                inputs: Mapping[str, Any], seen: set[int], depth: int) -> Held | None:
+                inputs: Mapping[str, Any], seen: set[int], depth: int,
+                this: str = "") -> Held | None:
     """:func:`holder_changed` over ``tree``: the cell's (``depth`` 0, where a change through
     an input's own name is the batch's) or a called function's (its globals, where such a
-    change is the user's array); with the cell's line of the change (or of the call)."""
+    change is the user's array; a method's first argument, ``this``, is its object); with
+    the cell's line of the change (or of the call)."""
     direct, changed = depth > 0, []
     scanned, held, calls = _scan(tree, bound)
     for root, key, line, bare, part in scanned:
@@ -257,23 +264,46 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
         for item in items:
             for name, arr in inputs.items():
                 if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
+                    if direct and root == this:  # self.x[:] = -1 in obj.reset()
+                        who = f"the method {_owner(tree)}"
+                        part = f"{root}.{key}" if isinstance(key, str) else root
+                        return Held(who, f"{who}, which changes it as {part}", name, line)
                     who = f"the function {_owner(tree)}" if direct else root
                     return Held(who, f"{who}, which changes it as its global {root}" if direct
                                 else f"{root}, which holds it", name, line)
     if depth >= MAX_DEPTH:
         return None
-    for func, line in calls:  # the functions from outside it calls: f() writing X
-        fn = namespace.get(func)
+    for func, attr, line in calls:  # the functions from outside it calls: f() writing X
+        fn, owner = _called(namespace.get(func), attr)
         definition = _definition(fn) if fn is not None and id(fn) not in seen else None
         if definition is not None:
             seen.add(id(fn))
             local = _bound(definition) - {n for g in ast.walk(definition)
                                           if isinstance(g, ast.Global) for n in g.names}
+            scope: Mapping[str, Any] = fn.__globals__
+            this = definition.args.args[0].arg if owner is not None and \
+                definition.args.args else ""
+            if this:  # self.x[:] = 0: the object's
+                local, scope = local - {this}, collections.ChainMap({this: owner}, scope)
             found = _changed_in(definition, frozenset(local - {definition.name}),
-                                fn.__globals__, inputs, seen, depth + 1)
+                                scope, inputs, seen, depth + 1, this)
             if found is not None:  # the cell's line is the call's
                 return found._replace(line=line)
     return None
+
+
+def _called(obj: Any, attr: str | None) -> tuple[Any, Any]:
+    """The function a call runs (``f()``: ``obj``; ``obj.reset()``: the method of ``obj``'s
+    class, where the class is the notebook's own, defined in ``__main__``) and the object
+    its first argument is (``None`` for a plain function). A library's methods
+    (``df.apply``) are not read: a cell calls many, and their source is not the user's."""
+    if attr is None:
+        return obj, None
+    cls = type(obj)
+    if obj is None or cls.__module__ != "__main__":
+        return None, None
+    fn = inspect.getattr_static(cls, attr, None)
+    return (fn, obj) if inspect.isfunction(fn) else (None, None)
 
 
 def _changes(node: ast.AST) -> list[ast.AST]:

@@ -139,6 +139,23 @@ def test_a_batched_cell_calling_a_function_that_changes_its_input_as_a_global_is
     np.testing.assert_array_equal(x, before)
 
 
+def test_a_batched_cell_calling_a_method_that_changes_its_input_is_refused(rows):
+    """``b = Box(x)`` of a class from an earlier cell whose ``reset`` writes ``self.x[:] =
+    -1``, then ``y = x * 2; b.reset()`` batched: the method writes the user's array, which
+    the later batches upload changed (a plain cell's ``y`` is the old values doubled).
+    Refused before anything moves, naming the method; nothing changed."""
+    rows.run_cell("class Box:\n    def __init__(self, a):\n        self.a = a\n"
+                  "    def reset(self):\n        self.a[:, 0] = -1\nb = Box(x)\n")
+    x = rows.user_ns["x"]
+    before = x.copy()
+    message = cell_error(rows, "y = x * 2\nb.reset()\n", f"--quiet {BATCHED}")
+    assert message.startswith("the cell changes the batched input 'x' (or a view of it) in "
+                              "place through the method reset(), which changes it as self.a: "
+                              "a batched run uploads")
+    assert "y" not in rows.user_ns
+    np.testing.assert_array_equal(x, before)
+
+
 @pytest.mark.parametrize(("define", "call"), [
     ("def f(v):\n    v[:, 0] = -1\n", "f(y)"),  # its argument: the batch's own rows
     ("def f():\n    x = np.zeros(3)\n    x[:] = 1\n    return x\n", "f()"),  # a local

@@ -13,7 +13,11 @@ import pytest
 from conftest import cell_error
 
 SETUP = ("X = np.arange(6.0).reshape(3, 2)\nZ = np.ones(2)\nL = [X]\narrs = [X, Z]\nc = False\n"
-         "D = {'x': X}\ndef reset():\n    X[:] = 0\n")
+         "D = {'x': X}\ndef reset():\n    X[:] = 0\n"
+         "class Box:\n    def __init__(self, x):\n        self.x = x\n"
+         "    def reset(self):\n        self.x[:] = -1\n    def again(self):\n"
+         "        self.reset()\n    def total(self):\n        return self.x.sum()\n"
+         "b = Box(X)\n")
 MODES = ["--quiet", "--quiet --to-host"]
 
 
@@ -39,7 +43,10 @@ def plain(cell: str) -> dict:
     ("for i in range(2):\n    Y = X + i\n    L[0][:] = i\n", "L, which holds it"),
     # through a name bound to the holder's item (772 fuzzed cells under --to-host)
     ("W = L[0]\nW += 1\nY = X + 0\n", "L, which holds it"),
-    ("W = D['x']\nW[0] = 9\nX[0] = 5\n", "D, which holds it")])
+    ("W = D['x']\nW[0] = 9\nX[0] = 5\n", "D, which holds it"),
+    # through a method of the notebook's own class, itself or one it calls
+    ("b.reset()\nY = X + 0\n", "the method reset(), which changes it as self.x"),
+    ("b.again()\nY = X + 0\n", "the method reset(), which changes it as self.x")])
 def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refused(
         held, mode, cell, via):
     before = held.user_ns["X"].copy()
@@ -66,6 +73,8 @@ def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refuse
     "W = L[0]\nY = float(W.sum()) + X\n",
     "def f(a):\n    a[0] = 7\nf(X)\nY = X + 1\n",  # its argument: the copy itself
     "L[0][:] = -1\nn = X.shape[0] + X.ndim\n",  # its shape: the copy's is the user's
+    "s = b.total()\nY = X + s\n",  # a method that only reads it
+    "Y = X + 0\nb.reset()\n",  # a method's change after the read
     "if c:\n    X += 1\nL[0][:] = -1\n"])  # may change, did not: the run's watch decides
 def test_a_cell_that_changes_a_holder_but_reads_no_stale_copy_runs_as_a_plain_cell(
         held, mode, cell):
