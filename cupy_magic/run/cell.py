@@ -40,6 +40,7 @@ from .heldwrites import (
     held_changes,
     held_sure,
     holder_changed,
+    rebound_after,
     stale_message,
     stale_read,
 )
@@ -210,10 +211,15 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
     if stale:  # L[0][:] = -1; y = x + 0 with L = [x]: x in the cell is the copy from before
         raise CellError(stale_message(stale))
     if changes:  # those under an `if` or in a loop count where the user's array changed in
-        # the run (whole.py): a stale read is refused then, as is a change on both sides
-        plan = dataclasses.replace(plan, held=sure, held_maybe=tuple(
-            (hit, host_mark(plan.inputs[hit.name]), hit in rebinds)
-            for hit in changes if hit not in sure))
+        # the run (whole.py): a stale read is refused then, as is a change on both sides,
+        # and a read into a rebinding that may not run (`if c: X = X * 2`) where it ran
+        marks = {hit: host_mark(plan.inputs[hit.name]) for hit in changes if hit not in sure}
+        kept = [hit for hit in changes if hit not in rebinds and hit.name in left - plan.in_place
+                and rebound_after(source, hit)
+                and stale_read(source, [hit], left - {hit.name}, (), views, fresh=True)]
+        plan = dataclasses.replace(
+            plan, held=sure, held_maybe=tuple((hit, marks[hit], hit in rebinds) for hit in marks),
+            held_kept=tuple((hit, marks.get(hit)) for hit in kept))
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

@@ -25,7 +25,7 @@ from .graphscan import MAX_DEPTH, _bound, _first
 from .names import MUTATING_METHODS
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
-           "stale_message", "stale_read"]
+           "rebound_after", "stale_message", "stale_read"]
 
 _IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
                                 "__itruediv__"}
@@ -111,6 +111,18 @@ def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
                                 and _reads(body[first:], hit.name, kind)):
             return hit
     return None
+
+
+def rebound_after(source: str, held: Held) -> bool:
+    """Whether the cell may bind ``held``'s input name anew at the statement of the change
+    through the holder or after it (``L[0][:] = -1; if c: X = X * 2``); a binding only
+    before it (``if c: X = X * 2; L[0][:] = -1``) read the copy before the change."""
+    tree = _parse(source)
+    body = [] if tree is None else tree.body
+    return any(isinstance(node, ast.Name) and node.id == held.name
+               and not isinstance(node.ctx, ast.Load)
+               for stmt in body if (stmt.end_lineno or stmt.lineno) >= held.line
+               for node in ast.walk(stmt))
 
 
 def stale_message(held: Held, after_run: bool = False) -> str:
@@ -200,13 +212,14 @@ def _parse(source: str) -> ast.Module | None:
 @functools.lru_cache(maxsize=256)
 def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         tuple[tuple[str, Any, int, bool, bool], ...], dict[str, tuple[str, Any]],
-        tuple[tuple[str, str | None, int], ...]]:
+        tuple[tuple[str, str | None, int], ...], tuple[tuple[str, str, Any, int], ...]]:
     """What :func:`_changed_in` reads of ``tree`` alone, once per tree: each change in place
     (the root, its key, the line, whether the target is a bare name, an item or attribute),
     ``for a in arrs: a *= 2`` as a change of ``arrs``; the names bound there once to an item
     of an object from outside (``Y = L[0]``), with that item; the calls of names from
     outside (``f()``, and ``obj.reset()`` with the method's name), with their lines. All in
-    the order ``ast.walk`` meets them."""
+    the order ``ast.walk`` meets them. Last, the changes through a name bound to such an
+    item more than once (:func:`_aliased`)."""
     aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
     binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
                                 and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
@@ -230,7 +243,33 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and isinstance(node.func.value, ast.Name) and node.func.value.id not in bound:
             calls.append((node.func.value.id, node.func.attr, getattr(node, "lineno", 0)))
-    return tuple(changes), held, tuple(calls)
+    return tuple(changes), held, tuple(calls), _aliased(tree, bound, held)
+
+
+def _aliased(tree: ast.AST, bound: Set[str], held: Mapping[str, tuple[str, Any]]
+             ) -> tuple[tuple[str, str, Any, int], ...]:
+    """The changes made through a name while a top-level statement before had bound it to an
+    item of an object from outside and none since bound it otherwise (``Y = L[0]; Y += 1;
+    Y = X[::2]``: ``Y`` bound twice, which ``held`` leaves out), each as the name, the
+    object, the item's key and the line; a statement that binds the name and changes it
+    counts the change (its order inside the statement is not read)."""
+    found, now = [], {}  # the names bound to an item now, with it
+    for stmt in getattr(tree, "body", ()):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            now.pop(stmt.name, None)  # its own names: not the cell's
+            continue
+        for node in ast.walk(stmt):
+            for target in _changes(node):
+                name = _first(target)[0]
+                if name in now and name not in held:
+                    found.append((name, *now[name], node.lineno))
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                now.pop(node.id, None)
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Subscript, ast.Attribute)) \
+                and _first(stmt.value)[0] not in bound:
+            now.update((t.id, _first(stmt.value)) for t in stmt.targets if isinstance(t, ast.Name))
+    return tuple(found)
 
 
 def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
@@ -241,12 +280,13 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
     change is the user's array; a method's first argument, ``this``, is its object); with
     the cell's line of the change (or of the call)."""
     direct, changed = depth > 0, []
-    scanned, held, calls = _scan(tree, bound)
+    scanned, held, calls, aliased = _scan(tree, bound)
     for root, key, line, bare, part in scanned:
         if root in held and root not in inputs:  # `Y = L[0]; Y += 1`: through the holder
             changed.append((*held[root], line))
         elif part or (direct and bare):
             changed.append((root, key, line))
+    changed += [(root, key, line) for name, root, key, line in aliased if name not in inputs]
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
             continue

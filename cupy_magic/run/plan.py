@@ -124,6 +124,11 @@ class CellPlan:
         the checksum of the user's array it reaches, taken before the run (a run that
         changed that array made it), and whether the cell then reads the input's copy
         (:func:`~.heldwrites.stale_read`: refused where the change was made).
+    held_kept
+        Such changes (each with the checksum of ``held_maybe``, or ``None`` where the change
+        is sure) of an input the cell then reads into a rebinding it may not make
+        (``if c: X = X * 2``, ``X = np.ascontiguousarray(X)``): refused where the change was
+        made and the name, after the run, no longer holds its copy.
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -151,6 +156,7 @@ class CellPlan:
     unseen: frozenset[str] = frozenset()
     held: tuple[Held, ...] = ()
     held_maybe: tuple[tuple[Held, Any, bool], ...] = ()
+    held_kept: tuple[tuple[Held, Any], ...] = ()
     sorts_in_place: bool = False
 
     def group_of(self, name: str) -> tuple[str, ...]:

@@ -81,6 +81,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             # `if c: X += 1` or `if c: X = X * 2` that did not run: X's copy is not written
             # back, nor committed where X still holds it (the user's X, as before the cell)
             unmade, still = watch.unmade(work)
+            _refuse_kept(plan, still)
             # the copies the run may have changed: the source's own changes in place and
             # those the watch saw; one only read, then rebound (`Xtr = Xtr * 2`, `X = X.T`),
             # is not written over a change made meanwhile through the host (the watch reads
@@ -143,6 +144,19 @@ def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> No
                 f"plain cell makes both changes in the one array, %%gpu can keep only one "
                 f"(the change through {held.who} stays made in the user's array; the cell is "
                 f"not committed); {by_its_name(name)}")
+
+
+def _refuse_kept(plan: CellPlan, still: frozenset[str]) -> None:
+    """Refuse a run that read an input's copy into a rebinding of its name after changing the
+    input through an object from outside (:attr:`~.plan.CellPlan.held_kept`): ``L[0][:] =
+    -1`` then ``if c: X = X * 2``, where the change was made (sure, or the user's array
+    changed in the run) and the rebinding ran (the name no longer holds its copy, ``still``):
+    the new ``X`` is the old values doubled, a plain cell's the -1s. Where it did not run,
+    ``X`` is the user's array, which has the change."""
+    for held, mark in plan.held_kept:
+        if held.name not in still and (mark is None
+                                       or host_changed(plan.inputs[held.name], mark)):
+            raise CellError(stale_message(held, after_run=True))
 
 
 def _let_go(changed: set[str], work: dict[str, Any],

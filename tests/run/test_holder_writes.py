@@ -145,6 +145,49 @@ def test_a_stale_read_after_a_change_that_may_not_happen_is_refused_where_it_hap
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("made", [False, True])
+@pytest.mark.parametrize("cell", ["if c:\n    L[0][:] = -1\nif c:\n    X = X * 2\n",
+                                  "L[0][:] = -1\nif c:\n    X = X * 2\n",
+                                  "L[0][:] = -1\nfor i in range(2 if c else 0):\n    X = X + 1\n"])
+def test_a_stale_read_into_a_rebinding_that_may_not_run_is_refused_where_it_ran(
+        held, mode, made, cell):
+    """``L[0][:] = -1`` then ``if c: X = X * 2`` (found by the whole-cell fuzz, session 32:
+    the new ``X`` was the old values doubled, silently, in both modes): where the rebinding
+    ran it read the copy from before the change, so the run is refused before anything is
+    committed; where it did not, ``X`` holds its copy, unchanged, and comes back as the
+    user's array, which has the change, as in a plain cell."""
+    held.user_ns["c"] = made
+    x = held.user_ns["X"]
+    if not made:
+        want = plain(cell)  # SETUP's c is False
+        assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+        got = held.user_ns["X"]
+        np.testing.assert_array_equal(got.get() if hasattr(got, "get") and
+                                      not isinstance(got, np.ndarray) else got, want["X"])
+        return
+    message = cell_error(held, cell, mode)
+    assert "and then reads X or changes it" in message
+    assert "stays made in the user's array; the cell is not committed" in message
+    assert held.user_ns["X"] is x and (x == -1).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", ["W = L[0]\nW += 1\nW = Z\nY = X + 0\n",
+                                  "W = Z\nW = L[0]\nW[0] = 9\nY = X * 1\n"])
+def test_a_change_through_a_name_bound_to_the_holders_item_more_than_once_is_seen(
+        held, mode, cell):
+    """``W = L[0]; W += 1`` with ``W`` bound again elsewhere in the cell: the change goes
+    through the holder while ``W`` is its item (read statement by statement at the top
+    level), so ``Y = X + 0`` after it would read the copy from before (the fuzz found
+    such cells silently wrong, session 32): refused before anything moves."""
+    before = held.user_ns["X"].copy()
+    message = cell_error(held, cell, mode)
+    assert message.startswith("the cell changes the input 'X' (or a view of it) in place "
+                              "through L, which holds it, and then reads X")
+    np.testing.assert_array_equal(held.user_ns["X"], before)
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("c", "d"), [(False, False), (False, True), (True, False),
                                       (True, True)])
 def test_a_change_on_both_sides_that_may_not_happen_is_refused_only_where_both_did(
