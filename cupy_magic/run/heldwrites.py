@@ -14,7 +14,7 @@ import collections
 import functools
 import inspect
 import types
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Set
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,16 +23,15 @@ from .aliases import _binds_new_memory
 from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
 from .names import MUTATING_METHODS
+from .staleread import reads_values, through_views
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
            "rebound_after", "stale_message", "stale_read"]
 
 _IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
                                 "__itruediv__"}
-_HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
 _BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
            ast.Match, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-_META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
 
 
 def by_its_name(name: str) -> str:
@@ -94,7 +93,7 @@ def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
     the names ``views`` gives (the names come back to the host:
     :func:`~.homes.view_kinds`), are ``y = x`` and ``q = [x]`` where an unchanged copy comes
     back as the user's array (``"whole"``), and ``x[1:]`` and ``x.T`` too where its views
-    come back as views of it (``"views"``) (:func:`_reads`); with ``fresh``, those after a
+    come back as views of it (``"views"``) (:func:`reads_values`); with ``fresh``, those after a
     top-level ``x = x * 2`` (or ``x = x.copy()``) before the change, by which the name
     holds new memory. A cell that may change or rebind the name is left to the run's watch
     (``if c: x += 1``, README). A change through a holder under an ``if`` counts as made:
@@ -108,7 +107,11 @@ def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
             continue  # `X = X * 2` first: by the change the name holds new memory
         kind = (views or {}).get(hit.name)
         if hit.name in sure or (hit.name not in stored
-                                and _reads(body[first:], hit.name, kind)):
+                                and reads_values(body[first:], hit.name, kind)):
+            return hit
+        if not fresh and tree is not None and through_views(
+                tree, first, hit.name, kind, {_first(t)[0] for n in ast.walk(tree)
+                                              for t in _changes(n)}):
             return hit
     return None
 
@@ -153,50 +156,6 @@ def held_sure(source: str, changes: Iterable[Held]) -> tuple[Held, ...]:
 def _bound_of(tree: ast.AST) -> frozenset[str]:
     """:func:`graphscan._bound` of a cell's tree, once per tree."""
     return frozenset(_bound(tree))
-
-
-def _reads(stmts: Sequence[ast.stmt], name: str, kind: str | None) -> bool:
-    """Whether ``stmts`` read ``name``'s values: not its shape or dtype, nor (``kind``
-    ``"whole"`` or ``"views"``) the name bound as it is to another (``y = x``) or put so in
-    a list, tuple, set or dict that is bound (``q = [x]``), nor (``"views"``) a view of it
-    made by basic indexing or ``.T`` and bound so (``v = x[1:].T``, ``q = [x[1:]]``). A
-    view used otherwise reads the values (``y = x[1:] + 0``, ``np.sum([x])``)."""
-    for stmt in stmts:
-        up = {id(c): p for p in ast.walk(stmt) for c in ast.iter_child_nodes(p)}
-        for node in ast.walk(stmt):
-            if not (isinstance(node, ast.Name) and node.id == name
-                    and isinstance(node.ctx, ast.Load)):
-                continue
-            top = node
-            while kind == "views" and _is_view(up.get(id(top)), top):
-                top = up[id(top)]
-            parent = up.get(id(top))
-            if isinstance(parent, ast.Attribute) and parent.attr in _META:
-                continue  # x.shape, x[1:].shape: the copy's is the user's array's
-            if kind and _bound_as_is(top, up):
-                continue  # y = x, q = [x]: the user's array itself, back on the host
-            return True
-    return False
-
-
-def _is_view(parent: ast.AST | None, node: ast.AST) -> bool:
-    """Whether ``parent`` makes a view of ``node``: ``node[1:, 0]`` or ``node.T``."""
-    if isinstance(parent, ast.Attribute):
-        return parent.attr == "T"
-    if not (isinstance(parent, ast.Subscript) and parent.value is node):
-        return False
-    parts = parent.slice.elts if isinstance(parent.slice, ast.Tuple) else [parent.slice]
-    return all(isinstance(p, (ast.Slice, ast.Constant)) for p in parts)
-
-
-def _bound_as_is(node: ast.AST, up: Mapping[int, ast.AST]) -> bool:
-    """Whether ``node`` is the value an assignment binds, itself or as an item of a list,
-    tuple, set or dict's value that is (``y = x``, ``q = [x, (x, 1)]``)."""
-    parent = up.get(id(node))
-    while isinstance(parent, _HOLDS) and not (isinstance(parent, ast.Dict)
-                                              and any(k is node for k in parent.keys)):
-        node, parent = parent, up.get(id(parent))
-    return isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node
 
 
 @functools.lru_cache(maxsize=256)

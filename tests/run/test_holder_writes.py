@@ -46,7 +46,10 @@ def plain(cell: str) -> dict:
     ("W = D['x']\nW[0] = 9\nX[0] = 5\n", "D, which holds it"),
     # through a method of the notebook's own class, itself or one it calls
     ("b.reset()\nY = X + 0\n", "the method reset(), which changes it as self.x"),
-    ("b.again()\nY = X + 0\n", "the method reset(), which changes it as self.x")])
+    ("b.again()\nY = X + 0\n", "the method reset(), which changes it as self.x"),
+    # through a view of it, bound before the change or after (the fuzz, session 32)
+    ("V = X[1:]\nL[0][:] = -1\nY = V + 0\n", "L, which holds it"),
+    ("L[0][:] = -1\nV = X.T\nY = V.sum()\n", "L, which holds it")])
 def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refused(
         held, mode, cell, via):
     before = held.user_ns["X"].copy()
@@ -119,15 +122,22 @@ def test_a_name_rebound_to_new_memory_before_the_change_reads_no_stale_copy(held
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("made", [False, True])
-@pytest.mark.parametrize("cell", ["if c:\n    L[0][:] = -1\nX = X * 2\n",
-                                  "for a in arrs[:1 if c else 0]:\n    a[:] = 4\nX = X + 1\n"])
+@pytest.mark.parametrize("cell", [
+    "if c:\n    L[0][:] = -1\nX = X * 2\n",
+    "for a in arrs[:1 if c else 0]:\n    a[:] = 4\nX = X + 1\n",
+    # a rebinding that may not run after the change (the whole-cell fuzz, session 32)
+    "if c:\n    L[0][:] = -1\nif c:\n    X = X * 2\n",
+    "L[0][:] = -1\nif c:\n    X = X * 2\n",
+    "L[0][:] = -1\nfor i in range(2 if c else 0):\n    X = X + 1\n"])
 def test_a_stale_read_after_a_change_that_may_not_happen_is_refused_where_it_happened(
         held, mode, made, cell):
     """``if c: L[0][:] = -1`` then ``X = X * 2``: where the branch did not run the cell is
     right and runs; where it ran, the cell read the copy from before (and came back with
     the old values doubled, silently), so it is refused after the run, before anything is
     committed: the change through the holder stays made in the user's array, as a plain
-    cell's statements before an error stay done."""
+    cell's statements before an error stay done. So with ``L[0][:] = -1`` then
+    ``if c: X = X * 2``, which was left to the input watch and came back as the old values
+    doubled: where the rebinding did not run, ``X`` is the user's array with the change."""
     held.user_ns["c"] = made
     x = held.user_ns["X"]
     if not made:
@@ -144,31 +154,48 @@ def test_a_stale_read_after_a_change_that_may_not_happen_is_refused_where_it_hap
     assert (x == -1).all() or (x == 4).all()
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("made", [False, True])
-@pytest.mark.parametrize("cell", ["if c:\n    L[0][:] = -1\nif c:\n    X = X * 2\n",
-                                  "L[0][:] = -1\nif c:\n    X = X * 2\n",
-                                  "L[0][:] = -1\nfor i in range(2 if c else 0):\n    X = X + 1\n"])
-def test_a_stale_read_into_a_rebinding_that_may_not_run_is_refused_where_it_ran(
-        held, mode, made, cell):
-    """``L[0][:] = -1`` then ``if c: X = X * 2`` (found by the whole-cell fuzz, session 32:
-    the new ``X`` was the old values doubled, silently, in both modes): where the rebinding
-    ran it read the copy from before the change, so the run is refused before anything is
-    committed; where it did not, ``X`` holds its copy, unchanged, and comes back as the
-    user's array, which has the change, as in a plain cell."""
-    held.user_ns["c"] = made
-    x = held.user_ns["X"]
-    if not made:
-        want = plain(cell)  # SETUP's c is False
-        assert held.run_cell(f"%%gpu {mode}\n{cell}").success
-        got = held.user_ns["X"]
-        np.testing.assert_array_equal(got.get() if hasattr(got, "get") and
-                                      not isinstance(got, np.ndarray) else got, want["X"])
+@pytest.mark.parametrize(("setup", "mode", "runs"), [
+    ("X = np.arange(6.0).reshape(3, 2)", "--quiet --to-host", True),
+    ("X = np.arange(6.0).reshape(3, 2)", "--quiet", False),
+    ("B = np.arange(24.0).reshape(4, 6)\nX = B[:, ::2]", "--quiet --to-host", False)])
+def test_a_view_bound_before_the_change_and_kept_runs_only_where_it_comes_back_as_the_users(
+        ip, setup, mode, runs):
+    """``X = X.T`` then ``L[0][1] = 7``: a plain cell's ``X`` is a view of the user's array,
+    which shows the 7. A device run would commit the view of the copy, and ``--to-host``
+    of a strided input a new array of the old values (the fuzz found both silently
+    wrong, session 32): refused there before anything moves; under ``--to-host`` of a
+    contiguous input it comes back as the user's view and runs."""
+    ip.run_cell(f"import numpy as np\n{setup}\nL = [X]\n")
+    x, cell = ip.user_ns["X"], "X = X.T\nL[0][1] = 7\n"
+    if not runs:
+        before = x.copy()
+        assert "and then reads X or changes it" in cell_error(ip, cell, mode)
+        np.testing.assert_array_equal(x, before)
         return
-    message = cell_error(held, cell, mode)
-    assert "and then reads X or changes it" in message
-    assert "stays made in the user's array; the cell is not committed" in message
-    assert held.user_ns["X"] is x and (x == -1).all()
+    assert ip.run_cell(f"%%gpu {mode}\n{cell}").success
+    got = ip.user_ns["X"]
+    assert np.shares_memory(got, x) and got.shape == x.T.shape and (x[1] == 7).all()
+    np.testing.assert_array_equal(got, x.T)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", ["Y = X\nL[0][:] = -1\n", "Q = [X, 1]\nL[0][:] = -1\n",
+                                  "Y = X\nX = Y\nL[0][:] = -1\n"])
+def test_a_name_holding_the_copy_from_before_the_change_runs_only_under_to_host(
+        held, mode, cell):
+    """``Y = X`` (or ``Q = [X]``) then ``L[0][:] = -1``: a plain cell's ``Y`` is the user's
+    array, with the -1s. Under ``--to-host`` the copy, unchanged, comes back as the user's
+    array; a device run would commit the copy of the old values (the fuzz found it
+    silently wrong, session 32): refused there before anything moves."""
+    x = held.user_ns["X"]
+    if "--to-host" not in mode:
+        assert "and then reads X or changes it" in cell_error(held, cell, mode)
+        assert "Y" not in held.user_ns and "Q" not in held.user_ns
+        np.testing.assert_array_equal(x, np.arange(6.0).reshape(3, 2))
+        return
+    assert held.run_cell(f"%%gpu {mode}\n{cell}").success
+    got = held.user_ns["Y"] if "Y" in held.user_ns else held.user_ns["Q"][0]
+    assert got is x and (x == -1).all()
 
 
 @pytest.mark.parametrize("mode", MODES)

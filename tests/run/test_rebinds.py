@@ -53,6 +53,9 @@ def _host(value):
     if not (made and "+=" in body)])
 def test_an_input_the_cell_may_rebind_is_left_as_the_users_where_it_was_not(
         ip, body, mode, made):
+    if body.startswith("Y = X\n") and "--to-host" not in mode:
+        pytest.skip("a device run would commit Y as the copy from before the change: "
+                    "refused (tests/run/test_holder_writes.py)")
     """The user's ``X`` and ``L[0]`` after the cell are those of a plain cell (``exec``):
     the same object and values where the rebinding did not run (``c`` false, a loop of no
     turns, ``X = X``, ``X = np.asarray(X)``), a new array where it did."""
