@@ -14,7 +14,7 @@ import collections
 import functools
 import inspect
 import types
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -171,14 +171,17 @@ def _parse(source: str) -> ast.Module | None:
 @functools.lru_cache(maxsize=256)
 def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         tuple[tuple[str, Any, int, bool, bool], ...], dict[str, tuple[str, Any]],
-        tuple[tuple[str, str | None, int], ...], tuple[tuple[str, str, Any, int], ...]]:
+        tuple[tuple[str, str | None, int], ...], tuple[tuple[str, str, Any, int], ...],
+        tuple[tuple[str, int, tuple[tuple[int, str, Any], ...]], ...]]:
     """What :func:`_changed_in` reads of ``tree`` alone, once per tree: each change in place
     (the root, its key, the line, whether the target is a bare name, an item or attribute),
     ``for a in arrs: a *= 2`` as a change of ``arrs``; the names bound there once to an item
     of an object from outside (``Y = L[0]``), with that item; the calls of names from
     outside (``f()``, and ``obj.reset()`` with the method's name), with their lines. All in
-    the order ``ast.walk`` meets them. Last, the changes through a name bound to such an
-    item more than once (:func:`_aliased`)."""
+    the order ``ast.walk`` meets them. Then the changes through a name bound to such an
+    item more than once (:func:`_aliased`). Last, the calls of a name (``f(L[0])``,
+    ``f(Y)`` with ``Y = L[0]``) given such an item, each with the positions it is given at
+    and the item."""
     aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
     binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
                                 and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
@@ -202,7 +205,17 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and isinstance(node.func.value, ast.Name) and node.func.value.id not in bound:
             calls.append((node.func.value.id, node.func.attr, getattr(node, "lineno", 0)))
-    return tuple(changes), held, tuple(calls), _aliased(tree, bound, held)
+    passed = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            given = tuple((i, *(held[a.id] if isinstance(a, ast.Name) else _first(a)))
+                          for i, a in enumerate(node.args)
+                          if (isinstance(a, ast.Name) and a.id in held) or (
+                              isinstance(a, (ast.Subscript, ast.Attribute))
+                              and _first(a)[0] and _first(a)[0] not in bound))
+            if given:
+                passed.append((node.func.id, getattr(node, "lineno", 0), given))
+    return tuple(changes), held, tuple(calls), _aliased(tree, bound, held), tuple(passed)
 
 
 def _aliased(tree: ast.AST, bound: Set[str], held: Mapping[str, tuple[str, Any]]
@@ -239,7 +252,7 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
     change is the user's array; a method's first argument, ``this``, is its object); with
     the cell's line of the change (or of the call)."""
     direct, changed = depth > 0, []
-    scanned, held, calls, aliased = _scan(tree, bound)
+    scanned, held, calls, aliased, passed = _scan(tree, bound)
     for root, key, line, bare, part in scanned:
         if root in held and root not in inputs:  # `Y = L[0]; Y += 1`: through the holder
             changed.append((*held[root], line))
@@ -270,6 +283,10 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
                     who = f"the function {_owner(tree)}" if direct else root
                     return Held(who, f"{who}, which changes it as its global {root}" if direct
                                 else f"{root}, which holds it", name, line)
+    for func, line, given in passed:  # f(L[0]) with def f(a): a -= 1
+        hit = _passed_in(tree, func, line, given, namespace, inputs)
+        if hit is not None:
+            return hit
     if depth >= MAX_DEPTH:
         return None
     for func, attr, line in calls:  # the functions from outside it calls: f() writing X
@@ -288,6 +305,33 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
                                 scope, inputs, seen, depth + 1, this)
             if found is not None:  # the cell's line is the call's
                 return found._replace(line=line)
+    return None
+
+
+def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, str, Any]],
+               namespace: Mapping[str, Any], inputs: Mapping[str, Any]) -> Held | None:
+    """A change through a holder's item the cell hands to a function that changes that
+    argument in place (``f(L[0])`` or ``Y = L[0]; f(Y)`` with ``def f(a): a -= 1``,
+    defined in the cell or before it; the function's own statements only)."""
+    found = [n for n in getattr(tree, "body", ()) if isinstance(n, ast.FunctionDef)
+             and n.name == func]
+    definition = found[-1] if found else _definition(namespace.get(func))
+    if definition is None:
+        return None
+    params = [a.arg for a in definition.args.args]
+    changed = {_first(t)[0] for n in ast.walk(definition) for t in _changes(n)}
+    for i, root, key in given:
+        if i >= len(params) or params[i] not in changed or root in inputs:
+            continue  # an input's own item (`f(X.T)`): its device copy, the run's
+        obj = namespace.get(root)
+        try:
+            item = obj[key] if isinstance(obj, (dict, list, tuple)) else getattr(obj, key)
+        except (LookupError, TypeError, AttributeError):
+            continue
+        for name, arr in inputs.items():
+            if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
+                return Held(root, f"{root}, which holds it (handed to {func}(), which "
+                            f"changes its argument {params[i]})", name, line)
     return None
 
 

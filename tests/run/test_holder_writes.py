@@ -17,7 +17,7 @@ SETUP = ("X = np.arange(6.0).reshape(3, 2)\nZ = np.ones(2)\nL = [X]\narrs = [X, 
          "class Box:\n    def __init__(self, x):\n        self.x = x\n"
          "    def reset(self):\n        self.x[:] = -1\n    def again(self):\n"
          "        self.reset()\n    def total(self):\n        return self.x.sum()\n"
-         "b = Box(X)\n")
+         "b = Box(X)\ndef dec(a):\n    a -= 1\n")
 MODES = ["--quiet", "--quiet --to-host"]
 
 
@@ -49,7 +49,12 @@ def plain(cell: str) -> dict:
     ("b.again()\nY = X + 0\n", "the method reset(), which changes it as self.x"),
     # through a view of it, bound before the change or after (the fuzz, session 32)
     ("V = X[1:]\nL[0][:] = -1\nY = V + 0\n", "L, which holds it"),
-    ("L[0][:] = -1\nV = X.T\nY = V.sum()\n", "L, which holds it")])
+    ("L[0][:] = -1\nV = X.T\nY = V.sum()\n", "L, which holds it"),
+    # its item handed to a function that changes its argument (the fuzz, session 32)
+    ("dec(L[0])\nY = X + 0\n", "L, which holds it (handed to dec(), which changes its "
+                                 "argument a)"),
+    ("def g(v):\n    v[0] = 9\nW = L[0]\ng(W)\nY = X * 1\n",
+     "L, which holds it (handed to g(), which changes its argument v)")])
 def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refused(
         held, mode, cell, via):
     before = held.user_ns["X"].copy()
@@ -77,6 +82,7 @@ def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refuse
     "def f(a):\n    a[0] = 7\nf(X)\nY = X + 1\n",  # its argument: the copy itself
     "L[0][:] = -1\nn = X.shape[0] + X.ndim\n",  # its shape: the copy's is the user's
     "s = b.total()\nY = X + s\n",  # a method that only reads it
+    "def g(a):\n    return a + 1\nY = g(L[0]) + X\n",  # a function that only reads it
     "Y = X + 0\nb.reset()\n",  # a method's change after the read
     "if c:\n    X += 1\nL[0][:] = -1\n"])  # may change, did not: the run's watch decides
 def test_a_cell_that_changes_a_holder_but_reads_no_stale_copy_runs_as_a_plain_cell(
