@@ -23,7 +23,7 @@ from .aliases import _binds_new_memory
 from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
 from .names import MUTATING_METHODS
-from .staleread import reads_values, through_views
+from .staleread import binding, reads_values, through_views
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
            "rebound_after", "stale_message", "stale_read"]
@@ -122,10 +122,8 @@ def rebound_after(source: str, held: Held) -> bool:
     before it (``if c: X = X * 2; L[0][:] = -1``) read the copy before the change."""
     tree = _parse(source)
     body = [] if tree is None else tree.body
-    return any(isinstance(node, ast.Name) and node.id == held.name
-               and not isinstance(node.ctx, ast.Load)
-               for stmt in body if (stmt.end_lineno or stmt.lineno) >= held.line
-               for node in ast.walk(stmt))
+    return any(binding(node, held.name) for stmt in body
+               if (stmt.end_lineno or stmt.lineno) >= held.line for node in ast.walk(stmt))
 
 
 def stale_message(held: Held, after_run: bool = False) -> str:
@@ -268,11 +266,7 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
             vars(obj).values() if hasattr(obj, "__dict__") \
             and not isinstance(obj, types.ModuleType) else ()
         if key is not None and not isinstance(obj, np.ndarray):  # L[1][:] = 0: that item
-            try:
-                items = [obj[key] if isinstance(obj, (dict, list, tuple))
-                         else getattr(obj, key)]
-            except (LookupError, TypeError, AttributeError):
-                continue
+            items = [_item(obj, key)]
         for item in items:
             for name, arr in inputs.items():
                 if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
@@ -323,16 +317,21 @@ def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, s
     for i, root, key in given:
         if i >= len(params) or params[i] not in changed or root in inputs:
             continue  # an input's own item (`f(X.T)`): its device copy, the run's
-        obj = namespace.get(root)
-        try:
-            item = obj[key] if isinstance(obj, (dict, list, tuple)) else getattr(obj, key)
-        except (LookupError, TypeError, AttributeError):
-            continue
+        item = _item(namespace.get(root), key)
         for name, arr in inputs.items():
             if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
                 return Held(root, f"{root}, which holds it (handed to {func}(), which "
                             f"changes its argument {params[i]})", name, line)
     return None
+
+
+def _item(obj: Any, key: Any) -> Any:
+    """The item ``obj[key]`` of a dict, list or tuple, else the attribute ``key``; ``None``
+    where there is none."""
+    try:
+        return obj[key] if isinstance(obj, (dict, list, tuple)) else getattr(obj, key)
+    except (LookupError, TypeError, AttributeError):
+        return None
 
 
 def _called(obj: Any, attr: str | None) -> tuple[Any, Any]:

@@ -308,7 +308,6 @@ def input_homes(plan: CellPlan, moved: dict[str, Any], dtype: str | None,
     return homes
 
 
-
 def view_kinds(plan: CellPlan, dtype: str | None) -> dict[str, str]:
     """How each input's unchanged device copy comes back under ``--to-host``, read before
     anything moves: ``"views"`` where the copy and the views the cell makes of it come back

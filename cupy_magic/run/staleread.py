@@ -14,7 +14,7 @@ from typing import Any
 
 from .aliases import _FRESH_ATTRS, MODULE_NAMES, _fresh_call
 
-__all__ = ["reads_values", "through_views"]
+__all__ = ["binding", "reads_values", "through_views"]
 
 _HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
 _META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
@@ -36,7 +36,7 @@ def through_views(tree: ast.Module, first: int, name: str, kind: str | None,
     body, state = tree.body, {name: "same"}  # the names holding the copy, or a view of it
     for i, stmt in enumerate(body):
         if i == first and any(
-                alias not in changed and not any(_binding(n, alias) for s in body[first:]
+                alias not in changed and not any(binding(n, alias) for s in body[first:]
                                                  for n in ast.walk(s))
                 and ((held == "view" and kind != "views")
                      or (held == "same" and kind is None and alias != name))
@@ -49,8 +49,9 @@ def through_views(tree: ast.Module, first: int, name: str, kind: str | None,
     return False
 
 
-def _binding(node: ast.AST, name: str) -> bool:
-    """Whether ``node`` binds ``name`` anew (not ``name += 1``, a change in place)."""
+def binding(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` binds or deletes ``name`` (``name += 1`` too: its target is a
+    store)."""
     return isinstance(node, ast.Name) and node.id == name \
         and isinstance(node.ctx, (ast.Store, ast.Del))
 
