@@ -214,7 +214,7 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         # the run (whole.py): a stale read is refused then, as is a change on both sides,
         # and a read into a rebinding that may not run (`if c: X = X * 2`) where it ran
         marks = {hit: host_mark(plan.inputs[hit.name]) for hit in changes if hit not in sure}
-        kept = [hit for hit in changes if hit not in rebinds and hit.name in left - plan.in_place
+        kept = [hit for hit in changes if hit not in rebinds and hit.name in left
                 and rebound_after(source, hit)
                 and stale_read(source, [hit], left - {hit.name}, (), views, fresh=True)]
         plan = dataclasses.replace(

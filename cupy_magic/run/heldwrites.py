@@ -13,8 +13,9 @@ import ast
 import collections
 import functools
 import inspect
+import operator
 import types
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -61,22 +62,23 @@ def holder_changed(source: str, namespace: Mapping[str, Any],
     calls; ``None`` where there is none. A batched run uploads the input's rows as the
     batches go, so such a change reaches the later batches' rows only."""
     tree = _parse(source)
-    return None if tree is None else _changed_in(tree, _bound_of(tree), namespace, inputs,
-                                                 set(), 0)
+    return None if tree is None else next(
+        _changed_in(tree, _bound_of(tree), namespace, inputs, set(), 0), None)
 
 
 def held_changes(source: str, namespace: Mapping[str, Any],
                  inputs: Mapping[str, Any]) -> tuple[Held, ...]:
-    """:func:`holder_changed` for each of ``inputs`` in turn (the first change found of
-    each), for a whole run: :func:`stale_read` and :func:`held_sure` read them."""
+    """:func:`holder_changed` for each of ``inputs`` (its change at the first line: ``if c:
+    L[0][:] = -1`` before a top-level one), for a whole run: :func:`stale_read` and
+    :func:`held_sure` read them."""
     tree = _parse(source)
     if tree is None:
         return ()
-    found, bound, left = [], _bound_of(tree), dict(inputs)
-    while (hit := _changed_in(tree, bound, namespace, left, set(), 0)) is not None:
-        found.append(hit)
-        del left[hit.name]
-    return tuple(found)
+    first: dict[str, Held] = {}
+    for hit in _changed_in(tree, _bound_of(tree), namespace, inputs, set(), 0):
+        if hit.name not in first or hit.line < first[hit.name].line:
+            first[hit.name] = hit
+    return tuple(sorted(first.values(), key=lambda hit: hit.line))
 
 
 def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],
@@ -176,7 +178,7 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
     ``for a in arrs: a *= 2`` as a change of ``arrs``; the names bound there once to an item
     of an object from outside (``Y = L[0]``), with that item; the calls of names from
     outside (``f()``, and ``obj.reset()`` with the method's name), with their lines. All in
-    the order ``ast.walk`` meets them. Then the changes through a name bound to such an
+    the order of their lines. Then the changes through a name bound to such an
     item more than once (:func:`_aliased`). Last, the calls of a name (``f(L[0])``,
     ``f(Y)`` with ``Y = L[0]``) given such an item, each with the positions it is given at
     and the item."""
@@ -213,42 +215,69 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
                               and _first(a)[0] and _first(a)[0] not in bound))
             if given:
                 passed.append((node.func.id, getattr(node, "lineno", 0), given))
-    return tuple(changes), held, tuple(calls), _aliased(tree, bound, held), tuple(passed)
+    aliased, handed = _aliased(tree, bound, held)
+    by_line = operator.itemgetter(2)  # ast.walk meets a nested `if c: L[0][:] = -1` after
+    return (tuple(sorted(changes, key=by_line)), held,  # the top-level statements below it
+            tuple(sorted(calls, key=by_line)), aliased,
+            tuple(sorted(passed + handed, key=operator.itemgetter(1))))
 
 
 def _aliased(tree: ast.AST, bound: Set[str], held: Mapping[str, tuple[str, Any]]
-             ) -> tuple[tuple[str, str, Any, int], ...]:
-    """The changes made through a name while a top-level statement before had bound it to an
-    item of an object from outside and none since bound it otherwise (``Y = L[0]; Y += 1;
-    Y = X[::2]``: ``Y`` bound twice, which ``held`` leaves out), each as the name, the
-    object, the item's key and the line; a statement that binds the name and changes it
-    counts the change (its order inside the statement is not read)."""
-    found, now = [], {}  # the names bound to an item now, with it
+             ) -> tuple[tuple[tuple[str, str, Any, int], ...],
+                        list[tuple[str, int, tuple[tuple[int, str, Any], ...]]]]:
+    """The changes made through a name, and its calls handing it to a function (``f(Y)``),
+    while a statement before may have bound it to an item of an object from outside (``Y =
+    L[0]; Y += 1; Y = X[::2]``: ``Y`` bound twice, which ``held`` leaves out): the changes as
+    the name, the object, the item's key and the line, the calls as :func:`_scan` gives them.
+    A top-level statement that binds the name otherwise ends that; one in a block (``if not
+    c: Y = X``) may not run and does not, and a block's ``Y = L[0]`` counts from the block's
+    start (a loop runs it again). A statement that binds the name and changes it counts the
+    change (its order inside the statement is not read)."""
+    found, handed, now = [], [], {}  # the names that may be bound to an item now, with it
     for stmt in getattr(tree, "body", ()):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             now.pop(stmt.name, None)  # its own names: not the cell's
             continue
+        block = isinstance(stmt, _BLOCKS)
+        if block:
+            now.update(pair for node in ast.walk(stmt) for pair in _item_bindings(node, bound))
         for node in ast.walk(stmt):
             for target in _changes(node):
                 name = _first(target)[0]
                 if name in now and name not in held:
                     found.append((name, *now[name], node.lineno))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                given = tuple((i, *now[a.id]) for i, a in enumerate(node.args)
+                              if isinstance(a, ast.Name) and a.id in now and a.id not in held)
+                if given:
+                    handed.append((node.func.id, node.lineno, given))
+        if block:
+            continue
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                 now.pop(node.id, None)
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Subscript, ast.Attribute)) \
-                and _first(stmt.value)[0] not in bound:
-            now.update((t.id, _first(stmt.value)) for t in stmt.targets if isinstance(t, ast.Name))
-    return tuple(found)
+        now.update(_item_bindings(stmt, bound))
+    return tuple(found), handed
+
+
+def _item_bindings(node: ast.AST, bound: Set[str]) -> list[tuple[str, tuple[str, Any]]]:
+    """``Y = L[0]`` with ``L`` from outside the cell: each name bound, with the item (its
+    object and key); none for any other statement."""
+    if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Subscript, ast.Attribute)) \
+            and _first(node.value)[0] not in bound:
+        return [(t.id, _first(node.value)) for t in node.targets if isinstance(t, ast.Name)]
+    return []
 
 
 def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
                 inputs: Mapping[str, Any], seen: set[int], depth: int,
-                this: str = "") -> Held | None:
+                this: str = "") -> Iterator[Held]:
     """:func:`holder_changed` over ``tree``: the cell's (``depth`` 0, where a change through
     an input's own name is the batch's) or a called function's (its globals, where such a
     change is the user's array; a method's first argument, ``this``, is its object); with
-    the cell's line of the change (or of the call)."""
+    the cell's line of the change (or of the call). Each change found, the changes through
+    a holder first, then the functions handed its item, then the functions called, each
+    kind in the order of its lines (a function read once, at its first call)."""
     direct, changed = depth > 0, []
     scanned, held, calls, aliased, passed = _scan(tree, bound)
     for root, key, line, bare, part in scanned:
@@ -257,6 +286,7 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
         elif part or (direct and bare):
             changed.append((root, key, line))
     changed += [(root, key, line) for name, root, key, line in aliased if name not in inputs]
+    changed.sort(key=operator.itemgetter(2))
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
             continue
@@ -273,16 +303,15 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
                     if direct and root == this:  # self.x[:] = -1 in obj.reset()
                         who = f"the method {_owner(tree)}"
                         part = f"{root}.{key}" if isinstance(key, str) else root
-                        return Held(who, f"{who}, which changes it as {part}", name, line)
+                        yield Held(who, f"{who}, which changes it as {part}", name, line)
+                        continue
                     who = f"the function {_owner(tree)}" if direct else root
-                    return Held(who, f"{who}, which changes it as its global {root}" if direct
-                                else f"{root}, which holds it", name, line)
+                    yield Held(who, f"{who}, which changes it as its global {root}" if direct
+                               else f"{root}, which holds it", name, line)
     for func, line, given in passed:  # f(L[0]) with def f(a): a -= 1
-        hit = _passed_in(tree, func, line, given, namespace, inputs)
-        if hit is not None:
-            return hit
+        yield from _passed_in(tree, func, line, given, namespace, inputs)
     if depth >= MAX_DEPTH:
-        return None
+        return
     for func, attr, line in calls:  # the functions from outside it calls: f() writing X
         fn, owner = _called(namespace.get(func), attr)
         definition = _definition(fn) if fn is not None and id(fn) not in seen else None
@@ -295,15 +324,13 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
                 definition.args.args else ""
             if this:  # self.x[:] = 0: the object's
                 local, scope = local - {this}, collections.ChainMap({this: owner}, scope)
-            found = _changed_in(definition, frozenset(local - {definition.name}),
-                                scope, inputs, seen, depth + 1, this)
-            if found is not None:  # the cell's line is the call's
-                return found._replace(line=line)
-    return None
+            yield from (hit._replace(line=line)  # the cell's line is the call's
+                        for hit in _changed_in(definition, frozenset(local - {definition.name}),
+                                               scope, inputs, seen, depth + 1, this))
 
 
 def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, str, Any]],
-               namespace: Mapping[str, Any], inputs: Mapping[str, Any]) -> Held | None:
+               namespace: Mapping[str, Any], inputs: Mapping[str, Any]) -> Iterator[Held]:
     """A change through a holder's item the cell hands to a function that changes that
     argument in place (``f(L[0])`` or ``Y = L[0]; f(Y)`` with ``def f(a): a -= 1``,
     defined in the cell or before it; the function's own statements only)."""
@@ -311,7 +338,7 @@ def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, s
              and n.name == func]
     definition = found[-1] if found else _definition(namespace.get(func))
     if definition is None:
-        return None
+        return
     params = [a.arg for a in definition.args.args]
     changed = {_first(t)[0] for n in ast.walk(definition) for t in _changes(n)}
     for i, root, key in given:
@@ -320,9 +347,8 @@ def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, s
         item = _item(namespace.get(root), key)
         for name, arr in inputs.items():
             if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
-                return Held(root, f"{root}, which holds it (handed to {func}(), which "
-                            f"changes its argument {params[i]})", name, line)
-    return None
+                yield Held(root, f"{root}, which holds it (handed to {func}(), which "
+                           f"changes its argument {params[i]})", name, line)
 
 
 def _item(obj: Any, key: Any) -> Any:

@@ -54,7 +54,12 @@ def plain(cell: str) -> dict:
     ("dec(L[0])\nY = X + 0\n", "L, which holds it (handed to dec(), which changes its "
                                  "argument a)"),
     ("def g(v):\n    v[0] = 9\nW = L[0]\ng(W)\nY = X * 1\n",
-     "L, which holds it (handed to g(), which changes its argument v)")])
+     "L, which holds it (handed to g(), which changes its argument v)"),
+    # a name bound to the item more than once, then handed (the fuzz, session 33)
+    ("W = Z\nW = L[0]\ndec(W)\nY = X * 1\n",
+     "L, which holds it (handed to dec(), which changes its argument a)"),
+    # a change that may not happen before one that will: the read is after the first
+    ("if c:\n    L[0][:] = -1\nY = X + 0\nL[0][:] = -2\n", "L, which holds it")])
 def test_a_cell_that_reads_an_input_after_changing_it_through_a_holder_is_refused(
         held, mode, cell, via):
     before = held.user_ns["X"].copy()
@@ -206,13 +211,16 @@ def test_a_name_holding_the_copy_from_before_the_change_runs_only_under_to_host(
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("cell", ["W = L[0]\nW += 1\nW = Z\nY = X + 0\n",
-                                  "W = Z\nW = L[0]\nW[0] = 9\nY = X * 1\n"])
+                                  "W = Z\nW = L[0]\nW[0] = 9\nY = X * 1\n",
+                                  "W = L[0]\nif c:\n    W = Z\nW += 1\nY = X + 0\n",
+                                  "for i in range(2):\n    W = L[0]\nW -= 1\nY = X + 0\n"])
 def test_a_change_through_a_name_bound_to_the_holders_item_more_than_once_is_seen(
         held, mode, cell):
     """``W = L[0]; W += 1`` with ``W`` bound again elsewhere in the cell: the change goes
     through the holder while ``W`` is its item (read statement by statement at the top
-    level), so ``Y = X + 0`` after it would read the copy from before (the fuzz found
-    such cells silently wrong, session 32): refused before anything moves."""
+    level; a binding in a block may not run, ``if c: W = Z``), so ``Y = X + 0`` after it
+    would read the copy from before (the fuzz found such cells silently wrong, sessions 32
+    and 33): refused before anything moves."""
     before = held.user_ns["X"].copy()
     message = cell_error(held, cell, mode)
     assert message.startswith("the cell changes the input 'X' (or a view of it) in place "
@@ -323,3 +331,21 @@ def test_a_cell_that_changes_an_input_both_through_a_holder_and_in_its_copy_is_r
     # nothing committed; what the holder changed stays made in the user's array (README)
     assert held.user_ns["X"] is x and "W" not in held.user_ns
     assert (x <= 0).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("c", [False, True])
+def test_a_rebinding_after_the_change_of_an_input_the_cell_may_change_itself_is_refused(
+        held, mode, c):
+    """``if c: X += 1``, then ``L[0][:] = -1``, then ``X = X * 2``: where ``X += 1`` did not
+    run, ``X = X * 2`` read the copy from before the change (the old values doubled, a plain
+    cell's -2s), and where it ran it read the copy changed on the other side (+1, not -1):
+    refused after the run either way (the fuzz found the first silently wrong, session 33),
+    the change through ``L`` made."""
+    held.user_ns["c"] = c
+    x = held.user_ns["X"]
+    message = cell_error(held, "if c:\n    X += 1\nL[0][:] = -1\nX = X * 2\n", mode)
+    assert message.startswith("the cell changes the input 'X' (or a view of it) in place "
+                              "through L, which holds it, and then reads X or changes it")
+    assert "the cell is not committed" in message
+    assert held.user_ns["X"] is x and (x == -1).all()
