@@ -68,17 +68,17 @@ def holder_changed(source: str, namespace: Mapping[str, Any],
 
 def held_changes(source: str, namespace: Mapping[str, Any],
                  inputs: Mapping[str, Any]) -> tuple[Held, ...]:
-    """:func:`holder_changed` for each of ``inputs`` (its change at the first line: ``if c:
-    L[0][:] = -1`` before a top-level one), for a whole run: :func:`stale_read` and
-    :func:`held_sure` read them."""
+    """:func:`holder_changed`'s changes of ``inputs``, each input's at each line (``if c:
+    L[0][:] = -1`` and a top-level one after it: a read between them is stale, a view
+    made there kept from before the second), in the order of their lines, for a whole run:
+    :func:`stale_read` and :func:`held_sure` read them."""
     tree = _parse(source)
     if tree is None:
         return ()
-    first: dict[str, Held] = {}
+    found: dict[tuple[str, int], Held] = {}
     for hit in _changed_in(tree, _bound_of(tree), namespace, inputs, set(), 0):
-        if hit.name not in first or hit.line < first[hit.name].line:
-            first[hit.name] = hit
-    return tuple(sorted(first.values(), key=lambda hit: hit.line))
+        found.setdefault((hit.name, hit.line), hit)
+    return tuple(sorted(found.values(), key=lambda hit: hit.line))
 
 
 def stale_read(source: str, changes: Iterable[Held], stored: Iterable[str],

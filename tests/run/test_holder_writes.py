@@ -167,19 +167,23 @@ def test_a_stale_read_after_a_change_that_may_not_happen_is_refused_where_it_hap
     assert (x == -1).all() or (x == 4).all()
 
 
+@pytest.mark.parametrize("cell", ["X = X.T\nL[0][1] = 7\n",
+                                  # a change that may not happen first (session 33)
+                                  "if c:\n    L[0][:] = -1\nX = X.T\nL[0][1] = 7\n"])
 @pytest.mark.parametrize(("setup", "mode", "runs"), [
     ("X = np.arange(6.0).reshape(3, 2)", "--quiet --to-host", True),
     ("X = np.arange(6.0).reshape(3, 2)", "--quiet", False),
     ("B = np.arange(24.0).reshape(4, 6)\nX = B[:, ::2]", "--quiet --to-host", False)])
 def test_a_view_bound_before_the_change_and_kept_runs_only_where_it_comes_back_as_the_users(
-        ip, setup, mode, runs):
+        ip, setup, mode, runs, cell):
     """``X = X.T`` then ``L[0][1] = 7``: a plain cell's ``X`` is a view of the user's array,
     which shows the 7. A device run would commit the view of the copy, and ``--to-host``
     of a strided input a new array of the old values (the fuzz found both silently
     wrong, session 32): refused there before anything moves; under ``--to-host`` of a
-    contiguous input it comes back as the user's view and runs."""
-    ip.run_cell(f"import numpy as np\n{setup}\nL = [X]\n")
-    x, cell = ip.user_ns["X"], "X = X.T\nL[0][1] = 7\n"
+    contiguous input it comes back as the user's view and runs. So with ``if c: L[0][:] =
+    -1`` before (``c`` false), which the view is made after."""
+    ip.run_cell(f"import numpy as np\n{setup}\nL = [X]\nc = False\n")
+    x = ip.user_ns["X"]
     if not runs:
         before = x.copy()
         assert "and then reads X or changes it" in cell_error(ip, cell, mode)
