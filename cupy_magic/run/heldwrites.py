@@ -23,7 +23,7 @@ import numpy as np
 from .aliases import _binds_new_memory
 from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
-from .names import MUTATING_METHODS
+from .names import _MUTATING_FUNCTIONS, MUTATING_METHODS
 from .staleread import binding, reads_values, through_views
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
@@ -72,11 +72,9 @@ def held_changes(source: str, namespace: Mapping[str, Any],
     L[0][:] = -1`` and a top-level one after it: a read between them is stale, a view
     made there kept from before the second), in the order of their lines, for a whole run:
     :func:`stale_read` and :func:`held_sure` read them."""
-    tree = _parse(source)
-    if tree is None:
-        return ()
-    found: dict[tuple[str, int], Held] = {}
-    for hit in _changed_in(tree, _bound_of(tree), namespace, inputs, set(), 0):
+    tree, found = _parse(source), {}
+    for hit in () if tree is None else _changed_in(tree, _bound_of(tree), namespace, inputs,
+                                                   set(), 0):
         found.setdefault((hit.name, hit.line), hit)
     return tuple(sorted(found.values(), key=lambda hit: hit.line))
 
@@ -239,8 +237,8 @@ def _aliased(tree: ast.AST, bound: Set[str], held: Mapping[str, tuple[str, Any]]
             now.pop(stmt.name, None)  # its own names: not the cell's
             continue
         block = isinstance(stmt, _BLOCKS)
-        if block:
-            now.update(pair for node in ast.walk(stmt) for pair in _item_bindings(node, bound))
+        if block:  # its bindings may run, or run again (a loop): from its start
+            now.update([p for node in ast.walk(stmt) for p in _item_bindings(node, bound, now)])
         for node in ast.walk(stmt):
             for target in _changes(node):
                 name = _first(target)[0]
@@ -253,20 +251,24 @@ def _aliased(tree: ast.AST, bound: Set[str], held: Mapping[str, tuple[str, Any]]
                     handed.append((node.func.id, node.lineno, given))
         if block:
             continue
+        pairs = _item_bindings(stmt, bound, now)
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                 now.pop(node.id, None)
-        now.update(_item_bindings(stmt, bound))
+        now.update(pairs)
     return tuple(found), handed
 
 
-def _item_bindings(node: ast.AST, bound: Set[str]) -> list[tuple[str, tuple[str, Any]]]:
-    """``Y = L[0]`` with ``L`` from outside the cell: each name bound, with the item (its
-    object and key); none for any other statement."""
-    if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Subscript, ast.Attribute)) \
-            and _first(node.value)[0] not in bound:
-        return [(t.id, _first(node.value)) for t in node.targets if isinstance(t, ast.Name)]
-    return []
+def _item_bindings(node: ast.AST, bound: Set[str], now: Mapping[str, tuple[str, Any]]
+                   ) -> list[tuple[str, tuple[str, Any]]]:
+    """``Y = L[0]`` with ``L`` from outside the cell, or ``W = Y`` with ``Y`` one of ``now``
+    (bound to such an item): each name bound, with the item (its object and key); none for
+    any other statement."""
+    value = node.value if isinstance(node, ast.Assign) else None
+    item = now.get(value.id) if isinstance(value, ast.Name) else _first(value) \
+        if isinstance(value, (ast.Subscript, ast.Attribute)) \
+        and _first(value)[0] not in bound else None
+    return [(t.id, item) for t in node.targets if isinstance(t, ast.Name)] if item else []
 
 
 def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
@@ -285,7 +287,7 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
             changed.append((*held[root], line))
         elif part or (direct and bare):
             changed.append((root, key, line))
-    changed += [(root, key, line) for name, root, key, line in aliased if name not in inputs]
+    changed += [(root, key, line) for name, root, key, line in aliased]
     changed.sort(key=operator.itemgetter(2))
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
@@ -377,14 +379,21 @@ def _called(obj: Any, attr: str | None) -> tuple[Any, Any]:
 def _changes(node: ast.AST) -> list[ast.AST]:
     """What ``node`` changes in place: the object written into (``L[0][:] = -1``: ``L[0]``;
     ``L[0] = 5`` replaces an item of ``L``, the array unchanged), changed in place
-    (``L[0] += 1``) or whose method changes it (``L[0].sort()``)."""
+    (``L[0] += 1``), whose method changes it (``L[0].sort()``), or a function's output
+    (``np.add(Y, 1, out=Y)``, ``np.copyto(Y, 0)``)."""
     items = (ast.Subscript, ast.Attribute)
+    if isinstance(node, ast.Call):
+        out = [t for kw in node.keywords if kw.arg == "out"
+               for t in (kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value])]
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATING_FUNCTIONS \
+                and node.args:
+            out.append(node.args[0])
+        return [node.func.value, *out] if isinstance(node.func, ast.Attribute) \
+            and node.func.attr in _IN_PLACE else out
     return [t.value for t in node.targets if isinstance(t, items)] \
         if isinstance(node, ast.Assign) else [node.target.value] \
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, items) else \
-        [node.target] if isinstance(node, ast.AugAssign) else [node.func.value] \
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-        and node.func.attr in _IN_PLACE else []
+        [node.target] if isinstance(node, ast.AugAssign) else []
 
 
 def _owner(tree: ast.AST) -> str:

@@ -102,6 +102,11 @@ class InputWatch:
                     f"writeable = True), or change a copy ({name} = {name}.copy())")
         return changed
 
+    def gone(self) -> set[str]:
+        """The watched inputs whose copies nothing holds after the run (rebound to new
+        memory, ``x = x * 2``): :meth:`changed` reads each as changed, not knowing."""
+        return {n for n, held in zip(self.names, self.copies, strict=True) if held() is None}
+
     def unmade(self, work: dict[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
         """The ``unsure`` inputs whose copies the run left as they were, and of those the ones
         whose names still hold their copies (``work``: the cell's namespace after it)."""

@@ -17,6 +17,8 @@ from .aliases import _FRESH_ATTRS, MODULE_NAMES, _fresh_call
 __all__ = ["binding", "reads_values", "through_views"]
 
 _HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+           ast.Match)  # a binding in one may not run
 _META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
 
 
@@ -25,10 +27,11 @@ def through_views(tree: ast.Module, first: int, name: str, kind: str | None,
     """Whether the cell reads the input ``name``'s copy from statement ``first`` on (the
     change's) through another name that holds it or a view of it then (``y = x[1:]``,
     before the change or after, then ``z = y + 0``: the old values); or leaves such a name
-    (or ``name`` rebound to a view of itself, ``x = x.T``) from before the change, unbound
-    after it: a device run commits the copy (or its view), and ``--to-host`` a view of it
-    as a new array of the old values where the input's views do not come back as the
-    user's (``kind`` not ``"views"``). The top-level statements are read in order (a name
+    (or ``name`` rebound to a view of itself, ``x = x.T``) from before the change, not
+    bound again after it by a top-level statement outside a block (``if c: y = x`` may not
+    run): a device run commits the copy (or its view), and ``--to-host`` a view of it as a
+    new array of the old values where the input's views do not come back as the user's
+    (``kind`` not ``"views"``). The top-level statements are read in order (a name
     rebound to new memory, ``x = x * 2``, holds the copy no more); one with a block counts
     the bindings it may make. A name the cell ``changed`` in place is left to the refusal
     of a change on both sides (:func:`cupy_magic.run.whole.run_whole`).
@@ -37,6 +40,7 @@ def through_views(tree: ast.Module, first: int, name: str, kind: str | None,
     for i, stmt in enumerate(body):
         if i == first and any(
                 alias not in changed and not any(binding(n, alias) for s in body[first:]
+                                                 if not isinstance(s, _BLOCKS)
                                                  for n in ast.walk(s))
                 and ((held == "view" and kind != "views")
                      or (held == "same" and kind is None and alias != name))

@@ -87,7 +87,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             # is not written over a change made meanwhile through the host (the watch reads
             # its copy, held weakly, as changed once it is gone)
             made = (((seen & (plan.in_place | unseen)) - unmade)
-                    | (watch.changed() - (plan.may_rebind - unseen)))
+                    | (watch.changed() - ((plan.may_rebind - unseen) & watch.gone())))
             _refuse_both_sides(plan, made)
             report.notes += _let_go(plan.stored & plan.in_place_sure, work, copies)
             if homes is not None:
