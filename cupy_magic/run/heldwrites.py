@@ -24,15 +24,14 @@ from .aliases import _binds_new_memory
 from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
 from .names import _MUTATING_FUNCTIONS, MUTATING_METHODS
-from .staleread import binding, reads_values, through_views
+from .staleread import BLOCKS, binding, reads_values, through_views
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
            "rebound_after", "stale_message", "stale_read"]
 
 _IN_PLACE = MUTATING_METHODS | {"__setitem__", "__iadd__", "__isub__", "__imul__",
                                 "__itruediv__"}
-_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
-           ast.Match, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BLOCKS = (*BLOCKS, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def by_its_name(name: str) -> str:

@@ -14,11 +14,11 @@ from typing import Any
 
 from .aliases import _FRESH_ATTRS, MODULE_NAMES, _fresh_call
 
-__all__ = ["binding", "reads_values", "through_views"]
+__all__ = ["BLOCKS", "binding", "reads_values", "through_views"]
 
 _HOLDS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
-_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
-           ast.Match)  # a binding in one may not run
+BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+          ast.Match)  # the statements with a block: one's bindings may not run
 _META = frozenset({"shape", "ndim", "dtype", "size", "nbytes", "itemsize", "strides"})
 
 
@@ -40,7 +40,7 @@ def through_views(tree: ast.Module, first: int, name: str, kind: str | None,
     for i, stmt in enumerate(body):
         if i == first and any(
                 alias not in changed and not any(binding(n, alias) for s in body[first:]
-                                                 if not isinstance(s, _BLOCKS)
+                                                 if not isinstance(s, BLOCKS)
                                                  for n in ast.walk(s))
                 and ((held == "view" and kind != "views")
                      or (held == "same" and kind is None and alias != name))
