@@ -23,7 +23,7 @@ import numpy as np
 from .aliases import _binds_new_memory
 from .batching import _definition
 from .graphscan import MAX_DEPTH, _bound, _first
-from .names import _MUTATING_FUNCTIONS, MUTATING_METHODS
+from .names import MUTATING_METHODS, written_args
 from .staleread import BLOCKS, binding, reads_values, through_views
 
 __all__ = ["Held", "by_its_name", "held_changes", "held_sure", "holder_changed",
@@ -182,12 +182,11 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
     aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
     binds = collections.Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
                                 and not isinstance(n.ctx, ast.Load) and id(n) not in aug)
-    held = {t.id: _first(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-            and isinstance(n.value, (ast.Subscript, ast.Attribute)) for t in n.targets
-            if isinstance(t, ast.Name) and _first(n.value)[0] not in bound
-            and binds[t.id] == 1}  # bound there only: no other value
+    held = {name: item for n in ast.walk(tree) for name, item in _item_bindings(n, bound, {})
+            if binds[name] == 1}  # bound there only: no other value
     changes: list[tuple[str, Any, int, bool, bool]] = []
     calls: list[tuple[str, str | None, int]] = []
+    passed = []
     for node in ast.walk(tree):
         for target in _changes(node):
             changes.append((*_first(target), node.lineno, isinstance(target, ast.Name),
@@ -202,8 +201,6 @@ def _scan(tree: ast.AST, bound: Set[str]) -> tuple[
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and isinstance(node.func.value, ast.Name) and node.func.value.id not in bound:
             calls.append((node.func.value.id, node.func.attr, getattr(node, "lineno", 0)))
-    passed = []
-    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             given = tuple((i, *(held[a.id] if isinstance(a, ast.Name) else _first(a)))
                           for i, a in enumerate(node.args)
@@ -382,11 +379,7 @@ def _changes(node: ast.AST) -> list[ast.AST]:
     (``np.add(Y, 1, out=Y)``, ``np.copyto(Y, 0)``)."""
     items = (ast.Subscript, ast.Attribute)
     if isinstance(node, ast.Call):
-        out = [t for kw in node.keywords if kw.arg == "out"
-               for t in (kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value])]
-        if isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATING_FUNCTIONS \
-                and node.args:
-            out.append(node.args[0])
+        out = written_args(node)
         return [node.func.value, *out] if isinstance(node.func, ast.Attribute) \
             and node.func.attr in _IN_PLACE else out
     return [t.value for t in node.targets if isinstance(t, items)] \

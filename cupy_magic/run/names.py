@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from ..syncs.values import imported
 from .fresh import BINDS_ANY, bound_fresh
 
-__all__ = ["SCOPES", "CellNames", "analyse", "cell_names", "module_escapes", "parents"]
+__all__ = ["SCOPES", "CellNames", "analyse", "cell_names", "module_escapes", "parents",
+           "written_args"]
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)  # a scope of its own
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -20,6 +21,18 @@ MUTATING_METHODS = frozenset({"sort", "fill", "put", "partition", "itemset", "re
                               "setfield"})
 _MUTATING_FUNCTIONS = {"copyto", "put", "place", "putmask", "fill_diagonal", "put_along_axis",
                        "shuffle"}
+
+
+def written_args(call: ast.Call) -> list[ast.expr]:
+    """The arguments ``call`` writes into: ``out=`` (``np.add(a, b, out=x)``, also ``out=(x,
+    y)``) and the first of a function that changes it (``np.copyto(x, ...)``,
+    ``np.put(x, ...)``)."""
+    written = [t for kw in call.keywords if kw.arg == "out"
+               for t in (kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value])]
+    if isinstance(call.func, ast.Attribute) and call.func.attr in _MUTATING_FUNCTIONS \
+            and call.args:
+        written.insert(0, call.args[0])
+    return written
 
 
 @dataclass
@@ -85,12 +98,8 @@ class _Visitor(ast.NodeVisitor):
                 self.names.sorts_in_place = True
             if func.attr in MUTATING_METHODS:
                 self._mutation_root(func.value)  # x.sort(), x.fill(0)
-            if func.attr in _MUTATING_FUNCTIONS and node.args:
-                self._mutation_root(node.args[0])  # np.copyto(x, ...), np.put(x, ...)
-        for kw in node.keywords:
-            if kw.arg == "out":  # np.add(a, b, out=x), also out=(x, y)
-                for target in kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value]:
-                    self._mutation_root(target)
+        for target in written_args(node):
+            self._mutation_root(target)
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
