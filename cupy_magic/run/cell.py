@@ -35,6 +35,7 @@ from .echo import effect_note
 from .errors import CellError, at_cell_line
 from .graphscan import WRITES_FILE, outside_effect
 from .graphscan import refusal as graph_refusal
+from .heldreads import held_reads, read_message
 from .heldwrites import (
     by_its_name,
     held_changes,
@@ -220,6 +221,11 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
         plan = dataclasses.replace(
             plan, held=sure, held_maybe=tuple((hit, marks[hit], hit in rebinds) for hit in marks),
             held_kept=tuple((hit, marks.get(hit)) for hit in kept))
+    reads = held_reads(source, namespace, plan.inputs)  # X += 1, then L[0] * 2
+    first = next((held for held, sure in reads if sure or reason), None)
+    if first:  # L's item is the user's array, which the change of X's copy does not reach
+        raise CellError(read_message(first))
+    plan = dataclasses.replace(plan, held_reads=tuple(h for h, _ in reads)) if reads else plan
     check_sizes(plan.inputs, dtype, be, batched=bool(reason))
     report = RunReport(backend=be.name, device=be.info().name, budget_bytes=be.limit)
     value = None

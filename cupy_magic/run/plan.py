@@ -129,6 +129,10 @@ class CellPlan:
         is sure) of an input the cell then reads into a rebinding it may not make
         (``if c: X = X * 2``, ``X = np.ascontiguousarray(X)``): refused where the change was
         made and the name, after the run, no longer holds its copy.
+    held_reads
+        The reads of inputs through an object from outside that holds them after a
+        statement that may change their device copy (``X += 1`` then ``L[0] * 2``;
+        :func:`~.heldreads.held_reads`): refused after the run where the copy changed.
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
@@ -157,6 +161,7 @@ class CellPlan:
     held: tuple[Held, ...] = ()
     held_maybe: tuple[tuple[Held, Any, bool], ...] = ()
     held_kept: tuple[tuple[Held, Any], ...] = ()
+    held_reads: tuple[Held, ...] = ()
     sorts_in_place: bool = False
 
     def group_of(self, name: str) -> tuple[str, ...]:

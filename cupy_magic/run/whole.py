@@ -20,6 +20,7 @@ from ..backend import Backend
 from ..backend.writes import host_changed
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
+from .heldreads import read_message
 from .heldwrites import by_its_name, stale_message
 from .homes import in_device_memory, input_homes
 from .inputmoves import check_budget, has_rows, move_inputs
@@ -89,6 +90,9 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             made = (((seen & (plan.in_place | unseen)) - unmade)
                     | (watch.changed() - ((plan.may_rebind - unseen) & watch.gone())))
             _refuse_both_sides(plan, made)
+            for held in plan.held_reads:  # X += 1 then L[0] * 2, where X's copy changed
+                if made.intersection(plan.group_of(held.name)):
+                    raise CellError(read_message(held, after_run=True))
             report.notes += _let_go(plan.stored & plan.in_place_sure, work, copies)
             if homes is not None:
                 homes.settle(plan.stored - seen, made)
