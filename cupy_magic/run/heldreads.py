@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
 import numpy as np
@@ -41,14 +41,14 @@ def held_reads(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
                ) -> tuple[tuple[Held, bool], ...]:
     """The reads of ``inputs`` through an object from outside the cell that holds one of
     them, or a view of it, as an item, a value or an attribute (``L[0] * 2``, ``D["x"]``,
-    ``for a in arrs``, ``Y = L[0]`` then ``Y * 2``), at or after a top-level statement
-    that may change the input's device copy (``X += 1``, ``X[0] = 5``, ``X.sort()``,
-    ``f(X)``, ``Y = X``, ``for r in X``), each input's first; each with whether a
-    top-level statement before the read surely changes it through its name (``X += 1``,
-    not ``if c: X += 1``). A name's mere uses leave the copy as it was: operands
-    (``X * 2``), ``X.shape``, ``len(X)``, ``print(X)``, an array module's function of it
-    that gives a new array (``np.sum(X)``). Reads in a function the cell calls are not
-    read."""
+    ``for a in arrs``, ``Y = L[0]`` or ``Q = [L[0]]`` then ``Y * 2``, ``Q[0] + 0``), at or
+    after a top-level statement that may change the input's device copy, through its name
+    or a name bound to it (``X += 1``, ``X[0] = 5``, ``X.sort()``, ``f(X)``, ``Y = X`` then
+    ``Y += 1``, ``for r in X: r += 1``; :func:`_use`), each input's first; each with whether
+    a top-level statement before the read surely changes it through its own name
+    (``X += 1``, not ``if c: X += 1``). A name only bound to the item or a view of it reads
+    nothing (``Y = L[0]``: the user's array, as a plain cell's); nor do ``len(L)`` and
+    ``L.append(z)``. Reads in a function the cell calls are not read."""
     tree = _parse(source)
     if tree is None or not inputs:
         return ()
@@ -104,11 +104,15 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
     fresh: set[str] = set()  # bound to new memory (X = X * 2): no longer the copy
     held: set[str] = set()  # bound at all at the top level (X = Y): maybe not the copy
     now: dict[str, tuple[str, Any]] = {}  # the names that may hold an item now, with it
+    holding: dict[str, list[str]] = {}  # each name's inputs whose copy it may hold
+    for x, names in _aliases(tree, inputs, up).items():
+        for name in names:
+            holding.setdefault(name, []).append(x)
     for index, stmt in enumerate(tree.body):
         block = isinstance(stmt, (*BLOCKS, ast.FunctionDef, ast.AsyncFunctionDef,
                                   ast.ClassDef))
         if block:  # its bindings may run, or run again (a loop): from its start
-            now.update([p for node in ast.walk(stmt) for p in _item_bindings(node, bound, now)])
+            now.update([p for node in ast.walk(stmt) for p in _holding(node, bound, now)])
         else:
             for target in _changes(stmt.value if isinstance(stmt, ast.Expr) else stmt):
                 if _first(target)[0] in inputs - held:  # X += 1, X[0] = 5, X.sort()
@@ -116,8 +120,9 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
         for node in ast.walk(stmt):
             if not isinstance(node, ast.Name):
                 continue
-            if node.id in inputs and node.id not in fresh and _may_change(node, up):
-                starts.setdefault(node.id, index)
+            for x in holding.get(node.id, ()):  # X += 1, or Y += 1 after Y = X
+                if (node.id != x or x not in fresh) and _use(node, up) == "change":
+                    starts.setdefault(x, index)
             chain = _chain(node, up)
             if not isinstance(node.ctx, ast.Load) or _written(chain, up):
                 continue
@@ -127,7 +132,7 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
                     and not _holder_only(node, up) and not _bound_to(_item_of(node, up), up, ids):
                 reads.append((*_first(chain), node.lineno, index))  # L[0] * 2
         if not block:  # a top-level binding ends the last
-            pairs = _item_bindings(stmt, bound, now)
+            pairs = _holding(stmt, bound, now)
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                     now.pop(node.id, None)
@@ -190,44 +195,94 @@ def _holder_only(node: ast.Name, up: Mapping[ast.AST, ast.AST]) -> bool:
         or (isinstance(parent, ast.Subscript) and isinstance(parent.ctx, (ast.Store, ast.Del)))
 
 
-def _may_change(name: ast.Name, up: Mapping[ast.AST, ast.AST]) -> bool:
-    """Whether this use of an input's name may change its copy, now or later through
-    another name it gives the copy to: a change in place, a call's argument, a binding
-    (``Y = X``, ``Y = X[1:]``, ``Q = [X]``), a loop over it; not an operand, ``X.shape``,
-    ``print(X)`` or an array module's function that gives a new array."""
-    if isinstance(name.ctx, ast.Store):
-        return isinstance(up.get(name), ast.AugAssign)
-    if isinstance(name.ctx, ast.Del):
-        return False
+def _use(name: ast.Name, up: Mapping[ast.AST, ast.AST]) -> str | list[str]:
+    """What this use of a name holding an input's copy does with it: ``"change"`` (a change
+    in place, ``X[0] = 5``, ``X.sort()``, ``X += 1``, or a call that may make one, ``f(X)``,
+    ``out=X``), the names it binds the copy or a view of it to (``Y = X``, ``Y = X[1:].T``,
+    ``Q = [X]``, ``for r in X``: the rows), or ``"read"`` (an operand, ``X.sum()``,
+    ``X.shape``, ``print(X)``, an array module's function that gives a new array)."""
+    if not isinstance(name.ctx, ast.Load):
+        return "change" if isinstance(up.get(name), ast.AugAssign) else "read"
     node: ast.AST = name
     while True:
         parent = up.get(node)
         if isinstance(parent, (ast.Subscript, ast.Attribute)) and parent.value is node:
-            if isinstance(parent.ctx, (ast.Store, ast.Del)):
-                return True  # X[0] = 5
+            if isinstance(parent.ctx, (ast.Store, ast.Del)) or isinstance(
+                    up.get(parent), ast.AugAssign):
+                return "change"  # X[0] = 5, X[0] += 1
             if isinstance(parent, ast.Attribute) and parent.attr in _META:
-                return False
+                return "read"
             node = parent
         elif isinstance(parent, ast.Call) and parent.func is node:
             if isinstance(node, ast.Attribute) and node.attr in _IN_PLACE:
-                return True  # X.sort()
+                return "change"  # X.sort()
             if isinstance(node, ast.Attribute) and node.attr not in _VIEW_ATTRS:
-                return False  # X.sum(), X.copy(): a new value
+                return "read"  # X.sum(), X.copy(): a new value
             node = parent  # X.reshape(2, 6): a view, which may be kept
         elif isinstance(parent, ast.Call) and node in parent.args \
                 and not any(k.arg == "out" for k in parent.keywords):
             func = parent.func
             if isinstance(func, ast.Name) and func.id in _SAFE_CALLS:
-                return False
+                return "read"
             if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                     and func.attr not in _VIEW_FUNCS and func.attr not in _IN_PLACE
                     and func.attr not in ("put", "place", "putmask", "fill_diagonal",
                                           "put_along_axis")):
-                return True  # f(X): a function may change its argument
+                return "change"  # f(X): a function may change its argument
             node = parent  # np.sum(X): a new array, read on
-        elif isinstance(parent, ast.IfExp) and parent.test is not node:
-            node = parent  # Y = X if c else Z: Y may be X
+        elif (isinstance(parent, ast.IfExp) and parent.test is not node) or isinstance(
+                parent, (ast.List, ast.Tuple, ast.Set, ast.Starred)) or (
+                isinstance(parent, ast.Dict) and node in parent.values):
+            node = parent  # Y = X if c else Z, Q = [X]: Y or Q[0] may be X
+        elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.For)) and node is getattr(
+                parent, "iter", getattr(parent, "value", None)):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            return [_first(t)[0] if isinstance(t, (ast.Subscript, ast.Attribute)) else t.id
+                    for top in targets for t in _unpacked(top)]
+        elif isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Expr,
+                                 ast.IfExp, ast.If, ast.While, ast.Assert,
+                                 ast.FormattedValue)):
+            return "read"
         else:
-            return not isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp,
-                                           ast.Expr, ast.IfExp, ast.If, ast.While,
-                                           ast.Assert, ast.FormattedValue))
+            return "change"  # returned, yielded, a keyword argument: anything may follow
+
+
+def _holding(node: ast.AST, bound: Set[str], now: Mapping[str, tuple[str, Any]]
+             ) -> list[tuple[str, tuple[str, Any]]]:
+    """:func:`~.heldwrites._item_bindings`, and names bound to a list, tuple or set that holds
+    such an item (``Q = [L[0]]``, ``Q = (Y, 1)``): each name, with the item."""
+    pairs = _item_bindings(node, bound, now)
+    if pairs or not (isinstance(node, ast.Assign)
+                     and isinstance(node.value, (ast.List, ast.Tuple, ast.Set))):
+        return pairs
+    items = [now[e.id] if isinstance(e, ast.Name) and e.id in now else _first(e)
+             for e in ast.walk(node.value) if (isinstance(e, ast.Name) and e.id in now) or (
+                 isinstance(e, (ast.Subscript, ast.Attribute)) and _first(e)[0]
+                 and _first(e)[0] not in bound)]
+    return [(t.id, items[0]) for t in node.targets if isinstance(t, ast.Name)] if items else []
+
+
+def _unpacked(target: ast.AST) -> list[ast.AST]:
+    """The targets an assignment's target binds (``a, (b, *c) = ...``: ``a``, ``b``, ``c``)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for elt in target.elts for t in _unpacked(elt)]
+    return _unpacked(target.value) if isinstance(target, ast.Starred) else [target]
+
+
+def _aliases(tree: ast.Module, inputs: frozenset[str], up: Mapping[ast.AST, ast.AST]
+             ) -> dict[str, set[str]]:
+    """Each input's names that may hold its copy or a view of it somewhere in the cell: its
+    own, and those bound from them (``Y = X``, ``Q = [Y]``, ``for r in X``), anywhere."""
+    loads = [n for n in ast.walk(tree) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, ast.Load)]
+    found = {x: {x} for x in inputs}
+    for names in found.values():
+        grew = True
+        while grew:
+            before = len(names)
+            for node in loads:
+                use = _use(node, up) if node.id in names else "read"
+                if isinstance(use, list):
+                    names.update(use)
+            grew = len(names) > before
+    return found

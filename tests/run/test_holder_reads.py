@@ -56,6 +56,7 @@ def refused(held, cell: str, mode: str, via: str, line: int) -> str:
     # a name bound to the holder's item before the change, read after it
     ("Y = L[0]\nX -= 1\nZ = Y * 2\n", "L", 3),
     ("Y = L[0]\nW = Y\nnp.copyto(X, 0)\nZ = W + 0\n", "L", 4),
+    ("Q = [L[0]]\nX += 1\nZ = Q[0] + 0\n", "L", 3),  # in a list the cell binds
     # the fuzz's cell: the input's name then bound to the item it read
     ("X += 1\nY = L[0]\nX = Y\nX = X * 2\nX[0] = 5\n", "L", 4)])
 def test_a_read_through_a_holder_after_a_sure_change_is_refused_before_the_run(
@@ -85,6 +86,7 @@ def test_a_read_through_a_holder_after_a_change_the_run_made_is_refused_after_it
     "X = X * 2\nX += 1\nZ = L[0] * 2\n",  # X holds new memory by then
     "if c:\n    X += 1\nZ = L[0] * 2\n",  # the change was not made (c is False)
     "Y = X * 2\nZ = np.sum(X) + L[0]\n",  # X only read
+    "Y = X.T\nZ = L[0] * 2\nY += 1\n",  # read before the change through another name
     "X += 1\nL.append(5)\nn = len(L)\n",  # the holder, none of its items
     "X += 1\nY = L[0]\nW = Y\n",  # bound, not read: the user's array, as a plain cell's
     "X += 1\nY = L[0]\nV = Y[1:].T\nQ = [Y, L[0]]\n",  # views of it, and it in a list
