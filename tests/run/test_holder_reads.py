@@ -85,7 +85,7 @@ def test_a_read_through_a_holder_after_a_change_the_run_made_is_refused_after_it
     "s = X.sum()\nn = X.shape[0]\nprint(len(X))\nZ = L[0] * 2\nX += 1\n",  # mere uses
     "X = X * 2\nX += 1\nZ = L[0] * 2\n",  # X holds new memory by then
     "if c:\n    X += 1\nZ = L[0] * 2\n",  # the change was not made (c is False)
-    "Y = X * 2\nZ = np.sum(X) + L[0]\n",  # X only read
+    "Y = X * 2\nZ = float(np.sum(X)) + L[0]\n",  # X only read
     "Y = X.T\nZ = L[0] * 2\nY += 1\n",  # read before the change through another name
     "X += 1\nL.append(5)\nn = len(L)\n",  # the holder, none of its items
     "X += 1\nY = L[0]\nW = Y\n",  # bound, not read: the user's array, as a plain cell's
