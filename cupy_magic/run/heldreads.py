@@ -20,17 +20,18 @@ import numpy as np
 from .aliases import _VIEW_ATTRS, _binds_new_memory
 from .graphscan import _first
 from .heldwrites import (
+    _BLOCKS,
     _IN_PLACE,
     Held,
     _bound_of,
     _changes,
-    _item,
     _item_bindings,
     _parse,
+    holder_items,
 )
-from .names import parents
+from .names import _MUTATING_FUNCTIONS, parents
 from .rewrite import _SAFE_CALLS, _VIEW_FUNCS
-from .staleread import _META, BLOCKS, _bound_as_is, binding
+from .staleread import _META, _bound_as_is, binding
 
 __all__ = ["held_reads", "read_message"]
 
@@ -58,13 +59,9 @@ def held_reads(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
     found: dict[str, tuple[Held, bool]] = {}
     for root, key, line, index in reads:
         obj = namespace.get(root)
-        if obj is None or isinstance(obj, (types.ModuleType, type, np.ndarray)) \
-                or (callable(obj) and not hasattr(obj, "__dict__")):
-            continue
-        items = [_item(obj, key)] if key is not None else list(
-            obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple))
-            else vars(obj).values() if hasattr(obj, "__dict__") else ())
-        for item in items:
+        if obj is None or isinstance(obj, (types.ModuleType, type, np.ndarray)):
+            continue  # an array read is an input; a class's attributes are not its items
+        for item in holder_items(obj, key):
             for name, arr in inputs.items():
                 if name in found or starts.get(name, index + 1) > index \
                         or not isinstance(item, np.ndarray) \
@@ -105,12 +102,12 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
     held: set[str] = set()  # bound at all at the top level (X = Y): maybe not the copy
     now: dict[str, tuple[str, Any]] = {}  # the names that may hold an item now, with it
     holding: dict[str, list[str]] = {}  # each name's inputs whose copy it may hold
-    for x, names in _aliases(tree, inputs, up).items():
+    uses = {n: _use(n, up) for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    for x, names in _aliases(inputs, uses).items():
         for name in names:
             holding.setdefault(name, []).append(x)
     for index, stmt in enumerate(tree.body):
-        block = isinstance(stmt, (*BLOCKS, ast.FunctionDef, ast.AsyncFunctionDef,
-                                  ast.ClassDef))
+        block = isinstance(stmt, _BLOCKS)
         if block:  # its bindings may run, or run again (a loop): from its start
             now.update([p for node in ast.walk(stmt) for p in _holding(node, bound, now)])
         else:
@@ -121,7 +118,7 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
             if not isinstance(node, ast.Name):
                 continue
             for x in holding.get(node.id, ()):  # X += 1, or Y += 1 after Y = X
-                if (node.id != x or x not in fresh) and _use(node, up) == "change":
+                if (node.id != x or x not in fresh) and uses[node] == "change":
                     starts.setdefault(x, index)
             chain = _chain(node, up)
             if not isinstance(node.ctx, ast.Load) or _written(chain, up):
@@ -225,9 +222,7 @@ def _use(name: ast.Name, up: Mapping[ast.AST, ast.AST]) -> str | list[str]:
             if isinstance(func, ast.Name) and func.id in _SAFE_CALLS:
                 return "read"
             if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                    and func.attr not in _VIEW_FUNCS and func.attr not in _IN_PLACE
-                    and func.attr not in ("put", "place", "putmask", "fill_diagonal",
-                                          "put_along_axis")):
+                    and func.attr not in _VIEW_FUNCS | _IN_PLACE | _MUTATING_FUNCTIONS):
                 return "change"  # f(X): a function may change its argument
             node = parent  # np.sum(X): a new array, read on
         elif (isinstance(parent, ast.IfExp) and parent.test is not node) or isinstance(
@@ -269,20 +264,18 @@ def _unpacked(target: ast.AST) -> list[ast.AST]:
     return _unpacked(target.value) if isinstance(target, ast.Starred) else [target]
 
 
-def _aliases(tree: ast.Module, inputs: frozenset[str], up: Mapping[ast.AST, ast.AST]
+def _aliases(inputs: frozenset[str], uses: Mapping[ast.Name, str | list[str]]
              ) -> dict[str, set[str]]:
     """Each input's names that may hold its copy or a view of it somewhere in the cell: its
-    own, and those bound from them (``Y = X``, ``Q = [Y]``, ``for r in X``), anywhere."""
-    loads = [n for n in ast.walk(tree) if isinstance(n, ast.Name)
-             and isinstance(n.ctx, ast.Load)]
+    own, and those bound from them (``Y = X``, ``Q = [Y]``, ``for r in X``), anywhere
+    (``uses``: :func:`_use` of each name in the cell)."""
     found = {x: {x} for x in inputs}
     for names in found.values():
         grew = True
         while grew:
             before = len(names)
-            for node in loads:
-                use = _use(node, up) if node.id in names else "read"
-                if isinstance(use, list):
+            for node, use in uses.items():
+                if node.id in names and isinstance(use, list):
                     names.update(use)
             grew = len(names) > before
     return found

@@ -288,14 +288,7 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
             continue
-        obj = namespace.get(root)
-        items = [obj] if isinstance(obj, np.ndarray) else obj.values() \
-            if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else \
-            vars(obj).values() if hasattr(obj, "__dict__") \
-            and not isinstance(obj, types.ModuleType) else ()
-        if key is not None and not isinstance(obj, np.ndarray):  # L[1][:] = 0: that item
-            items = [_item(obj, key)]
-        for item in items:
+        for item in holder_items(namespace.get(root), key):
             for name, arr in inputs.items():
                 if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
                     if direct and root == this:  # self.x[:] = -1 in obj.reset()
@@ -347,6 +340,19 @@ def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, s
             if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
                 yield Held(root, f"{root}, which holds it (handed to {func}(), which "
                            f"changes its argument {params[i]})", name, line)
+
+
+def holder_items(obj: Any, key: Any) -> list[Any]:
+    """What an object from outside holds that may be an input: the item ``key`` where the
+    source names one (``L[1]``, ``D["x"]``, ``b.x``), else its items, values or attributes;
+    an array is itself; a module holds none."""
+    if isinstance(obj, np.ndarray):
+        return [obj]
+    if key is not None:  # L[1][:] = 0: that item
+        return [_item(obj, key)]
+    return list(obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple))
+                else vars(obj).values() if hasattr(obj, "__dict__")
+                and not isinstance(obj, types.ModuleType) else ())
 
 
 def _item(obj: Any, key: Any) -> Any:
