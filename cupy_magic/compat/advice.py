@@ -256,6 +256,13 @@ _ARRAY_LIMITS: tuple[tuple[type[BaseException], re.Pattern[str], str, str], ...]
     (TypeError, re.compile(r"operand type\(s\) all returned NotImplemented from __array_ufunc__"),
      "an operator between a device array and a Python list or NumPy array",
      "np.asarray(the list) first, so both sides are device arrays"),
+    # the other order (device array first) and 0-d device results (np.sum(x) + h): CuPy's own
+    # words; the host array is often an item of a list, dict or object from an earlier cell
+    # (L[0]), which the cell reads as it is and never moves
+    (TypeError, re.compile(r"^Unsupported type <class '(?:numpy\.ndarray|list|tuple)'>"),
+     "a NumPy array or Python list mixed with a device array (an item of a list, dict or "
+     "object from outside the cell stays a NumPy array)",
+     "np.asarray(the NumPy array or list) first, so both sides are device arrays"),
     # NumPy's x.sum() is a hashable scalar, CuPy's a 0-d device array, which is not: the
     # same `d[x.sum()] = 1` runs on the CPU fallback and fails on a GPU
     (TypeError, re.compile(r"unhashable type: '(?:cupy\.[\w.]*)?_?(?:ndarray|ndarray_base)'"),

@@ -200,6 +200,32 @@ def test_a_device_scalar_as_a_key_on_the_gpu(gpu_ip):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("line", ["z = np.sum(x) + L[0]", "z = x + L[0]", "z = L[0] + x",
+                                  "z = x * [1.0, 2.0, 3.0, 4.0]"])
+def test_a_host_array_mixed_with_a_device_array_is_named_on_the_gpu(gpu_ip, line):
+    """An item of a list from an earlier cell is the user's NumPy array, which the cell does
+    not move: CuPy refuses it beside a device array (in either order), and the cell stops
+    with one line naming the fix, its variables as they were; np.asarray of it runs."""
+    gpu_ip.user_ns.update(x=np.arange(4.0), L=[np.ones(4)])
+    gpu_ip.user_ns.pop("z", None)
+    message = cell_error(gpu_ip, line)
+    assert message.startswith(f"line 1 `{line}`: CuPy does not support "), message
+    assert "np.asarray(" in message and "\n" not in message and "z" not in gpu_ip.user_ns
+    assert type(gpu_ip.user_ns["L"][0]) is np.ndarray
+    fixed = line.replace("L[0]", "np.asarray(L[0])").replace("[1.0", "np.asarray([1.0")
+    fixed = fixed.replace("4.0]", "4.0])")
+    gpu_ip.run_cell_magic("gpu", "--quiet --to-host", fixed)
+    plain = eval(line.split(" = ")[1], {"np": np, "x": np.arange(4.0), "L": [np.ones(4)]})
+    np.testing.assert_allclose(gpu_ip.user_ns["z"], plain)
+
+
+def test_a_host_array_beside_a_cells_array_runs_on_the_fallback(host_ip):
+    host_ip.user_ns.update(x=np.arange(4.0), L=[np.ones(4)])
+    host_ip.run_cell_magic("gpu", "--quiet", "z = np.sum(x) + L[0]")
+    np.testing.assert_allclose(host_ip.user_ns["z"], 6.0 + np.ones(4))
+
+
+@pytest.mark.gpu
 def test_cupy_names_pass_through_on_the_gpu(gpu_ip):
     gpu_ip.user_ns["x"] = np.arange(4.0)
     gpu_ip.run_cell_magic("gpu", "--quiet", "import cupy\nok = cupy.is_available()\n"

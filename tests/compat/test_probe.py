@@ -78,6 +78,8 @@ def test_calls_with_effects_are_not_tried_on_numpy(tmp_path):
     (TypeError("'Flags' object does not support item assignment"), "setting x.flags"),
     (TypeError("operand type(s) all returned NotImplemented from __array_ufunc__(<ufunc "
                "'equal'>, '__call__', array([1., 2.]), [1.0, 2.0])"), "an operator between"),
+    (TypeError("Unsupported type <class 'numpy.ndarray'>"), "a NumPy array or Python list mixed"),
+    (TypeError("Unsupported type <class 'list'>"), "a NumPy array or Python list mixed"),
 ])
 def test_what_device_arrays_do_not_do_is_named_at_the_cells_line(error, what):
     source = "y = 1\nraise error\n"
@@ -96,3 +98,4 @@ def test_what_device_arrays_do_not_do_is_named_at_the_cells_line(error, what):
 def test_other_errors_are_left_as_they_are():
     assert explain_failure(IndexError("index 5 is out of bounds"), "<cell 7>") is None
     assert explain_failure(TypeError("unsupported operand type(s) for +"), "<cell 7>") is None
+    assert explain_failure(TypeError("Unsupported type <class 'dict'>"), "<cell 7>") is None
