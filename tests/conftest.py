@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -26,6 +28,9 @@ for var, sub in (("HOME", ""), ("IPYTHONDIR", ".ipython"), ("CUPY_CACHE_DIR", ".
     os.environ[var] = str(_HOME / sub)
     (_HOME / sub).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+# removed when the run ends (by the process that made it), so runs leave no folders in /tmp
+_HOME_PID = os.getpid()
+atexit.register(lambda: os.getpid() == _HOME_PID and shutil.rmtree(_HOME, ignore_errors=True))
 
 # The Ctrl-C tests send SIGINT to this process: a run started with SIGINT ignored (a background
 # job of a non-interactive shell, `pytest ... &` in a script) never sees it, and their cells
