@@ -10,6 +10,11 @@ plain: a fixed cost per cell of the same size as the gap. This times, in one pro
 - ``small_loop``: the same for peer_bench's cell, ``to_host=["y"]`` as the hand port brings
   ``y`` back;
 
+each cell through the ``%%gpu`` magic of a real IPython shell (``--quiet``, with ``--to-host
+y`` where the cell brings ``y`` back): what the magic adds to ``run_cell`` (reading its options
+line, the shell's transform of the cell, the shell's own magic call), where IPython is
+installed;
+
 and each cell through ``run_cell`` in a namespace of 3,000 more names (``_i0`` ... ``_i2999``:
 IPython keeps every cell's text as ``_iN``, so a long session's cells run against thousands of
 names; since 2026-12-04T15 the commit and the checks scan them in C);
@@ -40,6 +45,7 @@ from typing import Any
 
 import numpy as np
 from _results import add_out, stamp, write
+from _shell import ipython_shell
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -58,6 +64,21 @@ def _median_ms(fn: Any, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
+
+
+def _paired_ms(first: Any, second: Any, reps: int) -> tuple[float, float]:
+    """The median of ``first``, and the median of its time less ``second``'s, run in turn
+    (so that a slower stretch of the machine weighs on both alike)."""
+    firsts, diffs = [], []
+    for _ in range(reps):
+        t = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        second()
+        t2 = time.perf_counter()
+        firsts.append(t1 - t)
+        diffs.append((t1 - t) - (t2 - t1))
+    return statistics.median(firsts) * 1e3, statistics.median(diffs) * 1e3
 
 
 def _top(stats: pstats.Stats, key: str, n: int = 25) -> list[dict[str, Any]]:
@@ -112,6 +133,14 @@ def main() -> int:
         row = {"plain_ms": _median_ms(plain, args.reps),
                "cell_ms": _median_ms(lambda cell=cell: cell("warn"), args.reps),
                "cell_syncs_off_ms": _median_ms(lambda cell=cell: cell("off"), args.reps)}
+        shell = ipython_shell()
+        if shell is not None:  # the same cell typed under %%gpu
+            shell.user_ns.update(np=np, a=host_a)
+            line = "--quiet" + (" --to-host " + ",".join(to_host) if to_host else "")
+            magic, over = _paired_ms(
+                lambda shell=shell, line=line, code=code: shell.run_cell_magic("gpu", line, code),
+                lambda cell=cell: cell("warn"), args.reps)
+            row["magic_ms"], row["magic_over_run_cell_ms"] = magic, over
         row["overhead_ms"] = row["cell_ms"] - row["plain_ms"]
         row["ratio"] = row["cell_ms"] / row["plain_ms"]
         # the same cell in a long session's namespace: IPython keeps _iN (and _N) per cell
@@ -125,6 +154,10 @@ def main() -> int:
               f"(syncs off {row['cell_syncs_off_ms']:8.3f}; {LONG_SESSION_NAMES:,} more names "
               f"{row['cell_long_session_ms']:8.3f})   overhead {row['overhead_ms']:.3f} ms"
               f"   x{row['ratio']:.2f}")
+        if "magic_ms" in row:
+            print(f"{'':11s} %%gpu {row['magic_ms']:8.3f} ms: "
+                  f"{row['magic_over_run_cell_ms'] * 1e3:.0f} us over run_cell (median of the "
+                  "differences, run in turn)")
 
     profiles: dict[str, Any] = {}
     for name, (code, n, to_host) in CELLS.items():  # small_loop: a tenth of the runs

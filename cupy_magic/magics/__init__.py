@@ -26,7 +26,7 @@ from ..run.batching import BatchOptions
 from ..run.cell import SYNC_MODES
 from ..run.errors import CellError
 from .arguments import cell_usage, parse_argstring, ran_in, syntax_message
-from .cellshell import magics_see_the_cell, shown
+from .cellshell import magics_see_the_cell, shown, transformed
 from .gpuoptions import gpu_options
 from .postmortem import freed_once_shown, from_the_cell, kept_for_pdb
 from .values import device_number, estimate_words, interval, modes, on_off, panel_action
@@ -80,7 +80,7 @@ class GpuMagics(Magics):
         # the running cell's number, from its ExecutionResult (IPython 9 counts up before, 8 after)
         running = getattr(shell.displayhook, "exec_result", None)
         number = getattr(running, "execution_count", None) or shell.execution_count
-        source = shell.transform_cell(cell)  # %magics, !cmd, x? as in a plain cell
+        source = transformed(shell, cell)  # %magics, !cmd, x? as in a plain cell
         filename = shell.compile.cache(source, number, raw_code=cell)
         try:
             batch = BatchOptions.parse(args.batch, args.batch_rows, args.batch_bytes,

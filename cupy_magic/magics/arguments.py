@@ -43,6 +43,10 @@ _VALUES = {
 _REPEATABLE = ("--reduce",)
 _HELP_FLAGS = ("-h", "--help", "-help", "-?")
 _KINDS = {"int": "a whole number", "float": "a number"}
+# The lines read, by parser and line (the line as IPython hands it over, its $names expanded):
+# reading one takes 50-70 us (shlex, the repeat check, argparse), each time a cell runs
+_PARSED: dict[tuple[argparse.ArgumentParser, str], argparse.Namespace] = {}
+_PARSED_KEPT = 256
 
 
 def cell_usage(magic_func: Any) -> Any:
@@ -63,6 +67,10 @@ def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
     except the one meant to repeat (``--reduce``); a flag given twice means the same.
     """
     parser = magic_func.parser
+    parsed = _PARSED.get((parser, line))
+    if parsed is not None:  # a line read before (a cell run again): argparse's answer again
+        return argparse.Namespace(**{k: list(v) if isinstance(v, list) else v
+                                     for k, v in vars(parsed).items()})
     magic = ("%%" if parser.prog in _CELL_MAGICS else "%") + parser.prog
     try:
         argv = arg_split(line, strict=True)
@@ -71,9 +79,13 @@ def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
                          f"quote or remove it, e.g. {_EXAMPLES[parser.prog]}") from None
     _refuse_repeats(parser, argv, magic)
     try:
-        return parser.parse_args(argv)
+        parsed = parser.parse_args(argv)
     except UsageError as exc:
         raise UsageError(_explain(str(exc), parser, argv, magic)) from None
+    if len(_PARSED) >= _PARSED_KEPT:
+        _PARSED.pop(next(iter(_PARSED)))
+    _PARSED[parser, line] = parsed
+    return parse_argstring(magic_func, line)  # a copy: the caller may change its lists
 
 
 def _option(parser: argparse.ArgumentParser, word: str) -> str | None:

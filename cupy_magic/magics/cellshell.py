@@ -1,6 +1,7 @@
 """``get_ipython()`` inside a ``%%gpu`` cell: magics the cell runs see the cell's names (less
-the cell's own stand-ins, which ``%who`` does not list); and
-which of its expression statements the cell shows, as the shell says."""
+the cell's own stand-ins, which ``%who`` does not list);
+which of its expression statements the cell shows, as the shell says; and the cell as the
+shell transforms it (``%magics``, ``!cmd``, ``x?``), as a plain cell's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from typing import Any
 
 from ..compat.proxy import ArrayModule
 
-__all__ = ["magics_see_the_cell", "shown"]
+__all__ = ["magics_see_the_cell", "shown", "transformed"]
+
+# Cells of several lines the shell transformed, by the shell, the cell and its transformers
+_TRANSFORMED: dict[tuple[Any, ...], str] = {}
+_TRANSFORMED_KEPT = 64
 
 
 class _CellShell:
@@ -102,3 +107,31 @@ def shown(shell: Any, running: Any) -> str:
     ``ExecutionResult`` of the cell, ``None`` outside one)."""
     info = getattr(running, "info", None)
     return "none" if getattr(info, "silent", False) else str(shell.ast_node_interactivity)
+
+
+def transformed(shell: Any, cell: str) -> str:
+    """``shell.transform_cell(cell)``: ``%magics``, ``!cmd`` and ``x?`` as in a plain cell.
+
+    A cell of several lines run again (a loop of runs, a notebook run twice) gets the text
+    the shell gave the last time: the same text through the same transformers, which read
+    only the text (IPython's transforms that read the user's names, autocall and the
+    like, apply to a one-line cell alone, which is transformed each time, as are all cells
+    where the shell has post-transformers). Transforming took 60-120 us a cell of a few
+    lines, each run (``benchmarks/cell_overhead.py``'s magic row).
+    """
+    manager = shell.input_transformer_manager
+    try:
+        key = (shell, cell, *(tuple(getattr(manager, name)) for name in (
+            "cleanup_transforms", "line_transforms", "token_transformers")))
+        known = _TRANSFORMED.get(key)
+    except (AttributeError, TypeError):  # another IPython's manager, a transform not hashable
+        return shell.transform_cell(cell)
+    if known is not None:
+        return known
+    source = shell.transform_cell(cell)
+    if len(cell.splitlines()) > 1 and len(source.splitlines()) > 1 \
+            and not shell.input_transformers_post:
+        if len(_TRANSFORMED) >= _TRANSFORMED_KEPT:
+            _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
+        _TRANSFORMED[key] = source
+    return source
