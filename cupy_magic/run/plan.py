@@ -32,6 +32,7 @@ from ..units import dtype_name, short_repr
 from .aliases import MODULE_NAMES, only_read, read_until_rebound
 from .compiled import Transform, compile_cell, ends_quiet
 from .errors import CellError
+from .globalreads import stale_global
 from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
@@ -324,6 +325,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
+    stale = stale_global(source, namespace, inputs.keys())  # X = X * 2, then g() reading X
+    if stale:
+        raise CellError(stale)
     modules = frozenset({*numpy_names, *MODULE_NAMES})
     only = only_read(source, frozenset(inputs), modules)
     overlaps = overlapping(inputs)

@@ -1,0 +1,90 @@
+"""A %%gpu cell that calls a function from an earlier cell after binding, or changing in
+place, a name that function reads as a global: ``X = X * 2`` then ``t = gx()`` with ``def
+gx(): return float(X.sum())``. The function's globals are the user's namespace, which the
+cell writes only when it succeeds, so ``gx()`` read the ``X`` from before the cell: ``t`` was
+6.0 where a plain cell's is 12.0, silently (session 35). Refused before the run, naming the
+call, the global and the fix; calls before the binding, the cell's own functions, arguments
+and imports run as in a plain cell."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import cell_error
+
+import cupy_magic
+
+SETUP = ("import numpy as np\nX = np.arange(4.0)\nc = True\n"
+         "def gx():\n    return float(X.sum())\n"
+         "def gz():\n    return Z\n"
+         "def outer():\n    return gx() + 1\n"
+         "def each():\n    return [float(v) for v in X]\n"
+         "def gp(a):\n    return float(a.sum())\n")
+MODES = ["--quiet", "--quiet --to-host"]
+
+
+@pytest.fixture
+def funcs(ip):
+    ip.run_cell(SETUP)
+    ip.user_ns.pop("Z", None)
+    return ip
+
+
+def plain(cell: str) -> dict:
+    ns: dict = {}
+    exec(SETUP + cell, ns)
+    return ns
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("cell", "call", "name", "how", "line", "at"), [
+    ("Z = 5\nt = gz()\n", "gz", "Z", "binds", 2, 1),
+    ("X = X * 2\nt = gx()\n", "gx", "X", "binds", 2, 1),
+    ("X += 1\nt = gx()\n", "gx", "X", "changes the input", 2, 1),
+    ("X[0] = 5\nt = gx()\n", "gx", "X", "changes the input", 2, 1),
+    ("X.sort()\ny = 1\nt = each()\n", "each", "X", "changes the input", 3, 1),  # comprehension
+    ("X = X * 2\nt = outer()\n", "outer", "X", "binds", 2, 1),  # through gx, which it calls
+    ("for i in range(2):\n    X = X + 1\n    t = gx()\n", "gx", "X", "binds", 3, 2),
+    ("del X\nt = gx()\n", "gx", "X", "binds", 2, 1)])
+def test_a_call_that_would_read_the_global_from_before_the_cell_is_refused(
+        funcs, mode, cell, call, name, how, line, at):
+    x = funcs.user_ns["X"]
+    message = cell_error(funcs, cell, mode)
+    assert message.startswith(
+        f"line {line} calls {call}(), a function from an earlier cell that reads {name} as "
+        f"its global, after the cell {how} {name} (line {at}): %%gpu runs the cell in a "
+        "namespace of its own until it succeeds"), message
+    assert message.endswith(f"pass {name} to it as an argument, or define {call} in this "
+                            "cell") and "\n" not in message
+    assert funcs.user_ns["X"] is x and "t" not in funcs.user_ns and "Z" not in funcs.user_ns
+    np.testing.assert_array_equal(x, np.arange(4.0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", [
+    "t = gx()\nX = X * 2\n",  # called before the binding: the old X, in a plain cell too
+    "import numpy as np\nt = gx()\n",  # an import binds the same module
+    "def gx():\n    return float(X.sum())\nX = X * 2\nt = gx()\n",  # the cell's own function
+    "X = X * 2\nt = gp(X)\n",  # handed as an argument
+    "X = X * 2\nt = float(np.sum(X))\n",  # NumPy's function, not the notebook's
+    "W = 3\nt = gp(X) + W\n"])  # binds nothing gp reads
+def test_calls_that_read_no_global_the_cell_changed_run_as_a_plain_cell(funcs, mode, cell):
+    result = funcs.run_cell(f"%%gpu {mode}\n{cell}")
+    assert result.success, result.error_in_exec
+    assert float(funcs.user_ns["t"]) == plain(cell)["t"]
+
+
+def test_a_batched_cell_is_refused_the_same(funcs):
+    funcs.run_cell("X = np.arange(40.0).reshape(20, 2)")
+    message = cell_error(funcs, "X = X * 2\nt = gx()\n", "--batch --batch-rows 4")
+    assert message.startswith("line 2 calls gx(), a function from an earlier cell")
+    assert "t" not in funcs.user_ns
+
+
+def test_run_cell_refuses_it_for_a_namespace_of_its_own():
+    ns: dict = {}
+    exec("import numpy as np\nX = np.arange(3.0)\ndef gx():\n    return float(X.sum())\n", ns)
+    with pytest.raises(cupy_magic.CellError, match=r"^line 2 calls gx\(\), a function from an "
+                       "earlier cell that reads X as its global, after the cell binds X"):
+        cupy_magic.run_cell("X = X * 2\nt = gx()", ns)
+    assert "t" not in ns and ns["X"].tolist() == [0.0, 1.0, 2.0]
