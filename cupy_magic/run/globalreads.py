@@ -2,8 +2,11 @@
 or an input the cell has changed by then: ``X = X * 2`` (or ``X += 1``, ``Z = 5``), then
 ``t = g()`` with ``def g(): return X.sum()`` from an earlier cell. ``g``'s globals are the
 user's namespace, which a ``%%gpu`` cell writes only when it succeeds: ``g`` would read the
-``X`` from before the cell, where a plain cell's reads the new one. :func:`stale_global`
-finds the first such call before the cell runs, so that it is refused, not silently wrong.
+``X`` from before the cell, where a plain cell's reads the new one. So would a function, the
+cell's own too, that reads an object holding an input the cell changed in its device copy
+(``X += 1``, then ``h()`` with ``def h(): return L[0].sum()`` and ``L = [X]``).
+:func:`stale_global` finds the first such call before the cell runs, so that it is
+refused, not silently wrong.
 """
 
 from __future__ import annotations
@@ -12,42 +15,50 @@ import ast
 import dis
 import functools
 import types
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from .graphscan import _first
-from .heldwrites import _changes, _parse
+from .heldwrites import _changes, _parse, holder_items
 from .staleread import BLOCKS
 
 __all__ = ["stale_global"]
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
            ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # run when called, not here
 _DEPTH = 3  # a function's own calls of the notebook's functions, followed this deep
 
 
-def stale_global(source: str, namespace: Mapping[str, Any], inputs: Set[str]) -> str | None:
+def stale_global(source: str, namespace: Mapping[str, Any],
+                 inputs: Mapping[str, np.ndarray]) -> str | None:
     """The refusal of the first call of a function from an earlier cell (one whose globals
     are ``namespace``) that reads as a global, itself or through such functions it calls,
     a name a top-level statement before the call binds (``Z = 5``, ``X = X * 2``, ``del
     Z``; not an import) or an input one changes in place (``X += 1``, ``X[0] = 5``,
-    ``X.sort()``, ``out=X``); or None. A statement with a block counts its own bindings
-    for the calls in it. A name the cell binds itself (``def g`` in the cell) is the
-    cell's, not looked at; nor are methods, or changes made through a function the cell
-    hands an input to."""
+    ``X.sort()``, ``out=X``); or that reads an object holding such a changed input (``L``
+    with ``L = [X]``: ``def h(): return L[0].sum()``), as may a function the cell defines;
+    or None. A statement with a block counts its own bindings for the calls in it. A name
+    the cell binds itself (``def g`` in the cell) is the cell's; methods, and changes made
+    through a function the cell hands an input to, are not looked at."""
     tree = _parse(source)
     if tree is None:
         return None
-    first, loads, bound = _scan(tree, frozenset(inputs))
+    first, loads, bound, own = _scan(tree, frozenset(inputs))
     if not first:
         return None
     for index, name, line in loads:
-        if name in bound:
+        if name in own:  # the cell's own function: its globals are the cell's; holders only
+            reads, outside = own[name], False
+        elif name in bound:
             continue
-        for read in _global_reads(namespace.get(name), namespace):
+        else:
+            reads, outside = _global_reads(namespace.get(name), namespace), True
+        for read in reads:
             when = first.get(read)
-            if when is not None and (when[0] < index or (
-                    when[0] == index and isinstance(tree.body[index], BLOCKS))):
+            if when is not None and outside and _before(when[0], index, tree):
                 how = "changes the input" if when[2] else "binds"
                 return (f"line {line} calls {name}(), a function from an earlier cell that "
                         f"reads {read} as its global, after the cell {how} {read} (line "
@@ -55,22 +66,58 @@ def stale_global(source: str, namespace: Mapping[str, Any], inputs: Set[str]) ->
                         f"it succeeds, so {name}() would read your {read} from before the "
                         f"cell, where in a plain cell it reads the new one; pass {read} to it "
                         f"as an argument, or define {name} in this cell")
+            if when is None and read not in inputs:
+                held = _holds_changed(namespace.get(read), inputs, first, index, tree)
+                if held:
+                    x, at = held
+                    return (f"line {line} calls {name}(), which reads {read} as its global, "
+                            f"after the cell changes the input {x} in its device copy (line "
+                            f"{at}): {read} holds your {x}, which that change does not "
+                            f"reach until the cell succeeds, where in a plain cell {name}() "
+                            f"reads the changed one; pass {x} to it as an argument")
+    return None
+
+
+def _before(when: int, index: int, tree: ast.Module) -> bool:
+    """Whether top-level statement ``when`` runs before a call in statement ``index`` (or
+    may: the same statement, one with a block)."""
+    return when < index or (when == index and isinstance(tree.body[index], BLOCKS))
+
+
+def _holds_changed(obj: Any, inputs: Mapping[str, np.ndarray],
+                   first: Mapping[str, tuple[int, int, bool]], index: int,
+                   tree: ast.Module) -> tuple[str, int] | None:
+    """The input ``obj`` holds (an item, a value, an attribute, or a view of it) that the
+    cell changed in place before statement ``index``, with the change's line; or None."""
+    if obj is None or isinstance(obj, (types.ModuleType, type, types.FunctionType)):
+        return None
+    for item in holder_items(obj, None):
+        for x, arr in inputs.items():
+            when = first.get(x)
+            if when is not None and when[2] and _before(when[0], index, tree) \
+                    and isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
+                return x, when[1]
     return None
 
 
 @functools.lru_cache(maxsize=256)
 def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
-        dict[str, tuple[int, int, bool]], tuple[tuple[int, str, int], ...], frozenset[str]]:
+        dict[str, tuple[int, int, bool]], tuple[tuple[int, str, int], ...], frozenset[str],
+        dict[str, frozenset[str]]]:
     """Of ``tree``: each name's first top-level statement that binds it or, for an input,
     changes it in place (its index, line, and whether a change); the names each statement
-    reads (index, name, line); and every name the cell binds anywhere."""
+    reads (index, name, line); every name the cell binds anywhere; and the globals each
+    function the cell defines at the top level reads (its names less its own)."""
     first: dict[str, tuple[int, int, bool]] = {}
+    own = {stmt.name: _def_globals(stmt) for stmt in tree.body
+           if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
     loads: list[tuple[int, str, int]] = []
     everywhere: set[str] = set()
     for index, stmt in enumerate(tree.body):
+        # the names read where the statement runs: in comprehensions and lambdas too
+        loads += [(index, node.id, node.lineno) for node in _walk(stmt, _DEFS)
+                  if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)]
         for node in _walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                loads.append((index, node.id, node.lineno))
             for target in _changes(node):  # first: X += 1 changes the input, and binds it
                 name = _first(target)[0]
                 if name in inputs:
@@ -80,17 +127,31 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
                 first.setdefault(name, (index, line, False))
         for node in ast.walk(stmt):  # names bound in the cell's own functions too
             everywhere.update(name for name, _ in _binds(node))
-    return first, tuple(loads), frozenset(everywhere)
+    return first, tuple(loads), frozenset(everywhere), own
 
 
-def _walk(node: ast.AST) -> list[ast.AST]:
-    """``node`` and what it holds, less the bodies of functions, lambdas, classes and
-    comprehensions (their names are their own; a function's def binds its name)."""
+def _def_globals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The names a function of the cell reads and does not bind (its parameters, its
+    assignments), with its inner functions' and comprehensions'."""
+    args = node.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                              *(a for a in (args.vararg, args.kwarg) if a is not None))}
+    loaded, stored = set(), set(params)
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name):
+            (loaded if isinstance(inner.ctx, ast.Load) else stored).add(inner.id)
+    return frozenset(loaded - stored)
+
+
+def _walk(node: ast.AST, scopes: tuple[type, ...] = ()) -> list[ast.AST]:
+    """``node`` and what it holds, less the bodies of ``scopes`` (by default functions,
+    lambdas, classes and comprehensions: their names are their own; a def binds its name)."""
+    scopes = scopes or _SCOPES
     found, todo = [], [node]
     while todo:
         current = todo.pop()
         found.append(current)
-        if current is not node and isinstance(current, _SCOPES):
+        if current is not node and isinstance(current, scopes):
             continue
         todo.extend(ast.iter_child_nodes(current))
     return found

@@ -325,7 +325,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
             inputs[name] = value
         elif generator is not None and isinstance(value, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
-    stale = stale_global(source, namespace, inputs.keys())  # X = X * 2, then g() reading X
+    stale = stale_global(source, namespace, inputs)  # X = X * 2, then g() reading X
     if stale:
         raise CellError(stale)
     modules = frozenset({*numpy_names, *MODULE_NAMES})

@@ -19,7 +19,10 @@ SETUP = ("import numpy as np\nX = np.arange(4.0)\nc = True\n"
          "def gz():\n    return Z\n"
          "def outer():\n    return gx() + 1\n"
          "def each():\n    return [float(v) for v in X]\n"
-         "def gp(a):\n    return float(a.sum())\n")
+         "def gp(a):\n    return float(a.sum())\n"
+         "L = [X]\nM = [np.ones(2)]\n"
+         "def h():\n    return float(L[0].sum())\n"
+         "def m():\n    return float(M[0].sum())\n")
 MODES = ["--quiet", "--quiet --to-host"]
 
 
@@ -28,6 +31,16 @@ def funcs(ip):
     ip.run_cell(SETUP)
     ip.user_ns.pop("Z", None)
     return ip
+
+
+def refused(funcs, cell: str, mode: str, start: str, end: str) -> None:
+    """The cell stops with one line that starts and ends so; the user's names as they were."""
+    x = funcs.user_ns["X"]
+    message = cell_error(funcs, cell, mode)
+    assert message.startswith(start) and message.endswith(end), message
+    assert "\n" not in message and "t" not in funcs.user_ns and "Z" not in funcs.user_ns
+    assert funcs.user_ns["X"] is x and funcs.user_ns["L"][0] is x
+    np.testing.assert_array_equal(x, np.arange(4.0))
 
 
 def plain(cell: str) -> dict:
@@ -48,20 +61,32 @@ def plain(cell: str) -> dict:
     ("del X\nt = gx()\n", "gx", "X", "binds", 2, 1)])
 def test_a_call_that_would_read_the_global_from_before_the_cell_is_refused(
         funcs, mode, cell, call, name, how, line, at):
-    x = funcs.user_ns["X"]
-    message = cell_error(funcs, cell, mode)
-    assert message.startswith(
-        f"line {line} calls {call}(), a function from an earlier cell that reads {name} as "
-        f"its global, after the cell {how} {name} (line {at}): %%gpu runs the cell in a "
-        "namespace of its own until it succeeds"), message
-    assert message.endswith(f"pass {name} to it as an argument, or define {call} in this "
-                            "cell") and "\n" not in message
-    assert funcs.user_ns["X"] is x and "t" not in funcs.user_ns and "Z" not in funcs.user_ns
-    np.testing.assert_array_equal(x, np.arange(4.0))
+    refused(funcs, cell, mode,
+            f"line {line} calls {call}(), a function from an earlier cell that reads {name} as "
+            f"its global, after the cell {how} {name} (line {at}): %%gpu runs the cell in a "
+            "namespace of its own until it succeeds",
+            f"pass {name} to it as an argument, or define {call} in this cell")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("cell", "call", "line", "at"), [
+    ("X += 1\nt = h()\n", "h", 2, 1),  # a function from an earlier cell
+    ("def k():\n    return float(L[0].sum())\nX[0] = 7\nt = k()\n", "k", 4, 3),  # the cell's
+    ("X.sort()\nt = [h() for _ in range(2)][0]\n", "h", 2, 1)])
+def test_a_function_reading_a_holder_of_a_changed_input_is_refused(funcs, mode, cell, call,
+                                                                   line, at):
+    refused(funcs, cell, mode,
+            f"line {line} calls {call}(), which reads L as its global, after the cell changes "
+            f"the input X in its device copy (line {at}): L holds your X, which that change "
+            "does not reach until the cell succeeds", "pass X to it as an argument")
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("cell", [
+    "t = h()\nX += 1\n",  # read before the change
+    "X += 1\nt = m()\n",  # M holds another array
+    "X = X * 2\nt = h()\n",  # X rebound, not changed: L[0] is the old X in a plain cell too
+    "def k():\n    return float(X.sum())\nX += 1\nt = k()\n",  # the cell's X, changed
     "t = gx()\nX = X * 2\n",  # called before the binding: the old X, in a plain cell too
     "import numpy as np\nt = gx()\n",  # an import binds the same module
     "def gx():\n    return float(X.sum())\nX = X * 2\nt = gx()\n",  # the cell's own function
@@ -75,7 +100,7 @@ def test_calls_that_read_no_global_the_cell_changed_run_as_a_plain_cell(funcs, m
 
 
 def test_a_batched_cell_is_refused_the_same(funcs):
-    funcs.run_cell("X = np.arange(40.0).reshape(20, 2)")
+    funcs.run_cell("X = np.arange(40.0).reshape(20, 2)\nL = [X]")
     message = cell_error(funcs, "X = X * 2\nt = gx()\n", "--batch --batch-rows 4")
     assert message.startswith("line 2 calls gx(), a function from an earlier cell")
     assert "t" not in funcs.user_ns
