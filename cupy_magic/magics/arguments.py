@@ -68,9 +68,17 @@ def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
     """
     parser = magic_func.parser
     parsed = _PARSED.get((parser, line))
-    if parsed is not None:  # a line read before (a cell run again): argparse's answer again
-        return argparse.Namespace(**{k: list(v) if isinstance(v, list) else v
-                                     for k, v in vars(parsed).items()})
+    if parsed is None:  # a line read before (a cell run again): argparse's answer again
+        if len(_PARSED) >= _PARSED_KEPT:
+            _PARSED.pop(next(iter(_PARSED)))
+        parsed = _PARSED[parser, line] = _read(parser, line)
+    # a copy: the caller may change its lists
+    return argparse.Namespace(**{k: list(v) if isinstance(v, list) else v
+                                 for k, v in vars(parsed).items()})
+
+
+def _read(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
+    """argparse's reading of ``line``, or a :class:`UsageError` in one line."""
     magic = ("%%" if parser.prog in _CELL_MAGICS else "%") + parser.prog
     try:
         argv = arg_split(line, strict=True)
@@ -79,13 +87,9 @@ def parse_argstring(magic_func: Any, line: str) -> argparse.Namespace:
                          f"quote or remove it, e.g. {_EXAMPLES[parser.prog]}") from None
     _refuse_repeats(parser, argv, magic)
     try:
-        parsed = parser.parse_args(argv)
+        return parser.parse_args(argv)
     except UsageError as exc:
         raise UsageError(_explain(str(exc), parser, argv, magic)) from None
-    if len(_PARSED) >= _PARSED_KEPT:
-        _PARSED.pop(next(iter(_PARSED)))
-    _PARSED[parser, line] = parsed
-    return parse_argstring(magic_func, line)  # a copy: the caller may change its lists
 
 
 def _option(parser: argparse.ArgumentParser, word: str) -> str | None:

@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from .graphscan import _first
-from .heldwrites import _changes, _parse, holder_items
+from .graphscan import _bound, _first
+from .heldwrites import _bound_of, _changes, _parse, holder_items
+from .names import SCOPES
+from .rehome import cell_codes
 from .staleread import BLOCKS
 
 __all__ = ["stale_global"]
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (*SCOPES, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # run when called, not here
 _DEPTH = 3  # a function's own calls of the notebook's functions, followed this deep
 
@@ -106,13 +107,13 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
         dict[str, frozenset[str]]]:
     """Of ``tree``: each name's first top-level statement that binds it or, for an input,
     changes it in place (its index, line, and whether a change); the names each statement
-    reads (index, name, line); every name the cell binds anywhere; and the globals each
+    reads (index, name, line); every name the cell binds anywhere (``_bound_of``: its
+    imports and parameters too); and the globals each
     function the cell defines at the top level reads (its names less its own)."""
     first: dict[str, tuple[int, int, bool]] = {}
     own = {stmt.name: _def_globals(stmt) for stmt in tree.body
            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
     loads: list[tuple[int, str, int]] = []
-    everywhere: set[str] = set()
     for index, stmt in enumerate(tree.body):
         # the names read where the statement runs: in comprehensions and lambdas too
         loads += [(index, node.id, node.lineno) for node in _walk(stmt, _DEFS)
@@ -123,24 +124,16 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
                 if name in inputs:
                     first.setdefault(name, (index, target.lineno, True))
             for name, line in _binds(node):
-                everywhere.add(name)
                 first.setdefault(name, (index, line, False))
-        for node in ast.walk(stmt):  # names bound in the cell's own functions too
-            everywhere.update(name for name, _ in _binds(node))
-    return first, tuple(loads), frozenset(everywhere), own
+    return first, tuple(loads), _bound_of(tree), own
 
 
 def _def_globals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     """The names a function of the cell reads and does not bind (its parameters, its
     assignments), with its inner functions' and comprehensions'."""
-    args = node.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
-                              *(a for a in (args.vararg, args.kwarg) if a is not None))}
-    loaded, stored = set(), set(params)
-    for inner in ast.walk(node):
-        if isinstance(inner, ast.Name):
-            (loaded if isinstance(inner.ctx, ast.Load) else stored).add(inner.id)
-    return frozenset(loaded - stored)
+    loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Load)}
+    return frozenset(loaded - _bound(node))
 
 
 def _walk(node: ast.AST, scopes: tuple[type, ...] = ()) -> list[ast.AST]:
@@ -183,9 +176,5 @@ def _global_reads(fn: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[
 def _code_globals(code: types.CodeType) -> frozenset[str]:
     """The global names ``code`` and the code inside it (comprehensions, inner functions)
     load."""
-    names = {i.argval for i in dis.get_instructions(code)
-             if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_globals(const)
-    return frozenset(names)
+    return frozenset(i.argval for inner in cell_codes(code) for i in dis.get_instructions(inner)
+                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
