@@ -127,6 +127,9 @@ class DeviceEngines:
     def finish_locking(self, arr: np.ndarray) -> None:
         self.engines[0].finish_locking(arr)
 
+    def copy_home(self, dst: np.ndarray, src: np.ndarray) -> None:
+        self.engines[0].copy_home(dst, src)
+
     def settle(self, arr: np.ndarray, dtype: np.dtype) -> None:
         self.engines[0].settle(arr, dtype)
 

@@ -84,6 +84,10 @@ class HostEngine(Timeline):
     def finish_locking(self, arr: np.ndarray) -> None:
         pass
 
+    def copy_home(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Copy gathered rows ``src`` into the user's array ``dst`` (same shape and dtype)."""
+        np.copyto(dst, src)
+
     def settle(self, arr: np.ndarray, dtype: np.dtype) -> None:
         pass
 
@@ -220,6 +224,11 @@ class CupyEngine(Timeline):
         edges = np.linspace(0, len(arr), min(STAGE_THREADS, len(arr)) + 1).astype(int)
         for done in [self._copier.submit(job, p, q) for p, q in itertools.pairwise(edges)]:
             done.result()
+
+    def copy_home(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Copy gathered rows ``src`` into the user's array ``dst`` (same shape and dtype) on
+        the staging threads."""
+        self._copy(dst, src)
 
     def _touch(self, buf: np.ndarray) -> None:
         """Fault a fresh buffer's pages in on several threads (before it is page-locked)."""

@@ -94,6 +94,10 @@ class BatchRun(BatchJoin):
         # watched in every batch; the user's array where no batch changed or rebound it
         self.maybe_in_place = plan.in_place & plan.may_keep
         self.moved_in_place: set[str] = set()
+        # the batched inputs each batch left as its copy of their rows (`X += 1`, `X[0] = 5`,
+        # a function that changes it): written into the user's arrays at the commit
+        self.uploads: dict[str, Any] = {}  # this batch's copies, weakly
+        self.in_place_rows: set[str] = set()
         self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
         self.cost: BatchCost | None = None  # measured on the first batch
@@ -134,6 +138,8 @@ class BatchRun(BatchJoin):
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
             given, watched, token = self.given(i, work)
+            self.uploads = {n: weakref.ref(work[n]) for n in self.inputs
+                            if n in self.plan.stored}
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
@@ -352,6 +358,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
         progress.start(filename, 0)
     try:
         final, bp = run.execute(report, reason)
+        bp.in_place = tuple(run.write_in_place(final))  # the last step that may fail
     except BaseException as exc:
         run.abort()
         new = fail(exc, be, run.peak, filename, run.where(exc), namespace=namespace)

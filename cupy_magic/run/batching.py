@@ -212,6 +212,7 @@ class BatchPlan:
     peak_row_bytes: float = 0.0
     sized_by: str = ""
     gathered: tuple[str, ...] = ()
+    in_place: tuple[str, ...] = ()  # of those, batched inputs written into the user's arrays
     reduced: dict[str, str] = field(default_factory=dict)
     staged_batches: int = 0
     # what went through the staging buffers, and why: {"x": "input not page-locked (yet)"}
@@ -274,7 +275,9 @@ class BatchPlan:
                 self.full_speed))
         if self.graph is not None:
             out.extend("  " + line for line in self.graph.lines(self.batches))
-        joined = [f"{n} (rows gathered on the host)" for n in self.gathered]
+        joined = [f"{n} (rows gathered into the user's array, changed in place as in a plain "
+                  "cell)" if n in self.in_place else f"{n} (rows gathered on the host)"
+                  for n in self.gathered]
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:
             out.append(f"  batch results: {', '.join(joined)}")

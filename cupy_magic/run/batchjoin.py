@@ -47,6 +47,8 @@ class BatchJoin:
     touched: set[str]
     maybe_in_place: frozenset[str]
     moved_in_place: set[str]
+    uploads: dict[str, Callable[[], Any]]
+    in_place_rows: set[str]
 
     def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any],
                 given: dict[str, Callable[[], Any]]) -> None:
@@ -56,10 +58,14 @@ class BatchJoin:
         rows = b - a
         for name in sorted(self.plan.stored):
             if name not in work:
+                if name in self.uploads and name in self.plan.in_place:
+                    raise CellError(self._lost(name, "deletes it"))
                 continue
             value = work[name]
             if name in given and self._left(name, value is given[name](), i):
                 continue
+            if name in self.uploads:  # a batched input: its copy, or rebound?
+                self._kept(name, value is self.uploads[name](), i)
             if name in self.opts.reduce:
                 self.keep_partial(i, slot, name, value, rows)
                 continue
@@ -123,6 +129,48 @@ class BatchJoin:
                 "plain cell), or run the cell whole (no --batch, a larger budget)")
         return left
 
+    def _kept(self, name: str, kept: bool, i: int) -> None:
+        """Note whether batch ``i`` left the batched input ``name`` its copy of the rows,
+        changed in place (``kept``), or rebound it; refused where batches differ, and where
+        the source may change it in place before rebinding it."""
+        if not kept and name in self.plan.in_place:
+            raise CellError(self._lost(name, f"binds {name!r} to a new value"))
+        if i == 0:
+            if kept:
+                self.in_place_rows.add(name)
+        elif kept != (name in self.in_place_rows):
+            first = "changed" if name in self.in_place_rows else "rebound"
+            this = "changed" if kept else "rebound"
+            raise CellError(
+                f"the first batch {first} {name!r} and batch {i + 1} {this} it: a plain cell "
+                f"changes the user's array in place or binds {name!r} to a new one for all of "
+                "its rows at once; decide it for the whole array before the cell, or run the "
+                "cell whole (no --batch, a larger budget)")
+
+    @staticmethod
+    def _lost(name: str, then: str) -> str:
+        """Why a batched input changed in place, then rebound or deleted, is refused."""
+        return (f"the cell may change {name!r} in place and then {then}: a plain cell leaves "
+                "that change in the user's array, which a batched run cannot write back; "
+                f"make the change on a new array ({name} = {name} + 1, not {name} += 1), or "
+                "run the cell whole (no --batch, a larger budget)")
+
+    def write_in_place(self, final: dict[str, Any]) -> list[str]:
+        """At the commit: write the gathered rows of each batched input every batch changed in
+        place into the user's array, which the name stays, as after a plain cell (its views
+        and the lists holding it see the change); one cast by ``--dtype`` comes back a new
+        array, as from a whole run. Returns the names written."""
+        written = []
+        for name in sorted(self.in_place_rows):
+            user, rows = self.inputs[name], final.get(name)
+            if (rows is not None and rows is self.out.get(name) and user is
+                    self.namespace.get(name) and rows.dtype == user.dtype
+                    and rows.shape == user.shape and user.flags.writeable):
+                self.eng.copy_home(user, rows)
+                final[name] = user
+                written.append(name)
+        return written
+
     def keep_partial(self, i: int, slot: int, name: str, value: Any, rows: int) -> None:
         """Keep batch ``i``'s ``--reduce`` partial ``name``: a device array is copied (on
         ``slot``'s stream) to row ``i`` of its host buffer where :meth:`rows_for_partials`
@@ -164,7 +212,8 @@ class BatchJoin:
     def forget(self) -> None:
         """Drop everything the batches left so far (a first batch measured again)."""
         for table in (self.specs, self.written, self.constants, self.partials,
-                      self.partial_rows, self.left, self.touched, self.moved_in_place):
+                      self.partial_rows, self.left, self.touched, self.moved_in_place,
+                      self.in_place_rows):
             table.clear()
         self.first.clear()
         self.last_work = {}

@@ -235,6 +235,9 @@ class GraphReplay:
                             "batch's rows (its download would allocate between replays)")
                 if (tuple(value.shape[1:]), value.dtype) != run.specs[name]:
                     return f"the result {name!r} is not shaped as in the launched batches"
+                if (name in run.in_place_rows) != (value is inputs.get(name)):
+                    return (f"the captured batch left {name!r} otherwise than the launched "
+                            "ones did (changed in place, or rebound)")
                 outputs[name] = value
             elif name in work and not (name in run.plan.row_free or _plain(value)
                                        or callable(value) or isinstance(value, types.ModuleType)):

@@ -161,15 +161,6 @@ def test_two_cells_over_the_same_array(ip, poisoned):
     assert first.batch.batches == second.batch.batches == 8
 
 
-def test_in_place_change_of_a_batched_input_gives_a_new_array(ip, poisoned):
-    x = fresh((400, 3), "float64")
-    keep = x.copy()
-    ip.user_ns["x"] = x
-    gpu(ip, "x *= 2\n", "--batch --batch-rows 60")
-    np.testing.assert_array_equal(x, keep)  # the user's array object is untouched
-    np.testing.assert_array_equal(ip.user_ns["x"], keep * 2)
-
-
 # --- batching on its own, and what the report says -----------------------------------------
 
 

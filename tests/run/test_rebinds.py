@@ -365,17 +365,22 @@ def test_a_batched_cell_leaves_an_input_it_did_not_change_in_place_as_the_users(
     same object (``L[0] is X``). A batched run gathered it into a new array, equal but
     another object (96 of 3,306 fuzzed batched cells, session 29); an input the cell may
     change in place and need not is now watched in every batch, and where no batch changed
-    or rebound it, ``X`` is the user's array. Where the batches did, it is gathered, as
-    before: the values are the plain cell's."""
+    or rebound it, ``X`` is the user's array. Where the batches changed it, their rows are
+    gathered into the user's array, as a plain cell changes it (``L[0]`` sees the change;
+    it was a new array, and ``L[0]`` stale); changed, then rebound, is refused."""
     def setup():
         X = np.arange(40.0).reshape(20, 2)[:, ::-1].copy()
         return {"np": np, "X": X, "L": [X], "c": made}
 
+    if made and "X = X * 2" in body:  # the user's array changed, then X a new one
+        with pytest.raises(UsageError, match="may change 'X' in place and then binds"):
+            _plain_and_gpu(ip, body, setup, mode)
+        return
     plain, ns, got = _plain_and_gpu(ip, body, setup, mode)
     for name in ("X", "Y"):
         np.testing.assert_array_equal(_host(got[name]), plain[name])
-    assert (got["X"] is ns["X"]) == (not made)
-    assert got["L"][0] is ns["X"]
+    assert got["X"] is ns["X"] and got["L"][0] is ns["X"]
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])
 
 
 @pytest.mark.parametrize("cond", ["X[0, 0] > 10", "X[0, 0] < 10"])
@@ -433,10 +438,16 @@ def test_a_batched_input_changed_through_another_name_is_gathered_with_the_chang
         ip, body, mode, made):
     """An input a batch leaves as it got it but changed through another name (an alias, a
     function it was passed to) is not the user's unchanged array: the first batch's copy is
-    watched, and the change gathered, as a batched run gathers a change in place."""
+    watched, and the change gathered into the user's array, as a batched run gathers a change
+    in place (``L[0]`` sees it); changed, then rebound, is refused."""
     def setup():
         X = np.arange(40.0).reshape(20, 2)
         return {"np": np, "X": X, "L": [X], "c": made}
 
+    if made and "X = X * 2" in body:
+        with pytest.raises(UsageError, match="may change 'X' in place and then binds"):
+            _plain_and_gpu(ip, body, setup, mode)
+        return
     plain, _ns, got = _plain_and_gpu(ip, body, setup, mode)
     np.testing.assert_array_equal(_host(got["X"]), plain["X"])
+    np.testing.assert_array_equal(got["L"][0], plain["L"][0])
