@@ -212,7 +212,6 @@ class BatchPlan:
     peak_row_bytes: float = 0.0
     sized_by: str = ""
     gathered: tuple[str, ...] = ()
-    in_place: tuple[str, ...] = ()  # of those, batched inputs written into the user's arrays
     reduced: dict[str, str] = field(default_factory=dict)
     staged_batches: int = 0
     # what went through the staging buffers, and why: {"x": "input not page-locked (yet)"}
@@ -229,6 +228,8 @@ class BatchPlan:
     full_speed: PayingBudget | None = None
     # what the run did about replaying its batches as CUDA graphs (None: nothing to say)
     graph: GraphNote | None = None
+    # of the gathered results, batched inputs written into the user's arrays (changed in place)
+    in_place: tuple[str, ...] = ()
 
     @property
     def full_speed_budget(self) -> int | None:
