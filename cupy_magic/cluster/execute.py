@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,11 +33,12 @@ from ..run.reduce import (
     over_rows,
     rows_by_chance,
 )
-from ..run.report import InputMove, OutputInfo, RunReport
+from ..run.report import IN_PLACE, InputMove, OutputInfo, RunReport
 from ..units import short_repr
 from . import abandoned, connect
 from .blocks import run_blocks
 from .failure import CellBlocks, cancel, explain, hold_log, release_log, unstick
+from .inplace import changed_in_place, write_home
 from .inputs import cut_inputs, prepare, python_values, worker_addresses
 from .report import ClusterRun
 from .transport import choose
@@ -126,7 +128,8 @@ class ClusterExecutor:
         if failure is not None:
             raise failure from None
         held.clear()  # released: the results hold keys of their own now
-        self._commit(plan, results, namespace, report, be)
+        write_home(info.in_place, results, namespace)  # the cell succeeded
+        self._commit(plan, results, namespace, report, be, info.in_place)
         report.batch = info
         report.gpu_seconds = info.run_seconds
         report.wall_seconds = time.perf_counter() - wall0
@@ -208,6 +211,8 @@ class ClusterExecutor:
             info.copy_out_seconds = slotted.copy_out_seconds
             info.sent_back = slotted.sent_back
         results = self._results(futures, infos, info, to_host, be, filled)
+        info.in_place = tuple(changed_in_place(
+            plan, namespace, infos, info.batched, True if to_host is True else set(to_host or ())))
         notes = [waited] * bool(waited) + moved.notes
         if notes:
             results.setdefault("__notes__", []).extend(notes)
@@ -343,7 +348,7 @@ class ClusterExecutor:
 
     # --- commit -------------------------------------------------------------------------
     def _commit(self, plan: CellPlan, results: dict[str, Any], namespace: dict[str, Any],
-                report: RunReport, be: Backend) -> None:
+                report: RunReport, be: Backend, in_place: tuple[str, ...]) -> None:
         report.notes.extend(results.pop("__notes__", []))
         for name in sorted(plan.deleted):
             if name in namespace and name not in results:
@@ -351,7 +356,8 @@ class ClusterExecutor:
                 report.outputs.append(OutputInfo(name, "deleted", "deleted"))
         namespace.update(results)
         for name, value in results.items():
-            report.outputs.append(_describe(name, value, be))
+            row = _describe(name, value, be)
+            report.outputs.append(replace(row, where=IN_PLACE) if name in in_place else row)
 
 
 def _describe(name: str, value: Any, be: Backend) -> OutputInfo:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..run.report import IN_PLACE_ROWS
 from ..units import format_bytes
 from .transport import Transport
 from .worker import BlockStats
@@ -53,6 +54,9 @@ class ClusterRun:
     gathered, reduced, kept
         Row results (Dask arrays, or NumPy with ``--to-host``), ``--reduce`` results
         (Dask tree reductions), results left as Dask arrays on the workers.
+    in_place
+        Of ``gathered``, the inputs every block changed in place, written into the user's
+        arrays (:mod:`.inplace`).
     transport
         How the blocks' data moved (:class:`~.transport.Transport`): shared memory on this host,
         scatter and gather (and why), or the Dask arrays' blocks where they are.
@@ -75,6 +79,7 @@ class ClusterRun:
     gathered: tuple[str, ...] = ()
     reduced: dict[str, str] = field(default_factory=dict)
     kept: tuple[str, ...] = ()
+    in_place: tuple[str, ...] = ()  # of those gathered, written into the user's arrays
     transport: Transport | None = None
     slots: str = ""
     copy_in_seconds: float = 0.0
@@ -139,7 +144,8 @@ class ClusterRun:
                        f"{format_bytes(w.nbytes)} in, {w.seconds * 1e3:.1f} ms busy, "
                        f"{w.syncs} host syncs, {pool} {format_bytes(w.peak_bytes)}")
         joined = [f"{n} (Dask array on the workers)" for n in self.kept]
-        joined += [f"{n} (rows gathered as NumPy)" for n in self.gathered]
+        joined += [f"{n} ({IN_PLACE_ROWS if n in self.in_place else 'rows gathered as NumPy'})"
+                   for n in self.gathered]
         joined += [f"{n} ({r}, Dask tree reduction)" for n, r in self.reduced.items()]
         if joined:
             out.append(f"  cluster results: {', '.join(joined)}")

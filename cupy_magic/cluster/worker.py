@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,8 @@ class BlockStats:
     device: str = ""
     backend: str = "host"
     uploads: int = 0  # shared inputs this block copied to the device (0: the worker's copy)
+    # the batched inputs the cell left on the block's copy of their rows (changed in place)
+    kept: tuple[str, ...] = ()
 
 
 class BlockFailed(Exception):
@@ -247,6 +250,7 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
             for name, arr in batched.items():  # a device slot's rows: a copy of the block's own
                 work[name] = arr.copy() if be.is_device_array(arr) \
                     else be.to_device(np.asarray(arr)).array
+            copies = {n: weakref.ref(work[n]) for n in batched if n in spec.stored}
             given = {**shared, **batched}  # (the host's arrays, or a device slot's rows)
             watch = InputWatch(given, set(spec.stored), {n: work[n] for n in given}, be,
                                only_read(spec.source, frozenset(given),
@@ -275,7 +279,8 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
         and recorder.available else 0
     stats = BlockStats(index, worker, rows, sum(int(a.nbytes) for a in batched.values()),
                        time.perf_counter() - t0, peak, syncs, be.info().name, be.name,
-                       uploads)
+                       uploads, tuple(n for n, c in copies.items()
+                                      if c() is not None and work.get(n) is c()))
     return {n: work[n] for n in spec.stored if n in work}, stats
 
 

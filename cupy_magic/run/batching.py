@@ -31,6 +31,7 @@ from .batchcost import (
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
 from .graphplan import GraphNote
+from .report import IN_PLACE_ROWS
 from .rowwise import XP_NAMES, RowCheck, check_cell
 
 __all__ = [
@@ -276,8 +277,7 @@ class BatchPlan:
                 self.full_speed))
         if self.graph is not None:
             out.extend("  " + line for line in self.graph.lines(self.batches))
-        joined = [f"{n} (rows gathered into the user's array, changed in place as in a plain "
-                  "cell)" if n in self.in_place else f"{n} (rows gathered on the host)"
+        joined = [f"{n} ({IN_PLACE_ROWS if n in self.in_place else 'rows gathered on the host'})"
                   for n in self.gathered]
         joined += [f"{n} ({r})" for n, r in self.reduced.items()]
         if joined:

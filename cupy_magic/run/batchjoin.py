@@ -19,7 +19,30 @@ from .errors import CellError
 from .plan import CellPlan
 from .reduce import agree, combine, compared, name_a_rule, over_rows, rows_by_chance
 
-__all__ = ["BatchJoin"]
+__all__ = ["BatchJoin", "lost_change", "mixed_change"]
+
+
+_WHOLE = {"batched": "run the cell whole (no --batch, a larger budget)",
+          "cluster": "run the cell in this kernel (no --cluster)"}
+
+
+def lost_change(name: str, then: str, run: str) -> str:
+    """Why an input a ``run`` (``"batched"``, ``"cluster"``) gathers, changed in place and
+    then rebound or deleted (``then``), is refused: only the new value comes back."""
+    return (f"the cell may change {name!r} in place and then {then}: a plain cell leaves "
+            f"that change in the user's array, which a {run} run cannot write back; make the "
+            f"change on a new array ({name} = {name} + 1, not {name} += 1), or {_WHOLE[run]}")
+
+
+def mixed_change(name: str, first_kept: bool, i: int, unit: str) -> str:
+    """Why batches (``unit``: ``"batch"``, ``"block"``) that change ``name`` in place and
+    others that rebind it are refused; ``i``: the 0-based one that differs from the first."""
+    first = "changed" if first_kept else "rebound"
+    this = "rebound" if first_kept else "changed"
+    return (f"the first {unit} {first} {name!r} and {unit} {i + 1} {this} it: a plain cell "
+            f"changes the user's array in place or binds {name!r} to a new one for all of its "
+            "rows at once; decide it for the whole array before the cell, or "
+            f"{_WHOLE['cluster' if unit == 'block' else 'batched']}")
 
 
 class BatchJoin:
@@ -59,13 +82,13 @@ class BatchJoin:
         for name in sorted(self.plan.stored):
             if name not in work:
                 if name in self.uploads and name in self.plan.in_place:
-                    raise CellError(self._lost(name, "deletes it"))
+                    raise CellError(lost_change(name, "deletes it", "batched"))
                 continue
             value = work[name]
             if name in given and self._left(name, value is given[name](), i):
                 continue
             if name in self.uploads:  # a batched input: its copy, or rebound?
-                self._kept(name, value is self.uploads[name](), i)
+                self._kept(name, value is not None and value is self.uploads[name](), i)
             if name in self.opts.reduce:
                 self.keep_partial(i, slot, name, value, rows)
                 continue
@@ -134,26 +157,12 @@ class BatchJoin:
         changed in place (``kept``), or rebound it; refused where batches differ, and where
         the source may change it in place before rebinding it."""
         if not kept and name in self.plan.in_place:
-            raise CellError(self._lost(name, f"binds {name!r} to a new value"))
+            raise CellError(lost_change(name, f"binds {name!r} to a new value", "batched"))
         if i == 0:
             if kept:
                 self.in_place_rows.add(name)
         elif kept != (name in self.in_place_rows):
-            first = "changed" if name in self.in_place_rows else "rebound"
-            this = "changed" if kept else "rebound"
-            raise CellError(
-                f"the first batch {first} {name!r} and batch {i + 1} {this} it: a plain cell "
-                f"changes the user's array in place or binds {name!r} to a new one for all of "
-                "its rows at once; decide it for the whole array before the cell, or run the "
-                "cell whole (no --batch, a larger budget)")
-
-    @staticmethod
-    def _lost(name: str, then: str) -> str:
-        """Why a batched input changed in place, then rebound or deleted, is refused."""
-        return (f"the cell may change {name!r} in place and then {then}: a plain cell leaves "
-                "that change in the user's array, which a batched run cannot write back; "
-                f"make the change on a new array ({name} = {name} + 1, not {name} += 1), or "
-                "run the cell whole (no --batch, a larger budget)")
+            raise CellError(mixed_change(name, name in self.in_place_rows, i, "batch"))
 
     def write_in_place(self, final: dict[str, Any]) -> list[str]:
         """At the commit: write the gathered rows of each batched input every batch changed in

@@ -9,11 +9,9 @@ import numpy as np
 from ..backend import Backend
 from .batching import BatchPlan
 from .commit import describe_value
-from .report import OutputInfo, RunReport
+from .report import IN_PLACE, OutputInfo, RunReport
 
 __all__ = ["rows_on_host"]
-
-_IN_PLACE = "host (the user's array, changed in place, as in a plain cell)"
 
 
 def rows_on_host(bp: BatchPlan, namespace: dict[str, Any], report: RunReport,
@@ -24,10 +22,10 @@ def rows_on_host(bp: BatchPlan, namespace: dict[str, Any], report: RunReport,
     for name in bp.in_place:  # the user's own array again: commit saw nothing rebound
         if name not in named:
             kind = describe_value(namespace[name], be)[0]
-            report.outputs.append(OutputInfo(name, kind, _IN_PLACE, namespace[name].nbytes))
+            report.outputs.append(OutputInfo(name, kind, IN_PLACE, namespace[name].nbytes))
     for k, info in enumerate(report.outputs):
         if info.name in gathered and isinstance(namespace.get(info.name), np.ndarray):
             namespace[info.name] = be.to_host(namespace[info.name])
             report.outputs[k] = OutputInfo(info.name, info.kind.replace(" on device", ""),
-                                           _IN_PLACE if info.name in bp.in_place else
+                                           IN_PLACE if info.name in bp.in_place else
                                            "host (rows gathered)", info.nbytes)

@@ -10,7 +10,12 @@ from ..theme import TRACK, WARN
 from ..units import format_bytes
 from .linetable import table_lines
 
-__all__ = ["DeviceStat", "InputMove", "OutputInfo", "RunReport"]
+__all__ = ["IN_PLACE", "IN_PLACE_ROWS", "DeviceStat", "InputMove", "OutputInfo", "RunReport"]
+
+# where an input a batched or cluster run changed in place lives after it (its output row),
+# and how its rows were joined (the batch or cluster results line)
+IN_PLACE = "host (the user's array, changed in place, as in a plain cell)"
+IN_PLACE_ROWS = "rows gathered into the user's array, changed in place as in a plain cell"
 
 
 def _scrolled_pre(text: str) -> str:
