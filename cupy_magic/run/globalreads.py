@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dis
 import functools
+import inspect
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -42,8 +43,11 @@ def stale_global(source: str, namespace: Mapping[str, Any],
     ``X.sort()``, ``out=X``); or that reads an object holding such a changed input (``L``
     with ``L = [X]``: ``def h(): return L[0].sum()``), as may a function the cell defines;
     or None. A statement with a block counts its own bindings for the calls in it. A name
-    the cell binds itself (``def g`` in the cell) is the cell's; methods, and changes made
-    through a function the cell hands an input to, are not looked at."""
+    the cell binds itself (``def g`` in the cell) is the cell's. A class from an earlier
+    cell counts as its ``__init__`` (``C()``), and a method called on a name from an earlier
+    cell (``c.m()``, ``C.m(c)``) as that function, with the object as a holder too
+    (``self.data`` holding a changed input). Changes made through a function the cell hands an
+    input to are not looked at."""
     tree = _parse(source)
     if tree is None:
         return None
@@ -51,10 +55,25 @@ def stale_global(source: str, namespace: Mapping[str, Any],
     if not first:
         return None
     for index, name, line in loads:
+        base, _, attr = name.partition(".")
+        where = name  # what the fix says to define in the cell
         if name in own:  # the cell's own function: its globals are the cell's; holders only
             reads, outside = own[name], False
-        elif name in bound:
+        elif base in bound or base in own:
             continue
+        elif attr:  # c.m(): the method's globals, and c itself, which it may read
+            obj, fn = namespace.get(base), _method(namespace.get(base), attr)
+            reads, outside = _global_reads(fn, namespace), True
+            where = f"{base}'s class" if not isinstance(obj, type) else base
+            held = _holds_changed(obj, inputs, first, index, tree) \
+                if isinstance(fn, types.FunctionType) and fn.__globals__ is namespace else None
+            if held:
+                x, at = held
+                return (f"line {line} calls {name}(), a method from an earlier cell, after "
+                        f"the cell changes the input {x} in its device copy (line {at}): "
+                        f"{base} holds your {x}, which that change does not reach until the "
+                        f"cell succeeds, where in a plain cell {name}() reads the changed "
+                        f"one; pass {x} to it as an argument")
         else:
             reads, outside = _global_reads(namespace.get(name), namespace), True
         for read in reads:
@@ -66,7 +85,7 @@ def stale_global(source: str, namespace: Mapping[str, Any],
                         f"{when[1]}): %%gpu runs the cell in a namespace of its own until "
                         f"it succeeds, so {name}() would read your {read} from before the "
                         f"cell, where in a plain cell it reads the new one; pass {read} to it "
-                        f"as an argument, or define {name} in this cell")
+                        f"as an argument, or define {where} in this cell")
             if when is None and read not in inputs:
                 held = _holds_changed(namespace.get(read), inputs, first, index, tree)
                 if held:
@@ -116,8 +135,12 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
     loads: list[tuple[int, str, int]] = []
     for index, stmt in enumerate(tree.body):
         # the names read where the statement runs: in comprehensions and lambdas too
-        loads += [(index, node.id, node.lineno) for node in _walk(stmt, _DEFS)
-                  if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)]
+        for node in _walk(stmt, _DEFS):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                loads.append((index, node.id, node.lineno))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name):  # c.m(...), as "c.m"
+                loads.append((index, f"{node.func.value.id}.{node.func.attr}", node.lineno))
         for node in _walk(stmt):
             for target in _changes(node):  # first: X += 1 changes the input, and binds it
                 name = _first(target)[0]
@@ -160,9 +183,24 @@ def _binds(node: ast.AST) -> list[tuple[str, int]]:
     return []
 
 
+def _method(obj: Any, attr: str) -> Any:
+    """The function ``obj.attr`` runs, looked up without running any code of ``obj``'s
+    (a property, ``__getattr__``): a method, a static or class method; else None."""
+    if obj is None or isinstance(obj, types.ModuleType):
+        return None
+    try:
+        found = inspect.getattr_static(obj, attr)
+    except AttributeError:
+        return None
+    return getattr(found, "__func__", found)
+
+
 def _global_reads(fn: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[str]:
     """The globals a function of the notebook (its globals ``namespace``) reads, with
-    those of the notebook's functions it reads in turn; empty for anything else."""
+    those of the notebook's functions it reads in turn (a class of the notebook: its
+    ``__init__``'s); empty for anything else."""
+    if isinstance(fn, type):
+        fn = _method(fn, "__init__")
     if not isinstance(fn, types.FunctionType) or fn.__globals__ is not namespace:
         return set()
     names = set(_code_globals(fn.__code__))

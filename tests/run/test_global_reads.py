@@ -22,7 +22,11 @@ SETUP = ("import numpy as np\nX = np.arange(4.0)\nc = True\n"
          "def gp(a):\n    return float(a.sum())\n"
          "L = [X]\nM = [np.ones(2)]\n"
          "def h():\n    return float(L[0].sum())\n"
-         "def m():\n    return float(M[0].sum())\n")
+         "def m():\n    return float(M[0].sum())\n"
+         "class Acc:\n    def __init__(self):\n        self.total = float(X.sum())\n"
+         "    def read(self):\n        return float(X.sum())\n"
+         "    def held(self):\n        return float(self.data.sum())\n"
+         "acc = Acc()\nacc.data = X\n")
 MODES = ["--quiet", "--quiet --to-host"]
 
 
@@ -58,14 +62,29 @@ def plain(cell: str) -> dict:
     ("X.sort()\ny = 1\nt = each()\n", "each", "X", "changes the input", 3, 1),  # comprehension
     ("X = X * 2\nt = outer()\n", "outer", "X", "binds", 2, 1),  # through gx, which it calls
     ("for i in range(2):\n    X = X + 1\n    t = gx()\n", "gx", "X", "binds", 3, 2),
-    ("del X\nt = gx()\n", "gx", "X", "binds", 2, 1)])
+    ("del X\nt = gx()\n", "gx", "X", "binds", 2, 1),
+    # a method of a class from an earlier cell, and the class's __init__ (session 36: t was
+    # the old sum, silently)
+    ("X = X * 2\nt = acc.read()\n", "acc.read", "X", "binds", 2, 1),
+    ("X += 1\nt = Acc.read(acc)\n", "Acc.read", "X", "changes the input", 2, 1),
+    ("X = X * 2\nt = Acc().total\n", "Acc", "X", "binds", 2, 1)])
 def test_a_call_that_would_read_the_global_from_before_the_cell_is_refused(
         funcs, mode, cell, call, name, how, line, at):
+    define = {"acc.read": "acc's class", "Acc.read": "Acc"}.get(call, call)
     refused(funcs, cell, mode,
             f"line {line} calls {call}(), a function from an earlier cell that reads {name} as "
             f"its global, after the cell {how} {name} (line {at}): %%gpu runs the cell in a "
             "namespace of its own until it succeeds",
-            f"pass {name} to it as an argument, or define {call} in this cell")
+            f"pass {name} to it as an argument, or define {define} in this cell")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_method_of_an_object_holding_a_changed_input_is_refused(funcs, mode):
+    """acc.data is the user's X: after X += 1 in the cell, acc.held() read the old X."""
+    refused(funcs, "X += 1\nt = acc.held()\n", mode,
+            "line 2 calls acc.held(), a method from an earlier cell, after the cell changes "
+            "the input X in its device copy (line 1): acc holds your X",
+            "pass X to it as an argument")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -92,7 +111,10 @@ def test_a_function_reading_a_holder_of_a_changed_input_is_refused(funcs, mode, 
     "def gx():\n    return float(X.sum())\nX = X * 2\nt = gx()\n",  # the cell's own function
     "X = X * 2\nt = gp(X)\n",  # handed as an argument
     "X = X * 2\nt = float(np.sum(X))\n",  # NumPy's function, not the notebook's
-    "W = 3\nt = gp(X) + W\n"])  # binds nothing gp reads
+    "W = 3\nt = gp(X) + W\n",  # binds nothing gp reads
+    "X = X * 2\nt = acc.held()\n",  # acc.data is the old X in a plain cell too
+    "t = acc.read()\nX = X * 2\n",  # called before the binding
+    "X = X * 2\nt = float(X.sum()) + len(acc.__dict__)\n"])  # NumPy's method; a dict's
 def test_calls_that_read_no_global_the_cell_changed_run_as_a_plain_cell(funcs, mode, cell):
     result = funcs.run_cell(f"%%gpu {mode}\n{cell}")
     assert result.success, result.error_in_exec
