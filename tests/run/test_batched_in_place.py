@@ -27,10 +27,10 @@ def earlier(ip, x: np.ndarray) -> None:
 
 @pytest.mark.parametrize("line", [BATCHED, f"{BATCHED} --to-host"])
 @pytest.mark.parametrize("cell", ["x *= 2\n", "x[:] = x * 2\n", "np.multiply(x, 2, out=x)\n",
-                                  "x[:, ::-1].sort(axis=1)\nx *= 2\n"])
+                                  "x.sort(axis=1)\nx *= 2\n"])
 def test_an_in_place_change_reaches_the_user_s_array_and_its_views(ip, poisoned, cell, line):
     x = np.random.default_rng(0).random((400, 3))
-    want = x * 2 if "sort" not in cell else np.sort(x, axis=1)[:, ::-1] * 2
+    want = x * 2 if "sort" not in cell else np.sort(x, axis=1) * 2
     earlier(ip, x)
     report = gpu(ip, cell, line)
     assert report.batch.batches > 1

@@ -192,7 +192,7 @@ def test_gpu_an_input_changed_in_place_by_replays_is_the_user_s_array_after(gip)
     base = rng.random(4_000_000)
     cell = "for _ in range(10):\n    np.sin(x, out=x)\n    x *= 0.5\n    x += 0.25\n"
     runs = {}
-    for line in ("--batch", "--batch --no-graph"):
+    for line in ("--batch --batch-rows 100000", "--batch --batch-rows 100000 --no-graph"):
         x = base.copy()
         gip.user_ns.update(x=x, view=x[:1000], held=[x])
         report = _run(gip, cell, line)
@@ -200,12 +200,12 @@ def test_gpu_an_input_changed_in_place_by_replays_is_the_user_s_array_after(gip)
         np.testing.assert_array_equal(gip.user_ns["view"], x[:1000])
         assert report.batch.in_place == ("x",)
         runs[line] = (report, x)
-    graphs, x = runs["--batch"]
+    graphs, x = runs["--batch --batch-rows 100000"]
     if graphs.batch.graph.used:
         _replayed(graphs)
     else:
         assert graphs.batch.graph.why_not.startswith(SAFE_REFUSALS), _graph_line(graphs)
-    assert x.tobytes() == runs["--batch --no-graph"][1].tobytes()
+    assert x.tobytes() == runs["--batch --batch-rows 100000 --no-graph"][1].tobytes()
     want = base.copy()
     for _ in range(10):
         want = np.sin(want) * 0.5 + 0.25
