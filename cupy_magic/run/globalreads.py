@@ -57,15 +57,16 @@ def stale_global(source: str, namespace: Mapping[str, Any],
         return None
     for index, name, line in loads:
         base, _, attr = name.partition(".")
-        where = name  # what the fix says to define in the cell
         if name in own:  # the cell's own function: its globals are the cell's; holders only
             reads, outside = own[name], False
         elif base in bound or base in own:
             continue
         elif attr:  # c.m(): the method's globals, and c itself, which it may read
-            obj, fn = namespace.get(base), _method(namespace.get(base), attr)
+            obj = namespace.get(base)
+            fn = _method(obj, attr, namespace)
+            if fn is None:
+                continue
             reads, outside = _global_reads(fn, namespace), True
-            where = f"{base}'s class" if not isinstance(obj, type) else base
             held = _holds_changed(obj, inputs, first, index, tree) \
                 if isinstance(fn, types.FunctionType) and fn.__globals__ is namespace else None
             if held:
@@ -80,6 +81,8 @@ def stale_global(source: str, namespace: Mapping[str, Any],
         for read in reads:
             when = first.get(read)
             if when is not None and outside and _before(when[0], index, tree):
+                where = name if not attr else base if isinstance(namespace.get(base), type) \
+                    else f"{base}'s class"  # what the fix says to define in the cell
                 how = "changes the input" if when[2] else "binds"
                 return (f"line {line} calls {name}(), a function from an earlier cell that "
                         f"reads {read} as its global, after the cell {how} {read} (line "
@@ -184,13 +187,15 @@ def _binds(node: ast.AST) -> list[tuple[str, int]]:
     return []
 
 
-def _method(obj: Any, attr: str) -> Any:
+def _method(obj: Any, attr: str, namespace: Mapping[str, Any]) -> Any:
     """The function ``obj.attr`` runs, looked up without running any code of ``obj``'s
-    (a property, ``__getattr__``): a method, a static or class method; else None. Only a
-    class written in Python (a heap type) can hold a notebook's function: an array's, a
-    list's or a module's methods are skipped at once (each lookup takes ~2 us)."""
+    (a property, ``__getattr__``): a method, a static or class method; else None. Only for
+    a class the notebook wrote (a heap type whose ``__module__`` is the namespace's
+    ``__name__``, ``builtins`` where it has none): an array's, a list's, a module's or a
+    library's methods are skipped at once (each lookup takes ~2 us)."""
     cls = obj if isinstance(obj, type) else type(obj)
-    if obj is None or not cls.__flags__ & _HEAP_TYPE:
+    if obj is None or not cls.__flags__ & _HEAP_TYPE \
+            or cls.__module__ != namespace.get("__name__", "builtins"):
         return None
     try:
         found = inspect.getattr_static(obj, attr)
@@ -204,7 +209,7 @@ def _global_reads(fn: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[
     those of the notebook's functions it reads in turn (a class of the notebook: its
     ``__init__``'s); empty for anything else."""
     if isinstance(fn, type):
-        fn = _method(fn, "__init__")
+        fn = _method(fn, "__init__", namespace)
     if not isinstance(fn, types.FunctionType) or fn.__globals__ is not namespace:
         return set()
     names = set(_code_globals(fn.__code__))
