@@ -96,7 +96,8 @@ class BatchRun(BatchJoin):
         self.moved_in_place: set[str] = set()
         # the batched inputs each batch left as its copy of their rows (`X += 1`, `X[0] = 5`,
         # a function that changes it): written into the user's arrays at the commit
-        self.uploads: dict[str, Any] = {}  # this batch's copies, weakly
+        self.changeable = [n for n in self.inputs if n in plan.stored]  # those it may
+        self.uploads: dict[str, Any] = {}  # this batch's copies of them, weakly
         self.in_place_rows: set[str] = set()
         self.current, self.n_batches = (0, 0, 0), 0
         self.peak = be.pool_used()
@@ -138,8 +139,7 @@ class BatchRun(BatchJoin):
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
             given, watched, token = self.given(i, work)
-            self.uploads = {n: weakref.ref(work[n]) for n in self.inputs
-                            if n in self.plan.stored}
+            self.uploads = {n: weakref.ref(work[n]) for n in self.changeable}
             t1 = time.perf_counter()
             try:
                 with as_main(work, self.namespace, self.plan.stored), self.echo.batch():

@@ -18,14 +18,11 @@ def rows_on_host(bp: BatchPlan, namespace: dict[str, Any], report: RunReport,
                  be: Backend) -> None:
     """Gathered results live on the host: say so in the namespace and the report."""
     gathered = set(bp.gathered)
-    named = {info.name for info in report.outputs}
-    for name in bp.in_place:  # the user's own array again: commit saw nothing rebound
-        if name not in named:
-            kind = describe_value(namespace[name], be)[0]
-            report.outputs.append(OutputInfo(name, kind, IN_PLACE, namespace[name].nbytes))
     for k, info in enumerate(report.outputs):
         if info.name in gathered and isinstance(namespace.get(info.name), np.ndarray):
             namespace[info.name] = be.to_host(namespace[info.name])
             report.outputs[k] = OutputInfo(info.name, info.kind.replace(" on device", ""),
-                                           IN_PLACE if info.name in bp.in_place else
                                            "host (rows gathered)", info.nbytes)
+    for name in bp.in_place:  # the user's own array again, which commit left out as unbound
+        kind = describe_value(namespace[name], be)[0]
+        report.outputs.append(OutputInfo(name, kind, IN_PLACE, namespace[name].nbytes))

@@ -67,15 +67,9 @@ def stale_global(source: str, namespace: Mapping[str, Any],
             if fn is None:
                 continue
             reads, outside = _global_reads(fn, namespace), True
-            held = _holds_changed(obj, inputs, first, index, tree) \
-                if isinstance(fn, types.FunctionType) and fn.__globals__ is namespace else None
+            held = _holds_changed(obj, inputs, first, index, tree)
             if held:
-                x, at = held
-                return (f"line {line} calls {name}(), a method from an earlier cell, after "
-                        f"the cell changes the input {x} in its device copy (line {at}): "
-                        f"{base} holds your {x}, which that change does not reach until the "
-                        f"cell succeeds, where in a plain cell {name}() reads the changed "
-                        f"one; pass {x} to it as an argument")
+                return _stale_holder(line, name, "a method from an earlier cell,", base, held)
         else:
             reads, outside = _global_reads(namespace.get(name), namespace), True
         for read in reads:
@@ -93,13 +87,19 @@ def stale_global(source: str, namespace: Mapping[str, Any],
             if when is None and read not in inputs:
                 held = _holds_changed(namespace.get(read), inputs, first, index, tree)
                 if held:
-                    x, at = held
-                    return (f"line {line} calls {name}(), which reads {read} as its global, "
-                            f"after the cell changes the input {x} in its device copy (line "
-                            f"{at}): {read} holds your {x}, which that change does not "
-                            f"reach until the cell succeeds, where in a plain cell {name}() "
-                            f"reads the changed one; pass {x} to it as an argument")
+                    return _stale_holder(line, name, f"which reads {read} as its global,",
+                                         read, held)
     return None
+
+
+def _stale_holder(line: int, call: str, what: str, holder: str, held: tuple[str, int]) -> str:
+    """The refusal of a call (``what`` it is) that reads ``holder``, which holds the input
+    the cell changed (``held``: its name and the change's line)."""
+    x, at = held
+    return (f"line {line} calls {call}(), {what} after the cell changes the input {x} in its "
+            f"device copy (line {at}): {holder} holds your {x}, which that change does not "
+            f"reach until the cell succeeds, where in a plain cell {call}() reads the changed "
+            f"one; pass {x} to it as an argument")
 
 
 def _before(when: int, index: int, tree: ast.Module) -> bool:
@@ -188,8 +188,9 @@ def _binds(node: ast.AST) -> list[tuple[str, int]]:
 
 
 def _method(obj: Any, attr: str, namespace: Mapping[str, Any]) -> Any:
-    """The function ``obj.attr`` runs, looked up without running any code of ``obj``'s
-    (a property, ``__getattr__``): a method, a static or class method; else None. Only for
+    """The notebook's function ``obj.attr`` runs, looked up without running any code of
+    ``obj``'s (a property, ``__getattr__``): a method, a static or class method; else None.
+    Only for
     a class the notebook wrote (a heap type whose ``__module__`` is the namespace's
     ``__name__``, ``builtins`` where it has none): an array's, a list's, a module's or a
     library's methods are skipped at once (each lookup takes ~2 us)."""
@@ -201,7 +202,13 @@ def _method(obj: Any, attr: str, namespace: Mapping[str, Any]) -> Any:
         found = inspect.getattr_static(obj, attr)
     except AttributeError:
         return None
-    return getattr(found, "__func__", found)
+    found = getattr(found, "__func__", found)
+    return found if _of_notebook(found, namespace) else None
+
+
+def _of_notebook(fn: Any, namespace: Mapping[str, Any]) -> bool:
+    """Whether ``fn`` is a Python function written in the notebook (its globals are it)."""
+    return isinstance(fn, types.FunctionType) and fn.__globals__ is namespace
 
 
 def _global_reads(fn: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[str]:
@@ -210,7 +217,7 @@ def _global_reads(fn: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[
     ``__init__``'s); empty for anything else."""
     if isinstance(fn, type):
         fn = _method(fn, "__init__", namespace)
-    if not isinstance(fn, types.FunctionType) or fn.__globals__ is not namespace:
+    if not _of_notebook(fn, namespace):
         return set()
     names = set(_code_globals(fn.__code__))
     if depth < _DEPTH:
