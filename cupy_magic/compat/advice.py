@@ -250,6 +250,12 @@ def classify(exc: BaseException) -> tuple[str, str] | None:
 _ARRAY_LIMITS: tuple[tuple[type[BaseException], re.Pattern[str], str, str], ...] = (
     (IndexError, re.compile(r"unsupported iterator index"),
      "x.flat[...] with an array index", "x.ravel()[i]"),
+    # ndarray.sort and .partition sort in place only contiguous arrays (a reversed or strided
+    # view, x[:, ::-1].sort(axis=1), or a transpose); np.sort copies first, then sorts
+    (NotImplementedError, re.compile(r"non-contiguous array is not supported"),
+     "sorting a non-contiguous view in place (x[:, ::-1].sort(), x.T.sort())",
+     "x[...] = np.sort(x, axis=...), which writes the sorted copy back (np.partition for "
+     ".partition())"),
     (TypeError, re.compile(r"'Flags' object does not support item assignment"),
      "setting x.flags (a device array cannot be made read-only)",
      "keep a copy (y = x.copy()) where a read-only flag was meant"),

@@ -142,3 +142,22 @@ def test_out_cupy_fails_on_is_written_as_numpy_writes_it(gpu):
     np.testing.assert_array_equal(gpu.user_ns["out"], np.percentile(a, 50, axis=0))
     np.testing.assert_array_equal(gpu.user_ns["q"], np.nanquantile(a, 0.5, axis=0))
     assert gpu.user_ns["same"] is True
+
+
+def test_sorting_a_strided_view_in_place_is_refused_and_the_fix_runs(gpu):
+    # CuPy's ndarray.sort sorts only contiguous arrays; NumPy sorts a reversed view in place
+    x = np.array([[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]])
+    gpu.user_ns["x"] = x
+    result = gpu.run_cell("%%gpu --quiet --to-host\nv = x[:, ::-1]\nv.sort(axis=1)\n")
+    text = str(result.error_in_exec)
+    assert text.startswith("line 2 `v.sort(axis=1)`: CuPy does not support sorting a "
+                           "non-contiguous view in place"), text
+    assert "x[...] = np.sort(x, axis=...)" in text and "\n" not in text
+    assert gpu.user_ns["x"] is x and x.tolist() == [[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]]
+    assert "v" not in gpu.user_ns
+
+    gpu.run_cell_magic("gpu", "--quiet --to-host", "v = x[:, ::-1]\nv[...] = np.sort(v, axis=1)\n")
+    expected = np.array([[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]])
+    expected[:, ::-1].sort(axis=1)
+    np.testing.assert_array_equal(gpu.user_ns["x"], expected)
+    assert gpu.user_ns["x"] is x

@@ -75,6 +75,8 @@ def test_calls_with_effects_are_not_tried_on_numpy(tmp_path):
 
 @pytest.mark.parametrize(("error", "what"), [
     (IndexError("unsupported iterator index"), "x.flat[...] with an array index"),
+    (NotImplementedError("Sorting non-contiguous array is not supported."),
+     "sorting a non-contiguous view in place"),
     (TypeError("'Flags' object does not support item assignment"), "setting x.flags"),
     (TypeError("operand type(s) all returned NotImplemented from __array_ufunc__(<ufunc "
                "'equal'>, '__call__', array([1., 2.]), [1.0, 2.0])"), "an operator between"),
