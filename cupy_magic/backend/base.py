@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -193,6 +193,18 @@ class Backend:
         """For each copy :meth:`watch` noted, whether its contents differ now (``True`` for
         a weakly held one that is gone)."""
         raise NotImplementedError
+
+    def watch_queued(self, copies: list[Any]) -> Any:
+        """:meth:`watch`, held weakly, for work queued on the current stream (a batch's on
+        its slot's): on a GPU the fingerprints are queued there, nothing waits. Give the
+        token to :meth:`changed_queued` after the work."""
+        return self.watch(copies, [True] * len(copies))
+
+    def changed_queued(self, token: Any) -> Callable[[], list[bool]]:
+        """:meth:`changed` for a :meth:`watch_queued` token, as a function to call once the
+        stream's work is done (the host backend's answer is known at once)."""
+        answer = self.changed(token)
+        return lambda: answer
 
     def to_host_into(self, value: Any, out: np.ndarray) -> None:
         """Copy ``value`` (a device array, or a NumPy one) into ``out``, a host array of

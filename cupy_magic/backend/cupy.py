@@ -8,7 +8,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -277,6 +277,12 @@ class CupyBackend(Backend):
 
     def changed(self, token: Any) -> list[bool]:
         return token.changed()
+
+    def watch_queued(self, copies: list[Any]) -> Any:
+        return DeviceFingerprints(self.cp, copies, [True] * len(copies), wait=False)
+
+    def changed_queued(self, token: Any) -> Callable[[], list[bool]]:
+        return token.queue_changed()
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)

@@ -153,7 +153,8 @@ class DeviceFingerprints:
     """The fingerprints of CuPy device copies on the current device: taken at once and
     again by :meth:`changed`, into words of this watch's own."""
 
-    def __init__(self, cp: Any, copies: list[Any], weak: Sequence[bool] = ()) -> None:
+    def __init__(self, cp: Any, copies: list[Any], weak: Sequence[bool] = (),
+                 wait: bool = True) -> None:
         self.cp = cp
         self.copies = holders(copies, weak)  # a copy gone by the end reads as changed
         self.device = cp.cuda.Device().id
@@ -166,7 +167,9 @@ class DeviceFingerprints:
             self._launch(copy, k)
         # done before the cell runs: a stream the cell makes (non-blocking) is not ordered
         # after this one, and a write on it must not come before the first fingerprint
-        cp.cuda.get_current_stream().synchronize()
+        # (``wait`` false: a batch's watch, whose work runs on the slot's stream)
+        if wait:
+            cp.cuda.get_current_stream().synchronize()
 
     def _launch(self, copy: Any, k: int) -> None:
         if copy.size == 0:
@@ -189,6 +192,27 @@ class DeviceFingerprints:
                     self._launch(copy, n + k)
             both = self.prints.get()
         return [copy is None or bool(both[k] != both[n + k]) for k, copy in enumerate(alive)]
+
+    def queue_changed(self) -> Callable[[], list[bool]]:
+        """Queue the second fingerprints on the current stream now, without waiting; the
+        function returned waits for that stream and compares (a batched run calls it once
+        the slot's batch is done). The copies are not held meanwhile: one gone by now reads
+        as changed."""
+        cp, n = self.cp, len(self.copies)
+        alive = [held() for held in self.copies]
+        gone = [copy is None for copy in alive]
+        for k, copy in enumerate(alive):
+            if copy is not None:
+                self._launch(copy, n + k)
+        del alive
+        stream = cp.cuda.get_current_stream()
+
+        def read() -> list[bool]:
+            with cp.cuda.Device(self.device):
+                stream.synchronize()
+                both = self.prints.get()
+            return [g or bool(both[k] != both[n + k]) for k, g in enumerate(gone)]
+        return read
 
     def __del__(self) -> None:  # its words go back to the spares (no CUDA call here)
         spares = _SPARE.get(getattr(self, "device", -1))

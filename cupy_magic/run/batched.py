@@ -30,6 +30,7 @@ from .batching import (
     size_rows,
 )
 from .batchjoin import BatchJoin
+from .batchwatch import BatchWatch
 from .commit import commit
 from .echo import BatchEcho
 from .errors import CellError, fail, frames_freed, unawaited_quiet
@@ -104,6 +105,9 @@ class BatchRun(BatchJoin):
         self.cost: BatchCost | None = None  # measured on the first batch
         self.replay: GraphReplay | None = None  # CUDA graphs of the full batches (rest)
         self.echo = BatchEcho()  # what the batches print: shown once
+        # the inputs a later batch may change unseen, as the first did not (`f(x)`)
+        self.later = BatchWatch(be, [n for n in plan.inputs if n not in plan.stored
+                                     and n not in plan.only_read], "a batched run")
 
     # --- what a run over several devices changes (cupy_magic.run.devices) ----------------
     def engine(self) -> Any:
@@ -128,6 +132,7 @@ class BatchRun(BatchJoin):
         if i == 0:
             self.first_slot = slot  # the measuring batch's (another device's if measured again)
         self.eng.wait(slot)
+        self.later.check(slot)  # what the slot's last batch changed unseen (BatchWatch)
         self.eng.start(slot)
         work = dict(self.base)
         t0 = time.perf_counter()
@@ -138,6 +143,7 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
+            later = self.later.start(i, work)
             given, watched, token = self.given(i, work)
             self.uploads = {n: weakref.ref(work[n]) for n in self.changeable}
             t1 = time.perf_counter()
@@ -153,6 +159,7 @@ class BatchRun(BatchJoin):
                     with unawaited_quiet():
                         work.clear()
                 raise
+            self.later.end(slot, later)
             if watched:
                 self.take_watch(watched, token, given, work)
             self.collect(i, a, b, slot, work, given)
@@ -284,6 +291,7 @@ class BatchRun(BatchJoin):
                     self.batch(i, a, b)
                 progress.step(1, (b - a) * self.row_bytes)
             self.eng.drain()
+            self.later.check()
         replay.finish()
         self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)

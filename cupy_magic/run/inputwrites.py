@@ -29,7 +29,7 @@ from ..backend import Backend
 from ..backend.writes import holders
 from .errors import CellError
 
-__all__ = ["InputWatch"]
+__all__ = ["InputWatch", "unseen_change"]
 
 _NONE: frozenset[str] = frozenset()
 
@@ -118,18 +118,24 @@ class InputWatch:
 
     def refuse_unseen(self, run: str) -> None:
         """Raise if the cell changed a watched input: ``run`` (a batched run, a run over
-        several devices) cannot write back a change its source does not show, and checks
-        the first batch only (the others run as it did, on other rows)."""
+        several devices) cannot write back a change its source does not show. This watches
+        the first batch; :class:`~.batchwatch.BatchWatch` the others."""
         changed = self.changed()
         if changed:
-            name = sorted(changed)[0]
-            raise CellError(
-                f"the cell changes {name!r} through another name than its own (an alias, a "
-                f"view or a function it is passed to), which {run} cannot write back; change "
-                f"it through its name ({name}[...] = ..., {name} += ...), or run the cell "
-                "whole (a larger budget, no --batch)")
+            raise CellError(unseen_change(sorted(changed)[0], run))
 
     def commit_plan(self, plan: Any) -> Any:
         """``plan`` with the inputs the cell changed unseen among the names it stores."""
         changed = self.changed()
         return replace(plan, stored=plan.stored | changed) if changed - plan.stored else plan
+
+
+def unseen_change(name: str, run: str, batch: int = 0) -> str:
+    """The refusal of a change to the input ``name`` that the source does not show, made in
+    ``run`` (a batched run, a run over several devices), in its batch ``batch`` (1-based;
+    0: the first, said without a number)."""
+    where = f" in batch {batch}" if batch > 1 else ""
+    return (f"the cell changes {name!r}{where} through another name than its own (an alias, "
+            f"a view or a function it is passed to), which {run} cannot write back; change "
+            f"it through its name ({name}[...] = ..., {name} += ...), or run the cell whole "
+            "(a larger budget, no --batch)")
