@@ -54,6 +54,5 @@ class BatchWatch:
             (q for s in list(self.pending) for q in self.pending.pop(s)), key=lambda q: q[0])
         for i, names, read in queued:  # in batch order: the first change is the one named
             changed = [n for n, c in zip(names, read(), strict=True) if c]
-            if changed:
-                self.pending.clear()
+            if changed:  # the others stay queued: the run's abort drains the streams first
                 raise CellError(unseen_change(changed[0], self.run, i + 1))
