@@ -106,8 +106,9 @@ class BatchRun(BatchJoin):
         self.replay: GraphReplay | None = None  # CUDA graphs of the full batches (rest)
         self.echo = BatchEcho()  # what the batches print: shown once
         # the inputs a later batch may change unseen, as the first did not (`f(x)`)
-        self.later = BatchWatch(be, [n for n in plan.inputs if n not in plan.stored
-                                     and n not in plan.only_read], "a batched run")
+        unseen = [n for n in plan.inputs if n not in plan.stored | plan.only_read]
+        self.later = BatchWatch(be, [n for n in unseen if n in self.inputs],
+                                [n for n in unseen if n not in self.inputs], "a batched run")
 
     # --- what a run over several devices changes (cupy_magic.run.devices) ----------------
     def engine(self) -> Any:
@@ -131,8 +132,7 @@ class BatchRun(BatchJoin):
         slot = self.slot_for(i, a, b)
         if i == 0:
             self.first_slot = slot  # the measuring batch's (another device's if measured again)
-        self.eng.wait(slot)
-        self.later.check(slot)  # what the slot's last batch changed unseen (BatchWatch)
+        self.waited(slot)
         self.eng.start(slot)
         work = dict(self.base)
         t0 = time.perf_counter()
@@ -143,7 +143,7 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
-            later = self.later.start(i, work)
+            later = self.later.start(self.current, work)
             given, watched, token = self.given(i, work)
             self.uploads = {n: weakref.ref(work[n]) for n in self.changeable}
             t1 = time.perf_counter()
@@ -159,7 +159,8 @@ class BatchRun(BatchJoin):
                     with unawaited_quiet():
                         work.clear()
                 raise
-            self.later.end(slot, later)
+            self.refuse_later(self.later.end(slot, later))
+            later = None  # the copies it held: freed with the rows below
             if watched:
                 self.take_watch(watched, token, given, work)
             self.collect(i, a, b, slot, work, given)
@@ -167,6 +168,16 @@ class BatchRun(BatchJoin):
             self.cost = BatchCost(max(0.0, time.perf_counter() - t1 - built.seconds), t1 - t0,
                                   (b - a) * self.row_bytes, host=not self.be.is_gpu)
         self.eng.record(slot)
+
+    def waited(self, slot: int) -> None:
+        """Wait for the slot's last batch, and refuse a change it made unseen (BatchWatch)."""
+        self.eng.wait(slot)
+        self.refuse_later(self.later.check(slot))
+
+    def refuse_later(self, found: tuple[tuple[int, int, int], str] | None) -> None:
+        if found is not None:
+            self.current = found[0]  # the failure names the batch that changed it
+            raise CellError(found[1])
 
     def given(self, i: int, work: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
                                                              Any]:
@@ -291,7 +302,7 @@ class BatchRun(BatchJoin):
                     self.batch(i, a, b)
                 progress.step(1, (b - a) * self.row_bytes)
             self.eng.drain()
-            self.later.check()
+            self.refuse_later(self.later.check())
         replay.finish()
         self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)

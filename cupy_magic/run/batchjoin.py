@@ -72,6 +72,7 @@ class BatchJoin:
     moved_in_place: set[str]
     uploads: dict[str, Callable[[], Any]]
     in_place_rows: set[str]
+    absent: set[str]  # the batched inputs the cell only read and then deleted (last batch)
 
     def collect(self, i: int, a: int, b: int, slot: int, work: dict[str, Any],
                 given: dict[str, Callable[[], Any]]) -> None:
@@ -131,6 +132,7 @@ class BatchJoin:
         # are dropped now: their device memory goes back to the slot's pool arena, and the next
         # batch does not run beside them (the first batch, which sizes the rest, did not).
         read_only = [n for n in self.inputs if n not in self.plan.stored]
+        self.absent = {n for n in read_only if n not in work}  # `del x`: not the user's again
         for name in (*self.specs, *self.opts.reduce, *read_only, *self.left):
             work.pop(name, None)
         self.last_work = work
@@ -231,7 +233,7 @@ class BatchJoin:
         """The last batch's other results; unrebound batched inputs: the user's arrays."""
         kept = dict(self.last_work)
         for name in self.inputs:
-            if name not in self.specs and name not in self.plan.stored:
+            if name not in self.specs and name not in self.plan.stored | self.absent:
                 kept[name] = self.namespace[name]
         for name in self.left:  # `if c: X = X * 2` that no batch ran: the user's X
             kept[name] = self.namespace[name]

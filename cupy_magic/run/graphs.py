@@ -120,7 +120,7 @@ class GraphReplay:
         if self.released():
             return False
         self.run.current = (i, a, b)
-        self.eng.wait(slot)
+        self.run.waited(slot)
         self.eng.start(slot)
         self.issued += self.replay(a, b, slot, self.graphs[slot])
         self.eng.record(slot)
@@ -136,7 +136,9 @@ class GraphReplay:
             for name, arr in run.inputs.items():
                 eng.upload_into(slot, name, arr, a, b, g.inputs[name])
             t1 = time.perf_counter()
+            later = None if check else run.later.start(run.current, g.inputs)  # (batchwatch)
             g.graph.launch(eng.streams[slot])
+            run.refuse_later(run.later.end(slot, later))
             for name, dev in g.outputs.items():
                 eng.download(slot, name, dev, run.out[name], a, b)
             if not check:
@@ -352,12 +354,7 @@ def graph_replay(run: Any, rows: int, bounds: list[tuple[int, int]]) -> GraphRep
     the report's line)."""
     full = sum(1 for a, b in bounds if b - a == rows)
     out_row = sum(a.nbytes for a in run.out.values()) // run.total  # row results' bytes
-    refusal = run.plan.graph_refusal
-    if refusal == "" and run.later.names:  # a replayed batch runs no Python to watch it
-        refusal = (f"the cell may change {run.later.names[0]!r} through another name (a "
-                   "function it is passed to, an alias), which each launched batch checks "
-                   "and a replayed one would not")
-    capture, why_not = consider(refusal, run.opts.graph, run.be.is_gpu,
+    capture, why_not = consider(run.plan.graph_refusal, run.opts.graph, run.be.is_gpu,
                                 run.cost, rows, run.row_bytes, full, run.eng.slots, out_row)
     note = GraphNote(why_not=why_not or "") if capture or why_not is not None else None
     return GraphReplay(run, rows, full, note, on=capture)

@@ -29,7 +29,7 @@ from ..backend import Backend
 from ..backend.writes import holders
 from .errors import CellError
 
-__all__ = ["InputWatch", "unseen_change"]
+__all__ = ["InputWatch", "layout", "unseen_change"]
 
 _NONE: frozenset[str] = frozenset()
 
@@ -39,7 +39,7 @@ def _writeable(arr: Any) -> bool:
     return bool(getattr(arr.flags, "writeable", True))
 
 
-def _layout(arr: Any) -> tuple[Any, ...]:
+def layout(arr: Any) -> tuple[Any, ...]:
     """What a change of ``arr``'s metadata alters (``y = x; y.shape = (2, 3)`` reshapes
     ``x`` in a plain cell, ``x.flags.writeable = False`` makes it read-only) and its bytes'
     fingerprint does not see."""
@@ -74,7 +74,7 @@ class InputWatch:
             copies = [moved[n] for n in self.names]
             weak = [n in unsure and n not in self.unguarded for n in self.names]
             self.copies = holders(copies, weak)
-            self.layouts = [_layout(c) for c in copies]
+            self.layouts = [layout(c) for c in copies]
             self.token = be.watch(copies, weak)
         # the unsure inputs' copies, held weakly, to see whether their names hold them at the
         # end: those the source can only read (`if c: x = x * 2`) need no fingerprint
@@ -92,7 +92,7 @@ class InputWatch:
         changed = self._changed = {
             n for n, c, held, was in zip(self.names, self.be.changed(self.token), self.copies,
                                          self.layouts, strict=True)
-            if c or (copy := held()) is None or _layout(copy) != was}  # c: a copy gone
+            if c or (copy := held()) is None or layout(copy) != was}  # c: a copy gone
         for name in sorted(changed):
             if name in self.unguarded:
                 raise CellError(
@@ -133,8 +133,9 @@ class InputWatch:
 def unseen_change(name: str, run: str, batch: int = 0) -> str:
     """The refusal of a change to the input ``name`` that the source does not show, made in
     ``run`` (a batched run, a run over several devices), in its batch ``batch`` (1-based;
-    0: the first, said without a number)."""
-    where = f" in batch {batch}" if batch > 1 else ""
+    0: the first, said without a number; -1: one after the first, to a copy all share)."""
+    where = f" in batch {batch}" if batch > 1 else " in a batch after the first" \
+        if batch < 0 else ""
     return (f"the cell changes {name!r}{where} through another name than its own (an alias, "
             f"a view or a function it is passed to), which {run} cannot write back; change "
             f"it through its name ({name}[...] = ..., {name} += ...), or run the cell whole "
