@@ -105,10 +105,7 @@ class BatchRun(BatchJoin):
         self.cost: BatchCost | None = None  # measured on the first batch
         self.replay: GraphReplay | None = None  # CUDA graphs of the full batches (rest)
         self.echo = BatchEcho()  # what the batches print: shown once
-        # the inputs a later batch may change unseen, as the first did not (`f(x)`)
-        unseen = [n for n in plan.inputs if n not in plan.stored | plan.only_read]
-        self.later = BatchWatch(be, [n for n in unseen if n in self.inputs],
-                                [n for n in unseen if n not in self.inputs], "a batched run")
+        self.later = BatchWatch.of(be, plan, self.inputs, "a batched run")  # (`f(x)`)
 
     # --- what a run over several devices changes (cupy_magic.run.devices) ----------------
     def engine(self) -> Any:
@@ -143,7 +140,7 @@ class BatchRun(BatchJoin):
                 self.eng.record(slot)
                 self.eng.wait(slot)
             watch = self.watch_first(work) if i == 0 else None
-            later = self.later.start(self.current, work)
+            later = self.later.start(self.at(), work, self.left)
             given, watched, token = self.given(i, work)
             self.uploads = {n: weakref.ref(work[n]) for n in self.changeable}
             t1 = time.perf_counter()
@@ -174,9 +171,12 @@ class BatchRun(BatchJoin):
         self.eng.wait(slot)
         self.refuse_later(self.later.check(slot))
 
-    def refuse_later(self, found: tuple[tuple[int, int, int], str] | None) -> None:
-        if found is not None:
-            self.current = found[0]  # the failure names the batch that changed it
+    def at(self) -> tuple[tuple[int, int, int], Any]:
+        return self.current, getattr(self, "device", None)  # (a run over several devices')
+
+    def refuse_later(self, found: tuple[Any, str] | None) -> None:
+        if found is not None:  # the failure names the batch (and device) that changed it
+            self.current, self.device = found[0] or self.at()
             raise CellError(found[1])
 
     def given(self, i: int, work: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
@@ -352,8 +352,8 @@ class BatchRun(BatchJoin):
         self.first.clear()
         graphs = self.replay.graphs if self.replay is not None else {}
         for table in (graphs, self.partials, self.partial_rows, self.out, self.last_work,
-                      self.base):
-            table.clear()  # the graphs first, then the buffers they write
+                      self.base, self.later):
+            table.clear()  # the graphs first, then the buffers they write (and the watch's)
 
 
 def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,

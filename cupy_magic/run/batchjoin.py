@@ -132,7 +132,16 @@ class BatchJoin:
         # are dropped now: their device memory goes back to the slot's pool arena, and the next
         # batch does not run beside them (the first batch, which sizes the rest, did not).
         read_only = [n for n in self.inputs if n not in self.plan.stored]
-        self.absent = {n for n in read_only if n not in work}  # `del x`: not the user's again
+        absent = {n for n in read_only if n not in work}  # `del x`: not the user's again
+        if i and absent != self.absent:
+            name = sorted(absent ^ self.absent)[0]
+            raise CellError(
+                f"batch {i + 1} {'deleted' if name in absent else 'kept'} {name!r} and the first "
+                f"batch {'kept' if name in absent else 'deleted'} it: which one depends on the "
+                "rows, where a plain cell deletes it or not for all of them; decide it for "
+                "the whole array before the cell, or run the cell whole (no --batch, a larger "
+                "budget)")
+        self.absent = absent
         for name in (*self.specs, *self.opts.reduce, *read_only, *self.left):
             work.pop(name, None)
         self.last_work = work

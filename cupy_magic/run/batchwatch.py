@@ -24,53 +24,60 @@ from .inputwrites import layout, unseen_change
 
 __all__ = ["BatchWatch"]
 
-Bounds = tuple[int, int, int]  # a batch's number (from 0) and rows a:b
-Found = tuple[Bounds, str]  # the batch that changed an input, and the refusal
+Where = tuple[tuple[int, int, int], Any]  # a batch's number (from 0), rows a:b; its device
+Found = tuple[Where | None, str]  # the batch that changed an input (None: unknown), the refusal
 
 
 class BatchWatch:
-    """The watch of the inputs the cell reads, does not store, and may change through
-    another name (not ``only_read``): ``batched`` in each batch after the first, ``shared``
-    over the run; ``run`` names the run in the refusal (``"a batched run"``)."""
+    """The watch of the inputs the cell may change through another name (not
+    ``only_read``): ``batched``, those it does not store, and ``maybe``, those it may
+    rebind, where the first batch left them as it got them, in each batch after the first;
+    ``shared`` over the run; ``run`` names the run in the refusal (``"a batched run"``)."""
 
-    def __init__(self, be: Backend, batched: list[str], shared: list[str], run: str) -> None:
-        self.be, self.batched, self.shared, self.run = be, batched, shared, run
-        # per slot: (batch, names, their layouts, the reader of the queued comparison)
-        self.pending: dict[int, list[tuple[Bounds, list[str], list[Any],
-                                           Callable[[], list[bool]]]]] = {}
+    def __init__(self, be: Backend, batched: list[str], maybe: list[str], shared: list[str],
+                 run: str) -> None:
+        self.be, self.batched, self.maybe, self.shared, self.run = be, batched, maybe, shared, run
+        # per slot: (batch, names, the reader of the queued comparison)
+        self.pending: dict[int, list[tuple[Where, list[str], Callable[[], list[bool]]]]] = {}
         self.whole: list[tuple[str, Any]] = []  # (name, watch) of each shared copy
         self.seen: set[int] = set()  # the shared copies watched (by id; one per device)
 
-    @property
-    def names(self) -> list[str]:
-        return [*self.batched, *self.shared]
+    @classmethod
+    def of(cls, be: Backend, plan: Any, batched: dict[str, Any], run: str) -> BatchWatch:
+        """The watch of a run of ``plan`` (a :class:`~.plan.CellPlan`) over ``batched``."""
+        unseen = [n for n in plan.inputs if n not in plan.only_read
+                  and (n not in plan.stored or n in plan.unseen)]
+        return cls(be, [n for n in unseen if n in batched and n not in plan.stored],
+                   [n for n in unseen if n in batched and n in plan.stored],
+                   [n for n in unseen if n not in batched], run)
 
-    def start(self, batch: Bounds, work: dict[str, Any]) -> Any:
+    def start(self, where: Where, work: dict[str, Any], left: set[str]) -> Any:
         """Fingerprint the batch's copies (after their upload, before the cell, on the slot's
         stream; for the first batch, which :class:`InputWatch` watches, only the shared
-        copies not yet watched); give what it returns to :meth:`end` after the cell."""
+        copies not yet watched); ``left``: the inputs the first batch left as it got them.
+        Give what it returns to :meth:`end` after the cell."""
         for name in self.shared:
             copy = work.get(name)
             if copy is not None and id(copy) not in self.seen:  # waits: other streams follow
                 self.seen.add(id(copy))
                 self.whole.append((name, self.be.watch([copy])))
-        names = [n for n in self.batched if n in work] if batch[0] else []
+        names = [n for n in (*self.batched, *(m for m in self.maybe if m in left))
+                 if n in work] if where[0][0] else []
         if not names:
             return None
         copies = [work[n] for n in names]  # held until end(): `del x` in the cell frees none
-        return batch, names, copies, [layout(c) for c in copies], self.be.watch_queued(copies)
+        return where, names, copies, [layout(c) for c in copies], self.be.watch_queued(copies)
 
     def end(self, slot: int, started: Any) -> Found | None:
         """After the cell ran (or a graph replayed) the batch on ``slot``'s stream: queue the
         comparison; a new layout is found at once."""
         if started is None:
             return None
-        batch, names, copies, layouts, token = started
+        where, names, copies, layouts, token = started
         moved = [n for n, c, was in zip(names, copies, layouts, strict=True) if layout(c) != was]
         if moved:
-            return batch, unseen_change(moved[0], self.run, batch[0] + 1)
-        self.pending.setdefault(slot, []).append(
-            (batch, names, layouts, self.be.changed_queued(token)))
+            return where, unseen_change(moved[0], self.run, where[0][0] + 1)
+        self.pending.setdefault(slot, []).append((where, names, self.be.changed_queued(token)))
         return None
 
     def check(self, slot: int | None = None) -> Found | None:
@@ -79,13 +86,18 @@ class BatchWatch:
         waited for; None if there was none. The others stay queued: a refused run's abort
         drains the streams before their fingerprint words go back to the spares."""
         queued = self.pending.pop(slot, []) if slot is not None else sorted(
-            (q for s in list(self.pending) for q in self.pending.pop(s)), key=lambda q: q[0])
-        for batch, names, _, read in queued:
+            (q for s in list(self.pending) for q in self.pending.pop(s)), key=lambda q: q[0][0])
+        for where, names, read in queued:
             changed = [n for n, c in zip(names, read(), strict=True) if c]
             if changed:
-                return batch, unseen_change(changed[0], self.run, batch[0] + 1)
+                return where, unseen_change(changed[0], self.run, where[0][0] + 1)
         if slot is None:
             for name, token in self.whole:
                 if self.be.changed(token)[0]:
-                    return (0, 0, 0), unseen_change(name, self.run, -1)
+                    return None, unseen_change(name, self.run, -1)
         return None
+
+    def clear(self) -> None:
+        """Let the queued comparisons and the shared copies go (after the run's drain)."""
+        self.pending.clear()
+        self.whole.clear()

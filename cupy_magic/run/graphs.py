@@ -136,7 +136,7 @@ class GraphReplay:
             for name, arr in run.inputs.items():
                 eng.upload_into(slot, name, arr, a, b, g.inputs[name])
             t1 = time.perf_counter()
-            later = None if check else run.later.start(run.current, g.inputs)  # (batchwatch)
+            later = run.later.start(run.at(), g.inputs, run.left)  # (checking replays too)
             g.graph.launch(eng.streams[slot])
             run.refuse_later(run.later.end(slot, later))
             for name, dev in g.outputs.items():

@@ -75,3 +75,21 @@ def test_a_function_that_only_reads_runs_batched(ip, poisoned):
     assert report.batch.batches > 1 and ip.user_ns["x"] is x
     np.testing.assert_array_equal(x, keep)
     np.testing.assert_array_equal(ip.user_ns["s"], keep.sum(axis=1))
+
+
+def test_batches_that_delete_an_input_and_batches_that_keep_it_are_refused(ip, poisoned):
+    x = np.arange(1200.0).reshape(400, 3)
+    ip.user_ns["x"] = x
+    ip.user_ns.pop("s", None)
+    with pytest.raises(Exception, match=r"batch 6 kept 'x' and the first batch deleted it"):
+        ip.run_cell_magic("gpu", BATCHED, "s = x.sum(axis=1)\nif float(x.max()) < 900:\n"
+                          "    del x\n")
+    assert ip.user_ns["x"] is x and "s" not in ip.user_ns
+
+
+def test_a_rebinding_input_a_later_batch_changes_through_a_function_is_refused(ip, poisoned):
+    """The first batch leaves x as it got it (flag false); batch 6 changes it through shift:
+    a plain cell leaves the change in the user's array."""
+    ip.run_cell("def shift(a):\n    a[a.max(axis=1) > 900] -= 1\n")
+    ip.user_ns["flag"] = False
+    refused_in(ip, "shift(x)\nif flag:\n    x = x * 2\ns = x.sum(axis=1)\n", 6)
