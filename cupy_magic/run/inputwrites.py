@@ -133,8 +133,8 @@ class InputWatch:
 def unseen_change(name: str, run: str, batch: int = 0) -> str:
     """The refusal of a change to the input ``name`` that the source does not show, made in
     ``run`` (a batched run, a run over several devices), in its batch ``batch`` (1-based;
-    0: the first, said without a number; -1: one after the first, to a copy all share)."""
-    where = f" in batch {batch}" if batch > 1 else " in a batch after the first" \
+    0: the first, said without a number; -1: any, to the one copy all batches share)."""
+    where = f" in batch {batch}" if batch > 1 else " (one copy all batches share)" \
         if batch < 0 else ""
     return (f"the cell changes {name!r}{where} through another name than its own (an alias, "
             f"a view or a function it is passed to), which {run} cannot write back; change "

@@ -16,7 +16,7 @@ BATCHED = "--quiet --batch --batch-rows 60"
 
 def refused_in(ip, cell: str, batch: int | None, name: str = "x") -> None:
     """The cell stops in one line naming ``name`` and the batch that changed it (``None``: a
-    shared input, one copy for all batches: "a batch after the first"), and where it failed
+    shared input, one copy for all batches), and where it failed
     the same batch; the user's arrays keep their values and objects, and nothing the cell
     binds is committed."""
     x = np.arange(1200.0).reshape(400, 3)
@@ -24,7 +24,7 @@ def refused_in(ip, cell: str, batch: int | None, name: str = "x") -> None:
     keep = x.copy(), w.copy()
     ip.user_ns.update(x=x, w=w)
     ip.user_ns.pop("s", None)
-    where = f"in batch {batch}" if batch else "in a batch after the first"
+    where = f"in batch {batch}" if batch else r"\(one copy all batches share\)"
     with pytest.raises(Exception, match=rf"changes {name!r} {where} through another "
                                         r"name than its own") as caught:
         ip.run_cell_magic("gpu", BATCHED, cell)
