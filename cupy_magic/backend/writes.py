@@ -183,15 +183,9 @@ class DeviceFingerprints:
     def changed(self) -> list[bool]:
         """Whether each copy's bytes differ from when this was made, after all the work
         queued on the device so far (every stream: a cell may have made its own)."""
-        cp, n = self.cp, len(self.copies)
-        with cp.cuda.Device(self.device):
-            cp.cuda.runtime.deviceSynchronize()
-            alive = [held() for held in self.copies]
-            for k, copy in enumerate(alive):
-                if copy is not None:
-                    self._launch(copy, n + k)
-            both = self.prints.get()
-        return [copy is None or bool(both[k] != both[n + k]) for k, copy in enumerate(alive)]
+        with self.cp.cuda.Device(self.device):
+            self.cp.cuda.runtime.deviceSynchronize()
+            return self.queue_changed()()
 
     def queue_changed(self) -> Callable[[], list[bool]]:
         """Queue the second fingerprints on the current stream now, without waiting; the

@@ -135,12 +135,9 @@ class BatchJoin:
         absent = {n for n in read_only if n not in work}  # `del x`: not the user's again
         if i and absent != self.absent:
             name = sorted(absent ^ self.absent)[0]
-            raise CellError(
+            raise CellError(_rows_decide(
                 f"batch {i + 1} {'deleted' if name in absent else 'kept'} {name!r} and the first "
-                f"batch {'kept' if name in absent else 'deleted'} it: which one depends on the "
-                "rows, where a plain cell deletes it or not for all of them; decide it for "
-                "the whole array before the cell, or run the cell whole (no --batch, a larger "
-                "budget)")
+                f"batch {'kept' if name in absent else 'deleted'} it"))
         self.absent = absent
         for name in (*self.specs, *self.opts.reduce, *read_only, *self.left):
             work.pop(name, None)
@@ -156,11 +153,7 @@ class BatchJoin:
         elif left != (name in self.left):
             first = f"rebound {name!r}" if left else f"left {name!r} as it was"
             this = "left it as it was" if left else "rebound it"
-            raise CellError(
-                f"the first batch {first} and batch {i + 1} {this}: which one depends on "
-                "the rows, where a plain cell does one or the other for all of them; "
-                "decide it for the whole array before the cell (a condition computed in a "
-                "plain cell), or run the cell whole (no --batch, a larger budget)")
+            raise CellError(_rows_decide(f"the first batch {first} and batch {i + 1} {this}"))
         return left
 
     def _kept(self, name: str, kept: bool, i: int) -> None:
@@ -283,3 +276,10 @@ class BatchJoin:
         for name, parts in self.partials.items():
             final[name] = self.joined(name, parts)
         return final
+
+
+def _rows_decide(what: str) -> str:
+    """The refusal of batches that did different things (``what``) a plain cell does once."""
+    return (f"{what}: which one depends on the rows, where a plain cell does one or the other "
+            "for all of them; decide it for the whole array before the cell (a condition "
+            "computed in a plain cell), or run the cell whole (no --batch, a larger budget)")
