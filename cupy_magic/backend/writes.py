@@ -19,6 +19,7 @@ in 2**64. :func:`fingerprint_reference` is the same sum in NumPy.
 
 from __future__ import annotations
 
+import functools
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
@@ -99,8 +100,18 @@ extern "C" __global__ void cupy_magic_fingerprint(
     for (int offset = 16; offset > 0; offset >>= 1) {
         acc += __shfl_down_sync(0xffffffffu, acc, offset);
     }
+    // one atomic per block, not per warp: thousands on one word queue up in L2
+    __shared__ unsigned long long warps[32];
     if ((threadIdx.x & 31) == 0) {
-        atomicAdd(out, acc);
+        warps[threadIdx.x >> 5] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long sum = 0;
+        for (unsigned int k = 0; k < (blockDim.x + 31) / 32; ++k) {
+            sum += warps[k];
+        }
+        atomicAdd(out, sum);
     }
 }
 """
@@ -136,17 +147,23 @@ _SPARE: dict[int, list[Any]] = {}  # per device: word buffers no watch holds, fo
 _SPARES_KEPT = 4
 
 
-def _take_words(cp: Any, device: int, n: int) -> Any:
+def _take_words(cp: Any, device: int, n: int) -> tuple[Any, np.ndarray]:
     """A buffer of at least ``n`` words of device memory from no pool (not the cell's: its
-    pool figures and budget do not see them), a spare one if there is one: a ``cudaMalloc``
-    and ``cudaFree`` per cell would cost more than the fingerprints. Each watch alive has its
-    own (a cell that runs another through ``get_ipython().run_cell``, a worker's threads)."""
+    pool figures and budget do not see them), and one of as many words of page-locked host
+    memory (the fingerprints come back into it asynchronously, on the stream that made them:
+    a blocking copy waits behind the other streams' transfers), spare ones if there are: a
+    ``cudaMalloc`` and ``cudaFree`` per cell would cost more than the fingerprints. Each
+    watch alive has its own (a cell that runs another through ``get_ipython().run_cell``, a
+    worker's threads)."""
     spares = _SPARE.setdefault(device, [])
-    for i, words in enumerate(spares):
+    for i, (words, _) in enumerate(spares):
         if words.size >= n:
             return spares.pop(i)
+    n = max(n, 64)
     with cp.cuda.using_allocator(None):
-        return cp.empty(max(n, 64), dtype=cp.uint64)
+        words = cp.empty(n, dtype=cp.uint64)
+    pinned = cp.cuda.alloc_pinned_memory(8 * n)  # held by the array's buffer
+    return words, np.frombuffer(pinned, dtype=np.uint64, count=n)
 
 
 class DeviceFingerprints:
@@ -161,24 +178,27 @@ class DeviceFingerprints:
         if not _KERNEL:
             _KERNEL.append(cp.RawKernel(FINGERPRINT_KERNEL, "cupy_magic_fingerprint"))
         self._words = _take_words(cp, self.device, 2 * len(copies))
-        self.prints = self._words[:2 * len(copies)]
-        self.prints.fill(0)
+        self.prints = self._words[0][:2 * len(copies)]
+        # CUDA calls, not CuPy kernels: a batched run pays this host time for each batch
+        stream = cp.cuda.get_current_stream()
+        cp.cuda.runtime.memsetAsync(self.prints.data.ptr, 0, self.prints.nbytes, stream.ptr)
         for k, copy in enumerate(copies):
             self._launch(copy, k)
         # done before the cell runs: a stream the cell makes (non-blocking) is not ordered
         # after this one, and a write on it must not come before the first fingerprint
         # (``wait`` false: a batch's watch, whose work runs on the slot's stream)
         if wait:
-            cp.cuda.get_current_stream().synchronize()
+            stream.synchronize()
 
     def _launch(self, copy: Any, k: int) -> None:
         if copy.size == 0:
             return
         if not (copy.flags.c_contiguous or copy.flags.f_contiguous) or copy.data.ptr % 8:
             copy = copy.copy()  # not a fresh copy: read as a new, packed and aligned one
-        threads = 256
-        blocks = max(1, min(4096, -(-(copy.nbytes // 8) // threads)))
-        _KERNEL[0]((blocks,), (threads,), (copy, np.uint64(copy.nbytes), self.prints[k:]))
+        threads = 256  # a block per 256 words up to 1,024 (each thread loops over the rest)
+        blocks = max(1, min(1024, -(-(copy.nbytes // 8) // threads)))
+        out = np.uint64(self.prints.data.ptr + 8 * k)  # (the word's address, by value)
+        _KERNEL[0]((blocks,), (threads,), (copy, np.uint64(copy.nbytes), out))
 
     def changed(self) -> list[bool]:
         """Whether each copy's bytes differ from when this was made, after all the work
@@ -200,13 +220,17 @@ class DeviceFingerprints:
                 self._launch(copy, n + k)
         del alive
         stream = cp.cuda.get_current_stream()
+        both = self._words[1][:2 * n]  # back after the fingerprints, with nothing waiting
+        cp.cuda.runtime.memcpyAsync(both.ctypes.data, self.prints.data.ptr, both.nbytes,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        # the function holds this watch: its words go back to the spares with it, not while
+        # the copy into them is queued
+        return functools.partial(self._read, stream, both, gone)
 
-        def read() -> list[bool]:
-            with cp.cuda.Device(self.device):
-                stream.synchronize()
-                both = self.prints.get()
-            return [g or bool(both[k] != both[n + k]) for k, g in enumerate(gone)]
-        return read
+    def _read(self, stream: Any, both: np.ndarray, gone: list[bool]) -> list[bool]:
+        stream.synchronize()  # (done where the host waited for the batch)
+        n = len(gone)
+        return [g or bool(both[k] != both[n + k]) for k, g in enumerate(gone)]
 
     def __del__(self) -> None:  # its words go back to the spares (no CUDA call here)
         spares = _SPARE.get(getattr(self, "device", -1))

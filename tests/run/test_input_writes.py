@@ -174,6 +174,33 @@ def test_the_device_fingerprint_is_the_reference_sum(nbytes) -> None:
         assert prints.changed() == [True]
 
 
+@pytest.mark.gpu
+def test_queued_fingerprints_come_back_on_their_stream_without_a_wait() -> None:
+    """A batch's watch: fingerprints queued on a stream of its own, the answer copied back
+    on that stream (into page-locked words), read after the stream's later work; a change
+    queued on the stream between the two is seen, none reads unchanged, and the words go
+    back to the spares for the next watch."""
+    import cupy as cp
+
+    from cupy_magic.backend import writes
+
+    writes._SPARE.get(cp.cuda.Device().id, []).clear()  # (earlier tests' spares)
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = cp.arange(3 * 2**20, dtype=cp.float64)
+    with stream:  # the first watch is held by the function its queue_changed gives only
+        unchanged = writes.DeviceFingerprints(cp, [x], [True], wait=False).queue_changed()
+        hit = writes.DeviceFingerprints(cp, [x], [True], wait=False)  # (takes spare words)
+        x[2**20 + 7] += 1  # queued on the same stream, after the first fingerprints
+        changed = hit.queue_changed()
+    words = hit._words
+    del hit
+    assert changed() == [True] and unchanged() == [False]
+    assert int(words[1][0]) == fingerprint_reference(
+        (cp.asnumpy(x) - (np.arange(x.size) == 2**20 + 7)).tobytes())
+    del changed
+    assert any(w is words for w in writes._SPARE[cp.cuda.Device().id])
+
+
 def test_a_weakly_watched_copy_goes_with_its_last_name_and_then_reads_changed(ip, xp):
     """A watch holds the copies ``weak`` marks weakly (``if c: X = X * 2`` that ran lets
     ``X``'s copy go); one gone by the end reads as changed, one alive as its bytes say."""
