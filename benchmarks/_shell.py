@@ -18,3 +18,15 @@ def ipython_shell() -> Any:
         config.HistoryManager.enabled = False
         InteractiveShell.instance(config=config).run_line_magic("load_ext", "cupy_magic")
     return InteractiveShell.instance()
+
+
+def started_backend() -> tuple[Any, str]:
+    """cupy_magic's backend started as ``%load_ext`` starts it (its first launch done), and
+    its label for the results' file names: ``"gpu"`` or ``"host"`` (the CPU fallback)."""
+    import cupy_magic
+    from cupy_magic import backend
+
+    cupy_magic.device_info()
+    be = backend.current()
+    be.preheated.wait(60)
+    return be, "gpu" if be.is_gpu else "host"

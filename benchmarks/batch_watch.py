@@ -8,7 +8,9 @@ same input, batched into the same rows (``BatchOptions(rows=...)``), the CUDA-gr
 on and off, and reports the difference per batch:
 
 - ``inline``: the work written in the cell (no watch);
-- ``function``: the same work in a function the cell calls (each later batch watched).
+- ``function``: the same work in a function the cell calls (each later batch watched: the
+  function is this script's, not a cell's, so ``run/readers.py`` does not read its source;
+  one made in a notebook cell that only reads its argument is not watched at all).
 
 Each row is the best of ``--repeats`` timed runs after a first; the results are checked
 against NumPy's. The difference of the two includes the function call itself (a Python
@@ -39,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from _results import add_out, stamp, write  # noqa: E402
+from _shell import started_backend  # noqa: E402
 
 from cupy_magic.run.batchoptions import BatchOptions  # noqa: E402
 
@@ -64,12 +67,8 @@ def main() -> int:
     args = ap.parse_args()
 
     import cupy_magic
-    from cupy_magic import backend
 
-    cupy_magic.device_info()
-    be = backend.current()
-    be.preheated.wait(60)
-    label = "gpu" if be.is_gpu else "host"
+    be, label = started_backend()
     n = args.rows or (8_000_000 if be.is_gpu else 400_000)
     per = args.batch_rows or max(1, n // 80)
     x = np.random.default_rng(0).random((n, 8))

@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from _results import add_out, stamp, write  # noqa: E402
+from _shell import started_backend  # noqa: E402
 from peer_bench import CELLS  # noqa: E402  (the same pricing cell)
 
 from cupy_magic.run.batchcost import COST_SHARE  # noqa: E402
@@ -89,12 +90,8 @@ def main() -> int:
     args = ap.parse_args()
 
     import cupy_magic
-    from cupy_magic import backend
 
-    cupy_magic.device_info()
-    be = backend.current()
-    be.preheated.wait(60)
-    label = "gpu" if be.is_gpu else "host"
+    be, label = started_backend()
     n = args.rows or (40_000_000 if be.is_gpu else 2_000_000)
     _, code, results, _ = CELLS["pricing"]
     rng = np.random.default_rng(0)

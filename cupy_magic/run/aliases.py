@@ -25,7 +25,7 @@ import numpy as np
 
 from .names import SCOPES, parents
 
-__all__ = ["MODULE_NAMES", "only_read", "read_until_rebound"]
+__all__ = ["MODULE_NAMES", "only_read", "read_in", "read_until_rebound"]
 
 # what a cell may name the array module, besides the names bound to NumPy before it
 MODULE_NAMES = ("np", "numpy", "cp", "cupy")
@@ -106,7 +106,17 @@ def _fresh_call(call: ast.Call, modules: frozenset[str]) -> bool:
     return name in _FRESH_FUNCS and _copies(call, _FRESH_FUNCS[name])
 
 
-def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset[str]) -> bool:
+def _reads(call: ast.Call, key: int | str, readers: frozenset[tuple[str, int | str]]) -> bool:
+    """Whether ``call`` is of a function :mod:`.readers` found only reading its argument
+    ``key`` (a position, after no starred argument, or a keyword)."""
+    if not (isinstance(call.func, ast.Name) and (call.func.id, key) in readers):
+        return False
+    return isinstance(key, str) or not any(isinstance(a, ast.Starred)
+                                           for a in call.args[:key + 1])
+
+
+def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset[str],
+              readers: frozenset[tuple[str, int | str]] = frozenset()) -> bool:
     """Whether the value of ``node`` (the array, or a view of it) is consumed at once."""
     up = parent.get(node)
     if isinstance(up, (ast.BinOp, ast.UnaryOp, ast.Compare)):
@@ -120,14 +130,16 @@ def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset
         whole = call if isinstance(call, ast.Call) and call.func is up else up
         if up.attr in _FRESH_ATTRS:
             return whole is up or _copies(whole, _METHOD_ARGS.get(up.attr))
-        return up.attr in _VIEW_ATTRS and _consumed(whole, parent, modules)
+        return up.attr in _VIEW_ATTRS and _consumed(whole, parent, modules, readers)
     if isinstance(up, ast.Subscript) and up.value is node and isinstance(up.ctx, ast.Load):
-        return _consumed(up, parent, modules)
+        return _consumed(up, parent, modules, readers)
     if isinstance(up, ast.keyword):
-        up = parent.get(up)
-        return isinstance(up, ast.Call) and _fresh_call(up, modules)
+        call = parent.get(up)
+        return isinstance(call, ast.Call) and (
+            _fresh_call(call, modules) or (up.arg is not None and _reads(call, up.arg, readers)))
     if isinstance(up, ast.Call) and node in up.args:
-        return _fresh_call(up, modules)
+        index = next(i for i, a in enumerate(up.args) if a is node)
+        return _fresh_call(up, modules) or _reads(up, index, readers)
     return False
 
 
@@ -178,15 +190,25 @@ def _module_level(tree: ast.Module) -> list[ast.AST]:
 
 
 @functools.lru_cache(maxsize=256)
-def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> frozenset[str]:
+def only_read(source: str, names: frozenset[str], modules: frozenset[str],
+              readers: frozenset[tuple[str, int | str]] = frozenset()) -> frozenset[str]:
     """Those of ``names`` (the cell's inputs) that the cell's source can only read (see the
     module's docstring); ``modules``: the names that mean the array module in the cell. A
     name a plain assignment binds to an input or a view of one (``y = x``) counts as the
-    input: ``y = x`` then ``y = y * 2`` only reads ``x``; ``y += 1`` does not."""
+    input: ``y = x`` then ``y = y * 2`` only reads ``x``; ``y += 1`` does not. ``readers``:
+    the arguments of the notebook's functions that only read them (:mod:`.readers`:
+    ``("total", 0)``), consumed as a NumPy function's are."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return frozenset()
+    return read_in(tree, names, modules, readers)
+
+
+def read_in(tree: ast.Module, names: frozenset[str], modules: frozenset[str],
+            readers: frozenset[tuple[str, int | str]] = frozenset()) -> frozenset[str]:
+    """:func:`only_read` of a parsed body (a function's, whose ``return`` a source at the
+    top level could not hold)."""
     parent = parents(tree)
     if any(isinstance(n, ast.Name) and n.id in _REACH_NAMESPACE for n in ast.walk(tree)):
         return frozenset()  # exec('x[0] = 5'), globals()['x'], get_ipython().ex(...), %time
@@ -199,7 +221,7 @@ def only_read(source: str, names: frozenset[str], modules: frozenset[str]) -> fr
                     unsafe |= holds[name.id]
         elif isinstance(node, ast.Name) and node.id in holds and (
                 (isinstance(node.ctx, ast.Load) and id(node) not in passed
-                and not _consumed(node, parent, modules))
+                and not _consumed(node, parent, modules, readers))
                 or (isinstance(up := parent.get(node), ast.AugAssign)
                 and up.target is node)):  # y += 1 writes y in place
             unsafe |= holds[node.id]

@@ -37,6 +37,7 @@ from .lines import off_the_lines
 from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
 from .overlap import overlapping, refuse_overlaps
+from .readers import reader_args
 
 if TYPE_CHECKING:  # a cell's plan only carries them (cell.py makes them)
     from .heldwrites import Held
@@ -329,7 +330,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     if stale:
         raise CellError(stale)
     modules = frozenset({*numpy_names, *MODULE_NAMES})
-    only = only_read(source, frozenset(inputs), modules)
+    readers = reader_args(source, namespace, frozenset(names.assigned | names.deleted),
+                          modules) if inputs else frozenset()
+    only = only_read(source, frozenset(inputs), modules, readers)
     overlaps = overlapping(inputs)
     for group in overlaps:  # a change through one shows through the others: watch them all
         if not set(group) <= only:
