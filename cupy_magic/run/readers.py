@@ -13,7 +13,12 @@ consumed. The function is the object the cell's name holds before the cell runs,
 its code object (not a decorator's wrapper), only where the cell does not bind that name and
 the function was made in a cell (its source kept by the shell, never read again from a file
 that may have changed since); a function of a module, a generator, a coroutine, or a
-parameter that ``*args`` or ``**kwargs`` takes is not trusted.
+parameter that ``*args`` or ``**kwargs`` takes is not trusted. Nor is anything where the cell
+mentions the function's name other than in its calls, or binds it anywhere (a comprehension's
+target, ``except ... as``, an import, ``from m import *``), or where the cell, the function or
+another notebook function the cell calls reaches other frames or code (``sys``,
+``__main__``, ``inspect``, ``f.__code__ = ...``, ``f_globals``). Left open: such a swap made
+two calls deep, or by a module's function.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .aliases import MODULE_NAMES, read_in
+from .names import _binds
 
 __all__ = ["Reader", "reader_args"]
 
@@ -48,10 +54,21 @@ def reader_args(source: str, namespace: Mapping[str, Any], bound: frozenset[str]
     found: set[Reader] = set()
     for name in _called(source) - bound:
         fn = namespace.get(name)
-        if isinstance(fn, types.FunctionType) and _from_a_cell(fn.__code__):
-            mine = modules if fn.__globals__ is namespace else _np_names(fn.__globals__)
-            found |= {(name, p) for p in _read_params(fn.__code__, mine)}
+        if not isinstance(fn, types.FunctionType) or not _from_a_cell(fn.__code__):
+            continue
+        if _swaps(fn.__code__):  # def swap(): f.__code__ = g.__code__: no function trusted
+            return frozenset()
+        mine = modules if fn.__globals__ is namespace else _np_names(fn.__globals__)
+        found |= {(name, p) for p in _read_params(fn.__code__, mine)}
     return frozenset(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _swaps(code: types.CodeType) -> bool:
+    """Whether the function compiled to ``code`` may reach other functions' code or the
+    notebook's names past its globals (:func:`_reaches`), or has no source to tell."""
+    node = _definition(code)
+    return node is None or _reaches(list(ast.walk(node)), imports=False)
 
 
 def _from_a_cell(code: types.CodeType) -> bool:
@@ -62,15 +79,47 @@ def _from_a_cell(code: types.CodeType) -> bool:
     return entry is not None and len(entry) == 4 and entry[1] is None
 
 
+# names and attributes through which code reaches another frame's or the notebook's names,
+# or a function's code: a cell or a body with one of them is not trusted
+_REACH_NAMES = frozenset({"__main__", "sys", "inspect", "builtins", "__builtins__"})
+_REACH_ATTRS = frozenset({"__code__", "__globals__", "f_locals", "f_globals", "f_back",
+                          "_getframe", "currentframe"})
+
+
+def _reaches(nodes: list[ast.AST], imports: bool) -> bool:
+    """Whether ``nodes`` mention :data:`_REACH_NAMES` or :data:`_REACH_ATTRS`
+    (``sys._getframe(1).f_globals``, ``__main__.f = g``, ``f.__code__ = g.__code__``) or
+    import: anything (``imports``), else from ``__main__`` or all of a module's names
+    (``from helpers import *`` may rebind any)."""
+    for n in nodes:
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+            if imports or any(m.split(".")[0] in _REACH_NAMES for m in modules) or (
+                    isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)):
+                return True
+        if (isinstance(n, ast.Name) and n.id in _REACH_NAMES) or (
+                isinstance(n, ast.Attribute) and n.attr in _REACH_ATTRS):
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=256)
 def _called(source: str) -> frozenset[str]:
-    """The plain names the cell calls (``f(...)``)."""
+    """The plain names the cell calls (``f(...)``) and mentions nowhere else, nor binds
+    anywhere (``[f(x) for f in fs]``, ``except E as f``, a ``match`` capture, an import),
+    in a cell that reaches no other frame's names (``import __main__; __main__.f = g``):
+    the functions stay the ones looked at before the cell."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return frozenset()
-    return frozenset(node.func.id for node in ast.walk(tree)
-                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name))
+    nodes = list(ast.walk(tree))
+    if _reaches(nodes, imports=False):
+        return frozenset()
+    funcs = {id(n.func) for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) in funcs}
+    other = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs}
+    return frozenset(called - other - set().union(*map(_binds, tree.body)))
 
 
 def _np_names(space: Mapping[str, Any]) -> frozenset[str]:
@@ -95,6 +144,8 @@ def _read_params(code: types.CodeType, modules: frozenset[str]) -> frozenset[int
             code.co_argcount + code.co_kwonlyargcount):
         return frozenset()  # the source read is not this code's
     body = ast.Module(body=node.body, type_ignores=[])
+    if _reaches(list(ast.walk(body)), imports=True):
+        return frozenset()  # sys._getframe(1).f_globals["x"][0] = 1, import __main__
     # a name the body declares global or nonlocal is not the parameter's alone
     shared = {n for s in ast.walk(body) if isinstance(s, (ast.Global, ast.Nonlocal))
               for n in s.names}

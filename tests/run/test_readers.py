@@ -21,6 +21,8 @@ READS = [
     ("def total(a):\n    print(len(a))\n    return float(a.max())\n", "s = total(x)"),
 ]
 
+SWAP = "def f(a):\n    return a.sum()\ndef g(a):\n    a[0] = 99\n    return 0\n"
+
 CHANGES = [
     ("def f(a):\n    a.sort()\n", "f(x)"),
     ("def f(a):\n    a[0] = 7\n    return a.sum()\n", "s = f(x)"),
@@ -40,6 +42,15 @@ CHANGES = [
     ("def f(a):\n    return a.sum()\ndef g(a):\n    a -= 1\n", "f = g\nf(x)"),
     ("def f(a):\n    return a.sum()\ndef g(a):\n    a -= 1\n",
      "def f(a):\n    a *= 2\nf(x)"),
+    # the cell or a function it calls rebinding or swapping the function (a review's finds)
+    (SWAP, "r = [f(x) for f in (g,)]"),
+    (SWAP, "match g:\n    case f:\n        s = f(x)"),
+    (SWAP, "f.__code__ = g.__code__\ns = f(x)"),
+    (SWAP, "setattr(f, '__code__', g.__code__)\ns = f(x)"),
+    (SWAP, "import __main__\n__main__.f = g\ns = f(x)"),
+    (SWAP + "def swap():\n    f.__code__ = g.__code__\n", "swap()\ns = f(x)"),
+    ("import sys\ndef f(a):\n    sys._getframe(0).f_locals['a'][0] = 99\n    return a.sum()\n",
+     "s = f(x)"),
 ]
 
 
@@ -70,15 +81,35 @@ def test_a_function_that_only_reads_its_argument_leaves_it_unwatched(ip, defs, c
 @pytest.mark.parametrize(("defs", "cell"), CHANGES)
 def test_a_function_that_may_change_its_argument_is_watched_and_its_change_comes_back(
         ip, defs, cell):
-    ip.run_cell("import numpy as np")
-    ip.run_cell(defs)
-    ip.user_ns.update(x=np.arange(6.0), w=np.arange(36.0).reshape(6, 6))
+    """Against the same cell run plain in the same shell (whose namespace is ``__main__``'s)."""
+    def fresh() -> None:
+        ip.run_cell("import numpy as np")
+        ip.run_cell(defs)
+        ip.user_ns.update(x=np.arange(6.0), w=np.arange(36.0).reshape(6, 6))
+
+    fresh()
+    assert ip.run_cell(cell).success
+    want = ip.user_ns["x"]
+    fresh()
     assert "x" not in _plan(ip, cell).only_read
     ip.run_cell_magic("gpu", "--quiet --to-host", cell)
-    want = _plain(defs, cell)["x"]
     got = np.asarray(backend.current().to_host(ip.user_ns["x"])
                      if backend.current().is_device_array(ip.user_ns["x"]) else ip.user_ns["x"])
     assert got.shape == want.shape and got.tobytes() == want.tobytes(), (got, want)
+
+
+def test_a_cell_importing_all_of_a_module_trusts_no_function(ip, tmp_path, monkeypatch):
+    """``from helpers import *`` may rebind any name the cell then calls."""
+    (tmp_path / "helpers_star.py").write_text("def f(a):\n    a[0] = 99\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ip.run_cell("def f(a):\n    return a.sum()\n")
+    ip.user_ns["x"] = np.arange(6.0)
+    assert "x" in _plan(ip, "s = f(x)").only_read
+    assert "x" not in _plan(ip, "from helpers_star import *\ns = f(x)").only_read
+    ip.run_cell_magic("gpu", "--quiet --to-host", "from helpers_star import *\ns = f(x)")
+    got = ip.user_ns["x"]
+    got = backend.current().to_host(got) if backend.current().is_device_array(got) else got
+    assert got[0] == 99
 
 
 def test_a_function_not_made_in_a_cell_is_not_trusted(ip, tmp_path):
