@@ -19,16 +19,26 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Mapping
+from itertools import compress, repeat
+from operator import is_
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from .names import SCOPES, parents
 
-__all__ = ["MODULE_NAMES", "only_read", "read_in", "read_until_rebound"]
+__all__ = ["MODULE_NAMES", "numpy_names", "only_read", "read_in", "read_until_rebound"]
 
 # what a cell may name the array module, besides the names bound to NumPy before it
 MODULE_NAMES = ("np", "numpy", "cp", "cupy")
+
+
+def numpy_names(space: Mapping[str, Any]) -> set[str]:
+    """The names ``space`` (a notebook's namespace, a function's globals) binds to NumPy,
+    scanned in C (a notebook's namespace holds thousands)."""
+    return set(compress(space.keys(), map(is_, space.values(), repeat(np))))
 
 # a NumPy array's methods and attributes that give a new value, never one over its memory
 _FRESH_ATTRS = frozenset({

@@ -14,8 +14,6 @@ import linecache
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from itertools import compress, repeat
-from operator import is_
 from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +27,7 @@ from ..compat.scope import cell_builtins
 from ..compat.spec import input_refusal
 from ..syncs.record import uncharged
 from ..units import dtype_name, short_repr
-from .aliases import MODULE_NAMES, only_read, read_until_rebound
+from .aliases import MODULE_NAMES, numpy_names, only_read, read_until_rebound
 from .compiled import Transform, compile_cell, ends_quiet
 from .errors import CellError
 from .globalreads import stale_global
@@ -309,10 +307,10 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                         "(dtype='float32' or np.float32 from Python)")
     _check_to_host(to_host, names)
     # the names bound to NumPy, scanned in C (a notebook's namespace holds thousands)
-    numpy_names = set(compress(namespace.keys(), map(is_, namespace.values(), repeat(np))))
+    bound_np = numpy_names(namespace)
     record = CompatRecord(filename, source, fallback=fallback, host=not be.is_gpu)
     module = array_module(be.xp, record)
-    overrides: dict[str, Any] = {k: module for k in numpy_names}
+    overrides: dict[str, Any] = {k: module for k in bound_np}
     overrides["__builtins__"] = cell_builtins(module)  # import numpy in the cell: the same
     if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):
         overrides["cp"] = module
@@ -320,7 +318,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     generator = getattr(getattr(be.xp, "random", None), "Generator", None)
     for name in sorted((names.loaded | names.mutated) - names.written_first):
         value = namespace.get(name)
-        if (isinstance(value, np.ndarray) and name not in numpy_names
+        if (isinstance(value, np.ndarray) and name not in bound_np
                 and not be.is_device_array(value)):
             _check_input(name, value)
             inputs[name] = value
@@ -329,9 +327,8 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     stale = stale_global(source, namespace, inputs)  # X = X * 2, then g() reading X
     if stale:
         raise CellError(stale)
-    modules = frozenset({*numpy_names, *MODULE_NAMES})
-    readers = reader_args(source, namespace, frozenset(names.assigned | names.deleted),
-                          modules) if inputs else frozenset()
+    modules = frozenset({*bound_np, *MODULE_NAMES})
+    readers = reader_args(source, namespace, modules) if inputs else frozenset()
     only = only_read(source, frozenset(inputs), modules, readers)
     overlaps = overlapping(inputs)
     for group in overlaps:  # a change through one shows through the others: watch them all

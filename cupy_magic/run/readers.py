@@ -30,13 +30,9 @@ import linecache
 import textwrap
 import types
 from collections.abc import Mapping
-from itertools import compress, repeat
-from operator import is_
 from typing import Any
 
-import numpy as np
-
-from .aliases import MODULE_NAMES, read_in
+from .aliases import MODULE_NAMES, numpy_names, read_in
 from .names import _binds
 
 __all__ = ["Reader", "reader_args"]
@@ -45,20 +41,22 @@ Reader = tuple[str, int | str]  # a function's name; the position or keyword it 
 _LAZY = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def reader_args(source: str, namespace: Mapping[str, Any], bound: frozenset[str],
+def reader_args(source: str, namespace: Mapping[str, Any],
                 modules: frozenset[str]) -> frozenset[Reader]:
     """The arguments of the cell's calls ``f(...)`` (``f`` a plain name in ``namespace``
-    the cell does not bind: ``bound``) that the function only reads: ``("f", 0)`` for the
-    first positional one, ``("f", "a")`` for the keyword ``a=``. ``modules``: the names
-    meaning the array module in ``namespace``, the globals of the notebook's functions."""
+    the cell binds nowhere: :func:`_called`) that the function only reads: ``("f", 0)``
+    for the first positional one, ``("f", "a")`` for the keyword ``a=``. ``modules``: the
+    names meaning the array module in ``namespace``, the globals of the notebook's
+    functions."""
     found: set[Reader] = set()
-    for name in _called(source) - bound:
+    for name in _called(source):
         fn = namespace.get(name)
         if not isinstance(fn, types.FunctionType) or not _from_a_cell(fn.__code__):
             continue
         if _swaps(fn.__code__):  # def swap(): f.__code__ = g.__code__: no function trusted
             return frozenset()
-        mine = modules if fn.__globals__ is namespace else _np_names(fn.__globals__)
+        mine = modules if fn.__globals__ is namespace else frozenset(
+            {*MODULE_NAMES, *numpy_names(fn.__globals__)})
         found |= {(name, p) for p in _read_params(fn.__code__, mine)}
     return frozenset(found)
 
@@ -122,12 +120,6 @@ def _called(source: str) -> frozenset[str]:
     return frozenset(called - other - set().union(*map(_binds, tree.body)))
 
 
-def _np_names(space: Mapping[str, Any]) -> frozenset[str]:
-    """The names meaning the array module in a function whose globals are ``space``."""
-    return frozenset({*MODULE_NAMES, *compress(space.keys(), map(is_, space.values(),
-                                                                  repeat(np)))})
-
-
 @functools.lru_cache(maxsize=256)
 def _read_params(code: types.CodeType, modules: frozenset[str]) -> frozenset[int | str]:
     """The positions and keywords of the parameters of the function compiled to ``code``
@@ -155,9 +147,11 @@ def _read_params(code: types.CodeType, modules: frozenset[str]) -> frozenset[int
                      | {a for a in names if a in read and a not in posonly})
 
 
+@functools.lru_cache(maxsize=256)
 def _definition(code: types.CodeType) -> ast.FunctionDef | None:
     """The ``def`` that compiled to ``code``, from its source (IPython keeps each cell's),
-    or None where there is none to read or it is not one plain ``def``."""
+    or None where there is none to read or it is not one plain ``def`` (read once: both
+    :func:`_swaps` and :func:`_read_params` look at it; not to be changed)."""
     try:
         lines, _ = inspect.getsourcelines(code)
     except (OSError, TypeError):
