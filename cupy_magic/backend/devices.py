@@ -11,7 +11,7 @@ queues work on a device runs with that device current.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -108,9 +108,10 @@ class DeviceEngines:
         self.busy_device = None
 
     def warm(self, rows: int, peak_row: float,
-             buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:
+             buffers: dict[str, tuple[np.ndarray, int, np.dtype]],
+             slots: Iterable[int] | None = None) -> None:
         for _, engine in self._each():
-            engine.warm(rows, peak_row, buffers)
+            engine.warm(rows, peak_row, buffers, slots)
 
     def drain(self, quiet: bool = False) -> None:
         for _, engine in self._each():

@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -95,7 +95,8 @@ class HostEngine(Timeline):
         return False
 
     def warm(self, rows: int, peak_row: float,
-             buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:
+             buffers: dict[str, tuple[np.ndarray, int, np.dtype]],
+             slots: Iterable[int] | None = None) -> None:
         pass
 
     def _mark(self, slot: int) -> float:
@@ -305,20 +306,22 @@ class CupyEngine(Timeline):
                                      self.streams[slot].ptr)
 
     def warm(self, rows: int, peak_row: float,
-             buffers: dict[str, tuple[np.ndarray, int, np.dtype]]) -> None:
+             buffers: dict[str, tuple[np.ndarray, int, np.dtype]],
+             slots: Iterable[int] | None = None) -> None:
         """Grow each stream's pool arena, and the staging buffers still needed, before the loop.
 
         Pool growth (cudaMalloc) and pinned allocation synchronise the device. ``buffers``
         maps ``"in:x"`` / ``"out:y"`` to the host array, its bytes per row on the device and
-        the dtype on the device.
+        the dtype on the device; ``slots``: those to warm (default: every slot).
         """
         per_batch = int(rows * peak_row)
-        for s in self.streams:
+        slots = list(range(self.slots) if slots is None else slots)
+        for slot in slots:
             if per_batch > 0:
-                with s:
+                with self.streams[slot]:
                     block = self.cp.empty(per_batch, np.uint8)
                     del block
-        for slot in range(self.slots):
+        for slot in slots:
             for key, (arr, row_bytes, dtype) in buffers.items():
                 if not self.direct(arr, dtype):  # staged (until locked, or in every batch)
                     self._buffer(slot, key, (rows * row_bytes,), np.dtype(np.uint8))

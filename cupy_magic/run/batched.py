@@ -37,12 +37,13 @@ from .errors import CellError, fail, frames_freed, unawaited_quiet
 from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
-from .inputmoves import inputs_need, move_inputs
+from .inflight import measure_full
+from .inputmoves import inputs_need, move_inputs, streamed_rows
 from .inputwrites import InputWatch
 from .mainmod import as_main
 from .plan import CellPlan, cast_target
 from .reduce import check_names
-from .report import InputMove, RunReport
+from .report import RunReport
 
 __all__ = ["BatchRun", "run_batched"]
 
@@ -62,6 +63,8 @@ class BatchRun(BatchJoin):
     """The state of one batched run: inputs, slots, gathered rows, partial results (joined
     as :class:`~.batchjoin.BatchJoin` says)."""
 
+    fits_in_flight = True  # batches in flight fitted to a full batch's need (run.inflight)
+
     def __init__(self, plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
                  names: list[str], total: int, dtype: str | None, be: Backend,
                  filename: str) -> None:
@@ -73,6 +76,7 @@ class BatchRun(BatchJoin):
                              for n, a in self.inputs.items())
         self.fixed = opts.fixed_rows(self.row_bytes)  # refused here if under one row
         self.eng = self.engine()
+        self.in_flight, self.batch_fixed = self.eng.slots, 0  # (run.inflight)
         self.clock = [("", time.perf_counter())]  # (phase that ended, when)
         self.base: dict[str, Any] = {}
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
@@ -112,8 +116,8 @@ class BatchRun(BatchJoin):
         return make_engine(self.be, self.opts.streams, _empty_output, self.opts.timeline)
 
     def slot_for(self, i: int, a: int, b: int) -> int:
-        """The slot batch ``i`` (rows ``a:b``) runs on: the slots in turn."""
-        return i % self.eng.slots
+        """The slot batch ``i`` (rows ``a:b``) runs on: the slots in turn (those in flight)."""
+        return i % self.in_flight
 
     def budget_left(self) -> int | None:
         return self.be.budget_left()
@@ -240,11 +244,12 @@ class BatchRun(BatchJoin):
         # from the first batch to the drain, less the host's compiling (the report says so)
         seconds = max(0.0, self.clock[-1][1] - self.clock[1][1] - building.seconds)
         final = self.results()
-        bp.staged_batches = self.eng.staged_batches
+        bp.staged_batches, bp.in_flight = self.eng.staged_batches, self.in_flight
+        bp.batch_fixed = self.batch_fixed
         bp.staged = dict(self.eng.staged_why)
         bp.timeline = tuple(self.eng.timeline())
         bp.graph = self.replay.record if self.replay is not None else None
-        self.input_rows(report, seconds)
+        report.inputs += streamed_rows(self.inputs, self.dtypes, self.eng.direct, seconds)
         report.gpu_seconds = seconds
         return final, bp
 
@@ -293,11 +298,15 @@ class BatchRun(BatchJoin):
         buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a), a.dtype)
                         for n, a in self.out.items()})
         self.tick("first batch")
-        self.eng.warm(rows, peak_row, buffers)
+        if done := measure_full(self, first, rows, peak_row, bounds):  # alone, under a budget
+            self.tick("full batch")
+        self.eng.warm(rows, peak_row + self.batch_fixed / rows, buffers,  # (slot 0's arena:
+                      range(done, self.in_flight) if done else None)  # as that batch left it)
         self.tick("warm-up")
+        bounds = bounds[done:]
         replay = self.replay = graph_replay(self, rows, bounds)
         with self.tracked() as mem:
-            for i, (a, b) in enumerate(bounds, start=1):
+            for i, (a, b) in enumerate(bounds, start=1 + done):
                 if not replay.batch(i, a, b):  # a full batch its slot's graph replays
                     self.batch(i, a, b)
                 progress.step(1, (b - a) * self.row_bytes)
@@ -306,15 +315,6 @@ class BatchRun(BatchJoin):
         replay.finish()
         self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)
-
-    def input_rows(self, report: RunReport, seconds: float) -> None:
-        """The report's rows for the streamed inputs."""
-        for name, arr in self.inputs.items():
-            dt = self.dtypes[name]
-            moved = arr.size * dt.itemsize
-            report.inputs.append(InputMove(
-                name, moved, seconds, self.eng.direct(arr, dt), dt.name,
-                arr.dtype.name if dt != arr.dtype else "", arr.nbytes - moved, streamed=True))
 
     def tick(self, phase: str) -> None:
         """Note the end of a phase of the run (BatchPlan.phases; a report line with --timeline)."""

@@ -220,8 +220,8 @@ class BatchPlan:
     # (slot, start s, end s) of each batch: device time from CUDA events on a GPU; recorded
     # only with --timeline (BatchOptions.timeline), like the phases
     timeline: tuple[tuple[int, float, float], ...] = ()
-    # host seconds of the run's phases: setup, first batch, warm-up, batches, finish (a
-    # report line with --timeline)
+    # host seconds of the run's phases: setup, first batch, full batch (run.inflight), warm-up,
+    # batches, finish (a report line with --timeline)
     phases: dict[str, float] = field(default_factory=dict)
     # the first batch's measured cost (issue 20), and the budget at which batches would pay
     # for it when the budget holds them smaller
@@ -231,6 +231,10 @@ class BatchPlan:
     graph: GraphNote | None = None
     # of the gathered results, batched inputs written into the user's arrays (changed in place)
     in_place: tuple[str, ...] = ()
+    # batches in flight (0: ``streams``), fewer where a full batch took ``batch_fixed`` pool
+    # bytes beyond its rows, which the small first batch did not show (run.inflight)
+    in_flight: int = 0
+    batch_fixed: int = 0
 
     @property
     def full_speed_budget(self) -> int | None:
@@ -251,15 +255,20 @@ class BatchPlan:
     def in_flight_bytes(self) -> int:
         """Pool bytes the batches in flight may take (measured bytes per row x rows)."""
         per_row = max(self.peak_row_bytes, float(self.row_bytes))
-        return int(min(self.streams, self.batches) * self.rows * per_row)
+        return int(min(self.lanes, self.batches) * (self.rows * per_row + self.batch_fixed))
+
+    @property
+    def lanes(self) -> int:
+        """Batches in flight together (the streams in use)."""
+        return self.in_flight or self.streams
 
     def lines(self, host: bool = False) -> list[str]:
         """The plan as plain-text report lines (``host``: as the CPU fallback ran it)."""
         both = ", ".join(self.batched)
         flight = format_bytes(self.in_flight_bytes)
         lanes = (f"{self.batches} batches one after another (no CUDA streams on the CPU; "
-                 f"sized as if {self.streams} were in flight, {flight})" if host else
-                 f"{self.batches} batches, {self.streams} streams, {flight} in flight")
+                 f"sized as if {self.lanes} were in flight, {flight})" if host else
+                 f"{self.batches} batches, {self.lanes} streams, {flight} in flight")
         pool = "in memory" if host else "in the pool"
         out = [f"  batch {both} over the leading axis ({self.total_rows:,} rows, "
                f"{format_bytes(self.row_bytes * self.total_rows)}): {self.reason}",
@@ -268,6 +277,13 @@ class BatchPlan:
                f" (measured {format_bytes(self.peak_row_bytes)}/row peak {pool}), then "
                f"{self.rows:,} row{'s' * (self.rows != 1)} per batch; {lanes}; sized by "
                f"{self.sized_by.replace('in the pool', pool)}"]
+        if self.lanes < self.streams:
+            out.append(f"  batch in flight: {self.lanes} of {self.streams} "
+                       f"{'batches' if host else 'streams'}: a full batch of "
+                       f"{self.rows:,} rows took {format_bytes(self.batch_fixed)} {pool} beyond "
+                       f"its rows (work that does not grow with them, such as CUB's for a full "
+                       f"reduction), and {self.lanes} such batches fit {MARGIN:.0%} of the free "
+                       "budget")
         if self.shared:
             once = "copied once" if host else "uploaded once"
             out.append(f"  batch shared by every batch ({once}): {', '.join(self.shared)}")

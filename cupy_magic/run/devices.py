@@ -215,6 +215,8 @@ def _global_names(code: Any) -> set[str]:
 class DeviceRun(BatchRun):
     """A :class:`BatchRun` whose batches are dealt over ``devices``."""
 
+    fits_in_flight = False  # dealt over the devices' streams, each device its own budget
+
     def __init__(self, devices: tuple[int, ...], plan: Any, *args: Any) -> None:
         batched = args[2]  # BatchRun's names: the batched inputs
         changed = sorted((set(plan.inputs) - set(batched)) & plan.stored)

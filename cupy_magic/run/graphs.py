@@ -89,7 +89,7 @@ class GraphReplay:
         self.note = note if note is not None else GraphNote()
         self.reported = note is not None
         self.graphs: dict[int, _SlotGraph] = {}
-        self.to_check = set(range(min(run.eng.slots, full))) if on else set()
+        self.to_check = set(range(min(run.in_flight, full))) if on else set()
         self.full = full
         self.on = on
         self.seen: tuple[int, int] | None = None  # releases, bytes held: since the first capture
@@ -355,6 +355,6 @@ def graph_replay(run: Any, rows: int, bounds: list[tuple[int, int]]) -> GraphRep
     full = sum(1 for a, b in bounds if b - a == rows)
     out_row = sum(a.nbytes for a in run.out.values()) // run.total  # row results' bytes
     capture, why_not = consider(run.plan.graph_refusal, run.opts.graph, run.be.is_gpu,
-                                run.cost, rows, run.row_bytes, full, run.eng.slots, out_row)
+                                run.cost, rows, run.row_bytes, full, run.in_flight, out_row)
     note = GraphNote(why_not=why_not or "") if capture or why_not is not None else None
     return GraphReplay(run, rows, full, note, on=capture)

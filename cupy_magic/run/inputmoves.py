@@ -20,7 +20,7 @@ from .plan import CellPlan, cast_target
 from .report import InputMove
 
 __all__ = ["batch_reason", "check_budget", "has_rows", "input_shortfall", "inputs_need",
-           "move_inputs", "shared_input_spans"]
+           "move_inputs", "shared_input_spans", "streamed_rows"]
 
 
 def move_inputs(plan: CellPlan, dtype: str | None,
@@ -129,3 +129,17 @@ def check_budget(plan: CellPlan, dtype: str | None, be: Backend) -> None:
         f"{format_bytes(be.limit)} leaves {format_bytes(max(free, 0))}"
         f"{spans_words(shared_input_spans(plan, dtype), plan.inputs)}; try {data}{hint}{last}",
         explained=True)
+
+
+def streamed_rows(inputs: dict[str, np.ndarray], dtypes: dict[str, np.dtype],
+                  direct: Any, seconds: float) -> list[InputMove]:
+    """The report's rows for the inputs a batched run streamed in ``seconds`` (``direct``:
+    the engine's test of whether an input's rows were copied without staging)."""
+    rows = []
+    for name, arr in inputs.items():
+        dt = dtypes[name]
+        moved = arr.size * dt.itemsize
+        rows.append(InputMove(name, moved, seconds, direct(arr, dt), dt.name,
+                              arr.dtype.name if dt != arr.dtype else "", arr.nbytes - moved,
+                              streamed=True))
+    return rows

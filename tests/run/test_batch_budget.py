@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
-from run.test_batched import fresh, gpu
+from run.test_batched import fresh, gpu, host
+
+from cupy_magic import backend
 
 
 def test_the_next_batches_hold_no_more_than_the_first_measured(ip, poisoned):
@@ -163,3 +165,63 @@ def test_the_reduce_partials_of_many_batches_do_not_pile_up_on_the_device(ip):
         np.testing.assert_allclose(be.to_host(got), want, rtol=1e-12, err_msg=name)
     results = sum(ip.user_ns[n].nbytes for n in ("s1", "s2", "m"))
     assert be.pool_used() - before <= (3 * 512 if be.is_gpu else results)
+
+
+# --- work that does not grow with a batch's rows (run.inflight) ------------------------------
+
+
+def _full_reduction(ip):
+    """``mx = x.max()`` over 21,000 x 4 float64 (656 KiB) under 160 KB: batched on its own."""
+    ip.user_ns["x"] = fresh((21_000, 4), "float64")
+    ip.run_line_magic("vram_budget", "160KB")
+    return gpu(ip, "mx = x.max()", "--to-host --reduce mx=max")
+
+
+def test_a_full_batch_s_fixed_work_the_first_batch_missed_keeps_fewer_in_flight(ip):
+    """A temporary that only a batch of more rows than the measuring one makes (as CUB's
+    workspace for a full reduction on the GPU) is measured on the first full batch, run
+    alone: the run keeps as many batches in flight as fit the budget with it, says so, and
+    gives NumPy's result. (On the CPU they run one after another either way.)"""
+    plain = _full_reduction(ip).batch
+    assert plain.lanes == plain.streams == 3 and plain.rows > plain.first_rows
+    ws = 4_000  # 32,000 bytes in each full batch: three batches and three of it do not fit
+    cell = (f"ws = np.ones({ws} if x.shape[0] > {plain.first_rows} else 1)\n"
+            "mx = x.max() + ws[0]\ndel ws")
+    report = gpu(ip, cell, "--to-host --reduce mx=max")
+    bp = report.batch
+    assert float(host(ip.user_ns["mx"])) == ip.user_ns["x"].max() + 1.0
+    assert bp.first_rows == plain.first_rows and bp.rows > bp.first_rows  # (the step's side)
+    assert bp.batch_fixed > 0  # (less than 32,000: the first batch's rate counts some of it)
+    assert bp.lanes < bp.streams == 3
+    assert bp.lanes * (bp.rows * bp.peak_row_bytes + bp.batch_fixed) <= 0.8 * 160_000
+    assert report.peak_pool_bytes <= 160_000
+    line = next(s for s in bp.lines(host=report.backend != "cupy") if "in flight:" in s)
+    assert f"{bp.lanes} of 3" in line and f"{bp.rows:,} rows" in line, line
+
+
+def test_without_such_work_every_stream_stays_in_flight(ip):
+    """The same run with no temporary beyond its rows: all three in flight, no line."""
+    bp = _full_reduction(ip).batch
+    assert float(host(ip.user_ns["mx"])) == ip.user_ns["x"].max()
+    assert bp.lanes == 3 and not any("in flight:" in s for s in bp.lines())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", ["", "--no-graph"])
+def test_a_full_reduction_under_a_small_budget_is_not_refused(ip, graphs):
+    """On the H100, ``mx = x.max()`` batched under 160 KB was refused now and then (test
+    file order decided it): its 3 streams' arenas each needed CUB's workspace on top of their
+    rows, which the measuring batch of 312 rows did not show. Now: NumPy's result, five
+    times in a row, within the budget, and no cached blocks released to make room."""
+    if backend.current().name != "cupy":
+        pytest.skip("the GPU's pool")
+    be = backend.current()
+    x = fresh((21_000, 4), "float64")
+    for _ in range(5):
+        ip.user_ns["x"] = x
+        ip.run_line_magic("vram_budget", "160KB")
+        releases = be.releases
+        report = gpu(ip, "mx = x.max()", f"--to-host --reduce mx=max {graphs}")
+        assert float(host(ip.user_ns["mx"])) == x.max()
+        assert report.batch is not None and report.peak_pool_bytes <= 160_000
+        assert be.releases == releases, report.batch.lines()
