@@ -210,6 +210,12 @@ def ip(request: pytest.FixtureRequest, shell, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
+def gip(shell, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """A shell with the extension loaded on CuPy alone (for tests marked ``gpu``)."""
+    yield from loaded(shell, monkeypatch, "cupy")
+
+
+@pytest.fixture
 def xp(ip):
     """The array module cells run on for this backend."""
     from cupy_magic import backend

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import loaded
 
 import cupy_magic
 
@@ -35,11 +34,6 @@ def test_a_gpu_cell_shows_what_a_plain_cell_shows_in_every_interactivity(ip, cap
     assert gpu == plain
     # the output names are IPython's, not results of the cell
     assert not [o.name for o in cupy_magic.last_report().outputs if o.name.startswith("_")]
-
-
-@pytest.fixture
-def gip(shell, monkeypatch):
-    yield from loaded(shell, monkeypatch, "cupy")
 
 
 @pytest.mark.gpu

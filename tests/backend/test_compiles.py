@@ -226,11 +226,6 @@ def test_the_cpu_fallback_compiles_nothing_and_says_nothing_of_it(shell, monkeyp
 # --- on the GPU: CuPy's own compiler ------------------------------------------------------
 
 
-@pytest.fixture
-def gip(shell, monkeypatch):
-    yield from loaded(shell, monkeypatch, "cupy")
-
-
 def _fresh_kernels(salt: str) -> str:
     """A cell that builds an elementwise and a reduction kernel no process has compiled."""
     return (f"k = cp.ElementwiseKernel('float32 a', 'float32 b', 'b = a * 2 + {len(salt)}', "

@@ -7,17 +7,11 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import loaded
 
 import cupy_magic
 from cupy_magic import backend
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def gip(shell, monkeypatch):
-    yield from loaded(shell, monkeypatch, "cupy")
 
 
 def test_cuda_events_time_the_cell(gip):
