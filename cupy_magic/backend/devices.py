@@ -110,6 +110,8 @@ class DeviceEngines:
     def warm(self, rows: int, peak_row: float,
              buffers: dict[str, tuple[np.ndarray, int, np.dtype]],
              slots: Iterable[int] | None = None) -> None:
+        """Each device's engine's warm-up; ``slots``: each engine's own numbers (a run over
+        several devices keeps all of them in flight and passes none)."""
         for _, engine in self._each():
             engine.warm(rows, peak_row, buffers, slots)
 

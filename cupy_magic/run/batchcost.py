@@ -170,14 +170,16 @@ class PayingBudget:
 
 def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
                   streams: int, cost: BatchCost, free: int | None,
-                  limit: int | None, whole: int | None = None) -> PayingBudget | None:
+                  limit: int | None, whole: int | None = None,
+                  fixed: int = 0) -> PayingBudget | None:
     """The budget at which batches would pay for themselves, when the budget is what holds
     them to ``rows`` rows; ``None`` when it is not (no budget, they pay already, or no
     budget that keeps the cell batched allows larger batches).
 
     The batches that pay are those of :meth:`BatchCost.rows_to_pay` rows (at most
     :data:`MAX_BATCH_BYTES` of input and the whole input); the budget must leave room for
-    ``streams`` of them at the measured pool bytes per row within the planner's margin, on
+    ``streams`` of them at the measured pool bytes per row, and ``fixed`` bytes each (what
+    a full batch took beyond its rows, :mod:`.inflight`), within the planner's margin, on
     top of what is in use now (``limit - free``). ``whole``: the budget at which the cell's
     inputs fit, so that it would run unbatched; the budget named stays under it
     (:class:`PayingBudget`).
@@ -190,7 +192,7 @@ def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
         return None
     in_use = max(0, limit - free)
     per_row = max(peak_row_bytes, float(row_bytes))
-    need = in_use + math.ceil(streams * need_rows * per_row / MARGIN)
+    need = in_use + math.ceil(streams * (need_rows * per_row + fixed) / MARGIN)
     if whole is None or need < whole:
         return PayingBudget(need, need_rows)
     below = whole - 1

@@ -234,18 +234,19 @@ class BatchRun(BatchJoin):
                            self.opts.streams, reason, first, rows if bounds else first,
                            self.n_batches, peak_row, sized_by, tuple(self.specs),
                            dict(self.opts.reduce), cost=self.cost)
+            self.rest(first, rows, peak_row, bounds)
             if self.cost is not None and self.opts.rows is None and self.opts.nbytes is None:
                 bp.full_speed = budget_to_pay(rows, self.total - first, self.row_bytes, peak_row,
                                               self.opts.streams, self.cost, free, self.be.limit,
                                               None if self.opts.forced else  # batched anyway
                                               report.start_pool_bytes
-                                              + inputs_need(self.plan, self.dtype))
-            self.rest(first, rows, peak_row, bounds)
+                                              + inputs_need(self.plan, self.dtype),
+                                              self.batch_fixed)
         # from the first batch to the drain, less the host's compiling (the report says so)
         seconds = max(0.0, self.clock[-1][1] - self.clock[1][1] - building.seconds)
         final = self.results()
-        bp.staged_batches, bp.in_flight = self.eng.staged_batches, self.in_flight
-        bp.batch_fixed = self.batch_fixed
+        bp.staged_batches, bp.batch_fixed = self.eng.staged_batches, self.batch_fixed
+        bp.in_flight = self.in_flight if self.fits_in_flight else 0  # (devices: their streams)
         bp.staged = dict(self.eng.staged_why)
         bp.timeline = tuple(self.eng.timeline())
         bp.graph = self.replay.record if self.replay is not None else None

@@ -231,8 +231,7 @@ class BatchPlan:
     graph: GraphNote | None = None
     # of the gathered results, batched inputs written into the user's arrays (changed in place)
     in_place: tuple[str, ...] = ()
-    # batches in flight (0: ``streams``), fewer where a full batch took ``batch_fixed`` pool
-    # bytes beyond its rows, which the small first batch did not show (run.inflight)
+    # batches in flight (0: streams) and a full batch's bytes beyond its rows (run.inflight)
     in_flight: int = 0
     batch_fixed: int = 0
 
@@ -266,9 +265,11 @@ class BatchPlan:
         """The plan as plain-text report lines (``host``: as the CPU fallback ran it)."""
         both = ", ".join(self.batched)
         flight = format_bytes(self.in_flight_bytes)
+        kept = f", kept as if {self.lanes}" if self.lanes < self.streams else ""
         lanes = (f"{self.batches} batches one after another (no CUDA streams on the CPU; "
-                 f"sized as if {self.lanes} were in flight, {flight})" if host else
-                 f"{self.batches} batches, {self.lanes} streams, {flight} in flight")
+                 f"sized as if {self.streams} were in flight{kept}, {flight})" if host else
+                 f"{self.batches} batches, {self.lanes} stream{'s' * (self.lanes != 1)}, "
+                 f"{flight} in flight")
         pool = "in memory" if host else "in the pool"
         out = [f"  batch {both} over the leading axis ({self.total_rows:,} rows, "
                f"{format_bytes(self.row_bytes * self.total_rows)}): {self.reason}",
@@ -282,8 +283,8 @@ class BatchPlan:
                        f"{'batches' if host else 'streams'}: a full batch of "
                        f"{self.rows:,} rows took {format_bytes(self.batch_fixed)} {pool} beyond "
                        f"its rows (work that does not grow with them, such as CUB's for a full "
-                       f"reduction), and {self.lanes} such batches fit {MARGIN:.0%} of the free "
-                       "budget")
+                       f"reduction), so {self.lanes} run at once, as many such batches as "
+                       f"{MARGIN:.0%} of the free budget holds (at least one)")
         if self.shared:
             once = "copied once" if host else "uploaded once"
             out.append(f"  batch shared by every batch ({once}): {', '.join(self.shared)}")

@@ -206,6 +206,9 @@ def test_the_budget_holds_costly_batches_back_and_names_the_budget_that_pays():
     assert budget_to_pay(25_000_000, 10**9, 8, 16.0, 3, COST, free, limit) is None
     assert budget_to_pay(rows, 600_000, 8, 16.0, 3, COST, free, limit).budget == \
         10_000_000 + 3 * 600_000 * 16 * 10 // 8  # never more rows than the input has
+    # a full batch's bytes beyond its rows (run.inflight): each of the 3 in flight needs them
+    with_fixed = budget_to_pay(rows, 10**9, 8, 16.0, 3, COST, free, limit, fixed=40_000)
+    assert with_fixed.budget == full + 3 * 40_000 * 10 // 8
 
 
 def test_a_first_batch_held_small_sizes_the_paying_batches_at_the_large_upload_rate():

@@ -238,6 +238,16 @@ def test_the_report_has_a_row_per_device_and_the_total(two):
         assert d.rows * 16 == d.nbytes and d.seconds > 0 and d.peak_pool_bytes > 0
 
 
+def test_the_plan_counts_each_device_s_streams_not_their_sum(two):
+    """Each device runs --streams batches at once (3): the plan says 3, not the 6 slots of
+    both devices (nor their bytes), and says nothing of a full batch measured alone."""
+    report = run(CELL, {"np": np, "x": data(2_000, 2)}, "0,1", rows=100)
+    bp = report.batch
+    assert bp.lanes == bp.streams == 3 and bp.in_flight == 0 and bp.batch_fixed == 0
+    assert "sized as if 3 were in flight, " in str(report)
+    assert bp.in_flight_bytes == int(3 * 100 * max(bp.peak_row_bytes, 16.0))
+
+
 def test_a_first_batch_measured_again_is_no_device_s_batch(two):
     """A first batch over the budget runs again on fewer rows (firstbatch.py); the dropped
     attempt was counted as a batch of device 0, so the devices' rows came to more than the
@@ -373,11 +383,6 @@ def _gpu_count() -> int:
     import cupy
 
     return int(cupy.cuda.runtime.getDeviceCount())
-
-
-@pytest.fixture
-def gip(shell, monkeypatch):
-    yield from loaded(shell, monkeypatch, "cupy")
 
 
 @pytest.mark.gpu
