@@ -4,10 +4,12 @@ The first, measuring batch (:mod:`.firstbatch`) is small, and what it takes in t
 row sizes the batches after it (:func:`~.batching.size_rows`: ``streams`` batches in flight
 fit :data:`~.batching.MARGIN` of the free budget). Some work takes pool memory that does not
 grow with the rows and that a small batch does not show: CuPy sends a full reduction
-(``x.max()``) through CUB, whose temporary storage comes from the pool and is a byte for one
-tile of input but tens of KiB past it. On an H100, ``mx = x.max()`` over 21,000 x 4 float64
-under ``%vram_budget 160KB`` measured 312 rows, planned batches of 1,178 rows on 3 streams,
-and was refused now and then: each stream's arena needed that workspace on top of its rows.
+(``x.max()``) through CUB, whose temporary storage comes from the pool. On an H100 (CuPy 14.2,
+``benchmarks/cub_workspace.py``) it asked for 1 byte up to 2,048 float64 elements and 42,495
+bytes past them. ``mx = x.max()`` over 21,000 x 4 float64 under ``%vram_budget 160KB``
+measured 312 rows (1,248 elements), planned batches of 1,178 rows on 3 streams, and was
+refused now and then (session 38): each stream's arena needed that workspace on top of its
+rows. Measured now, a full batch took 38,367 bytes beyond its rows, and 1 batch in flight.
 
 So under a budget, the first batch of the planned size runs alone (on the measuring batch's
 slot, whose arena it then leaves as later batches need it) and is measured too: what it took
