@@ -230,8 +230,9 @@ class Sampler:
         """Stop the thread and wait for it to end, at most ``timeout`` seconds (no wait when
         called from the thread itself); a thread still running then is logged as a warning
         with what it is doing (it ends when that returns)."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
+        with self._lock:  # as start(): one that came between the two would be orphaned
+            self._stop.set()
+            thread, self._thread = self._thread, None
         if thread is None or thread is threading.current_thread():
             return
         thread.join(timeout)

@@ -67,6 +67,38 @@ def test_a_stop_that_ends_the_thread_says_nothing(caplog: pytest.LogCaptureFixtu
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_a_start_on_another_thread_during_a_stop_leaves_no_thread_orphaned() -> None:
+    """A start() between stop()'s signal and its taking of the thread: once the old thread
+    had ended, it started a new one, which stop() then took and waited for, though nothing
+    had asked it to stop; that thread went on sampling with no sampler holding it. Now
+    start() waits for stop() and its thread is the sampler's own."""
+    sampler = Sampler(FakeSources(), interval=0.05)
+    sampler.start()
+    old = sampler._thread
+    assert old is not None
+    real_set = sampler._stop.set
+    starter = threading.Thread(target=sampler.start)
+
+    def set_then_start() -> None:
+        real_set()
+        old.join(5)  # the old thread has ended: the sampler is not running
+        starter.start()
+        starter.join(1)  # (with the fix it waits for stop(): the join times out)
+
+    sampler._stop.set = set_then_start  # type: ignore[method-assign]
+    sampler.stop(timeout=0.5)
+    starter.join(5)
+    try:
+        alive = [t for t in threading.enumerate()
+                 if t.name == "cupy_magic-sampler" and t.is_alive()]
+        assert alive == ([sampler._thread] if sampler._thread is not None else []), alive
+        assert sampler.running
+    finally:
+        sampler.stop()
+    assert not any(t.name == "cupy_magic-sampler" and t.is_alive()
+                   for t in threading.enumerate())
+
+
 class SilentScheduler:
     """A client whose scheduler never answers until released (as a stopped one)."""
 
