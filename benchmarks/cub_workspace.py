@@ -31,16 +31,22 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from _shell import ipython_shell  # noqa: E402
 
 
 def pool_sizes() -> None:
+    """Print the sizes CuPy asks of the pool for ``d.max()`` and ``(d * 2).sum()`` over the
+    first ``n`` rows, for lengths on both sides of one tile of CUB's reduction."""
     sizes: list[int] = []
     pool = cp.get_default_memory_pool()
 
-    def alloc(n: int):
+    def alloc(n: int) -> cp.cuda.MemoryPointer:
         sizes.append(n)
         return pool.malloc(n)
 
@@ -61,14 +67,17 @@ def pool_sizes() -> None:
 
 
 def the_cell() -> None:
-    from IPython.testing.globalipapp import start_ipython
+    """Print the plan, report and released blocks of ``mx = x.max()`` batched under
+    ``%vram_budget 160KB`` (test_batched_parity's cupy-68 cell), seven times."""
     from parity_check import inputs
 
     import cupy_magic
     from cupy_magic.backend import current
 
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "cupy_magic")
+    ip = ipython_shell()
+    if ip is None:
+        print("the cell: not run (IPython is not installed)")
+        return
     lines = (["--to-host --reduce mx=max"] * 4 + ["--to-host --reduce mx=max --no-graph"] * 2
              + ["--to-host --reduce mx=max --streams 1"])
     for attempt, line in enumerate(lines):

@@ -39,9 +39,12 @@ from .sources import (
     LiveSources,
     PoolFigures,
     arena_figures,
+    byte_pair,
+    is_instance,
     pool_figures,
     release_cached,
     sampled_row,
+    strings_of,
 )
 
 __all__ = ["Clock", "ClusterRows", "DeviceRow", "LiveSources", "PoolFigures", "Sample", "Sampler",
@@ -200,13 +203,14 @@ class Sampler:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        """Stop delivering to ``sub``; the thread stops when no subscriber is left."""
+        """Stop delivering to ``sub``; the thread stops when no subscriber is left (checked
+        as it is told to stop: a subscribe() on another thread keeps it, or starts anew)."""
         with self._lock:
             if sub in self._subs:
                 self._subs.remove(sub)
-            empty = not self._subs
-        if empty:
-            self.stop()
+            if self._subs:
+                return
+        self.stop(only_idle=True)
 
     @property
     def subscriptions(self) -> tuple[Subscription, ...]:
@@ -226,11 +230,14 @@ class Sampler:
             self._thread = thread
             thread.start()
 
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT, only_idle: bool = False) -> None:
         """Stop the thread and wait for it to end, at most ``timeout`` seconds (no wait when
-        called from the thread itself); a thread still running then is logged as a warning
-        with what it is doing (it ends when that returns)."""
+        called from the thread itself; ``only_idle``: not if it has subscribers); a thread
+        still running then is logged as a warning with what it is doing (it ends when that
+        returns)."""
         with self._lock:  # as start(): one that came between the two would be orphaned
+            if only_idle and self._subs:
+                return
             self._stop.set()
             thread, self._thread = self._thread, None
         if thread is None or thread is threading.current_thread():
@@ -289,19 +296,19 @@ class Sampler:
         src, guard = self.sources, self._guard
         errors: list[str] = []
         backend, why, nvml_note = guard("status", errors, src.status, (NA, "", ""),
-                                        _strings(3))
+                                        strings_of(3))
         reading = guard("nvml", errors, lambda: src.reading(device), DeviceReading(),
-                        _instance(DeviceReading))
+                        is_instance(DeviceReading))
         pool = guard("pool", errors, lambda: src.pool(device), POOL_UNAVAILABLE,
-                     _instance(PoolFigures))
-        host_used, host_total = guard("host memory", errors, src.host, (NA, NA), _byte_pair)
-        budget = guard("budget", errors, src.budget, NA, _instance(str))
-        cell = guard("cell", errors, src.cell, None, _instance((CellProgress, type(None))))
-        count = len(guard("devices", errors, src.devices, [], _instance(list)))
+                     is_instance(PoolFigures))
+        host_used, host_total = guard("host memory", errors, src.host, (NA, NA), byte_pair)
+        budget = guard("budget", errors, src.budget, NA, is_instance(str))
+        cell = guard("cell", errors, src.cell, None, is_instance((CellProgress, type(None))))
+        count = len(guard("devices", errors, src.devices, [], is_instance(list)))
         rows = tuple(
             sampled_row(device, backend, reading, pool, budget) if i == device
             else guard(f"device {i}", errors, lambda i=i: src.row(i), DeviceRow(i),
-                       _instance(DeviceRow))
+                       is_instance(DeviceRow))
             for i in range(count)) if count > 1 else ()
         workers = guard("cluster workers", errors,
                         lambda: self.workers.last() if workers_wait is None
@@ -354,20 +361,6 @@ class Sampler:
                     self._guard("tick", [], lambda: self.tick(stop), None)
         finally:
             log.debug("sampler thread stopped after %d ticks", self.ticks)
-
-
-def _instance(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
-    return lambda value: isinstance(value, kind)
-
-
-def _strings(n: int) -> Callable[[Any], bool]:
-    return lambda value: (isinstance(value, tuple) and len(value) == n
-                          and all(isinstance(v, str) for v in value))
-
-
-def _byte_pair(value: Any) -> bool:
-    return (isinstance(value, tuple) and len(value) == 2
-            and all(isinstance(v, int) and v >= 0 for v in value))
 
 
 _shared: Sampler | None = None

@@ -7,7 +7,7 @@ tests give the sampler sources of their own. CuPy is reached only through the li
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -22,8 +22,8 @@ from .nvml import NA, DeviceReading
 from .rows import HOST_NO_POOL, NOT_USED, DeviceRow, device_row
 
 __all__ = ["POOL_NOT_USED", "POOL_UNAVAILABLE", "LiveSources", "PoolFigures", "arena_figures",
-           "budget_text", "device_pool", "kernel_figures", "pool_figures", "release_cached",
-           "sampled_row"]
+           "budget_text", "byte_pair", "device_pool", "is_instance", "kernel_figures",
+           "pool_figures", "release_cached", "sampled_row", "strings_of"]
 
 
 @dataclass(frozen=True)
@@ -314,3 +314,21 @@ def release_cached(device: int = 0) -> tuple[int, int, int]:
     before = pinned_pool.n_free_blocks()
     pinned_pool.free_all_blocks()
     return released, before - pinned_pool.n_free_blocks(), be.host.release_cached()
+
+
+# --- what a source must return (the sampler's checks: anything else is a failure) ----------
+def is_instance(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
+    """A check that a value is an instance of ``kind``."""
+    return lambda value: isinstance(value, kind)
+
+
+def strings_of(n: int) -> Callable[[Any], bool]:
+    """A check that a value is a tuple of ``n`` strings."""
+    return lambda value: (isinstance(value, tuple) and len(value) == n
+                          and all(isinstance(v, str) for v in value))
+
+
+def byte_pair(value: Any) -> bool:
+    """Whether ``value`` is two byte counts (non-negative ints): used and total memory."""
+    return (isinstance(value, tuple) and len(value) == 2
+            and all(isinstance(v, int) and v >= 0 for v in value))

@@ -31,6 +31,7 @@ from .batchcost import (
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
 from .graphplan import GraphNote
+from .inflight import in_flight_line
 from .report import IN_PLACE_ROWS
 from .rowwise import XP_NAMES, RowCheck, check_cell
 
@@ -252,7 +253,8 @@ class BatchPlan:
 
     @property
     def in_flight_bytes(self) -> int:
-        """Pool bytes the batches in flight may take (measured bytes per row x rows)."""
+        """Pool bytes the batches in flight may take (measured bytes per row x rows, and
+        what a full batch took beyond its rows)."""
         per_row = max(self.peak_row_bytes, float(self.row_bytes))
         return int(min(self.lanes, self.batches) * (self.rows * per_row + self.batch_fixed))
 
@@ -279,12 +281,7 @@ class BatchPlan:
                f"{self.rows:,} row{'s' * (self.rows != 1)} per batch; {lanes}; sized by "
                f"{self.sized_by.replace('in the pool', pool)}"]
         if self.lanes < self.streams:
-            out.append(f"  batch in flight: {self.lanes} of {self.streams} "
-                       f"{'batches' if host else 'streams'}: a full batch of "
-                       f"{self.rows:,} rows took {format_bytes(self.batch_fixed)} {pool} beyond "
-                       f"its rows (work that does not grow with them, such as CUB's for a full "
-                       f"reduction), so {self.lanes} run at once, as many such batches as "
-                       f"{MARGIN:.0%} of the free budget holds (at least one)")
+            out.append(in_flight_line(self.lanes, self.streams, self.rows, self.batch_fixed, host))
         if self.shared:
             once = "copied once" if host else "uploaded once"
             out.append(f"  batch shared by every batch ({once}): {', '.join(self.shared)}")

@@ -214,7 +214,6 @@ def _global_names(code: Any) -> set[str]:
 
 class DeviceRun(BatchRun):
     """A :class:`BatchRun` whose batches are dealt over ``devices``."""
-
     fits_in_flight = False  # dealt over the devices' streams, each device its own budget
 
     def __init__(self, devices: tuple[int, ...], plan: Any, *args: Any) -> None:

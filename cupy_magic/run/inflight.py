@@ -2,14 +2,15 @@
 
 The first, measuring batch (:mod:`.firstbatch`) is small, and what it takes in the pool per
 row sizes the batches after it (:func:`~.batching.size_rows`: ``streams`` batches in flight
-fit :data:`~.batching.MARGIN` of the free budget). Some work takes pool memory that does not
+fit :data:`~.batchcost.MARGIN` of the free budget). Some work takes pool memory that does not
 grow with the rows and that a small batch does not show: CuPy sends a full reduction
-(``x.max()``) through CUB, whose temporary storage comes from the pool. On an H100 (CuPy 14.2,
-``benchmarks/cub_workspace.py``) it asked for 1 byte up to 2,048 float64 elements and 42,495
-bytes past them. ``mx = x.max()`` over 21,000 x 4 float64 under ``%vram_budget 160KB``
-measured 312 rows (1,248 elements), planned batches of 1,178 rows on 3 streams, and was
-refused now and then (session 38): each stream's arena needed that workspace on top of its
-rows. Measured now, a full batch took 38,367 bytes beyond its rows, and 1 batch in flight.
+(``x.max()``) through CUB, whose temporary storage comes from the pool. On an H100 (CuPy
+14.2, ``benchmarks/results/cub-workspace-2026-12-07T1314-h100.txt``) it asked for 1 byte up
+to 2,048 float64 elements and 42,495 bytes past them. ``mx = x.max()`` over 21,000 x 4
+float64 under ``%vram_budget 160KB`` measured 312 rows (1,248 elements), planned batches of
+1,178 rows on 3 streams, and was refused now and then (session 38): each stream's arena
+needed that workspace on top of its rows. Measured now, a full batch took 38,367 bytes
+beyond its rows, and 1 batch in flight.
 
 So under a budget, the first batch of the planned size runs alone (on the measuring batch's
 slot, whose arena it then leaves as later batches need it) and is measured too: what it took
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..units import format_bytes
 from . import progress
-from .batching import MARGIN
+from .batchcost import MARGIN
 
-__all__ = ["batches_in_flight", "measure_full"]
+__all__ = ["batches_in_flight", "in_flight_line", "measure_full"]
 
 
 def batches_in_flight(free: int, rows: int, peak_row: float, fixed: int, streams: int) -> int:
@@ -69,3 +71,15 @@ def measure_full(run: Any, first: int, rows: int, peak_row: float,
     run.batch_fixed = max(0, int(mem.peak_bytes - mem.start_bytes - rows * peak_row))
     run.in_flight = batches_in_flight(free, rows, peak_row, run.batch_fixed, streams)
     return 1
+
+
+def in_flight_line(lanes: int, streams: int, rows: int, fixed: int, host: bool) -> str:
+    """The report's line where fewer than ``streams`` batches were kept in flight
+    (``host``: as the CPU fallback ran them, one after another)."""
+    where, why = ("in memory", "") if host else \
+        ("in the pool", ", such as CUB's for a full reduction")
+    kept = "are counted as in flight" if host else "run at once"
+    return (f"  batch in flight: {lanes} of {streams} {'batches' if host else 'streams'}: a "
+            f"full batch of {rows:,} rows took {format_bytes(fixed)} {where} beyond its rows "
+            f"(work that does not grow with them{why}), so {lanes} {kept}, as many such "
+            f"batches as {MARGIN:.0%} of the free budget holds (at least one)")

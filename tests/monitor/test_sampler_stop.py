@@ -99,6 +99,30 @@ def test_a_start_on_another_thread_during_a_stop_leaves_no_thread_orphaned() -> 
                    for t in threading.enumerate())
 
 
+def test_a_subscribe_between_the_last_unsubscribe_and_its_stop_keeps_the_thread() -> None:
+    """The last panel closes while another subscribes: the stop that follows the
+    unsubscribe sees the new subscriber and leaves the thread running for it (it stopped
+    the thread, and the new panel froze). The other thread's subscribe is made here at the
+    moment the unsubscribe's stop begins, the order in which it froze."""
+    sampler = Sampler(FakeSources(), interval=0.05)
+    first = sampler.subscribe(lambda s, h: None)
+    got = threading.Event()
+    real_stop = sampler.stop
+
+    def stop_after_a_subscribe(*args: Any, **kwargs: Any) -> None:
+        sampler.stop = real_stop  # type: ignore[method-assign]
+        sampler.subscribe(lambda s, h: got.set())
+        real_stop(*args, **kwargs)
+
+    sampler.stop = stop_after_a_subscribe  # type: ignore[method-assign]
+    try:
+        sampler.unsubscribe(first)
+        assert sampler.running and len(sampler.subscriptions) == 1
+        assert got.wait(5), "the new subscriber got no sample"
+    finally:
+        sampler.stop()
+
+
 class SilentScheduler:
     """A client whose scheduler never answers until released (as a stopped one)."""
 

@@ -193,7 +193,8 @@ def test_a_full_batch_s_fixed_work_the_first_batch_missed_keeps_fewer_in_flight(
     bp = _plus_one(ip, f"ws = np.ones({ws} if x.shape[0] > {plain.first_rows} else 1)\n"
                        "y = x + ws[0]\ndel ws")
     assert bp.first_rows == plain.first_rows and bp.rows > bp.first_rows  # (the step's side)
-    assert bp.batch_fixed > 0  # (less than 32,000: the first batch's rate counts some of it)
+    # most of the 32,000 bytes (the first batch's rate already counts a little of them)
+    assert ws * 8 // 4 < bp.batch_fixed <= ws * 8 + 1024, bp.batch_fixed
     assert bp.lanes < bp.streams == 3
     assert bp.lanes * (bp.rows * bp.peak_row_bytes + bp.batch_fixed) <= 0.8 * 160_000
     line = next(s for s in bp.lines() if "in flight:" in s)
@@ -212,6 +213,9 @@ def test_a_full_reduction_under_a_small_budget_is_not_refused(gip, graphs):
     rows, which the measuring batch of 312 rows did not show. Now: NumPy's result, five
     times in a row, within the budget, and no cached blocks released to make room."""
     ip, be = gip, backend.current()
+    from cupy._core import _accelerator  # CuPy's own switch (CUPY_ACCELERATORS)
+
+    cub = _accelerator.ACCELERATOR_CUB in _accelerator.get_reduction_accelerators()
     x = fresh((21_000, 4), "float64")
     for _ in range(5):
         ip.user_ns["x"] = x
@@ -221,5 +225,5 @@ def test_a_full_reduction_under_a_small_budget_is_not_refused(gip, graphs):
         assert float(host(ip.user_ns["mx"])) == x.max()
         assert report.batch is not None and report.peak_pool_bytes <= 160_000
         assert be.releases == releases, report.batch.lines()
-        # why: a full batch of x.max() took CUB's workspace beyond its rows (37 KiB on the H100)
-        assert report.batch.batch_fixed > 0 and report.batch.lanes < 3, report.batch.lines()
+        if cub:  # why: a full batch took CUB's workspace beyond its rows (37 KiB on the H100)
+            assert report.batch.batch_fixed > 0 and report.batch.lanes < 3, report.batch.lines()

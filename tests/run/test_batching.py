@@ -25,6 +25,7 @@ from cupy_magic.run.batching import (
     size_rows,
 )
 from cupy_magic.run.errors import CellError
+from cupy_magic.run.inflight import batches_in_flight, in_flight_line
 from cupy_magic.run.reduce import combine
 
 
@@ -318,3 +319,20 @@ def test_a_first_batch_over_the_budget_is_measured_again_on_half_its_rows():
     assert probe_again(1250, {625, 624}) == 623  # never another axis length
     assert probe_again(3, set()) == 1
     assert probe_again(1, set()) is None  # one row over the budget: nothing smaller
+
+
+def test_batches_in_flight_fit_the_margin_with_a_full_batch_s_fixed_bytes():
+    """run.inflight: as many batches of rows x bytes per row plus the fixed bytes as fit
+    80% of the free budget, between one and --streams."""
+    # H100, x.max() under 160KB: 1,178 rows of 36.1 B, and 38,367 bytes of CUB's beyond them
+    assert batches_in_flight(160_000, 1_178, 36.1, 0, 3) == 3  # 42.5 KB each: 3 fit 128 KB
+    assert batches_in_flight(160_000, 1_178, 36.1, 38_367, 3) == 1  # 80.9 KB each
+    assert batches_in_flight(160_000, 1_178, 36.1, 20_000, 3) == 2  # 62.5 KB each
+    assert batches_in_flight(160_000, 1_178, 36.1, 200_000, 3) == 1  # none fits: still one
+    assert batches_in_flight(10**9, 1_000, 8.0, 0, 3) == 3  # never more than the streams
+    line = in_flight_line(1, 3, 1_178, 38_367, host=False)
+    assert line.startswith("  batch in flight: 1 of 3 streams: a full batch of 1,178 rows "
+                           "took 37.47 KiB in the pool beyond its rows") and "CUB" in line
+    host_line = in_flight_line(2, 3, 414, 19_374, host=True)
+    assert "2 of 3 batches" in host_line and "in memory" in host_line
+    assert "CUB" not in host_line and "run at once" not in host_line
