@@ -148,8 +148,7 @@ def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset
         return isinstance(call, ast.Call) and (
             _fresh_call(call, modules) or (up.arg is not None and _reads(call, up.arg, readers)))
     if isinstance(up, ast.Call) and node in up.args:
-        index = next(i for i, a in enumerate(up.args) if a is node)
-        return _fresh_call(up, modules) or _reads(up, index, readers)
+        return _fresh_call(up, modules) or _reads(up, up.args.index(node), readers)
     return False
 
 

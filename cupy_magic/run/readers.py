@@ -27,12 +27,12 @@ import ast
 import functools
 import inspect
 import linecache
-import textwrap
 import types
 from collections.abc import Mapping
 from typing import Any
 
 from .aliases import MODULE_NAMES, numpy_names, read_in
+from .batching import _parsed
 from .names import _binds
 
 __all__ = ["Reader", "reader_args"]
@@ -117,7 +117,7 @@ def _called(source: str) -> frozenset[str]:
     funcs = {id(n.func) for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     called = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) in funcs}
     other = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs}
-    return frozenset(called - other - set().union(*map(_binds, tree.body)))
+    return frozenset(called - other - _binds(tree))
 
 
 @functools.lru_cache(maxsize=256)
@@ -147,20 +147,10 @@ def _read_params(code: types.CodeType, modules: frozenset[str]) -> frozenset[int
                      | {a for a in names if a in read and a not in posonly})
 
 
-@functools.lru_cache(maxsize=256)
 def _definition(code: types.CodeType) -> ast.FunctionDef | None:
     """The ``def`` that compiled to ``code``, from its source (IPython keeps each cell's),
-    or None where there is none to read or it is not one plain ``def`` (read once: both
-    :func:`_swaps` and :func:`_read_params` look at it; not to be changed)."""
-    try:
-        lines, _ = inspect.getsourcelines(code)
-    except (OSError, TypeError):
-        return None
-    try:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except SyntaxError:
-        return None
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(node, ast.FunctionDef) or node.name != code.co_name:
-        return None
-    return node
+    or None where there is none to read or it is another function's (parsed once, shared
+    with the batch planner's readers of functions: :func:`~.batching._parsed`; not to be
+    changed)."""
+    node = _parsed(code)
+    return node if node is not None and node.name == code.co_name else None
