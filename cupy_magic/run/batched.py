@@ -37,7 +37,7 @@ from .errors import CellError, fail, frames_freed, unawaited_quiet
 from .firstbatch import measure_first
 from .gathered import rows_on_host
 from .graphs import GraphReplay, graph_replay
-from .inflight import measure_full
+from .inflight import fit_in_flight
 from .inputmoves import inputs_need, move_inputs, streamed_rows
 from .inputwrites import InputWatch
 from .mainmod import as_main
@@ -76,7 +76,7 @@ class BatchRun(BatchJoin):
                              for n, a in self.inputs.items())
         self.fixed = opts.fixed_rows(self.row_bytes)  # refused here if under one row
         self.eng = self.engine()
-        self.in_flight, self.batch_fixed = self.eng.slots, 0  # (run.inflight)
+        self.in_flight, self.batch_fixed, self.resized = self.eng.slots, 0, ""  # run.inflight
         self.clock = [("", time.perf_counter())]  # (phase that ended, when)
         self.base: dict[str, Any] = {}
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
@@ -104,8 +104,8 @@ class BatchRun(BatchJoin):
         self.changeable = [n for n in self.inputs if n in plan.stored]  # those it may
         self.uploads: dict[str, Any] = {}  # this batch's copies of them, weakly
         self.in_place_rows: set[str] = set()
-        self.current, self.n_batches = (0, 0, 0), 0
-        self.peak = be.pool_used()
+        self.current, self.n_batches, self.peak = (0, 0, 0), 0, be.pool_used()
+        self.sized_for = 0  # the batches in flight the resized batches were sized for
         self.cost: BatchCost | None = None  # measured on the first batch
         self.replay: GraphReplay | None = None  # CUDA graphs of the full batches (rest)
         self.echo = BatchEcho()  # what the batches print: shown once
@@ -230,24 +230,23 @@ class BatchRun(BatchJoin):
             bounds = [(a, min(a + rows, self.total)) for a in range(first, self.total, rows)]
             self.n_batches = 1 + len(bounds)
             self.rows_for_partials(self.n_batches)
+            rows = self.rest(first, rows, peak_row, bounds)
             bp = BatchPlan(tuple(self.inputs), tuple(shared), self.total, self.row_bytes,
                            self.opts.streams, reason, first, rows if bounds else first,
-                           self.n_batches, peak_row, sized_by, tuple(self.specs),
-                           dict(self.opts.reduce), cost=self.cost)
-            self.rest(first, rows, peak_row, bounds)
+                           self.n_batches, peak_row, self.resized or sized_by, tuple(self.specs),
+                           dict(self.opts.reduce), cost=self.cost, batch_fixed=self.batch_fixed,
+                           sized_for=self.sized_for)
+            whole = None if self.opts.forced else (  # (batched anyway: no budget holds it)
+                report.start_pool_bytes + inputs_need(self.plan, self.dtype))
             if self.cost is not None and self.opts.rows is None and self.opts.nbytes is None:
                 bp.full_speed = budget_to_pay(rows, self.total - first, self.row_bytes, peak_row,
                                               self.opts.streams, self.cost, free, self.be.limit,
-                                              None if self.opts.forced else  # batched anyway
-                                              report.start_pool_bytes
-                                              + inputs_need(self.plan, self.dtype),
-                                              self.batch_fixed)
+                                              whole, self.batch_fixed)
         # from the first batch to the drain, less the host's compiling (the report says so)
         seconds = max(0.0, self.clock[-1][1] - self.clock[1][1] - building.seconds)
         final = self.results()
-        bp.staged_batches, bp.batch_fixed = self.eng.staged_batches, self.batch_fixed
+        bp.staged_batches, bp.staged = self.eng.staged_batches, dict(self.eng.staged_why)
         bp.in_flight = self.in_flight if self.fits_in_flight else 0  # (devices: their streams)
-        bp.staged = dict(self.eng.staged_why)
         bp.timeline = tuple(self.eng.timeline())
         bp.graph = self.replay.record if self.replay is not None else None
         report.inputs += streamed_rows(self.inputs, self.dtypes, self.eng.direct, seconds)
@@ -287,8 +286,8 @@ class BatchRun(BatchJoin):
         eng.record(slot)
         return first, peak_row
 
-    def rest(self, first: int, rows: int, peak_row: float, bounds: list[tuple[int, int]]) -> None:
-        """Warm the streams and buffers, then run the other batches and drain the streams."""
+    def rest(self, first: int, rows: int, peak_row: float, bounds: list[tuple[int, int]]) -> int:
+        """Warm the streams and buffers, run the other batches, drain: a full batch's rows."""
         __tracebackhide__ = True
         running = progress.current()
         progress.start(running.cell_label if running else self.filename, self.n_batches,
@@ -299,12 +298,13 @@ class BatchRun(BatchJoin):
         buffers.update({f"out:{n}": (a, a.itemsize * _row_len(a), a.dtype)
                         for n, a in self.out.items()})
         self.tick("first batch")
-        if done := measure_full(self, first, rows, peak_row, bounds):  # alone, under a budget
+        done, rows, bounds = fit_in_flight(self, first, rows, peak_row, bounds, size_rows(
+            self.total, self.row_bytes, peak_row, None, 1, self.opts, self.cost)[0])  # alone
+        if done:  # (under a budget)
             self.tick("full batch")
         self.eng.warm(rows, peak_row + self.batch_fixed / rows, buffers,  # (slot 0's arena:
-                      range(done, self.in_flight) if done else None)  # as that batch left it)
+                      range(1, self.in_flight) if done else None)  # as those batches left it)
         self.tick("warm-up")
-        bounds = bounds[done:]
         replay = self.replay = graph_replay(self, rows, bounds)
         with self.tracked() as mem:
             for i, (a, b) in enumerate(bounds, start=1 + done):
@@ -316,6 +316,7 @@ class BatchRun(BatchJoin):
         replay.finish()
         self.tick("batches")
         self.peak = max(self.peak, mem.peak_bytes)
+        return rows
 
     def tick(self, phase: str) -> None:
         """Note the end of a phase of the run (BatchPlan.phases; a report line with --timeline)."""
@@ -342,11 +343,10 @@ class BatchRun(BatchJoin):
     def where(self, exc: BaseException) -> str:
         i, a, b = self.current
         of = f" of {self.n_batches}" if self.n_batches else ""
+        then = "; streams drained, buffers released, nothing committed"
         if isinstance(exc, KeyboardInterrupt):
-            return (f"interrupted after batch {i + 1}{of} (rows up to {b:,}); streams drained, "
-                    "buffers released, nothing committed")
-        return (f"batch {i + 1}{of} (rows {a:,}:{b:,}) failed; streams drained, buffers "
-                "released, nothing committed")
+            return f"interrupted after batch {i + 1}{of} (rows up to {b:,}){then}"
+        return f"batch {i + 1}{of} (rows {a:,}:{b:,}) failed{then}"
 
     def abort(self) -> None:
         self.eng.drain(quiet=True)

@@ -193,7 +193,8 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
             "cupy_magic.set_budget from Python)")
     if fit < want:
         return min(total, fit), (f"measured {format_bytes(peak_row_bytes)} per row in the pool; "
-                                 f"{streams} batches in flight fit {MARGIN:.0%} of the free budget")
+                                 f"{streams} batch{'es' * (streams != 1)} in flight "
+                                 f"fit{'s' * (streams == 1)} {MARGIN:.0%} of the free budget")
     return min(total, want), why if want > target else \
         "128 MiB of input per batch (the budget allows more)"
 
@@ -235,6 +236,7 @@ class BatchPlan:
     # batches in flight (0: streams) and a full batch's bytes beyond its rows (run.inflight)
     in_flight: int = 0
     batch_fixed: int = 0
+    sized_for: int = 0  # the batches in flight the batches were resized for (0: not resized)
 
     @property
     def full_speed_budget(self) -> int | None:
@@ -267,9 +269,10 @@ class BatchPlan:
         """The plan as plain-text report lines (``host``: as the CPU fallback ran it)."""
         both = ", ".join(self.batched)
         flight = format_bytes(self.in_flight_bytes)
-        kept = f", kept as if {self.lanes}" if self.lanes < self.streams else ""
+        sized = self.sized_for or self.streams
+        kept = f", kept as if {self.lanes}" if self.lanes < sized else ""
         lanes = (f"{self.batches} batches one after another (no CUDA streams on the CPU; "
-                 f"sized as if {self.streams} were in flight{kept}, {flight})" if host else
+                 f"sized as if {sized} were in flight{kept}, {flight})" if host else
                  f"{self.batches} batches, {self.lanes} stream{'s' * (self.lanes != 1)}, "
                  f"{flight} in flight")
         pool = "in memory" if host else "in the pool"

@@ -212,6 +212,22 @@ class BatchJoin:
             with self.eng.on(self.first_slot):  # behind batch 0 on its stream: the host
                 self.keep_partial(0, self.first_slot, name, value, rows)  # reads it drained
 
+    def more_partial_rows(self, batches: int) -> None:
+        """The batches were resized into more of them (:mod:`.inflight`): each ``--reduce``
+        partial's host rows made again for ``batches``, those kept so far copied over (the
+        streams drained first: their copies into the old rows done)."""
+        for name, buf in list(self.partial_rows.items()):
+            if len(buf) >= batches:
+                continue
+            self.eng.drain()
+            rows = self.eng.small_rows(f"{name}:{batches}", (batches, *buf.shape[1:]), buf.dtype)
+            rows[:len(buf)] = buf
+            self.partial_rows[name] = rows
+            self.partials[name] = [
+                (rows[j:j + 1].reshape(v.shape) if isinstance(v, np.ndarray)
+                 and np.shares_memory(v, buf) else v, n)
+                for j, (v, n) in enumerate(self.partials[name])]
+
     def joined(self, name: str, parts: list[tuple[Any, int]]) -> Any:
         """The partials of ``name`` joined by its rule: on the host where every batch's
         was copied there (the result then goes to the device once), else on the device."""

@@ -304,11 +304,11 @@ class DeviceRun(BatchRun):
             self.eng.finish_locking(arr)
         return shared
 
-    def rest(self, first: int, rows: int, peak_row: float,
-             bounds: list[tuple[int, int]]) -> None:
+    def rest(self, first: int, rows: int, peak_row: float, bounds: list[tuple[int, int]]) -> int:
         __tracebackhide__ = True
-        super().rest(first, rows, peak_row, bounds)
+        rows = super().rest(first, rows, peak_row, bounds)
         self.poll()  # drained: every batch is finished
+        return rows
 
     def forget(self) -> None:
         """As one device's (a first batch measured again); the dealing starts over."""

@@ -20,13 +20,14 @@ batches in flight as fit the free budget with it (at least one: that batch just 
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from ..units import format_bytes
 from . import progress
 from .batchcost import MARGIN
 
-__all__ = ["batches_in_flight", "in_flight_line", "measure_full"]
+__all__ = ["batches_in_flight", "fit_in_flight", "in_flight_line", "resized_why"]
 
 
 def batches_in_flight(free: int, rows: int, peak_row: float, fixed: int, streams: int) -> int:
@@ -44,33 +45,116 @@ def batches_in_flight(free: int, rows: int, peak_row: float, fixed: int, streams
     return max(1, min(streams, int(free * MARGIN // max(per_batch, 1.0))))
 
 
-def measure_full(run: Any, first: int, rows: int, peak_row: float,
-                 bounds: list[tuple[int, int]]) -> int:
-    """Run ``bounds[0]``, the first batch of the planned size, alone and measured where a
-    budget holds the run and that batch has more rows than the measuring one; set
-    ``run.batch_fixed`` (pool bytes beyond its rows at ``peak_row`` per row) and
-    ``run.in_flight``. Returns how many of ``bounds`` it ran (0 or 1).
+MEASURED = 3  # full batches run alone and measured at most (a resized one measured again)
+GROW = 1.25  # batches are resized for fewer in flight only where that makes them this much larger
+
+
+Bounds = list[tuple[int, int]]  # (start, end) rows of the batches
+
+
+def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Bounds,
+                  cap: int) -> tuple[int, int, Bounds]:
+    """Run the first batches of the planned size alone and measured, where a budget holds
+    the run (``run.budget_left()`` not None) and they have more rows than the measuring one;
+    set ``run.batch_fixed`` (pool bytes beyond its rows at ``peak_row`` per row),
+    ``run.in_flight`` and, where the batches were resized, ``run.resized`` (the plan's
+    reason) and ``run.n_batches``.
+
+    - A full batch over the budget (work beyond its rows the measuring batch did not show)
+      runs again on half its rows, down to the measuring batch's (which ran alone within
+      the budget). (``--batch-rows`` and ``--batch-bytes`` size the measuring batch too:
+      no batch has more rows than it, and none is measured here.)
+    - Where fewer than ``streams`` fit in flight with the bytes a full batch took beyond its
+      rows, the batches after it are sized for those in flight (at most ``cap`` rows, the
+      size the budget would not limit), and the first of that size runs alone and measured
+      too (at most :data:`MEASURED` in all), so that no batch size runs that has not first
+      run alone within the budget.
 
     ``run`` is a :class:`~.batched.BatchRun` (not one over several devices: each has its own
-    budget and streams); its batch ``i`` goes to slot ``i % run.in_flight``.
+    budget and streams); its batch ``i`` goes to slot ``i % run.in_flight``. Returns how many
+    batches of ``bounds`` ran here, the rows of a full batch from then on, and the bounds
+    left to run.
     """
     __tracebackhide__ = True
     free = run.budget_left()
     if (not run.fits_in_flight or free is None or not bounds or rows <= first
             or bounds[0][1] - bounds[0][0] != rows):
-        return 0
-    streams = run.in_flight
-    run.in_flight = 1  # on the measuring batch's slot, after it
+        return 0, rows, bounds
+    streams, done, start, over, ceiling = run.in_flight, 0, bounds[0][0], 0, run.total
+    while start + rows <= run.total:  # (a resized batch is measured, below: MEASURED)
+        run.in_flight = 1  # alone, on the measuring batch's slot
+        try:
+            if _measure(run, 1 + done, start, rows, peak_row, rows > first):
+                over = over or rows
+                ceiling, rows = rows - 1, max(first, rows // 2)
+                continue
+        finally:
+            run.in_flight = streams
+        done, start = done + 1, start + rows
+        run.in_flight = batches_in_flight(free, rows, peak_row, run.batch_fixed, streams)
+        fit = int((free * MARGIN / run.in_flight - run.batch_fixed) // max(peak_row, 1.0))
+        grow = min(fit, cap, ceiling, run.total - start)
+        if run.in_flight == streams or done == MEASURED or grow < rows * GROW:
+            break
+        rows, run.sized_for = grow, run.in_flight
+    left = [(a, min(a + rows, run.total)) for a in range(start, run.total, rows)]
+    if over or run.sized_for:
+        run.resized = resized_why(over, run.sized_for, peak_row, run.batch_fixed)
+        run.n_batches = 1 + done + len(left)
+        run.more_partial_rows(run.n_batches)  # (more batches: smaller ones)
+        progress.recount(run.n_batches)
+    return done, rows, left
+
+
+def resized_why(over: int, lanes: int, peak_row: float, fixed: int) -> str:
+    """The plan's reason (``sized by ...``) for batches :func:`fit_in_flight` resized: a full
+    batch of ``over`` rows went over the budget (0: none did), sized for ``lanes`` in flight
+    (0: not) with ``fixed`` bytes beyond a full batch's rows.
+
+    Examples
+    --------
+    >>> resized_why(0, 1, 36.1, 38_367)  # doctest: +NORMALIZE_WHITESPACE
+    "measured 36 B per row in the pool and 37.47 KiB beyond a full batch's rows: 1 batch in
+    flight fits 80% of the free budget"
+    """
+    why = [f"a full batch of {over:,} rows over the budget (work beyond its rows that the "
+           "first batch did not show): fewer rows, each size run alone first"] if over else []
+    if lanes:
+        why.append(f"measured {format_bytes(peak_row)} per row in the pool and "
+                   f"{format_bytes(fixed)} beyond a full batch's rows: {lanes} batch"
+                   f"{'es' * (lanes != 1)} in flight fit{'s' * (lanes == 1)} {MARGIN:.0%} of "
+                   "the free budget")
+    return "; ".join(why)
+
+
+def _measure(run: Any, i: int, a: int, rows: int, peak_row: float, retry: bool) -> bool:
+    """Run batch ``i`` (rows ``a:a + rows``) alone and measured: set ``run.batch_fixed``.
+    Over the budget and where it may ``retry``: undo what it left, and return True."""
+    __tracebackhide__ = True
+    kept = ({n: len(p) for n, p in run.partials.items()}, dict(run.written),
+            set(run.moved_in_place), set(run.touched))
     try:
         with run.tracked() as mem:
-            run.batch(1, *bounds[0])
-    finally:
-        run.in_flight = streams
+            run.batch(i, a, a + rows)
+    except MemoryError:  # BudgetExceeded on the host, CuPy's OutOfMemoryError
+        if not retry:
+            raise
+        over = True
+    else:
+        over = False
+    if over:  # (out of the handler: the error's frames, and the batch's work, let go)
+        run.eng.drain(quiet=True)  # its copies (batch 0's were finished when it started)
+        for name, n in kept[0].items():
+            del run.partials[name][n:]
+        for now, was in zip((run.written, run.moved_in_place, run.touched), kept[1:], strict=True):
+            now.clear()
+            now.update(was)
+        gc.collect()
+        return True
     progress.step(1, rows * run.row_bytes)
     run.peak = max(run.peak, mem.peak_bytes)
     run.batch_fixed = max(0, int(mem.peak_bytes - mem.start_bytes - rows * peak_row))
-    run.in_flight = batches_in_flight(free, rows, peak_row, run.batch_fixed, streams)
-    return 1
+    return False
 
 
 def in_flight_line(lanes: int, streams: int, rows: int, fixed: int, host: bool) -> str:
@@ -78,7 +162,8 @@ def in_flight_line(lanes: int, streams: int, rows: int, fixed: int, host: bool) 
     (``host``: as the CPU fallback ran them, one after another)."""
     where, why = ("in memory", "") if host else \
         ("in the pool", ", such as CUB's for a full reduction")
-    kept = "are counted as in flight" if host else "run at once"
+    kept = (f"{'is' if lanes == 1 else 'are'} counted as in flight" if host else
+            f"run{'s' * (lanes == 1)} at once")
     return (f"  batch in flight: {lanes} of {streams} {'batches' if host else 'streams'}: a "
             f"full batch of {rows:,} rows took {format_bytes(fixed)} {where} beyond its rows "
             f"(work that does not grow with them{why}), so {lanes} {kept}, as many such "

@@ -87,6 +87,17 @@ def step(n: int = 1, nbytes: int = 0) -> None:
     _tell(snapshot)
 
 
+def recount(total: int) -> None:
+    """The running cell's batches were counted again (resized while it ran): ``total``."""
+    global _current
+    with _lock:
+        if _current is None:
+            return
+        _current = replace(_current, batches_total=max(0, int(total)))
+        snapshot = _current
+    _tell(snapshot)
+
+
 def finish() -> None:
     """Record that no cell runs any more."""
     global _current

@@ -205,6 +205,53 @@ def test_a_full_batch_s_fixed_work_the_first_batch_missed_keeps_fewer_in_flight(
     assert set(slots) == set(range(bp.lanes)), slots
 
 
+def test_batches_kept_fewer_in_flight_are_resized_for_those_in_flight(ip):
+    """Fewer in flight than --streams: the batches after the full one are sized for those in
+    flight, not for --streams (a third of the rows each, three times the batches, before;
+    each batch's fixed cost paid that much more often), and that size runs alone first."""
+    plain = _plus_one(ip)  # sized for 3 in flight
+    bp = _plus_one(ip, f"ws = np.ones(4_000 if x.shape[0] > {plain.first_rows} else 1)\n"
+                       "y = x + ws[0]\ndel ws")
+    assert bp.lanes == bp.sized_for == 1
+    assert bp.rows >= 2 * plain.rows and bp.batches <= plain.batches // 2 + 1, (bp.rows,
+                                                                               plain.rows)
+    assert bp.rows * bp.peak_row_bytes + bp.batch_fixed <= 0.8 * 160_000  # the margin
+    plan = next(s for s in bp.lines(host=True) if "batch plan:" in s)
+    assert "beyond a full batch's rows: 1 batch in flight fits 80% of the free budget" in plan
+    assert "sized as if 1 were in flight" in plan and "kept as if" not in plan
+    slots = [slot for slot, _, _ in bp.timeline]
+    assert len(slots) == bp.batches and set(slots) == {0}
+
+
+@pytest.mark.parametrize("reduce", [False, True])
+def test_a_full_batch_over_the_budget_runs_again_on_fewer_rows(ip, reduce):
+    """--streams 1 sizes a batch to 80% of the free budget by the first batch's bytes per
+    row; work beyond its rows that only a full batch makes (80,000 bytes here; CUB's for a
+    full reduction on the GPU) took it over, and the cell was refused at batch 2 ('over the
+    budget ... Try batching the data'). Now that batch runs again on half its rows (nothing
+    of it kept), and the report says why; NumPy's results, the --reduce partials of the
+    batch over the budget not counted twice, within the budget."""
+    x = ip.user_ns["x"] = fresh((21_000, 4), "float64")
+    ip.run_line_magic("vram_budget", "160KB")
+    cell = "ws = np.ones(10_000 if x.shape[0] > 400 else 1)\ny = x + ws[0]\ndel ws\n"
+    line = "--to-host --timeline --streams 1"
+    if reduce:
+        cell, line = cell + "s = y.sum(axis=0)\n", line + " --reduce s=sum"
+    report = gpu(ip, cell, line)
+    np.testing.assert_array_equal(ip.user_ns["y"], x + 1.0)
+    if reduce:
+        np.testing.assert_allclose(ip.user_ns["s"], (x + 1.0).sum(axis=0), rtol=1e-12)
+    bp = report.batch
+    assert report.peak_pool_bytes <= 160_000 and bp.streams == bp.lanes == 1
+    plan = next(s for s in bp.lines(host=True) if "batch plan:" in s)
+    assert "rows over the budget (work beyond its rows that the first batch did not show): " \
+           "fewer rows, each size run alone first" in plan, plan
+    over = int(plan.split("a full batch of ")[1].split(" rows")[0].replace(",", ""))
+    assert bp.first_rows < bp.rows <= over // 2 and bp.batch_fixed > 60_000
+    assert len(bp.timeline) == bp.batches == 1 + -(-(21_000 - bp.first_rows) // bp.rows)
+
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("graphs", ["", "--no-graph"])
 def test_a_full_reduction_under_a_small_budget_is_not_refused(gip, graphs):
@@ -226,4 +273,28 @@ def test_a_full_reduction_under_a_small_budget_is_not_refused(gip, graphs):
         assert report.batch is not None and report.peak_pool_bytes <= 160_000
         assert be.releases == releases, report.batch.lines()
         if cub:  # why: a full batch took CUB's workspace beyond its rows (37 KiB on the H100)
-            assert report.batch.batch_fixed > 0 and report.batch.lanes < 3, report.batch.lines()
+            bp = report.batch
+            assert bp.batch_fixed > 0 and bp.lanes < 3, bp.lines()
+            assert bp.sized_for == bp.lanes, bp.lines()  # and the batches were sized for them
+
+
+@pytest.mark.gpu
+def test_a_full_reduction_on_one_stream_under_a_small_budget_is_not_refused(gip):
+    """--streams 1 under 100 KB: a batch of 80% of the free budget by the measuring batch's
+    bytes per row, plus CUB's workspace for x.max() (42 KB on the H100), is over the budget:
+    that batch runs again on fewer rows (its partial not kept), and the cell gives NumPy's
+    result within the budget."""
+    ip, be = gip, backend.current()
+    from cupy._core import _accelerator
+
+    cub = _accelerator.ACCELERATOR_CUB in _accelerator.get_reduction_accelerators()
+    x = ip.user_ns["x"] = fresh((21_000, 4), "float64")
+    ip.run_line_magic("vram_budget", "100KB")
+    before = be.pool_used()
+    report = gpu(ip, "mx = x.max()\nmn = x.min()", "--to-host --reduce mx=max,mn=min --streams 1")
+    assert float(host(ip.user_ns["mx"])) == x.max() and float(host(ip.user_ns["mn"])) == x.min()
+    bp = report.batch
+    assert bp is not None and report.peak_pool_bytes <= 100_000, bp.lines()
+    assert be.pool_used() - before <= 2 * 512
+    if cub:
+        assert "rows over the budget" in next(s for s in bp.lines() if "plan:" in s), bp.lines()
