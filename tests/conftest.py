@@ -10,7 +10,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,16 +66,17 @@ def no_sampler_left(request: pytest.FixtureRequest) -> Iterator[None]:
     fallback's budget counts against later cells, as a cluster's do (on 2026-12-07 one
     left by an unknown module refused 108 batched tests of tests/run in two whole-suite
     runs out of five; tests/test_lifecycle.py fails on such a thread at its own setup)."""
-    before = {t for t in threading.enumerate() if t.name == "cupy_magic-sampler"}
+    from cupy_magic.monitor.sampler import THREAD_NAME, sampler_threads
+
+    before = set(sampler_threads())
     yield
-    left = [t for t in threading.enumerate()
-            if t.name == "cupy_magic-sampler" and t.is_alive() and t not in before]
+    left = [t for t in sampler_threads() if t not in before]
     for thread in left:
         owner = getattr(getattr(thread, "_target", None), "__self__", None)  # Sampler._run
         if owner is not None and hasattr(owner, "stop"):
             owner.stop()
     if left:
-        warnings.warn(f"{request.module.__name__} left {len(left)} cupy_magic-sampler "
+        warnings.warn(f"{request.module.__name__} left {len(left)} {THREAD_NAME} "
                       "thread(s) running; stopped", pytest.PytestWarning, stacklevel=1)
 
 

@@ -94,7 +94,7 @@ def test_a_step_registered_during_teardown_runs_too(registry: list[str]) -> None
 
 
 def _samplers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "cupy_magic-sampler" and t.is_alive()]
+    return monitor.sampler_threads()
 
 
 @pytest.fixture

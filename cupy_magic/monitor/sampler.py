@@ -49,7 +49,7 @@ from .sources import (
 
 __all__ = ["Clock", "ClusterRows", "DeviceRow", "LiveSources", "PoolFigures", "Sample", "Sampler",
            "Subscription", "WorkerRow", "arena_figures", "get_sampler", "pool_figures",
-           "release_cached", "shared_sampler", "shutdown"]
+           "release_cached", "sampler_threads", "shared_sampler", "shutdown"]
 
 log = logging.getLogger(__name__)
 # A library's logger: without this, Python's last-resort handler would print warnings from the
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())
 
 DEFAULT_INTERVAL = 0.5
+THREAD_NAME = "cupy_magic-sampler"  # every sampler's thread (sampler_threads finds them so)
 HISTORY_SECONDS = 120.0
 MIN_INTERVAL = 0.05  # shorter spins a core on sampling and drawing
 MAX_INTERVAL = 3600.0  # longer is a panel that never moves (and 1e308 overflows Event.wait)
@@ -223,7 +224,7 @@ class Sampler:
                 return
             self._stop = stop = threading.Event()
             # its own event: read later from self, it could be the next start()'s
-            thread = threading.Thread(target=self._run, args=(stop,), name="cupy_magic-sampler",
+            thread = threading.Thread(target=self._run, args=(stop,), name=THREAD_NAME,
                                       daemon=True)
             # At interpreter exit only ask the thread to stop; never join from a finalizer.
             weakref.finalize(thread, stop.set)
@@ -365,6 +366,11 @@ class Sampler:
 
 _shared: Sampler | None = None
 _shared_lock = threading.Lock()
+
+
+def sampler_threads() -> list[threading.Thread]:
+    """The samplers' threads alive in this process (any sampler's, by :data:`THREAD_NAME`)."""
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
 
 
 def get_sampler(interval: float | None = None, sources: Sources | None = None) -> Sampler:

@@ -15,7 +15,7 @@ import pytest
 from monitor.test_sampler import FakeSources
 
 from cupy_magic.monitor.gather import ClusterRows
-from cupy_magic.monitor.sampler import PoolFigures, Sampler
+from cupy_magic.monitor.sampler import PoolFigures, Sampler, sampler_threads
 
 LOGGER = "cupy_magic.monitor.sampler"
 
@@ -89,14 +89,12 @@ def test_a_start_on_another_thread_during_a_stop_leaves_no_thread_orphaned() -> 
     sampler.stop(timeout=0.5)
     starter.join(5)
     try:
-        alive = [t for t in threading.enumerate()
-                 if t.name == "cupy_magic-sampler" and t.is_alive()]
+        alive = sampler_threads()
         assert alive == ([sampler._thread] if sampler._thread is not None else []), alive
         assert sampler.running
     finally:
         sampler.stop()
-    assert not any(t.name == "cupy_magic-sampler" and t.is_alive()
-                   for t in threading.enumerate())
+    assert not sampler_threads()
 
 
 def test_a_subscribe_between_the_last_unsubscribe_and_its_stop_keeps_the_thread() -> None:
