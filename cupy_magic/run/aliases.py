@@ -29,10 +29,11 @@ import numpy as np
 
 from .names import SCOPES, parents
 
-__all__ = ["MODULE_NAMES", "numpy_names", "only_read", "read_in", "read_until_rebound"]
+__all__ = ["MODULE_NAMES", "Reader", "numpy_names", "only_read", "read_in", "read_until_rebound"]
 
 # what a cell may name the array module, besides the names bound to NumPy before it
 MODULE_NAMES = ("np", "numpy", "cp", "cupy")
+Reader = tuple[str, int | str]  # a function's name; the position or keyword it only reads
 
 
 def numpy_names(space: Mapping[str, Any]) -> set[str]:
@@ -116,7 +117,7 @@ def _fresh_call(call: ast.Call, modules: frozenset[str]) -> bool:
     return name in _FRESH_FUNCS and _copies(call, _FRESH_FUNCS[name])
 
 
-def _reads(call: ast.Call, key: int | str, readers: frozenset[tuple[str, int | str]]) -> bool:
+def _reads(call: ast.Call, key: int | str, readers: frozenset[Reader]) -> bool:
     """Whether ``call`` is of a function :mod:`.readers` found only reading its argument
     ``key`` (a position, after no starred argument, or a keyword)."""
     if not (isinstance(call.func, ast.Name) and (call.func.id, key) in readers):
@@ -126,7 +127,7 @@ def _reads(call: ast.Call, key: int | str, readers: frozenset[tuple[str, int | s
 
 
 def _consumed(node: ast.expr, parent: dict[ast.AST, ast.AST], modules: frozenset[str],
-              readers: frozenset[tuple[str, int | str]] = frozenset()) -> bool:
+              readers: frozenset[Reader] = frozenset()) -> bool:
     """Whether the value of ``node`` (the array, or a view of it) is consumed at once."""
     up = parent.get(node)
     if isinstance(up, (ast.BinOp, ast.UnaryOp, ast.Compare)):
@@ -200,7 +201,7 @@ def _module_level(tree: ast.Module) -> list[ast.AST]:
 
 @functools.lru_cache(maxsize=256)
 def only_read(source: str, names: frozenset[str], modules: frozenset[str],
-              readers: frozenset[tuple[str, int | str]] = frozenset()) -> frozenset[str]:
+              readers: frozenset[Reader] = frozenset()) -> frozenset[str]:
     """Those of ``names`` (the cell's inputs) that the cell's source can only read (see the
     module's docstring); ``modules``: the names that mean the array module in the cell. A
     name a plain assignment binds to an input or a view of one (``y = x``) counts as the
@@ -215,7 +216,7 @@ def only_read(source: str, names: frozenset[str], modules: frozenset[str],
 
 
 def read_in(tree: ast.Module, names: frozenset[str], modules: frozenset[str],
-            readers: frozenset[tuple[str, int | str]] = frozenset()) -> frozenset[str]:
+            readers: frozenset[Reader] = frozenset()) -> frozenset[str]:
     """:func:`only_read` of a parsed body (a function's, whose ``return`` a source at the
     top level could not hold)."""
     parent = parents(tree)

@@ -31,13 +31,12 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .aliases import MODULE_NAMES, numpy_names, read_in
+from .aliases import MODULE_NAMES, Reader, numpy_names, read_in
 from .batching import _parsed
 from .names import _binds
 
-__all__ = ["Reader", "reader_args"]
+__all__ = ["reader_args"]
 
-Reader = tuple[str, int | str]  # a function's name; the position or keyword it only reads
 _LAZY = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
