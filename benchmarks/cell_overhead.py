@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 from _results import add_out, stamp, write
-from _shell import ipython_shell
+from _shell import ipython_shell, started_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -98,13 +98,9 @@ def main() -> int:
     args = ap.parse_args()
 
     import cupy_magic
-    from cupy_magic import backend
 
-    cupy_magic.device_info()  # the backend starts, as at %load_ext
-    be = backend.current()
-    be.preheated.wait(60)
+    be, label = started_backend()  # as at %load_ext
     xp = be.xp
-    label = "gpu" if be.is_gpu else "host"
 
     def sync() -> None:
         if be.is_gpu:
