@@ -196,5 +196,5 @@ def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
     if whole is None or need < whole:
         return PayingBudget(need, need_rows)
     below = whole - 1
-    rows_below = min(total, int((below - in_use) * MARGIN / (streams * per_row)))
+    rows_below = min(total, max(0, int(((below - in_use) * MARGIN / streams - fixed) / per_row)))
     return PayingBudget(below, rows_below, capped=True)

@@ -47,6 +47,7 @@ def batches_in_flight(free: int, rows: int, peak_row: float, fixed: int, streams
 
 MEASURED = 3  # full batches run alone and measured at most (a resized one measured again)
 GROW = 1.25  # batches are resized for fewer in flight only where that makes them this much larger
+SHRINK = 0.9  # ... or smaller, where a full batch took this much over its share of the margin
 
 
 Bounds = list[tuple[int, int]]  # (start, end) rows of the batches
@@ -61,14 +62,18 @@ def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Boun
     reason) and ``run.n_batches``.
 
     - A full batch over the budget (work beyond its rows the measuring batch did not show)
-      runs again on half its rows, down to the measuring batch's (which ran alone within
-      the budget). (``--batch-rows`` and ``--batch-bytes`` size the measuring batch too:
-      no batch has more rows than it, and none is measured here.)
-    - Where fewer than ``streams`` fit in flight with the bytes a full batch took beyond its
-      rows, the batches after it are sized for those in flight (at most ``cap`` rows, the
-      size the budget would not limit), and the first of that size runs alone and measured
-      too (at most :data:`MEASURED` in all), so that no batch size runs that has not first
-      run alone within the budget.
+      is undone and runs again on half its rows, down to the measuring batch's (which ran
+      alone within the budget); a resized batch over it gives way to the last size that
+      ran, and no batch is resized after one went over. (``--batch-rows`` and
+      ``--batch-bytes`` size the measuring batch too: none is measured here.)
+    - The batches after a measured one are sized for as many in flight as fit
+      :data:`MARGIN` of the free budget with the bytes it took beyond its rows (the most
+      measured; at most ``cap`` rows, the size the budget would not limit) where that makes
+      them :data:`GROW` times larger with fewer in flight than ``streams`` (the size planned
+      for ``streams`` was too small for them) or :data:`SHRINK` times smaller (it took more
+      than its share of the margin); the first of that size runs alone and measured too (at most
+      :data:`MEASURED` in all), so that no batch size runs that has not first run alone
+      within the budget.
 
     ``run`` is a :class:`~.batched.BatchRun` (not one over several devices: each has its own
     budget and streams); its batch ``i`` goes to slot ``i % run.in_flight``. Returns how many
@@ -80,29 +85,38 @@ def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Boun
     if (not run.fits_in_flight or free is None or not bounds or rows <= first
             or bounds[0][1] - bounds[0][0] != rows):
         return 0, rows, bounds
-    streams, done, start, over, ceiling = run.in_flight, 0, bounds[0][0], 0, run.total
-    while start + rows <= run.total:  # (a resized batch is measured, below: MEASURED)
+    streams, done, start, over, good = run.in_flight, 0, bounds[0][0], 0, (0, 0, 0, 0)
+    while start + rows <= run.total and done < MEASURED:
+        run.n_batches = max(run.n_batches, 2 + done)
+        run.more_partial_rows(run.n_batches)  # (batch 1 + done's row, before it runs)
         run.in_flight = 1  # alone, on the measuring batch's slot
         try:
-            if _measure(run, 1 + done, start, rows, peak_row, rows > first):
-                over = over or rows
-                ceiling, rows = rows - 1, max(first, rows // 2)
-                continue
+            went_over = _measure(run, 1 + done, start, rows, peak_row, rows > first)
         finally:
             run.in_flight = streams
+        if went_over:
+            over = over or rows
+            if good[0]:  # a resized batch over the budget: the last size that ran, and stop
+                rows, run.in_flight, run.batch_fixed, run.sized_for = good
+                break
+            rows = max(first, rows // 2)
+            continue
         done, start = done + 1, start + rows
         run.in_flight = batches_in_flight(free, rows, peak_row, run.batch_fixed, streams)
+        good = (rows, run.in_flight, run.batch_fixed, run.sized_for)
         fit = int((free * MARGIN / run.in_flight - run.batch_fixed) // max(peak_row, 1.0))
-        grow = min(fit, cap, ceiling, run.total - start)
-        if run.in_flight == streams or done == MEASURED or grow < rows * GROW:
-            break
-        rows, run.sized_for = grow, run.in_flight
+        size = max(first, min(fit, cap, run.total - start))
+        grow = run.in_flight < streams and size >= rows * GROW  # (fewer in flight than planned)
+        if over or done == MEASURED or not (grow or size < rows * SHRINK):
+            break  # (over the budget once: the size that then ran is kept)
+        rows, run.sized_for = size, run.in_flight
     left = [(a, min(a + rows, run.total)) for a in range(start, run.total, rows)]
+    run.sized_for = run.in_flight if run.sized_for else 0  # (as the last measure found)
     if over or run.sized_for:
         run.resized = resized_why(over, run.sized_for, peak_row, run.batch_fixed)
-        run.n_batches = 1 + done + len(left)
-        run.more_partial_rows(run.n_batches)  # (more batches: smaller ones)
-        progress.recount(run.n_batches)
+    run.n_batches = 1 + done + len(left)
+    run.more_partial_rows(run.n_batches)  # (more batches: smaller ones)
+    progress.recount(run.n_batches)
     return done, rows, left
 
 
@@ -118,7 +132,8 @@ def resized_why(over: int, lanes: int, peak_row: float, fixed: int) -> str:
     flight fits 80% of the free budget"
     """
     why = [f"a full batch of {over:,} rows over the budget (work beyond its rows that the "
-           "first batch did not show): fewer rows, each size run alone first"] if over else []
+           "first batch did not show): fewer rows, a size that ran alone within it"] if over \
+        else []
     if lanes:
         why.append(f"measured {format_bytes(peak_row)} per row in the pool and "
                    f"{format_bytes(fixed)} beyond a full batch's rows: {lanes} batch"
@@ -132,7 +147,7 @@ def _measure(run: Any, i: int, a: int, rows: int, peak_row: float, retry: bool) 
     Over the budget and where it may ``retry``: undo what it left, and return True."""
     __tracebackhide__ = True
     kept = ({n: len(p) for n, p in run.partials.items()}, dict(run.written),
-            set(run.moved_in_place), set(run.touched))
+            set(run.moved_in_place), set(run.touched), dict(run.constants))
     try:
         with run.tracked() as mem:
             run.batch(i, a, a + rows)
@@ -144,16 +159,20 @@ def _measure(run: Any, i: int, a: int, rows: int, peak_row: float, retry: bool) 
         over = False
     if over:  # (out of the handler: the error's frames, and the batch's work, let go)
         run.eng.drain(quiet=True)  # its copies (batch 0's were finished when it started)
-        for name, n in kept[0].items():
-            del run.partials[name][n:]
-        for now, was in zip((run.written, run.moved_in_place, run.touched), kept[1:], strict=True):
+        for name in list(run.partials):  # (a name the batch bound first: dropped)
+            if name in kept[0]:
+                del run.partials[name][kept[0][name]:]
+            else:
+                del run.partials[name]
+        for now, was in zip((run.written, run.moved_in_place, run.touched, run.constants),
+                            kept[1:], strict=True):
             now.clear()
             now.update(was)
         gc.collect()
         return True
     progress.step(1, rows * run.row_bytes)
     run.peak = max(run.peak, mem.peak_bytes)
-    run.batch_fixed = max(0, int(mem.peak_bytes - mem.start_bytes - rows * peak_row))
+    run.batch_fixed = max(run.batch_fixed, int(mem.peak_bytes - mem.start_bytes - rows * peak_row))
     return False
 
 

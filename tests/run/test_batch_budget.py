@@ -245,7 +245,7 @@ def test_a_full_batch_over_the_budget_runs_again_on_fewer_rows(ip, reduce):
     assert report.peak_pool_bytes <= 160_000 and bp.streams == bp.lanes == 1
     plan = next(s for s in bp.lines(host=True) if "batch plan:" in s)
     assert "rows over the budget (work beyond its rows that the first batch did not show): " \
-           "fewer rows, each size run alone first" in plan, plan
+           "fewer rows, a size that ran alone within it" in plan, plan
     over = int(plan.split("a full batch of ")[1].split(" rows")[0].replace(",", ""))
     assert bp.first_rows < bp.rows <= over // 2 and bp.batch_fixed > 60_000
     assert len(bp.timeline) == bp.batches == 1 + -(-(21_000 - bp.first_rows) // bp.rows)
@@ -298,3 +298,88 @@ def test_a_full_reduction_on_one_stream_under_a_small_budget_is_not_refused(gip)
     assert be.pool_used() - before <= 2 * 512
     if cub:
         assert "rows over the budget" in next(s for s in bp.lines() if "plan:" in s), bp.lines()
+
+
+def _measured(monkeypatch) -> list[tuple[int, str]]:
+    """The full batches run alone and measured (run.inflight._measure, which still runs):
+    (rows, "over" or "ok") in turn."""
+    from cupy_magic.run import inflight
+
+    log: list[tuple[int, str]] = []
+    measure = inflight._measure
+
+    def logged(run, i, a, rows, peak_row, retry):
+        over = measure(run, i, a, rows, peak_row, retry)
+        log.append((rows, "over" if over else "ok"))
+        return over
+
+    monkeypatch.setattr(inflight, "_measure", logged)
+    return log
+
+
+def _stepped(big: int, mid: int, above: int, lo: int = 320) -> str:
+    """A row-wise cell whose batches of more than ``lo`` rows allocate ``mid`` float64 and
+    those of more than ``above`` rows ``big``, beyond their rows."""
+    return (f"n = x.shape[0]\nws = np.ones({big} if n > {above} else {mid} if n > {lo} else 1)\n"
+            "y = x + ws[0]\ndel ws, n\n")
+
+
+def test_a_resized_batch_over_the_budget_gives_way_to_the_last_size_that_ran(ip, monkeypatch):
+    """Batches resized for fewer in flight, larger, can take more beyond their rows than the
+    full batch measured (CUB's workspace does not grow with the rows; other work may): that
+    size goes over the budget, and the run goes on with the last size that ran alone within
+    it, measuring no more (before the fix: halved, below it, and grown again, three times
+    over the budget in one run)."""
+    if backend.current().is_gpu:
+        pytest.skip("sizes set for the CPU fallback's bytes per row (the GPU's: the x.max() tests)")
+    log = _measured(monkeypatch)
+    x = ip.user_ns["x"] = fresh((21_000, 4), "float64")
+    ip.run_line_magic("vram_budget", "160KB")
+    report = gpu(ip, _stepped(16_000, 9_000, 500), "--to-host --streams 3")
+    np.testing.assert_array_equal(ip.user_ns["y"], x + 1.0)
+    assert [state for _, state in log] == ["ok", "over"], log
+    bp = report.batch
+    assert bp.rows == log[0][0] < log[1][0] and bp.lanes == 1 and bp.sized_for == 0
+    assert report.peak_pool_bytes <= 160_000
+    assert "a full batch of" in next(s for s in bp.lines(host=True) if "batch plan:" in s)
+
+
+def test_a_full_batch_over_its_share_of_the_margin_is_made_smaller(ip, monkeypatch):
+    """A full batch that ran alone within the budget but took more than 80% of it (work
+    beyond its rows) was kept at that size, and a later batch of it went over the budget
+    now and then; the batches are now sized so that one fits the margin with that work,
+    and that size runs alone first."""
+    if backend.current().is_gpu:
+        pytest.skip("sizes set for the CPU fallback's bytes per row (the GPU's: the x.max() tests)")
+    log = _measured(monkeypatch)
+    x = ip.user_ns["x"] = fresh((21_000, 4), "float64")
+    ip.run_line_magic("vram_budget", "160KB")
+    report = gpu(ip, _stepped(13_000, 5_000, 450), "--to-host --streams 2")
+    np.testing.assert_array_equal(ip.user_ns["y"], x + 1.0)
+    bp = report.batch
+    assert [state for _, state in log] == ["ok", "ok"] and log[1][0] < log[0][0], log
+    assert bp.rows == log[1][0] and bp.lanes == bp.sized_for == 1
+    assert bp.rows * bp.peak_row_bytes + bp.batch_fixed <= 0.8 * 160_000
+
+
+def test_more_partial_rows_keeps_the_partials_kept_so_far():
+    """Batches resized into more of them: each --reduce partial's host rows are made again,
+    longer, those kept so far copied over and the partials pointing at them; a partial kept
+    elsewhere (a device array) is left as it was."""
+    from cupy_magic.backend.streams import HostEngine
+    from cupy_magic.run.batchjoin import BatchJoin
+
+    run = BatchJoin.__new__(BatchJoin)
+    run.eng = HostEngine(1, np.empty)
+    buf, other = np.arange(6.0).reshape(3, 2), np.ones(2)
+    run.partial_rows = {"s": buf}
+    run.partials = {"s": [(buf[0:1].reshape(2), 5), (buf[1:2].reshape(2), 5), (other, 3)]}
+    run.more_partial_rows(5)
+    rows = run.partial_rows["s"]
+    assert rows.shape == (5, 2) and rows[:3].tolist() == buf.tolist()
+    parts = run.partials["s"]
+    assert all(np.shares_memory(v, rows) for v, _ in parts[:2])
+    assert [v.tolist() for v, _ in parts[:2]] == [[0.0, 1.0], [2.0, 3.0]]
+    assert parts[2][0] is other and [n for _, n in parts] == [5, 5, 3]
+    run.more_partial_rows(4)  # rows enough: kept
+    assert run.partial_rows["s"] is rows
