@@ -388,7 +388,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
     finally:
         progress.finish()
         run.eng.close()
-    report.peak_pool_bytes = run.peak
+    report.peak_pool_bytes, report.batch_runs = run.peak, run.echo.runs
     report.notes += [run.echo.note()] if run.echo.dropped else []
     commit(plan, final, namespace, to_host, be, report)
     rows_on_host(bp, namespace, report, be)

@@ -236,8 +236,8 @@ def _run_here(source: str, plan: CellPlan, namespace: dict[str, Any],
                          be=be, make=None if devices is None else device_run(devices))
             report.notes += _last_not_shown(source, plan, namespace, "batched", "batch")
             report.notes += relied_on(check, "--batch" if devices is None else "--devices")
-            if report.batch is not None and effect_note(effect, report.batch.batches):
-                report.notes.append(effect_note(effect, report.batch.batches))
+            if report.batch is not None and effect_note(effect, report):
+                report.notes.append(effect_note(effect, report))
         else:
             if batch is not None and batch.batch_only():
                 report.notes.append(f"{' '.join(batch.batch_only())}: for batched runs only, and "

@@ -15,6 +15,7 @@ import contextlib
 import io
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["BatchEcho", "effect_note"]
 
@@ -25,12 +26,14 @@ class BatchEcho:
     def __init__(self) -> None:
         self.first: tuple[str, str] | None = None
         self.dropped = 0  # batches whose output was the first's
+        self.runs = 0  # times the cell ran (a batch run again on fewer rows counts again)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Run one batch with its ``stdout`` and ``stderr`` held; show them once it ends
         (also when it fails) unless they are the first batch's again."""
         out, err = io.StringIO(), io.StringIO()
+        self.runs += 1
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 yield
@@ -53,9 +56,12 @@ class BatchEcho:
                 "the same, as one plain cell prints it")
 
 
-def effect_note(effect: str, batches: int) -> str:
-    """The report's note for a batched run of ``batches`` whose cell ``effect`` (a phrase
-    of :func:`~.graphscan.outside_effect`), or ``""``."""
+def effect_note(effect: str, report: Any) -> str:
+    """The report's note for a batched run (``report``, a :class:`~.report.RunReport` with
+    its ``batch``) whose cell ``effect`` (a phrase of :func:`~.graphscan.outside_effect`),
+    or ``""``: as many times as the cell ran (a batch run again on fewer rows over the
+    budget counts again)."""
+    batches = report.batch_runs or report.batch.batches
     if not effect or batches < 2:
         return ""
     return (f"the cell {effect}: a batched run did that once per batch ({batches} times), "

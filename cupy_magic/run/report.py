@@ -120,6 +120,9 @@ class RunReport:
     syncs: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     batch: Any = None  # the BatchPlan of a batched run (cupy_magic.run.batching), else None
+    # times a batched run ran the cell: its batches, and those run again on fewer rows over
+    # the budget (run.firstbatch, run.inflight); 0: not counted (not batched, a cluster's)
+    batch_runs: int = 0
     compiles: Any = None  # the kernels built (cupy_magic.backend.compiles.CompileRecord)
     compat: Any = None  # lists moved, calls run with NumPy (cupy_magic.compat.CompatRecord)
     devices: list[DeviceStat] = field(default_factory=list)  # %%gpu --devices: one per device

@@ -383,3 +383,19 @@ def test_more_partial_rows_keeps_the_partials_kept_so_far():
     assert parts[2][0] is other and [n for _, n in parts] == [5, 5, 3]
     run.more_partial_rows(4)  # rows enough: kept
     assert run.partial_rows["s"] is rows
+
+
+def test_what_a_cell_does_outside_itself_counts_the_batch_run_again(ip):
+    """A full batch over the budget runs again on fewer rows: what the cell did outside
+    itself before it went over happened again, and the report's note counts every run
+    (it counted the batches, one fewer than the appends)."""
+    x = ip.user_ns["x"] = fresh((21_000, 4), "float64")
+    ip.user_ns["hist"] = hist = []
+    ip.run_line_magic("vram_budget", "160KB")
+    report = gpu(ip, "hist.append(1)\n" + _stepped(10_000, 10_000, 400),
+                 "--to-host --streams 1")
+    np.testing.assert_array_equal(ip.user_ns["y"], x + 1.0)
+    assert "over the budget" in next(s for s in report.batch.lines() if "plan:" in s)
+    assert len(hist) == report.batch.batches + 1 == report.batch_runs
+    [note] = [n for n in report.notes if "once per batch" in n]
+    assert f"({len(hist)} times)" in note, note
