@@ -15,6 +15,7 @@ import ast
 import dis
 import functools
 import inspect
+import itertools
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -75,21 +76,37 @@ def stale_global(source: str, namespace: Mapping[str, Any],
         for read in reads:
             when = first.get(read)
             if when is not None and outside and _before(when[0], index, tree):
-                where = name if not attr else base if isinstance(namespace.get(base), type) \
-                    else f"{base}'s class"  # what the fix says to define in the cell
-                how = "changes the input" if when[2] else "binds"
-                return (f"line {line} calls {name}(), a function from an earlier cell that "
-                        f"reads {read} as its global, after the cell {how} {read} (line "
-                        f"{when[1]}): %%gpu runs the cell in a namespace of its own until "
-                        f"it succeeds, so {name}() would read your {read} from before the "
-                        f"cell, where in a plain cell it reads the new one; pass {read} to it "
-                        f"as an argument, or define {where} in this cell")
+                return _stale_read(name, line, read, when, namespace)
             if when is None and read not in inputs:
                 held = _holds_changed(namespace.get(read), inputs, first, index, tree)
                 if held:
                     return _stale_holder(line, name, f"which reads {read} as its global,",
                                          read, held)
     return None
+
+
+def _stale_read(name: str, line: int, read: str, when: tuple[int, int, bool],
+                namespace: Mapping[str, Any]) -> str:
+    """The refusal of the use of ``name`` (a function, ``c.m``, or an object that may run
+    one of the notebook's functions) on ``line``, which reads ``read`` as a global after
+    the cell bound or changed it (``when``: its statement, line, and whether a change)."""
+    base, _, attr = name.partition(".")
+    obj = namespace.get(base)
+    how = "changes the input" if when[2] else "binds"
+    fns = [] if attr else notebook_functions(obj, namespace)
+    fn = next((f for f in fns if read in _code_globals(f.__code__)),  # the one that reads it
+              next((f for f in fns if read in _global_reads(f, namespace)), None))
+    if fn is None or fn is obj or (isinstance(obj, type) and fn.__name__ == "__init__"):
+        where = name if not attr else base if isinstance(obj, type) else f"{base}'s class"
+        what, runs = f"calls {name}(), a function", f"{name}()"
+    else:  # fns["g"](), k.p, len(k), a partial, a decorated function: what it may run
+        where, runs = fn.__qualname__.split(".")[0], f"{fn.__qualname__}()"
+        what = f"uses {name}, which may run {runs}, a function"
+    return (f"line {line} {what} from an earlier cell that reads {read} as its global, after "
+            f"the cell {how} {read} (line {when[1]}): %%gpu runs the cell in a namespace of "
+            f"its own until it succeeds, so {runs} would read your {read} from before the "
+            f"cell, where in a plain cell it reads the new one; pass {read} to it as an "
+            f"argument, or define {where} in this cell")
 
 
 def _stale_holder(line: int, call: str, what: str, holder: str, held: tuple[str, int]) -> str:
@@ -211,19 +228,73 @@ def _of_notebook(fn: Any, namespace: Mapping[str, Any]) -> bool:
     return isinstance(fn, types.FunctionType) and fn.__globals__ is namespace
 
 
-def _global_reads(fn: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[str]:
-    """The globals a function of the notebook (its globals ``namespace``) reads, with
-    those of the notebook's functions it reads in turn (a class of the notebook: its
-    ``__init__``'s); empty for anything else."""
-    if isinstance(fn, type):
-        fn = _method(fn, "__init__", namespace)
-    if not _of_notebook(fn, namespace):
-        return set()
-    names = set(_code_globals(fn.__code__))
+def _global_reads(obj: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[str]:
+    """The globals the notebook's functions (globals ``namespace``) that ``obj`` may run
+    read (:func:`notebook_functions`), with those of the notebook's functions they read in
+    turn; empty for anything else."""
+    names: set[str] = set()
+    for fn in notebook_functions(obj, namespace):
+        names |= _code_globals(fn.__code__)
     if depth < _DEPTH:
         for name in list(names):
             names |= _global_reads(namespace.get(name), namespace, depth + 1)
     return names
+
+
+_HELD = 64  # a container's items looked into, at most (a list of arrays: none of them runs)
+_MADE = frozenset({"__init__", "__new__", "__init_subclass__"})  # run when an object is made
+
+
+def notebook_functions(obj: Any, namespace: Mapping[str, Any],
+                       depth: int = 0) -> list[types.FunctionType]:
+    """The notebook's functions (globals ``namespace``) that using ``obj`` may run: itself;
+    those its closure or defaults hold (``w = deco(g)``); a bound method's; a
+    ``functools.partial``'s (``gp = partial(g, 1)``); for a class the notebook wrote, every
+    function of it and its bases (``c = C()`` in the cell, then ``c.m()``), and for an
+    object of one its properties and operators (``k.p``, ``len(k)``, ``k + 1``; its named
+    methods are looked at where the cell calls them, ``k.m()``); those a list, tuple, set
+    or dict holds (``fns["g"]()``), two levels deep."""
+    if depth > 2 or obj is None or isinstance(obj, (types.ModuleType, np.ndarray, str, bytes)):
+        return []
+    if isinstance(obj, types.FunctionType):
+        if obj.__globals__ is not namespace:
+            return []
+        held = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
+        held += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
+        return [obj, *(f for h in held for f in notebook_functions(h, namespace, depth + 1))]
+    if isinstance(obj, types.MethodType):
+        return notebook_functions(obj.__func__, namespace, depth + 1)
+    if isinstance(obj, functools.partial):
+        return [f for h in (obj.func, *obj.args, *obj.keywords.values())
+                for f in notebook_functions(h, namespace, depth + 1)]
+    cls = obj if isinstance(obj, type) else type(obj)
+    if cls.__flags__ & _HEAP_TYPE and cls.__module__ == namespace.get("__name__", "builtins"):
+        found = []
+        for klass in cls.__mro__:
+            for key, member in vars(klass).items():
+                member = getattr(member, "__func__", member)  # static and class methods
+                if isinstance(member, property):
+                    parts = (member.fget, member.fset, member.fdel)
+                elif obj is cls or (key[:2] == key[-2:] == "__" and key not in _MADE):
+                    parts = (member,)  # (an object's own named methods: c.m(), looked at)
+                else:
+                    continue
+                found += [f for f in parts if isinstance(f, types.FunctionType)
+                          and f.__globals__ is namespace]
+        return found
+    if type(obj) in (list, tuple, set, frozenset, dict):
+        items = obj.values() if isinstance(obj, dict) else obj
+        return [f for item in itertools.islice(items, _HELD)
+                for f in notebook_functions(item, namespace, depth + 1)]
+    return []
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1024)

@@ -78,6 +78,52 @@ def test_a_call_that_would_read_the_global_from_before_the_cell_is_refused(
             f"pass {name} to it as an argument, or define {define} in this cell")
 
 
+REACHES = ("import functools\nfns = {'g': gx}\ngp = functools.partial(gp, X)\n"
+           "def deco(f):\n    return lambda: f()\nw = deco(gx)\n"
+           "class K:\n    @property\n    def p(self):\n        return gx()\nk = K()\n"
+           "class N:\n    def __len__(self):\n        return int(gx())\nn = N()\n"
+           "class A:\n    def __add__(self, o):\n        return gx() + o\na = A()\n"
+           "class C:\n    def m(self):\n        return gx()\n")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("cell", "uses", "runs"), [
+    ("t = fns['g']()", "fns", "gx"),  # a function a dict holds
+    ("t = w()", "w", "gx"),  # a function a closure holds (a decorator's)
+    ("t = k.p", "k", "K.p"),  # a property
+    ("t = len(n)", "n", "N.__len__"),  # an operator, a builtin's
+    ("t = a + 1", "a", "A.__add__"),
+    ("c = C()\nt = c.m()", "C", "C.m")])  # a method of an object the cell makes
+def test_a_use_that_may_run_a_function_reading_the_global_from_before_is_refused(
+        funcs, mode, cell, uses, runs):
+    """What may run a function from an earlier cell that reads a global the cell rebound,
+    other than a call of it by name: each gave the old X's sum, silently (session 40)."""
+    funcs.run_cell(REACHES)
+    want = plain(REACHES + "X = X * 2\n" + cell)["t"]
+    assert want == 2 * float(np.arange(4.0).sum()) + (1 if "+ 1" in cell else 0)  # plain
+    refused(funcs, f"X = X * 2\n{cell}\n", mode,
+            f"line 2 uses {uses}, which may run {runs}(), a function from an earlier cell "
+            f"that reads X as its global, after the cell binds X (line 1)",
+            f"pass X to it as an argument, or define {runs.split('.')[0]} in this cell")
+
+
+def test_a_partial_of_a_function_reading_the_global_from_before_is_refused(funcs):
+    funcs.run_cell(REACHES)
+    funcs.run_cell("gq = functools.partial(gx)")
+    refused(funcs, "X = X * 2\nt = gq()\n", "--quiet",
+            "line 2 uses gq, which may run gx(), a function from an earlier cell that reads X",
+            "pass X to it as an argument, or define gx in this cell")
+
+
+def test_an_object_whose_named_methods_read_the_global_runs_where_none_is_called(funcs):
+    """An object of the notebook's class whose methods read X: only those the cell calls
+    (acc.read()), its properties and operators count; acc.held() reads acc.data, the user's
+    X in a plain cell too."""
+    x = funcs.user_ns["X"]
+    funcs.run_cell_magic("gpu", "--quiet --to-host", "X = X * 2\nt = acc.held()\n")
+    assert funcs.user_ns["t"] == float(x.sum())
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_method_of_an_object_holding_a_changed_input_is_refused(funcs, mode):
     """acc.data is the user's X: after X += 1 in the cell, acc.held() read the old X."""
