@@ -59,12 +59,15 @@ class BatchEcho:
 def effect_note(effect: str, report: Any) -> str:
     """The report's note for a batched run (``report``, a :class:`~.report.RunReport` with
     its ``batch``) whose cell ``effect`` (a phrase of :func:`~.graphscan.outside_effect`),
-    or ``""``: as many times as the cell ran (a batch run again on fewer rows over the
-    budget counts again)."""
-    batches = report.batch_runs or report.batch.batches
+    or ``""``: once per batch, and up to once more for each batch run again on fewer rows
+    over the budget (which stopped where it went over: before or after the effect)."""
+    batches, runs = report.batch.batches, report.batch_runs
     if not effect or batches < 2:
         return ""
-    return (f"the cell {effect}: a batched run did that once per batch ({batches} times), "
+    again = runs - batches  # run again, each up to the line that went over the budget
+    times = f"{batches} times" + (f"; up to {again} more where a batch went over the budget "
+                                  "and ran again on fewer rows" if again > 0 else "")
+    return (f"the cell {effect}: a batched run did that once per batch ({times}), "
             "where a plain cell does it once (a list appended to, a figure drawn on, a line "
             "logged that many times); run it in a plain cell before or after this one, or "
             "run this one whole")

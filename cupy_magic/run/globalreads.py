@@ -12,16 +12,18 @@ refused, not silently wrong.
 from __future__ import annotations
 
 import ast
+import collections
 import dis
 import functools
 import inspect
 import itertools
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from .dunders import dunder_uses
 from .graphscan import _bound, _first
 from .heldwrites import _bound_of, _changes, _parse, holder_items
 from .names import SCOPES
@@ -56,23 +58,33 @@ def stale_global(source: str, namespace: Mapping[str, Any],
     first, loads, bound, own = _scan(tree, frozenset(inputs))
     if not first:
         return None
+    named = [namespace.get(n) for n in dict.fromkeys(n for _, n, _ in loads)]
+    classes = [c for c in named if isinstance(c, type) and _of_notebook_class(c, namespace)]
     for index, name, line in loads:
         base, _, attr = name.partition(".")
         if name in own:  # the cell's own function: its globals are the cell's; holders only
             reads, outside = own[name], False
-        elif base in bound or base in own:
+        elif base in own or (base in bound and not attr):
             continue
-        elif attr:  # c.m(): the method's globals, and c itself, which it may read
+        elif base in bound:  # c = C() in the cell, then c.m(): C's m, for each class it names
+            fns = [(c, f) for c in classes if (f := _method(c, attr, namespace)) is not None]
+            if not fns:
+                continue
+            reads = set().union(*(_method_reads(f, c, namespace) for c, f in fns))
+            outside = True
+        elif attr:  # c.m(), c.p, c + 1: the method's globals, and c itself, which it may read
             obj = namespace.get(base)
             fn = _method(obj, attr, namespace)
             if fn is None:
                 continue
-            reads, outside = _global_reads(fn, namespace), True
+            reads, outside = _method_reads(fn, obj, namespace), True
             held = _holds_changed(obj, inputs, first, index, tree)
             if held:
                 return _stale_holder(line, name, "a method from an earlier cell,", base, held)
         else:
             reads, outside = _global_reads(namespace.get(name), namespace), True
+        if ANY in reads:  # it may read any global: each the cell bound by then
+            reads = {*reads, *first} - {ANY}
         for read in reads:
             when = first.get(read)
             if when is not None and outside and _before(when[0], index, tree):
@@ -96,8 +108,18 @@ def _stale_read(name: str, line: int, read: str, when: tuple[int, int, bool],
     fns = [] if attr else notebook_functions(obj, namespace)
     fn = next((f for f in fns if read in _code_globals(f.__code__)),  # the one that reads it
               next((f for f in fns if read in _global_reads(f, namespace)), None))
-    if fn is None or fn is obj or (isinstance(obj, type) and fn.__name__ == "__init__"):
+    member = _static(obj, attr) if attr else None
+    if attr[:2] == attr[-2:] == "__" and len(attr) > 4:  # k + 1, len(k), k[0], k()
+        where = base if isinstance(obj, type) else f"{base}'s class"
+        what, runs = f"uses {base}, which runs {base}.{attr}(), a function", f"{base}.{attr}()"
+    elif isinstance(member, property):  # k.total
+        where, what, runs = f"{base}'s class", f"reads {name}, a property", name
+    elif fn is None or fn is obj or (isinstance(obj, type) and fn.__name__ == "__init__"):
         where = name if not attr else base if isinstance(obj, type) else f"{base}'s class"
+        if attr and not isinstance(obj, type) and obj is not None and \
+                not _of_notebook_class(type(obj), namespace) and \
+                (held := _method(obj, attr, namespace)) is not None:  # ns.g: g, which it holds
+            where = held.__qualname__
         what, runs = f"calls {name}(), a function", f"{name}()"
     else:  # fns["g"](), k.p, len(k), a partial, a decorated function: what it may run
         where, runs = fn.__qualname__.split(".")[0], f"{fn.__qualname__}()"
@@ -159,9 +181,10 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
         for node in _walk(stmt, _DEFS):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 loads.append((index, node.id, node.lineno))
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and isinstance(node.func.value, ast.Name):  # c.m(...), as "c.m"
-                loads.append((index, f"{node.func.value.id}.{node.func.attr}", node.lineno))
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                loads.append((index, f"{node.value.id}.{node.attr}", node.lineno))  # c.m(), c.p
+            loads += [(index, f"{name}.{op}", getattr(node, "lineno", stmt.lineno))
+                      for name, op in dunder_uses(node)]  # k + 1: "k.__add__"
         for node in _walk(stmt):
             for target in _changes(node):  # first: X += 1 changes the input, and binds it
                 name = _first(target)[0]
@@ -206,21 +229,41 @@ def _binds(node: ast.AST) -> list[tuple[str, int]]:
 
 def _method(obj: Any, attr: str, namespace: Mapping[str, Any]) -> Any:
     """The notebook's function ``obj.attr`` runs, looked up without running any code of
-    ``obj``'s (a property, ``__getattr__``): a method, a static or class method; else None.
-    Only for
-    a class the notebook wrote (a heap type whose ``__module__`` is the namespace's
-    ``__name__``, ``builtins`` where it has none): an array's, a list's, a module's or a
-    library's methods are skipped at once (each lookup takes ~2 us)."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    if obj is None or not cls.__flags__ & _HEAP_TYPE \
-            or cls.__module__ != namespace.get("__name__", "builtins"):
+    ``obj``'s (``__getattr__``): a method, a static or class method, a property's getter;
+    one an object holds as its own attribute (``ns.g`` of a ``types.SimpleNamespace``,
+    ``h.fn = g``); else None. Classes are looked into only where the notebook wrote them (a
+    heap type whose ``__module__`` is the namespace's ``__name__``, ``builtins`` where it has
+    none): an array's, a list's, a module's or a library's methods are skipped at once
+    (each lookup takes ~2 us)."""
+    if obj is None or isinstance(obj, _LEAVES):
         return None
     try:
+        if not _of_notebook_class(obj if isinstance(obj, type) else type(obj), namespace):
+            own = vars(obj).get(attr) if not isinstance(obj, type) else None
+            return next(iter(notebook_functions(own, namespace)), None)
         found = inspect.getattr_static(obj, attr)
-    except AttributeError:
+    except Exception:  # no such attribute, no __dict__, or an odd object's own error
         return None
-    found = getattr(found, "__func__", found)
-    return found if _of_notebook(found, namespace) else None
+    if isinstance(found, (staticmethod, classmethod)):
+        found = found.__func__
+    elif isinstance(found, property):
+        found = found.fget
+    return found if _of_notebook(found, namespace) else \
+        next(iter(notebook_functions(found, namespace)), None)
+
+
+def _static(obj: Any, attr: str) -> Any:
+    """``obj.attr`` as the class or object holds it (a property, a function), or None."""
+    try:
+        return inspect.getattr_static(obj, attr)
+    except Exception:  # no such attribute, or an odd object's own error
+        return None
+
+
+def _of_notebook_class(cls: type, namespace: Mapping[str, Any]) -> bool:
+    """Whether the notebook wrote ``cls`` (a class statement in one of its cells)."""
+    return bool(cls.__flags__ & _HEAP_TYPE) \
+        and cls.__module__ == namespace.get("__name__", "builtins")
 
 
 def _of_notebook(fn: Any, namespace: Mapping[str, Any]) -> bool:
@@ -241,52 +284,76 @@ def _global_reads(obj: Any, namespace: Mapping[str, Any], depth: int = 0) -> set
     return names
 
 
+def _method_reads(fn: Any, obj: Any, namespace: Mapping[str, Any]) -> set[str]:
+    """The globals a method of ``obj`` (or of its class) reads, with those of the methods of
+    it that it names as attributes (``self.forward()`` in ``__call__``), in turn."""
+    reads, todo, seen = set(), [fn], set()
+    while todo and len(seen) < _VISITS:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        reads |= _global_reads(f, namespace)
+        todo += [m for n in f.__code__.co_names if (m := _method(obj, n, namespace)) is not None]
+    return reads
+
+
 _HELD = 64  # a container's items looked into, at most (a list of arrays: none of them runs)
-_MADE = frozenset({"__init__", "__new__", "__init_subclass__"})  # run when an object is made
+_VISITS = 128  # objects looked into for one name the cell uses, at most
+_LEAVES = (types.ModuleType, np.ndarray, np.generic, str, bytes, int, float, complex,
+           type(None))  # nothing of the notebook's runs through them
 
 
-def notebook_functions(obj: Any, namespace: Mapping[str, Any],
-                       depth: int = 0) -> list[types.FunctionType]:
+def notebook_functions(obj: Any, namespace: Mapping[str, Any]) -> list[types.FunctionType]:
     """The notebook's functions (globals ``namespace``) that using ``obj`` may run: itself;
     those its closure or defaults hold (``w = deco(g)``); a bound method's; a
-    ``functools.partial``'s (``gp = partial(g, 1)``); for a class the notebook wrote, every
-    function of it and its bases (``c = C()`` in the cell, then ``c.m()``), and for an
-    object of one its properties and operators (``k.p``, ``len(k)``, ``k + 1``; its named
-    methods are looked at where the cell calls them, ``k.m()``); those a list, tuple, set
-    or dict holds (``fns["g"]()``), two levels deep."""
-    if depth > 2 or obj is None or isinstance(obj, (types.ModuleType, np.ndarray, str, bytes)):
-        return []
+    ``functools.partial``'s (``gp = partial(g, 1)``); a class's ``__init__`` (``C()``);
+    those a list, tuple, set, dict or an object's own attributes hold (``fns["g"]()``,
+    ``np.vectorize(g)``), two levels deep, at most :data:`_VISITS` objects. (An object's
+    methods, properties and operators are looked at where the cell uses them: ``k.m()``,
+    ``k.p``, ``k + 1``, :func:`_method`.)"""
+    found: list[types.FunctionType] = []
+    if isinstance(obj, _LEAVES):
+        return found
+    todo, seen = collections.deque([(obj, 0)]), set()
+    while todo and len(seen) < _VISITS:
+        item, depth = todo.popleft()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        try:
+            fns, held = _reaches(item, namespace)
+            found += fns
+            if depth < 2:
+                todo.extend((h, depth + 1) for h in itertools.islice(held, _HELD)
+                            if not isinstance(h, _LEAVES))
+        except Exception:  # (no __dict__, or an odd object's own error: nothing)
+            continue
+    return found
+
+
+def _reaches(obj: Any, namespace: Mapping[str, Any]) -> tuple[list[Any], Iterable[Any]]:
+    """The notebook's functions ``obj`` is or has as its own (a class's, an object's class's
+    properties and operators), and the objects it holds that may hold more."""
     if isinstance(obj, types.FunctionType):
         if obj.__globals__ is not namespace:
-            return []
+            return [], ()
         held = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
-        held += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
-        return [obj, *(f for h in held for f in notebook_functions(h, namespace, depth + 1))]
+        return [obj], [*held, *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
     if isinstance(obj, types.MethodType):
-        return notebook_functions(obj.__func__, namespace, depth + 1)
+        return [], (obj.__func__,)
     if isinstance(obj, functools.partial):
-        return [f for h in (obj.func, *obj.args, *obj.keywords.values())
-                for f in notebook_functions(h, namespace, depth + 1)]
-    cls = obj if isinstance(obj, type) else type(obj)
-    if cls.__flags__ & _HEAP_TYPE and cls.__module__ == namespace.get("__name__", "builtins"):
-        found = []
-        for klass in cls.__mro__:
-            for key, member in vars(klass).items():
-                member = getattr(member, "__func__", member)  # static and class methods
-                if isinstance(member, property):
-                    parts = (member.fget, member.fset, member.fdel)
-                elif obj is cls or (key[:2] == key[-2:] == "__" and key not in _MADE):
-                    parts = (member,)  # (an object's own named methods: c.m(), looked at)
-                else:
-                    continue
-                found += [f for f in parts if isinstance(f, types.FunctionType)
-                          and f.__globals__ is namespace]
-        return found
-    if type(obj) in (list, tuple, set, frozenset, dict):
-        items = obj.values() if isinstance(obj, dict) else obj
-        return [f for item in itertools.islice(items, _HELD)
-                for f in notebook_functions(item, namespace, depth + 1)]
-    return []
+        return [], (obj.func, *obj.args, *obj.keywords.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [], obj
+    if isinstance(obj, dict):
+        return [], obj.values()
+    if isinstance(obj, type):  # a class of the notebook: C() runs its __init__
+        init = _method(obj, "__init__", namespace) if _of_notebook_class(obj, namespace) \
+            else None
+        return [init] if init is not None else [], ()
+    own = vars(obj)  # an object's own attributes: h.fn = g, a SimpleNamespace's, a
+    return [], own.values() if isinstance(own, dict) else ()  # np.vectorize's pyfunc
 
 
 def _filled(cell: types.CellType) -> bool:
@@ -297,9 +364,15 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
+ANY = "*"  # a function that may read any global: globals()["X"], eval("X"), vars()
+_ANY_READS = frozenset({"globals", "eval", "exec", "vars"})
+
+
 @functools.lru_cache(maxsize=1024)
 def _code_globals(code: types.CodeType) -> frozenset[str]:
     """The global names ``code`` and the code inside it (comprehensions, inner functions)
-    load."""
-    return frozenset(i.argval for inner in cell_codes(code) for i in dis.get_instructions(inner)
-                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+    load, with :data:`ANY` where it calls ``globals``, ``eval``, ``exec`` or ``vars``."""
+    names = frozenset(i.argval for inner in cell_codes(code)
+                      for i in dis.get_instructions(inner)
+                      if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+    return names | {ANY} if names & _ANY_READS else names

@@ -64,7 +64,7 @@ def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Boun
     - A full batch over the budget (work beyond its rows the measuring batch did not show)
       is undone and runs again on half its rows, down to the measuring batch's (which ran
       alone within the budget); a resized batch over it gives way to the last size that
-      ran, and no batch is resized after one went over. (``--batch-rows`` and
+      ran, and no batch is made larger after one went over. (``--batch-rows`` and
       ``--batch-bytes`` size the measuring batch too: none is measured here.)
     - The batches after a measured one are sized for as many in flight as fit
       :data:`MARGIN` of the free budget with the bytes it took beyond its rows (the most
@@ -106,9 +106,9 @@ def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Boun
         good = (rows, run.in_flight, run.batch_fixed, run.sized_for)
         fit = int((free * MARGIN / run.in_flight - run.batch_fixed) // max(peak_row, 1.0))
         size = max(first, min(fit, cap, run.total - start))
-        grow = run.in_flight < streams and size >= rows * GROW  # (fewer in flight than planned)
-        if over or done == MEASURED or not (grow or size < rows * SHRINK):
-            break  # (over the budget once: the size that then ran is kept)
+        grow = run.in_flight < streams and size >= rows * GROW and not over  # (fewer in
+        if done == MEASURED or not (grow or size < rows * SHRINK):  # flight than planned;
+            break  # none after a batch went over the budget: smaller only)
         rows, run.sized_for = size, run.in_flight
     left = [(a, min(a + rows, run.total)) for a in range(start, run.total, rows)]
     run.sized_for = run.in_flight if run.sized_for else 0  # (as the last measure found)

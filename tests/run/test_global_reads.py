@@ -80,31 +80,79 @@ def test_a_call_that_would_read_the_global_from_before_the_cell_is_refused(
 
 REACHES = ("import functools\nfns = {'g': gx}\ngp = functools.partial(gp, X)\n"
            "def deco(f):\n    return lambda: f()\nw = deco(gx)\n"
-           "class K:\n    @property\n    def p(self):\n        return gx()\nk = K()\n"
+           "class K:\n    scale = 2\n    @property\n    def p(self):\n        return gx()\n"
+           "    def __repr__(self):\n        return str(gx())\n"
+           "    def __eq__(self, o):\n        return gx() > 0\n    __hash__ = object.__hash__\n"
+           "k = K()\n"
+           "class Fwd:\n    def fwd(self):\n        return gx()\n"
+           "    def __call__(self):\n        return self.fwd()\nm = Fwd()\n"
            "class N:\n    def __len__(self):\n        return int(gx())\nn = N()\n"
            "class A:\n    def __add__(self, o):\n        return gx() + o\na = A()\n"
            "class C:\n    def m(self):\n        return gx()\n")
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(("cell", "uses", "runs"), [
-    ("t = fns['g']()", "fns", "gx"),  # a function a dict holds
-    ("t = w()", "w", "gx"),  # a function a closure holds (a decorator's)
-    ("t = k.p", "k", "K.p"),  # a property
-    ("t = len(n)", "n", "N.__len__"),  # an operator, a builtin's
-    ("t = a + 1", "a", "A.__add__"),
-    ("c = C()\nt = c.m()", "C", "C.m")])  # a method of an object the cell makes
+@pytest.mark.parametrize(("cell", "start", "define"), [
+    ("t = fns['g']()", "uses fns, which may run gx(), a function", "gx"),  # a dict holds it
+    ("t = w()", "uses w, which may run gx(), a function", "gx"),  # a closure (a decorator's)
+    ("t = k.p", "reads k.p, a property", "k's class"),
+    ("t = len(n)", "uses n, which runs n.__len__(), a function", "n's class"),  # a builtin's
+    ("t = a + 1", "uses a, which runs a.__add__(), a function", "a's class"),  # an operator
+    ("t = m()", "uses m, which runs m.__call__(), a function", "m's class"),  # via self.fwd()
+    ("c = C()\nt = c.m()", "calls c.m(), a function", "c's class")])  # an object it makes
 def test_a_use_that_may_run_a_function_reading_the_global_from_before_is_refused(
-        funcs, mode, cell, uses, runs):
-    """What may run a function from an earlier cell that reads a global the cell rebound,
+        funcs, mode, cell, start, define):
+    """What runs a function from an earlier cell that reads a global the cell rebound,
     other than a call of it by name: each gave the old X's sum, silently (session 40)."""
     funcs.run_cell(REACHES)
     want = plain(REACHES + "X = X * 2\n" + cell)["t"]
     assert want == 2 * float(np.arange(4.0).sum()) + (1 if "+ 1" in cell else 0)  # plain
+    line = 3 if cell.startswith("c = C()") else 2
     refused(funcs, f"X = X * 2\n{cell}\n", mode,
-            f"line 2 uses {uses}, which may run {runs}(), a function from an earlier cell "
-            f"that reads X as its global, after the cell binds X (line 1)",
-            f"pass X to it as an argument, or define {runs.split('.')[0]} in this cell")
+            f"line {line} {start} from an earlier cell that reads X as its global, after the "
+            "cell binds X (line 1)", f"pass X to it as an argument, or define {define} in this "
+            "cell")
+
+
+@pytest.mark.parametrize("cell", [
+    "t = K.scale", "t = k.scale", "t = isinstance(k, K)", "t = helper(2.0).v",
+    "t = cfg.d.k", "t = Col.R.value", "t = [k][0].scale"])
+def test_a_use_that_runs_no_function_reading_the_global_runs(funcs, cell):
+    """Naming an object whose class has a method, a property or an operator that reads X
+    runs none of them: the cell runs (a class's methods, an object's properties and
+    operators, counted whenever the object was named, refused these; an AttrDict's
+    __getattr__ raising KeyError crashed the check)."""
+    funcs.run_cell(REACHES + "class Vec:\n    def __init__(self, v):\n        self.v = v\n"
+                   "    def compare(self):\n        return gx()\n"
+                   "def helper(v):\n    return Vec(v)\n"
+                   "class AttrDict(dict):\n    __getattr__ = dict.__getitem__\n"
+                   "class Cfg:\n    d = AttrDict(k=2.0)\ncfg = Cfg()\n"
+                   "import enum\nclass Col(enum.Enum):\n    R = 1\n"
+                   "    def __str__(self):\n        return str(gx())\n")
+    funcs.run_cell_magic("gpu", "--quiet --to-host", f"X = X * 2\n{cell}\n")
+    assert "t" in funcs.user_ns
+
+
+@pytest.mark.parametrize(("setup", "cell", "uses"), [
+    ("import types\nns = types.SimpleNamespace(g=gx)", "t = ns.g()", "ns.g()"),  # its own
+    ("import collections\nod = collections.OrderedDict(g=gx)", "t = od['g']()",
+     "od, which may run"),
+    ("vf = np.vectorize(lambda v: gx() + v)", "t = float(vf(0))", "vf, which may run")])
+def test_an_object_that_holds_a_function_reading_the_global_from_before_is_refused(
+        funcs, setup, cell, uses):
+    funcs.run_cell(setup)
+    refused(funcs, f"X = X * 2\n{cell}\n", "--quiet",
+            f"line 2 {'calls' if uses.endswith('()') else 'uses'} {uses}", "in this cell")
+
+
+def test_a_function_that_reads_its_globals_through_globals_is_refused(funcs):
+    """globals()["X"] (or eval, vars) reads any global: each the cell bound before counts."""
+    funcs.run_cell("def gg():\n    return float(globals()['X'].sum())\n")
+    assert plain("def gg():\n    return float(globals()['X'].sum())\n"
+                 "X = X * 2\nt = gg()\n")["t"] == 12.0
+    refused(funcs, "X = X * 2\nt = gg()\n", "--quiet",
+            "line 2 calls gg(), a function from an earlier cell that reads X as its global",
+            "define gg in this cell")
 
 
 def test_a_partial_of_a_function_reading_the_global_from_before_is_refused(funcs):
