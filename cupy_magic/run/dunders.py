@@ -22,7 +22,9 @@ _UNARY = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert", ast.Not: "bool
 _BUILTINS = {"len": "len", "bool": "bool", "abs": "abs", "float": "float", "int": "int",
              "iter": "iter", "list": "iter", "tuple": "iter", "set": "iter", "sorted": "iter",
              "sum": "iter", "min": "iter", "max": "iter", "enumerate": "iter", "zip": "iter",
-             "next": "next", "reversed": "reversed", "hash": "hash"}
+             "next": "next", "reversed": "reversed", "hash": "hash", "str": "str",
+             "repr": "repr", "format": "format", "round": "round", "divmod": "divmod",
+             "print": "str"}
 _ITEM = {ast.Load: "getitem", ast.Store: "setitem", ast.Del: "delitem"}
 
 
@@ -45,8 +47,9 @@ def dunder_uses(node: ast.AST) -> list[tuple[str, str]]:
         lefts = [node.left, *node.comparators[:-1]]
         for left, op, right in zip(lefts, node.ops, node.comparators, strict=True):
             name = _COMPARE.get(type(op))
-            if name == "contains":
+            if name == "contains":  # x in k: k's __contains__; k in L: k's __eq__
                 on(right, name)
+                on(left, "eq")
             elif name is not None:
                 on(left, name)
                 on(right, _REFLECTED.get(name, name))
@@ -66,4 +69,9 @@ def dunder_uses(node: ast.AST) -> list[tuple[str, str]]:
             on(item.context_expr, "enter", "exit")
     elif isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
         on(node.test, "bool", "len")
+    elif isinstance(node, ast.BoolOp):  # k and 1
+        for value in node.values:
+            on(value, "bool", "len")
+    elif isinstance(node, ast.FormattedValue):  # f"{k}"
+        on(node.value, "format", "str", "repr")
     return found

@@ -12,13 +12,10 @@ refused, not silently wrong.
 from __future__ import annotations
 
 import ast
-import collections
 import dis
 import functools
-import inspect
-import itertools
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -27,6 +24,13 @@ from .dunders import dunder_uses
 from .graphscan import _bound, _first
 from .heldwrites import _bound_of, _changes, _parse, holder_items
 from .names import SCOPES
+from .reaches import (
+    method_of,
+    notebook_functions,
+    of_notebook_class,
+    self_methods,
+    static_attr,
+)
 from .rehome import cell_codes
 from .staleread import BLOCKS
 
@@ -35,7 +39,6 @@ __all__ = ["stale_global"]
 _SCOPES = (*SCOPES, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # run when called, not here
 _DEPTH = 3  # a function's own calls of the notebook's functions, followed this deep
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
 
 
 def stale_global(source: str, namespace: Mapping[str, Any],
@@ -58,36 +61,41 @@ def stale_global(source: str, namespace: Mapping[str, Any],
     first, loads, bound, own = _scan(tree, frozenset(inputs))
     if not first:
         return None
-    named = [namespace.get(n) for n in dict.fromkeys(n for _, n, _ in loads)]
-    classes = [c for c in named if isinstance(c, type) and _of_notebook_class(c, namespace)]
+    called = [namespace.get(n[:-9]) for _, n, _ in loads  # C(...): "C.__call__"
+              if n.endswith(".__call__") and n[:-9] not in bound]
+    classes = [c for c in dict.fromkeys(called)
+               if isinstance(c, type) and of_notebook_class(c, namespace)]
     for index, name, line in loads:
         base, _, attr = name.partition(".")
-        if name in own:  # the cell's own function: its globals are the cell's; holders only
-            reads, outside = own[name], False
-        elif base in own or (base in bound and not attr):
-            continue
+        if name in own:  # the cell's own function: its globals are the cell's (holders only),
+            theirs = {r for n in own[name] - bound  # and the notebook's functions it calls
+                      for r in _global_reads(namespace.get(n), namespace)}
+            reads, outside = own[name] | theirs, theirs
+        elif base in own or (base in bound and (not attr or attr[:2] == "__")):
+            continue  # (a name the cell binds: its methods where it calls them, c.m())
         elif base in bound:  # c = C() in the cell, then c.m(): C's m, for each class it names
-            fns = [(c, f) for c in classes if (f := _method(c, attr, namespace)) is not None]
+            fns = [(c, f) for c in classes if (f := method_of(c, attr, namespace)) is not None]
             if not fns:
                 continue
-            reads = set().union(*(_method_reads(f, c, namespace) for c, f in fns))
-            outside = True
+            reads = outside = set().union(*(_method_reads(f, c, namespace) for c, f in fns))
         elif attr:  # c.m(), c.p, c + 1: the method's globals, and c itself, which it may read
             obj = namespace.get(base)
-            fn = _method(obj, attr, namespace)
+            fn = method_of(type(obj) if isinstance(obj, type) and attr[:2] == "__" else obj, attr,
+                         namespace)  # C(...), len(C): the metaclass's (C() runs __init__)
             if fn is None:
                 continue
-            reads, outside = _method_reads(fn, obj, namespace), True
+            reads = outside = _method_reads(fn, obj, namespace)
             held = _holds_changed(obj, inputs, first, index, tree)
             if held:
                 return _stale_holder(line, name, "a method from an earlier cell,", base, held)
         else:
-            reads, outside = _global_reads(namespace.get(name), namespace), True
+            reads = outside = _global_reads(namespace.get(name), namespace)
         if ANY in reads:  # it may read any global: each the cell bound by then
+            outside = {*outside, *first} if ANY in outside else outside
             reads = {*reads, *first} - {ANY}
         for read in reads:
             when = first.get(read)
-            if when is not None and outside and _before(when[0], index, tree):
+            if when is not None and read in outside and _before(when[0], index, tree):
                 return _stale_read(name, line, read, when, namespace)
             if when is None and read not in inputs:
                 held = _holds_changed(namespace.get(read), inputs, first, index, tree)
@@ -108,7 +116,7 @@ def _stale_read(name: str, line: int, read: str, when: tuple[int, int, bool],
     fns = [] if attr else notebook_functions(obj, namespace)
     fn = next((f for f in fns if read in _code_globals(f.__code__)),  # the one that reads it
               next((f for f in fns if read in _global_reads(f, namespace)), None))
-    member = _static(obj, attr) if attr else None
+    member = static_attr(obj, attr) if attr else None
     if attr[:2] == attr[-2:] == "__" and len(attr) > 4:  # k + 1, len(k), k[0], k()
         where = base if isinstance(obj, type) else f"{base}'s class"
         what, runs = f"uses {base}, which runs {base}.{attr}(), a function", f"{base}.{attr}()"
@@ -117,8 +125,8 @@ def _stale_read(name: str, line: int, read: str, when: tuple[int, int, bool],
     elif fn is None or fn is obj or (isinstance(obj, type) and fn.__name__ == "__init__"):
         where = name if not attr else base if isinstance(obj, type) else f"{base}'s class"
         if attr and not isinstance(obj, type) and obj is not None and \
-                not _of_notebook_class(type(obj), namespace) and \
-                (held := _method(obj, attr, namespace)) is not None:  # ns.g: g, which it holds
+                not of_notebook_class(type(obj), namespace) and \
+                (held := method_of(obj, attr, namespace)) is not None:  # ns.g: g, which it holds
             where = held.__qualname__
         what, runs = f"calls {name}(), a function", f"{name}()"
     else:  # fns["g"](), k.p, len(k), a partial, a decorated function: what it may run
@@ -152,9 +160,13 @@ def _holds_changed(obj: Any, inputs: Mapping[str, np.ndarray],
                    tree: ast.Module) -> tuple[str, int] | None:
     """The input ``obj`` holds (an item, a value, an attribute, or a view of it) that the
     cell changed in place before statement ``index``, with the change's line; or None."""
-    if obj is None or isinstance(obj, (types.ModuleType, type, types.FunctionType)):
+    try:
+        if obj is None or isinstance(obj, (types.ModuleType, type, types.FunctionType)):
+            return None
+        items = list(holder_items(obj, None))
+    except Exception:  # an odd object's own error (a __getattribute__ that raises): nothing
         return None
-    for item in holder_items(obj, None):
+    for item in items:
         for x, arr in inputs.items():
             when = first.get(x)
             if when is not None and when[2] and _before(when[0], index, tree) \
@@ -177,19 +189,25 @@ def _scan(tree: ast.Module, inputs: frozenset[str]) -> tuple[
            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
     loads: list[tuple[int, str, int]] = []
     for index, stmt in enumerate(tree.body):
-        # the names read where the statement runs: in comprehensions and lambdas too
-        for node in _walk(stmt, _DEFS):
+        # the names read where the statement runs: in comprehensions and lambdas too (not
+        # in a def's body, which runs when called)
+        for node in [] if isinstance(stmt, _DEFS[:2]) else _walk(stmt, _DEFS):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 loads.append((index, node.id, node.lineno))
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 loads.append((index, f"{node.value.id}.{node.attr}", node.lineno))  # c.m(), c.p
             loads += [(index, f"{name}.{op}", getattr(node, "lineno", stmt.lineno))
                       for name, op in dunder_uses(node)]  # k + 1: "k.__add__"
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):  # its body runs later
+            first.setdefault(stmt.name, (index, stmt.lineno, False))
+            continue
         for node in _walk(stmt):
             for target in _changes(node):  # first: X += 1 changes the input, and binds it
                 name = _first(target)[0]
                 if name in inputs:
                     first.setdefault(name, (index, target.lineno, True))
+            if isinstance(stmt, ast.ClassDef) and node is not stmt:
+                continue  # a class body binds the class's names, not the cell's
             for name, line in _binds(node):
                 first.setdefault(name, (index, line, False))
     return first, tuple(loads), _bound_of(tree), own
@@ -227,50 +245,6 @@ def _binds(node: ast.AST) -> list[tuple[str, int]]:
     return []
 
 
-def _method(obj: Any, attr: str, namespace: Mapping[str, Any]) -> Any:
-    """The notebook's function ``obj.attr`` runs, looked up without running any code of
-    ``obj``'s (``__getattr__``): a method, a static or class method, a property's getter;
-    one an object holds as its own attribute (``ns.g`` of a ``types.SimpleNamespace``,
-    ``h.fn = g``); else None. Classes are looked into only where the notebook wrote them (a
-    heap type whose ``__module__`` is the namespace's ``__name__``, ``builtins`` where it has
-    none): an array's, a list's, a module's or a library's methods are skipped at once
-    (each lookup takes ~2 us)."""
-    if obj is None or isinstance(obj, _LEAVES):
-        return None
-    try:
-        if not _of_notebook_class(obj if isinstance(obj, type) else type(obj), namespace):
-            own = vars(obj).get(attr) if not isinstance(obj, type) else None
-            return next(iter(notebook_functions(own, namespace)), None)
-        found = inspect.getattr_static(obj, attr)
-    except Exception:  # no such attribute, no __dict__, or an odd object's own error
-        return None
-    if isinstance(found, (staticmethod, classmethod)):
-        found = found.__func__
-    elif isinstance(found, property):
-        found = found.fget
-    return found if _of_notebook(found, namespace) else \
-        next(iter(notebook_functions(found, namespace)), None)
-
-
-def _static(obj: Any, attr: str) -> Any:
-    """``obj.attr`` as the class or object holds it (a property, a function), or None."""
-    try:
-        return inspect.getattr_static(obj, attr)
-    except Exception:  # no such attribute, or an odd object's own error
-        return None
-
-
-def _of_notebook_class(cls: type, namespace: Mapping[str, Any]) -> bool:
-    """Whether the notebook wrote ``cls`` (a class statement in one of its cells)."""
-    return bool(cls.__flags__ & _HEAP_TYPE) \
-        and cls.__module__ == namespace.get("__name__", "builtins")
-
-
-def _of_notebook(fn: Any, namespace: Mapping[str, Any]) -> bool:
-    """Whether ``fn`` is a Python function written in the notebook (its globals are it)."""
-    return isinstance(fn, types.FunctionType) and fn.__globals__ is namespace
-
-
 def _global_reads(obj: Any, namespace: Mapping[str, Any], depth: int = 0) -> set[str]:
     """The globals the notebook's functions (globals ``namespace``) that ``obj`` may run
     read (:func:`notebook_functions`), with those of the notebook's functions they read in
@@ -286,92 +260,18 @@ def _global_reads(obj: Any, namespace: Mapping[str, Any], depth: int = 0) -> set
 
 def _method_reads(fn: Any, obj: Any, namespace: Mapping[str, Any]) -> set[str]:
     """The globals a method of ``obj`` (or of its class) reads, with those of the methods of
-    it that it names as attributes (``self.forward()`` in ``__call__``), in turn."""
-    reads, todo, seen = set(), [fn], set()
-    while todo and len(seen) < _VISITS:
-        f = todo.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        reads |= _global_reads(f, namespace)
-        todo += [m for n in f.__code__.co_names if (m := _method(obj, n, namespace)) is not None]
-    return reads
+    it that it calls on itself (``self.forward()`` in ``__call__``), in turn."""
+    return set().union(*(_global_reads(f, namespace) for f in self_methods(fn, obj, namespace)))
 
 
-_HELD = 64  # a container's items looked into, at most (a list of arrays: none of them runs)
-_VISITS = 128  # objects looked into for one name the cell uses, at most
-_LEAVES = (types.ModuleType, np.ndarray, np.generic, str, bytes, int, float, complex,
-           type(None))  # nothing of the notebook's runs through them
-
-
-def notebook_functions(obj: Any, namespace: Mapping[str, Any]) -> list[types.FunctionType]:
-    """The notebook's functions (globals ``namespace``) that using ``obj`` may run: itself;
-    those its closure or defaults hold (``w = deco(g)``); a bound method's; a
-    ``functools.partial``'s (``gp = partial(g, 1)``); a class's ``__init__`` (``C()``);
-    those a list, tuple, set, dict or an object's own attributes hold (``fns["g"]()``,
-    ``np.vectorize(g)``), two levels deep, at most :data:`_VISITS` objects. (An object's
-    methods, properties and operators are looked at where the cell uses them: ``k.m()``,
-    ``k.p``, ``k + 1``, :func:`_method`.)"""
-    found: list[types.FunctionType] = []
-    if isinstance(obj, _LEAVES):
-        return found
-    todo, seen = collections.deque([(obj, 0)]), set()
-    while todo and len(seen) < _VISITS:
-        item, depth = todo.popleft()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        try:
-            fns, held = _reaches(item, namespace)
-            found += fns
-            if depth < 2:
-                todo.extend((h, depth + 1) for h in itertools.islice(held, _HELD)
-                            if not isinstance(h, _LEAVES))
-        except Exception:  # (no __dict__, or an odd object's own error: nothing)
-            continue
-    return found
-
-
-def _reaches(obj: Any, namespace: Mapping[str, Any]) -> tuple[list[Any], Iterable[Any]]:
-    """The notebook's functions ``obj`` is or has as its own (a class's, an object's class's
-    properties and operators), and the objects it holds that may hold more."""
-    if isinstance(obj, types.FunctionType):
-        if obj.__globals__ is not namespace:
-            return [], ()
-        held = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
-        return [obj], [*held, *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
-    if isinstance(obj, types.MethodType):
-        return [], (obj.__func__,)
-    if isinstance(obj, functools.partial):
-        return [], (obj.func, *obj.args, *obj.keywords.values())
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [], obj
-    if isinstance(obj, dict):
-        return [], obj.values()
-    if isinstance(obj, type):  # a class of the notebook: C() runs its __init__
-        init = _method(obj, "__init__", namespace) if _of_notebook_class(obj, namespace) \
-            else None
-        return [init] if init is not None else [], ()
-    own = vars(obj)  # an object's own attributes: h.fn = g, a SimpleNamespace's, a
-    return [], own.values() if isinstance(own, dict) else ()  # np.vectorize's pyfunc
-
-
-def _filled(cell: types.CellType) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 (an empty cell raises)
-    except ValueError:
-        return False
-    return True
-
-
-ANY = "*"  # a function that may read any global: globals()["X"], eval("X"), vars()
-_ANY_READS = frozenset({"globals", "eval", "exec", "vars"})
+ANY = "*"  # a function that may read any global: globals()["X"]
+_ANY_READS = frozenset({"globals"})
 
 
 @functools.lru_cache(maxsize=1024)
 def _code_globals(code: types.CodeType) -> frozenset[str]:
     """The global names ``code`` and the code inside it (comprehensions, inner functions)
-    load, with :data:`ANY` where it calls ``globals``, ``eval``, ``exec`` or ``vars``."""
+    load, with :data:`ANY` where it calls ``globals``."""
     names = frozenset(i.argval for inner in cell_codes(code)
                       for i in dis.get_instructions(inner)
                       if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))

@@ -229,3 +229,50 @@ def test_run_cell_refuses_it_for_a_namespace_of_its_own():
                        "earlier cell that reads X as its global, after the cell binds X"):
         cupy_magic.run_cell("X = X * 2\nt = gx()", ns)
     assert "t" not in ns and ns["X"].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(("setup", "cell"), [
+    # a cell run again: its class and function are its own, not the ones it made last time
+    ("", "class Acc:\n    def twice(self):\n        return X * 2\na = Acc()\nt = a.twice()"),
+    # a def's body runs when called: what it binds or calls is not the cell's yet
+    ("", "def h(a):\n    X = a * 2\n    return X\nt = gx()"),
+    ("", "def report():\n    return gx()\nX = X * 2\nt = 1"),
+    # calling a class runs its __init__, not its instances' __call__
+    ("class Layer:\n    def __init__(self, w):\n        self.w = w\n"
+     "    def __call__(self, v):\n        return v * gx()\n", "X = X * 2\nt = Layer(3.0).w"),
+    # a name the cell binds is not an object of every class the cell names
+    ("class Vec:\n    def __add__(self, o):\n        return gx()\n",
+     "X = X * 2\nok = isinstance(X, Vec)\na = X * 2\nt = a + 1"),
+    # vars(self) reads the object, not the globals
+    ("class Cfg:\n    def __init__(self):\n        self.lr = 0.1\n"
+     "    def to_dict(self):\n        return dict(vars(self))\ncfg = Cfg()\n",
+     "X = X * 2\nt = cfg.to_dict()"),
+    # self.est.fit() is the estimator's fit, not the pipeline's own
+    ("class Est:\n    def fit(self, a):\n        return a.sum()\n"
+     "class Pipe:\n    def __init__(self):\n        self.est = Est()\n"
+     "    def fit(self):\n        return gx()\n"
+     "    def run(self, a):\n        return self.est.fit(a)\npipe = Pipe()\n",
+     "X = X * 2\nt = pipe.run(X)")])
+def test_what_runs_no_function_of_an_earlier_cell_reading_the_global_runs(funcs, setup, cell):
+    """False refusals the review of session 40 found in the first version of the check."""
+    funcs.run_cell(setup)
+    for _ in range(2):  # twice: a cell run again
+        funcs.user_ns["X"] = np.arange(4.0)
+        funcs.user_ns.pop("t", None)
+        funcs.run_cell_magic("gpu", "--quiet --to-host", cell + "\n")
+        assert "t" in funcs.user_ns
+
+
+@pytest.mark.parametrize(("setup", "cell", "start"), [
+    ("class Net:\n    def __init__(self):\n        self.w = self.build()\n"
+     "    def build(self):\n        return gx()\n", "t = Net().w", "uses Net, which may run"),
+    ("class K:\n    def __str__(self):\n        return str(gx())\nk = K()\n", "t = f'{k}'",
+     "uses k, which runs k.__str__()"),
+    ("class K:\n    def __eq__(self, o):\n        return gx() > 0\n    __hash__ = None\nk = K()\n",
+     "t = k in [1]", "uses k, which runs k.__eq__()"),
+    ("def h():\n    return gx()\n", "t = h()", "calls h()")])
+def test_more_uses_that_read_the_global_from_before_are_refused(funcs, setup, cell, start):
+    """An __init__ that calls a method of the object, f-strings, `in`, and a function of an
+    earlier cell that calls another: each ran with the old X, silently."""
+    funcs.run_cell(setup)
+    refused(funcs, f"X = X * 2\n{cell}\n", "--quiet", f"line 2 {start}", "in this cell")
