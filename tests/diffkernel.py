@@ -157,13 +157,22 @@ def _shown(kind: str, content: dict[str, Any], base: int, ids: dict[str, int],
 
 
 def _joined(shown: list[Any]) -> list[Any]:
-    """Consecutive pieces of one stream as one text, as the notebook renders them."""
+    """Consecutive pieces of one stream as one text, as the notebook renders them. Between
+    two other outputs, stdout's and stderr's texts come each as one, stdout's first: the
+    kernel flushes the two streams apart, so which arrives first differs from run to run
+    of the same plain cell (``print('c', file=sys.stderr); print('d')`` showed d before c
+    once in a CI run, 2026-12-07)."""
     out: list[Any] = []
     for item in shown:
-        if out and item[0] == "stream" and out[-1][0] == "stream" and out[-1][1] == item[1]:
-            out[-1] = ["stream", item[1], out[-1][2] + item[2]]
-        else:
+        if item[0] != "stream" or not out or out[-1][0] != "stream":
             out.append(item)
+            continue
+        streams = {}
+        while out and out[-1][0] == "stream":
+            _, name, text = out.pop()
+            streams[name] = text + streams.get(name, "")
+        streams[item[1]] = streams.get(item[1], "") + item[2]
+        out += [["stream", name, streams[name]] for name in sorted(streams, key="stdout".__ne__)]
     return out
 
 
