@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 
 from ..units import format_bytes
 
-__all__ = ["COST_SHARE", "MARGIN", "MAX_BATCH_BYTES", "BatchCost", "PayingBudget", "budget_to_pay"]
+__all__ = ["COST_SHARE", "MARGIN", "MAX_BATCH_BYTES", "BatchCost", "PayingBudget", "budget_to_pay",
+           "rows_in_margin"]
 
 # Issue 20: a batch pays for itself when its fixed cost (launches, Python) is at most this
 # share of the time its rows take to move; batches grow to that size when the budget allows,
@@ -196,5 +197,15 @@ def budget_to_pay(rows: int, total: int, row_bytes: int, peak_row_bytes: float,
     if whole is None or need < whole:
         return PayingBudget(need, need_rows)
     below = whole - 1
-    rows_below = min(total, max(0, int(((below - in_use) * MARGIN / streams - fixed) / per_row)))
+    rows_below = min(total, rows_in_margin(below - in_use, streams, per_row, fixed))
     return PayingBudget(below, rows_below, capped=True)
+
+
+def rows_in_margin(free: int | float, lanes: int, per_row: float, fixed: int = 0) -> int:
+    """Rows a batch may have so that ``lanes`` of them in flight, each ``per_row`` bytes a
+    row and ``fixed`` bytes beyond its rows, fit :data:`MARGIN` of ``free`` bytes (0: none).
+
+    >>> rows_in_margin(160_000, 1, 36.1, 38_367)
+    2482
+    """
+    return max(0, int((free * MARGIN / lanes - fixed) / max(per_row, 1.0)))

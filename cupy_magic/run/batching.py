@@ -27,6 +27,7 @@ from .batchcost import (
     BatchCost,
     PayingBudget,
     budget_to_pay,
+    rows_in_margin,
 )
 from .batchoptions import DEFAULT_STREAMS, MAX_STREAMS, RULES, BatchOptions
 from .errors import CellError
@@ -183,8 +184,7 @@ def size_rows(total: int, row_bytes: int, peak_row_bytes: float, free: int | Non
                                     if want < pay else ""))
     if free is None:
         return min(total, want), why
-    fit = int(free * MARGIN / (streams * max(peak_row_bytes, 1.0)))
-    if fit < 1:
+    if (fit := rows_in_margin(free, streams, peak_row_bytes)) < 1:
         raise CellError(
             f"one row of the batched inputs needs {format_bytes(peak_row_bytes)} in the pool "
             f"(measured) and {streams} streams need {format_bytes(streams * peak_row_bytes)}, "

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..units import format_bytes
 from . import progress
-from .batchcost import MARGIN
+from .batchcost import MARGIN, rows_in_margin
 
 __all__ = ["batches_in_flight", "fit_in_flight", "in_flight_line", "resized_why"]
 
@@ -85,7 +85,7 @@ def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Boun
     if (not run.fits_in_flight or free is None or not bounds or rows <= first
             or bounds[0][1] - bounds[0][0] != rows):
         return 0, rows, bounds
-    streams, done, start, over, good = run.in_flight, 0, bounds[0][0], 0, (0, 0, 0, 0)
+    streams, done, start, over, good = run.in_flight, 0, bounds[0][0], 0, (0, 0, 0)
     while start + rows <= run.total and done < MEASURED:
         run.n_batches = max(run.n_batches, 2 + done)
         run.more_partial_rows(run.n_batches)  # (batch 1 + done's row, before it runs)
@@ -97,14 +97,14 @@ def fit_in_flight(run: Any, first: int, rows: int, peak_row: float, bounds: Boun
         if went_over:
             over = over or rows
             if good[0]:  # a resized batch over the budget: the last size that ran, and stop
-                rows, run.in_flight, run.batch_fixed, run.sized_for = good
+                rows, run.in_flight, run.sized_for = good  # (batch_fixed: the most measured)
                 break
             rows = max(first, rows // 2)
             continue
         done, start = done + 1, start + rows
         run.in_flight = batches_in_flight(free, rows, peak_row, run.batch_fixed, streams)
-        good = (rows, run.in_flight, run.batch_fixed, run.sized_for)
-        fit = int((free * MARGIN / run.in_flight - run.batch_fixed) // max(peak_row, 1.0))
+        good = (rows, run.in_flight, run.sized_for)
+        fit = rows_in_margin(free, run.in_flight, peak_row, run.batch_fixed)
         size = max(first, min(fit, cap, run.total - start))
         grow = run.in_flight < streams and size >= rows * GROW and not over  # (fewer in
         if done == MEASURED or not (grow or size < rows * SHRINK):  # flight than planned;
