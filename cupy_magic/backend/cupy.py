@@ -249,7 +249,7 @@ class CupyBackend(Backend):
         return out
 
     def is_device_array(self, obj: object) -> bool:
-        return isinstance(obj, self.cp.ndarray)
+        return issubclass(type(obj), self.cp.ndarray)  # not isinstance: see HostBackend's
 
     def to_device(self, array: np.ndarray) -> Transfer:
         cp = self.cp

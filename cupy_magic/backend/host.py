@@ -117,7 +117,9 @@ class HostBackend(Backend):
         return "CPU (NumPy)" if self.devices == 1 else f"CPU (NumPy) standing for device {device}"
 
     def is_device_array(self, obj: object) -> bool:
-        return isinstance(obj, np.ndarray) and self._resident.get(id(obj)) is obj
+        # issubclass(type(obj), ...), not isinstance: that asks an object's own __class__,
+        # which may raise (a proxy's __getattribute__)
+        return issubclass(type(obj), np.ndarray) and self._resident.get(id(obj)) is obj
 
     def keep_on_device(self, obj: object) -> None:
         if isinstance(obj, np.ndarray):

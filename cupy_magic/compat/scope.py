@@ -82,7 +82,7 @@ def host_value(value: Any) -> Any:
     proxy (``LA`` bound by ``from numpy import linalg as LA``), NumPy's function for a
     wrapper (``from numpy import sqrt``), the plain Generator for a checked one; anything
     else unchanged."""
-    if isinstance(value, ArrayModule):
+    if issubclass(type(value), ArrayModule):  # not isinstance: it asks the object's __class__
         _calls, target, path, _fallen = value.__dict__["__compat__"]
         found = numpy_module(path.rstrip("."))
         return found if found is not MISSING else target

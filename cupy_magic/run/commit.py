@@ -36,10 +36,10 @@ def describe_value(value: Any, be: Backend) -> tuple[str, str, int]:
         where = "device" if be.is_gpu else "device (CPU fallback: host RAM)"
         kind = f"{type(value).__module__.split('.')[0]}.ndarray"
         return f"{kind} {dtype_text(value.dtype)} {value.shape}", where, int(value.nbytes)
-    if isinstance(value, np.ndarray):
+    if issubclass(type(value), np.ndarray):  # not isinstance: it may ask value.__class__
         return f"numpy.ndarray {dtype_text(value.dtype)} {value.shape}", "host", \
             int(value.nbytes)
-    if isinstance(value, np.generic):  # a NumPy reduction's result on the CPU fallback
+    if issubclass(type(value), np.generic):  # a NumPy reduction's result on the CPU fallback
         return f"numpy.{type(value).__name__}", "python", 0
     return type(value).__name__, "python", 0
 
@@ -219,12 +219,13 @@ def _held_arrays(value: Any, found: dict[int, np.ndarray], depth: int = 0,
     C), nor one whose items would take the walk past ``left`` items (``pairs = list(zip(a,
     b))`` walked tuple by tuple cost a second per million at every commit). Returns how many
     items the walk may still look at."""
-    if isinstance(value, np.ndarray):
+    kind = type(value)  # not isinstance: it asks an object's own __class__, which may raise
+    if issubclass(kind, np.ndarray):
         found[id(value)] = value
         return left
-    if depth >= _HELD_DEPTH or not isinstance(value, _HOLDERS):
+    if depth >= _HELD_DEPTH or not issubclass(kind, _HOLDERS):
         return left
-    items = list(value.values()) if isinstance(value, dict) else list(value)
+    items = list(value.values()) if issubclass(kind, dict) else list(value)
     kinds = set(map(type, items))
     if len(items) > left or not any(issubclass(k, _ARRAY_OR_HOLDER) for k in kinds):
         return left
@@ -354,12 +355,13 @@ def _to_host(value: Any, be: Backend, shown: ShownOnHost | None = None,
         found = None if home is None else home(v)
         return _to_host(v, be, shown, home=home) if found is None else found
 
-    if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+    kind = type(value)  # not isinstance: it asks an object's __class__, which may raise
+    if kind in (list, tuple) or (issubclass(kind, tuple) and hasattr(value, "_fields")):
         items = [item(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    if type(value) is dict:  # D = {"x": X}: D["x"] is X, as in a plain cell
+    if kind is dict:  # D = {"x": X}: D["x"] is X, as in a plain cell
         found = {k: item(v) for k, v in value.items()}
         return value if all(found[k] is v for k, v in value.items()) else found
     return value

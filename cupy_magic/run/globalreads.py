@@ -79,9 +79,9 @@ def stale_global(source: str, namespace: Mapping[str, Any],
                 continue
             reads = outside = set().union(*(_method_reads(f, c, namespace) for c, f in fns))
         elif attr:  # c.m(), c.p, c + 1: the method's globals, and c itself, which it may read
-            obj = namespace.get(base)
-            fn = method_of(type(obj) if isinstance(obj, type) and attr[:2] == "__" else obj, attr,
-                         namespace)  # C(...), len(C): the metaclass's (C() runs __init__)
+            obj = namespace.get(base)  # issubclass(type(obj)): isinstance asks obj.__class__
+            fn = method_of(type(obj) if issubclass(type(obj), type) and attr[:2] == "__"
+                           else obj, attr, namespace)  # C(...), len(C): the metaclass's
             if fn is None:
                 continue
             reads = outside = _method_reads(fn, obj, namespace)

@@ -274,7 +274,7 @@ def in_device_memory(value: Any, be: Backend) -> bool:
     :meth:`~cupy_magic.backend.Backend.allocation` can place: a device array, or on the CPU
     fallback a NumPy array (its copies; its "device" ones only once committed), not one of
     references (``dtype=object``, ``StringDType``), which has no bytes to view."""
-    return (be.is_device_array(value) or (not be.is_gpu and isinstance(value, np.ndarray))) \
+    return (be.is_device_array(value) or (not be.is_gpu and issubclass(type(value), np.ndarray))) \
         and not (value.dtype.hasobject or value.dtype.kind == "T")
 
 

@@ -318,11 +318,12 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     generator = getattr(getattr(be.xp, "random", None), "Generator", None)
     for name in sorted((names.loaded | names.mutated) - names.written_first):
         value = namespace.get(name)
-        if (isinstance(value, np.ndarray) and name not in bound_np
+        kind = type(value)  # not isinstance: it asks an object's __class__, which may raise
+        if (issubclass(kind, np.ndarray) and name not in bound_np
                 and not be.is_device_array(value)):
             _check_input(name, value)
             inputs[name] = value
-        elif generator is not None and isinstance(value, generator):
+        elif generator is not None and issubclass(kind, generator):
             overrides[name] = checked_generator(module, value)  # rng from an earlier cell
     stale = stale_global(source, namespace, inputs)  # X = X * 2, then g() reading X
     if stale:

@@ -125,12 +125,13 @@ class Rehomer:
         return new
 
     def _walk(self, value: Any, kind: type) -> Any:
-        if kind is ArrayModule or ((kind is types.FunctionType or isinstance(value, type))
+        # issubclass(kind, ...), not isinstance: it asks the object's __class__, which may raise
+        if kind is ArrayModule or ((kind is types.FunctionType or issubclass(kind, type))
                                    and _MARK in value.__dict__):
             return host_value(value)  # the array module in the cell: NumPy's after it
         if kind is types.FunctionType:
             return self._function(value)
-        if isinstance(value, type):
+        if issubclass(kind, type):
             return self._class(value)
         if kind in _FRAMED:
             frame = getattr(value, _FRAMED[kind])
@@ -142,7 +143,7 @@ class Rehomer:
             return self._wrapper(value)
         if kind in _IN_PLACE:
             return self._in_place(value)
-        if kind is frozenset or isinstance(value, tuple):
+        if kind is frozenset or issubclass(kind, tuple):
             return self._rebuilt(value)
         if kind is types.MethodType:
             inner = self(value.__func__)
@@ -181,7 +182,7 @@ class Rehomer:
 
     def _wrapper(self, value: Any) -> Any:
         """What wraps one function: a staticmethod, a property, a partial, a cache."""
-        if isinstance(value, (staticmethod, classmethod)):
+        if issubclass(type(value), (staticmethod, classmethod)):
             if (inner := self(value.__func__)) is not value.__func__:
                 return type(value)(inner)
         elif type(value) is property:
@@ -189,7 +190,7 @@ class Rehomer:
             moved_parts = [None if f is None else self(f) for f in parts]
             if any(a is not b for a, b in zip(parts, moved_parts, strict=True)):
                 return property(*moved_parts, value.__doc__)
-        elif isinstance(value, functools.cached_property):
+        elif issubclass(type(value), functools.cached_property):
             value.func = self(value.func)
         elif type(value) is functools.partial:
             return self._partial(value)
