@@ -17,7 +17,10 @@ installed;
 
 and each cell through ``run_cell`` in a namespace of 3,000 more names (``_i0`` ... ``_i2999``:
 IPython keeps every cell's text as ``_iN``, so a long session's cells run against thousands of
-names; since 2026-12-04T15 the commit and the checks scan them in C);
+names; since 2026-12-04T15 the commit and the checks scan them in C), and in that namespace
+with a million-item list and dict of numbers beside it (``cell_big_holders_ms``: the CPU
+fallback's commit copied each to look for arrays in it, 50 ms a container a cell, until
+2026-12-07T18);
 
 then profiles ``--profile-reps`` tiny cells (a tenth as many small loops) through ``run_cell``
 with :mod:`cProfile` and records the functions with the most time of their own and the
@@ -51,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 LONG_SESSION_NAMES = 3000  # a namespace after about 1,500 cells (each leaves _iN, many _N)
+BIG_HOLDER = 1_000_000  # items of the list and the dict beside the cell (not its inputs)
 CELLS = {
     "tiny": ("y = a + 1\n", 10, None),
     "small_loop": ("y = a\nfor _ in range(300):\n    y = y * 0.999 + 0.001\n", 10_000, ["y"]),
@@ -145,10 +149,17 @@ def main() -> int:
         row["cell_long_session_ms"] = _median_ms(
             lambda code=code, ns=long_ns, to_host=to_host: cupy_magic.run_cell(
                 code, ns, to_host=to_host or False), args.reps)
+        # and beside a million-item list and dict of plain numbers (a data scientist's rows)
+        big_ns = {**long_ns, "rows": list(range(BIG_HOLDER)),
+                  "index": dict.fromkeys(range(BIG_HOLDER), 0.0)}
+        row["cell_big_holders_ms"] = _median_ms(
+            lambda code=code, ns=big_ns, to_host=to_host: cupy_magic.run_cell(
+                code, ns, to_host=to_host or False), max(args.reps // 10, 5))
         fig[name] = row
         print(f"{name:11s} plain {row['plain_ms']:8.3f} ms   run_cell {row['cell_ms']:8.3f} ms "
               f"(syncs off {row['cell_syncs_off_ms']:8.3f}; {LONG_SESSION_NAMES:,} more names "
-              f"{row['cell_long_session_ms']:8.3f})   overhead {row['overhead_ms']:.3f} ms"
+              f"{row['cell_long_session_ms']:8.3f}; and {BIG_HOLDER:,}-item list and dict "
+              f"{row['cell_big_holders_ms']:8.3f})   overhead {row['overhead_ms']:.3f} ms"
               f"   x{row['ratio']:.2f}")
         if "magic_ms" in row:
             print(f"{'':11s} %%gpu {row['magic_ms']:8.3f} ms: "

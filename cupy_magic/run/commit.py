@@ -223,8 +223,8 @@ def _held_arrays(value: Any, found: dict[int, np.ndarray], depth: int = 0,
     if issubclass(kind, np.ndarray):
         found[id(value)] = value
         return left
-    if depth >= _HELD_DEPTH or not issubclass(kind, _HOLDERS):
-        return left
+    if depth >= _HELD_DEPTH or not issubclass(kind, _HOLDERS) or len(value) > left:
+        return left  # (a million-item list: not even copied, 50 ms a commit)
     items = list(value.values()) if issubclass(kind, dict) else list(value)
     kinds = set(map(type, items))
     if len(items) > left or not any(issubclass(k, _ARRAY_OR_HOLDER) for k in kinds):

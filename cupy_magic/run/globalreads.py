@@ -22,7 +22,7 @@ import numpy as np
 
 from .dunders import dunder_uses
 from .graphscan import _bound, _first
-from .heldwrites import _bound_of, _changes, _parse, holder_items
+from .heldwrites import _bound_of, _changes, _parse, holder_arrays
 from .names import SCOPES
 from .reaches import (
     method_of,
@@ -163,15 +163,14 @@ def _holds_changed(obj: Any, inputs: Mapping[str, np.ndarray],
     try:
         if obj is None or isinstance(obj, (types.ModuleType, type, types.FunctionType)):
             return None
-        items = list(holder_items(obj, None))
+        items = holder_arrays(obj, None)
     except Exception:  # an odd object's own error (a __getattribute__ that raises): nothing
         return None
-    for item in items:
-        for x, arr in inputs.items():
-            when = first.get(x)
-            if when is not None and when[2] and _before(when[0], index, tree) \
-                    and isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
-                return x, when[1]
+    for x, arr in inputs.items():
+        when = first.get(x)
+        if when is not None and when[2] and _before(when[0], index, tree) \
+                and any(np.may_share_memory(item, arr) for item in items):
+            return x, when[1]
     return None
 
 

@@ -27,7 +27,7 @@ from .heldwrites import (
     _changes,
     _item_bindings,
     _parse,
-    holder_items,
+    holder_arrays,
 )
 from .names import _MUTATING_FUNCTIONS, parents
 from .rewrite import _SAFE_CALLS, _VIEW_FUNCS
@@ -61,10 +61,9 @@ def held_reads(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
         obj = namespace.get(root)
         if obj is None or isinstance(obj, (types.ModuleType, type, np.ndarray)):
             continue  # an array read is an input; a class's attributes are not its items
-        for item in holder_items(obj, key):
+        for item in holder_arrays(obj, key):
             for name, arr in inputs.items():
                 if name in found or starts.get(name, index + 1) > index \
-                        or not isinstance(item, np.ndarray) \
                         or not np.may_share_memory(item, arr):
                     continue
                 found[name] = (Held(root, f"{root}, which holds it", name, line),

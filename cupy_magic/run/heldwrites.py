@@ -16,6 +16,7 @@ import inspect
 import operator
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from itertools import compress, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -288,9 +289,9 @@ def _changed_in(tree: ast.AST, bound: Set[str], namespace: Mapping[str, Any],
     for root, key, line in changed:
         if not root or root in bound or (root in inputs and not direct):
             continue
-        for item in holder_items(namespace.get(root), key):
+        for item in holder_arrays(namespace.get(root), key):
             for name, arr in inputs.items():
-                if isinstance(item, np.ndarray) and np.may_share_memory(item, arr):
+                if np.may_share_memory(item, arr):
                     if direct and root == this:  # self.x[:] = -1 in obj.reset()
                         who = f"the method {_owner(tree)}"
                         part = f"{root}.{key}" if isinstance(key, str) else root
@@ -342,17 +343,21 @@ def _passed_in(tree: ast.AST, func: str, line: int, given: Sequence[tuple[int, s
                            f"changes its argument {params[i]})", name, line)
 
 
-def holder_items(obj: Any, key: Any) -> list[Any]:
-    """What an object from outside holds that may be an input: the item ``key`` where the
-    source names one (``L[1]``, ``D["x"]``, ``b.x``), else its items, values or attributes;
-    an array is itself; a module holds none."""
+def holder_arrays(obj: Any, key: Any) -> list[np.ndarray]:
+    """The arrays an object from outside holds that may be an input: the item ``key`` where
+    the source names one (``L[1]``, ``D["x"]``, ``b.x``), else among its items, values or
+    attributes; an array is itself; a module holds none. Picked in C: a million-item list
+    looked at item by item for each input took over a second a cell."""
     if isinstance(obj, np.ndarray):
         return [obj]
     if key is not None:  # L[1][:] = 0: that item
-        return [_item(obj, key)]
-    return list(obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple))
-                else vars(obj).values() if hasattr(obj, "__dict__")
-                and not isinstance(obj, types.ModuleType) else ())
+        items = [_item(obj, key)]
+    else:
+        items = list(obj.values() if isinstance(obj, dict) else obj
+                     if isinstance(obj, (list, tuple))
+                     else vars(obj).values() if hasattr(obj, "__dict__")
+                     and not isinstance(obj, types.ModuleType) else ())
+    return list(compress(items, map(issubclass, map(type, items), repeat(np.ndarray))))
 
 
 def _item(obj: Any, key: Any) -> Any:
