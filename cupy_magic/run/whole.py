@@ -30,6 +30,7 @@ from .overlap import MAY_HOLD, whole_groups
 from .plan import CellPlan
 from .reduce import combine
 from .report import RunReport
+from .staleguard import StaleGuard
 
 __all__ = ["WARMUP_ELEMENTS", "run_whole", "shown_value", "warmup", "warmup_rows"]
 
@@ -75,7 +76,9 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
-            with be.time_device() as timing, recorder:
+            guard = StaleGuard.for_cell(namespace, work, plan.stored | plan.deleted,
+                                        plan.overrides, filename)
+            with be.time_device() as timing, recorder, guard or contextlib.nullcontext():
                 value = plan.run(work, namespace, shown)
             seen = plan.stored
             plan = watch.commit_plan(plan)  # inputs changed through other names too

@@ -1,0 +1,81 @@
+"""A function from an earlier cell that reads a name the cell rebound by then, reached where
+the source does not show it (``run/staleguard.py``): refused as it is called, nothing
+committed; a plain cell reads the new value, and the %%gpu cell used to read the old one,
+silently (each cell below gave 30.0 where the plain cell gives 45.0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import cell_error
+
+SETUP = """
+import numpy as np
+scale = 2.0
+def g():
+    return float(X.sum()) * scale
+class Est:
+    def fit(self):
+        self.s = float(X.sum()) * scale
+        return self
+    def score(self):
+        return self.s
+est = Est()
+items = [Est(), Est()]
+"""
+
+UNSEEN = [  # calls the source check cannot see
+    ("scale = 3.0\nfor o in items:\n    o.fit()\nt = items[0].s", 3),
+    ("scale = 3.0\nt = getattr(est, 'fit')().s", 2),
+    ("f = lambda: g()\nscale = 3.0\nt = f()", 1),
+    ("class W:\n    def run(self):\n        return g()\nscale = 3.0\nt = W().run()", 3),
+    ("scale = 3.0\nt = [o.fit() for o in items][0].s", 2),
+    ("scale = 3.0\ntry:\n    t = getattr(est, 'fit')().s\nexcept Exception:\n    t = -1.0", 3),
+    ("del scale\nt = getattr(est, 'fit')().s", 2),
+]
+
+
+def _plain(ip, cell: str) -> float:
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    assert ip.run_cell(cell.replace("del scale\n", "scale = 3.0\n")).success
+    return ip.user_ns["t"]
+
+
+@pytest.mark.parametrize(("cell", "line"), UNSEEN)
+def test_a_stale_read_the_source_does_not_show_is_refused_as_it_is_called(ip, cell, line):
+    assert _plain(ip, cell) == 45.0  # the new scale (or the bound object's, for del)
+    del ip.user_ns["t"]
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    text = cell_error(ip, cell, "--quiet")
+    assert f"line {line} of the cell ran" in text and "reads scale as its global" in text
+    assert "pass scale to it as an argument" in text and "\n" not in text
+    assert "t" not in ip.user_ns and ip.user_ns["scale"] == 2.0  # nothing committed
+
+
+@pytest.mark.parametrize("cell", [
+    "t = getattr(est, 'fit')().s\nscale = 7.0",  # called before the cell rebinds scale
+    "n = 500\nt = getattr(est, 'fit')().s",  # a name no function reads
+    "scale = 2.0 + 0\nt = getattr(est, 'fit')().s",  # the same number again
+    "import numpy as np2\nt = getattr(est, 'fit')().s",
+])
+def test_calls_that_read_what_a_plain_cell_reads_run(ip, cell):
+    want = _plain(ip, cell)
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["t"] == want
+
+
+def test_the_guard_is_set_only_where_a_notebook_function_reads_a_name_the_cell_binds(ip):
+    from cupy_magic.run.staleguard import StaleGuard, notebook_reads
+
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    ns = ip.user_ns
+    assert {"X", "scale"} <= notebook_reads(ns)
+    assert StaleGuard.for_cell(ns, dict(ns), {"t", "n"}, (), "f") is None
+    guard = StaleGuard.for_cell(ns, dict(ns), {"t", "scale"}, (), "f")
+    assert guard is not None and guard.watched == {"scale"}
