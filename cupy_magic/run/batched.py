@@ -44,6 +44,7 @@ from .mainmod import as_main
 from .plan import CellPlan, cast_target
 from .reduce import check_names
 from .report import RunReport
+from .staleguard import StaleGuard, guarding
 
 __all__ = ["BatchRun", "run_batched"]
 
@@ -79,6 +80,7 @@ class BatchRun(BatchJoin):
         self.in_flight, self.batch_fixed, self.resized = self.eng.slots, 0, ""  # run.inflight
         self.clock = [("", time.perf_counter())]  # (phase that ended, when)
         self.base: dict[str, Any] = {}
+        self.guard: StaleGuard | None = None  # its batches' calls of earlier cells' functions
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.out: dict[str, np.ndarray] = {}
         self.written: dict[str, int] = {}
@@ -149,8 +151,9 @@ class BatchRun(BatchJoin):
             self.uploads = {n: weakref.ref(work[n]) for n in self.changeable}
             t1 = time.perf_counter()
             try:
-                with as_main(work, self.namespace, self.plan.stored), self.echo.batch():
-                    exec(self.plan.code, work)  # (as_main: pickle finds its defs)
+                with as_main(work, self.namespace, self.plan.stored), self.echo.batch(), \
+                        guarding(self.guard, work):  # (as_main: pickle finds its defs)
+                    exec(self.plan.code, work)
                 if watch is not None:
                     watch.refuse_unseen("a batched run")
                     watch = None
@@ -258,6 +261,7 @@ class BatchRun(BatchJoin):
         shared = {n: a for n, a in self.plan.inputs.items() if n not in self.inputs}
         moved, report.inputs = move_inputs(self.plan.with_inputs(shared), self.dtype, self.be)
         self.base = {**self.namespace, **self.plan.overrides, **moved}
+        self.guard = StaleGuard.of_plan(self.plan, self.namespace, self.base, self.filename)
         for arr in self.inputs.values():
             self.eng.finish_locking(arr)  # one a previous run started
         return shared
@@ -327,14 +331,10 @@ class BatchRun(BatchJoin):
         return {name: t - self.clock[k][1] for k, (name, t) in enumerate(self.clock[1:])}
 
     def settle(self) -> None:
-        """Start page-locking the inputs and the fresh result blocks, so that the next cell
-        over them copies directly; the run's very last step.
-
-        A ``cudaHostRegister`` on another thread seems to hold up this thread's CUDA calls
-        while it runs (0.4 s for 8 GiB on the H200): staged copies slowed from 26.5 to 20.7 GB/s
-        during one, and a first-touch cell spent 0.56 s outside its batches after settling
-        before it read its timeline's events. So nothing of the run calls CUDA after this.
-        """
+        """Start page-locking the inputs and the fresh result blocks for the next cell over
+        them, as the run's very last step: a ``cudaHostRegister`` on another thread seems to
+        hold up this thread's CUDA calls (0.4 s for 8 GiB on the H200; staged copies slowed
+        from 26.5 to 20.7 GB/s), so nothing of the run calls CUDA after it."""
         for name, arr in self.inputs.items():
             self.eng.settle(arr, self.dtypes[name])
         for arr in self.out.values():

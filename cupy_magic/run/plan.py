@@ -36,6 +36,7 @@ from .mainmod import as_main
 from .names import CellNames, cell_names, module_escapes
 from .overlap import overlapping, refuse_overlaps
 from .readers import reader_args
+from .staleguard import InPlaceFirst
 
 if TYPE_CHECKING:  # a cell's plan only carries them (cell.py makes them)
     from .heldwrites import Held
@@ -136,6 +137,9 @@ class CellPlan:
     sorts_in_place
         Whether the cell calls ``.sort()`` or ``.partition()`` anywhere (CuPy sorts only a
         contiguous array, so strided inputs keep contiguous copies: :mod:`.inputmoves`).
+    in_place_first
+        The inputs the cell changes in place before it binds them, with where
+        (:class:`~.staleguard.InPlaceFirst`), for :class:`~.staleguard.StaleGuard`.
     """
 
     code: CodeType
@@ -163,6 +167,7 @@ class CellPlan:
     held_kept: tuple[tuple[Held, Any], ...] = ()
     held_reads: tuple[Held, ...] = ()
     sorts_in_place: bool = False
+    in_place_first: InPlaceFirst | None = None
 
     def group_of(self, name: str) -> tuple[str, ...]:
         """The inputs sharing memory with ``name`` (its group of ``overlaps``, or itself)."""
@@ -349,7 +354,9 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
                                         - names.in_place_sure - names.bound_fresh)
                                        & inputs.keys()),
                     unseen=_unseen(source, names, inputs, only, modules),
-                    sorts_in_place=names.sorts_in_place)
+                    sorts_in_place=names.sorts_in_place,
+                    in_place_first=InPlaceFirst.of(source, inputs) if names.in_place_first
+                    & inputs.keys() else None)
 
 
 def _unseen(source: str, names: CellNames, inputs: dict[str, np.ndarray],

@@ -14,20 +14,23 @@ since a trace function costs each Python call the cell makes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import types
 from collections.abc import Iterable, Mapping
 from itertools import compress
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..compat.scope import host_value
 from .errors import CellError
-from .globalreads import ANY, _code_globals
+from .globalreads import ANY, _code_globals, _scan
+from .heldwrites import _parse
 from .reaches import notebook_functions, of_notebook_class
+from .staleread import BLOCKS
 
-__all__ = ["StaleGuard", "notebook_reads"]
+__all__ = ["InPlaceFirst", "StaleGuard", "guarding", "notebook_reads"]
 
 _MISSING = object()
 _BY_VALUE = (int, float, complex, str, bytes, bool, type(None))  # `n = 500` again: the same
@@ -77,6 +80,37 @@ def _class_functions(cls: type, namespace: Mapping[str, Any]) -> Iterable[types.
                         and p.__globals__ is namespace)
 
 
+class InPlaceFirst(NamedTuple):
+    """The inputs a cell changes in place before it binds them (``X += 1``), each with its
+    first change's top-level statement and line, and each top-level statement's first and
+    last lines and whether it has a block."""
+
+    first: dict[str, tuple[int, int]]
+    spans: tuple[tuple[int, int, bool], ...]
+
+    @classmethod
+    def of(cls, source: str, inputs: Iterable[str]) -> InPlaceFirst | None:
+        """Those of the cell ``source`` over ``inputs``; None where it changes none so."""
+        tree = _parse(source)
+        if tree is None:
+            return None
+        first = {n: (i, line) for n, (i, line, change) in _scan(tree, frozenset(inputs))[0]
+                 .items() if change}
+        spans = tuple((s.lineno, s.end_lineno or s.lineno, isinstance(s, BLOCKS))
+                      for s in tree.body)
+        return cls(first, spans) if first else None
+
+    def made_by(self, name: str, line: int) -> int | None:
+        """The line of the first change of input ``name``, where it may have run before a
+        call made from the cell's top-level line ``line`` (an earlier statement, or the same
+        one with a block, as :func:`~.globalreads.stale_global` counts); else None."""
+        index = next((i for i, (a, b, _) in enumerate(self.spans) if a <= line <= b), None)
+        if index is None or name not in self.first:
+            return None
+        when, at = self.first[name]
+        return at if when < index or (when == index and self.spans[index][2]) else None
+
+
 class StaleGuard:
     """Refuses the call of a function whose globals are ``namespace`` (the user's) that
     reads one of ``watched`` after the cell's namespace ``work`` rebound or deleted it.
@@ -95,26 +129,42 @@ class StaleGuard:
     """
 
     def __init__(self, namespace: dict[str, Any], work: dict[str, Any],
-                 watched: frozenset[str], filename: str) -> None:
+                 watched: frozenset[str], filename: str,
+                 in_place: InPlaceFirst | None = None) -> None:
         self.namespace, self.work, self.watched, self.filename = \
             namespace, work, watched, filename
+        self.in_place = in_place
         self.base: dict[str, Any] = {}
         self.refusal: CellError | None = None
         self._previous: Any = None
 
     @classmethod
     def for_cell(cls, namespace: dict[str, Any], work: dict[str, Any],
-                 binds: Iterable[str], skip: Iterable[str],
-                 filename: str) -> StaleGuard | None:
+                 binds: Iterable[str], skip: Iterable[str], filename: str,
+                 in_place: InPlaceFirst | None = None) -> StaleGuard | None:
         """The guard of a cell that may bind ``binds`` (not ``skip``: the array module's
-        names, which are the cell's own), or None where no function of the notebook reads
-        any of them."""
+        names, which are the cell's own) or change inputs in place (``in_place``), or None
+        where no function of the notebook reads any of them."""
         names = frozenset(binds) - frozenset(skip) - {"__builtins__"}
-        if not names:
+        changed = frozenset(in_place.first) if in_place is not None else frozenset()
+        if not names and not changed:
             return None
         reads = notebook_reads(namespace)
-        watched = names if ANY in reads else names & reads
-        return cls(namespace, work, watched, filename) if watched else None
+        if ANY not in reads:
+            names, changed = names & reads, changed & reads
+        if not names and not changed:
+            return None
+        return cls(namespace, work, names | changed, filename,
+                   in_place if changed else None)
+
+    @classmethod
+    def of_plan(cls, plan: Any, namespace: dict[str, Any], work: dict[str, Any],
+                filename: str) -> StaleGuard | None:
+        """:meth:`for_cell` of a planned cell (a :class:`~.plan.CellPlan`, which imports this
+        module): the names it stores or deletes, its inputs changed in place first; not its
+        array module's names."""
+        return cls.for_cell(namespace, work, plan.stored | plan.deleted, plan.overrides,
+                            filename, plan.in_place_first)
 
     def _changed(self, name: str) -> bool:
         now, was = self.work.get(name, _MISSING), self.base[name]
@@ -123,22 +173,32 @@ class StaleGuard:
         return not (type(now) is type(was) and type(now) in _BY_VALUE and now == was)
 
     def _refuse(self, frame: FrameType, names: frozenset[str]) -> CellError | None:
-        name = next((n for n in sorted(names) if self._changed(n)), None)
-        if name is None:
-            return None
         code = frame.f_code
-        back, line = frame.f_back, None
-        while back is not None and line is None:
-            line = back.f_lineno if back.f_code.co_filename == self.filename else None
+        back, line, top = frame.f_back, None, None  # the call's line in the cell; the
+        while back is not None:  # top-level statement's
+            if back.f_code.co_filename == self.filename:
+                line = back.f_lineno if line is None else line
+                top = back.f_lineno if back.f_code.co_name == "<module>" else top
             back = back.f_back
-        how = "deleted" if self.work.get(name, _MISSING) is _MISSING else "rebound"
-        at = f"line {line} of the cell" if line is not None else "the cell"
+        for name in sorted(names):
+            if self._changed(name):
+                how = "deleted" if self.work.get(name, _MISSING) is _MISSING else "rebound"
+                after = f"the cell {how} {name}"
+                break
+            at = None if self.in_place is None or top is None else \
+                self.in_place.made_by(name, top)
+            if at is not None:
+                after = f"the cell changed the input {name} in place (line {at})"
+                break
+        else:
+            return None
+        where = f"line {line} of the cell" if line is not None else "the cell"
         return CellError(
-            f"{at} ran {code.co_qualname}() from an earlier cell, which reads {name} as its "
-            f"global, after the cell {how} {name}: %%gpu runs the cell in a namespace of its "
-            f"own until it succeeds, so it would read your {name} from before the cell, where "
-            f"in a plain cell it reads the new one; pass {name} to it as an argument, or "
-            f"define {code.co_name} in this cell (nothing was committed)")
+            f"{where} ran {code.co_qualname}() from an earlier cell, which reads {name} as "
+            f"its global, after {after}: %%gpu runs the cell in a namespace of "
+            f"its own until it succeeds, so it would read your {name} from before the cell, "
+            f"where in a plain cell it reads the new one; pass {name} to it as an argument, "
+            f"or define {code.co_name} in this cell (nothing was committed)")
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
         theirs = self._previous(frame, event, arg) if self._previous is not None else None
@@ -149,6 +209,11 @@ class StaleGuard:
                 self.refusal = refusal
                 raise refusal
         return theirs
+
+    def over(self, work: dict[str, Any]) -> StaleGuard:
+        """This guard over another run of the cell: a batch's namespace ``work``."""
+        self.work, self.refusal = work, None
+        return self
 
     def __enter__(self) -> StaleGuard:
         self.base = {n: self.work.get(n, _MISSING) for n in self.watched}
@@ -161,3 +226,8 @@ class StaleGuard:
         sys.settrace(self._previous)
         if self.refusal is not None and exc is not self.refusal:
             raise self.refusal  # caught in the cell (`except Exception`): refused all the same
+
+
+def guarding(guard: StaleGuard | None, work: dict[str, Any]) -> contextlib.AbstractContextManager:
+    """``guard`` over the run of the cell in ``work``; nothing where there is none."""
+    return guard.over(work) if guard is not None else contextlib.nullcontext()

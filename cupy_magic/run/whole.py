@@ -76,8 +76,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
-            guard = StaleGuard.for_cell(namespace, work, plan.stored | plan.deleted,
-                                        plan.overrides, filename)
+            guard = StaleGuard.of_plan(plan, namespace, work, filename)
             with be.time_device() as timing, recorder, guard or contextlib.nullcontext():
                 value = plan.run(work, namespace, shown)
             seen = plan.stored

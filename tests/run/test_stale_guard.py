@@ -79,3 +79,45 @@ def test_the_guard_is_set_only_where_a_notebook_function_reads_a_name_the_cell_b
     assert StaleGuard.for_cell(ns, dict(ns), {"t", "n"}, (), "f") is None
     guard = StaleGuard.for_cell(ns, dict(ns), {"t", "scale"}, (), "f")
     assert guard is not None and guard.watched == {"scale"}
+
+
+@pytest.mark.parametrize(("cell", "line", "at"), [
+    ("X += 1\nt = getattr(est, 'fit')().s", 2, 1),
+    ("X[0] = 100\nfor o in items:\n    o.fit()\nt = items[1].s", 3, 1),
+    ("for i in range(2):\n    t = getattr(est, 'fit')().s\n    X += 1", 2, 3),
+])
+def test_an_unseen_read_of_an_input_the_cell_changed_in_place_is_refused(ip, cell, line, at):
+    plain = _plain(ip, cell)
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    assert getattr(ip.user_ns["est"], "s", None) is None
+    text = cell_error(ip, cell, "--quiet")
+    assert f"line {line} of the cell ran Est.fit()" in text, text
+    assert f"after the cell changed the input X in place (line {at})" in text
+    np.testing.assert_array_equal(ip.user_ns["X"], np.arange(6.0))  # not committed
+    assert plain != 30.0  # the plain cell read the changed X; the old one gives 30.0
+
+
+def test_a_call_before_the_change_in_place_runs(ip):
+    cell = "t = getattr(est, 'fit')().s\nX += 1"
+    want = _plain(ip, cell)
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["t"] == want == 30.0
+    x = ip.user_ns["X"]
+    np.testing.assert_array_equal(x.get() if hasattr(x, "get") else x, np.arange(1.0, 7.0))
+
+
+def test_a_batched_cell_is_guarded_in_each_batch(ip):
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    ip.user_ns["R"] = np.ones((40, 3))
+    cell = "Y = R * 2\nscale = 3.0\nt = getattr(est, 'fit')().s"
+    text = cell_error(ip, cell, "--quiet --batch --batch-rows 10")
+    assert "line 3 of the cell ran Est.fit()" in text and "reads scale" in text, text
+    assert "(batch 1 (rows 0:10) failed" in text
+    assert "Y" not in ip.user_ns and ip.user_ns["scale"] == 2.0
+    result = ip.run_cell("%%gpu --quiet --batch --batch-rows 10\nY = R * 2\nn = 3.0")
+    assert result.success, result.error_in_exec  # a name no function reads: no guard
