@@ -18,6 +18,7 @@ import contextlib
 import functools
 import sys
 import types
+import weakref
 from collections.abc import Iterable, Mapping
 from itertools import compress
 from types import FrameType, TracebackType
@@ -34,6 +35,7 @@ __all__ = ["InPlaceFirst", "StaleGuard", "guarding", "notebook_reads"]
 
 _MISSING = object()
 _BY_VALUE = (int, float, complex, str, bytes, bool, type(None))  # `n = 500` again: the same
+_HISTORY = ("In", "Out", "_ih", "_oh", "_dh")  # IPython's: texts, results, folders
 _HOLDS_CODE = (types.FunctionType, types.MethodType, functools.partial, dict, list, tuple,
                set, frozenset, types.SimpleNamespace)
 
@@ -41,10 +43,12 @@ _HOLDS_CODE = (types.FunctionType, types.MethodType, functools.partial, dict, li
 def notebook_reads(namespace: Mapping[str, Any]) -> frozenset[str]:
     """The globals that the notebook's functions read, where the namespace binds them:
     functions (with what their closures, defaults and partials hold), those lists, tuples,
-    sets and dicts hold (:func:`~.reaches.notebook_functions`), and the methods, properties,
-    static and class methods of the notebook's classes and of its objects' classes; with
-    :data:`~.globalreads.ANY` where one calls ``globals()``."""
-    values = list(namespace.values())
+    sets and dicts hold (:func:`~.reaches.notebook_functions`; not IPython's ``In`` and
+    ``Out``), and the methods, properties, static and class methods of the notebook's classes
+    and of its objects' classes; with :data:`~.globalreads.ANY` where one calls
+    ``globals()``."""
+    history = {id(namespace.get(n)) for n in _HISTORY}
+    values = namespace.values()  # scanned in C (a long session's namespace holds thousands)
     kinds = set(map(type, values))
     classes = {k for k in kinds if of_notebook_class(k, namespace)}  # its objects' classes
     holders = {k for k in kinds if k in _HOLDS_CODE}
@@ -53,16 +57,33 @@ def notebook_reads(namespace: Mapping[str, Any]) -> frozenset[str]:
     if not picked:
         return frozenset()
     for value in compress(values, map(picked.__contains__, map(type, values))):
+        if id(value) in history:
+            continue
         if type(value) is type:
             if of_notebook_class(value, namespace):
                 classes.add(value)
             continue
-        for fn in notebook_functions(value, namespace):
-            names |= _code_globals(fn.__code__)
+        names |= _function_reads(value, namespace)
     for cls in classes:
         for fn in _class_functions(cls, namespace):
             names |= _code_globals(fn.__code__)
     return frozenset(names)
+
+
+def _function_reads(value: Any, namespace: Mapping[str, Any]) -> frozenset[str]:
+    """The globals the notebook's functions that ``value`` may run read; a function's kept
+    with it (a notebook's fifty functions took 2 ms a cell, each looked at again)."""
+    hit = _READS.get(value) if type(value) is types.FunctionType else None
+    if hit is None:
+        hit = frozenset().union(*(_code_globals(fn.__code__)
+                                  for fn in notebook_functions(value, namespace)))
+        if type(value) is types.FunctionType:
+            _READS[value] = hit
+    return hit
+
+
+_READS: weakref.WeakKeyDictionary[types.FunctionType, frozenset[str]] = \
+    weakref.WeakKeyDictionary()
 
 
 def _class_functions(cls: type, namespace: Mapping[str, Any]) -> Iterable[types.FunctionType]:
@@ -145,7 +166,9 @@ class StaleGuard:
         """The guard of a cell that may bind ``binds`` (not ``skip``: the array module's
         names, which are the cell's own) or change inputs in place (``in_place``), or None
         where no function of the notebook reads any of them."""
-        names = frozenset(binds) - frozenset(skip) - {"__builtins__"}
+        # a name new to the namespace is no function's stale read: it read nothing before
+        # (a NameError, which the cell raises too)
+        names = frozenset(binds).intersection(namespace) - frozenset(skip) - {"__builtins__"}
         changed = frozenset(in_place.first) if in_place is not None else frozenset()
         if not names and not changed:
             return None
