@@ -86,7 +86,11 @@ def host_value(value: Any) -> Any:
         _calls, target, path, _fallen = value.__dict__["__compat__"]
         found = numpy_module(path.rstrip("."))
         return found if found is not MISSING else target
-    if callable(value) and hasattr(value, "__cupy_magic_numpy__"):
+    try:  # (an object's own __getattr__ may raise anything: a KeyError)
+        marked = callable(value) and hasattr(value, "__cupy_magic_numpy__")
+    except Exception:
+        marked = False
+    if marked:
         host = value.__cupy_magic_numpy__  # MISSING: a CuPy name NumPy lacks (cp.asnumpy)
         return host if host is not MISSING else getattr(value, "__wrapped__", value)
     return plain(value)

@@ -263,8 +263,8 @@ def _method_reads(fn: Any, obj: Any, namespace: Mapping[str, Any]) -> set[str]:
     return set().union(*(_global_reads(f, namespace) for f in self_methods(fn, obj, namespace)))
 
 
-ANY = "*"  # a function that may read any global: globals()["X"]
-_ANY_READS = frozenset({"globals"})
+ANY = "*"  # a function that may read any global: globals()["X"], eval("X * 2")
+_ANY_READS = frozenset({"globals", "eval", "exec"})
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,5 +1,5 @@
-"""While a cell runs: a call of a function from an earlier cell that reads, as a global, a
-name the cell has rebound or deleted by then.
+"""While a cell runs: the functions from earlier cells it calls, which read and write your
+namespace, not the cell's.
 
 A function from an earlier cell reads its globals from your namespace, which a ``%%gpu``
 cell writes only when it succeeds, so it would read the value from before the cell where a
@@ -7,16 +7,23 @@ plain cell's reads the new one. :func:`~.globalreads.stale_global` refuses, befo
 moves, the calls it sees in the cell's source; :class:`StaleGuard` is the net for those it
 cannot see (a method reached through a chain or a loop, ``getattr(k, "f")()``, a lambda or a
 class of the cell that calls one, what NumPy calls on an object, a loop that rebinds a name
-after the call): the call is refused as it is made, and the cell is not committed. It is set
-only where a function, class or object of the notebook's reads a name the cell may bind,
-since a trace function costs each Python call the cell makes.
+after the call): the call is refused as it is made, and the cell is not committed. A function
+that writes a global (``global _model``) writes your namespace at once, as in a plain cell:
+the guard brings what it wrote into the cell's namespace as it returns, so that the cell reads
+it and the commit keeps it. The guard is set only where a function, class or object of the
+notebook's reads a name the cell may bind or writes a global, since a trace function costs
+each Python call the cell makes.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import dis
 import functools
+import inspect
 import sys
+import threading
 import types
 import weakref
 from collections.abc import Iterable, Mapping
@@ -24,12 +31,14 @@ from itertools import compress
 from types import FrameType, TracebackType
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..compat.scope import host_value
 from .errors import CellError
 from .globalreads import ANY, _code_globals, _scan
 from .heldwrites import _parse
 from .reaches import notebook_functions, of_notebook_class
-from .staleread import BLOCKS
+from .rehome import cell_codes
 
 __all__ = ["InPlaceFirst", "StaleGuard", "guarding", "notebook_reads"]
 
@@ -38,51 +47,68 @@ _BY_VALUE = (int, float, complex, str, bytes, bool, type(None))  # `n = 500` aga
 _HISTORY = ("In", "Out", "_ih", "_oh", "_dh")  # IPython's: texts, results, folders
 _HOLDS_CODE = (types.FunctionType, types.MethodType, functools.partial, dict, list, tuple,
                set, frozenset, types.SimpleNamespace)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_RESUMES = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def notebook_reads(namespace: Mapping[str, Any]) -> frozenset[str]:
+@functools.lru_cache(maxsize=1024)
+def _code_stores(code: types.CodeType) -> frozenset[str]:
+    """The globals ``code`` itself writes or deletes (``global _model; _model = ...``)."""
+    return frozenset(i.argval for i in dis.get_instructions(code)
+                     if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"))
+
+
+class NotebookCode(NamedTuple):
+    """What the notebook's functions read as globals and write as globals."""
+
+    reads: frozenset[str]
+    writes: bool
+
+
+def notebook_reads(namespace: Mapping[str, Any]) -> NotebookCode:
     """The globals that the notebook's functions read, where the namespace binds them:
     functions (with what their closures, defaults and partials hold), those lists, tuples,
     sets and dicts hold (:func:`~.reaches.notebook_functions`; not IPython's ``In`` and
     ``Out``), and the methods, properties, static and class methods of the notebook's classes
-    and of its objects' classes; with :data:`~.globalreads.ANY` where one calls
-    ``globals()``."""
+    (an ``ABC``'s too) and of its objects' classes; with :data:`~.globalreads.ANY` where one
+    calls ``globals()``, ``eval`` or ``exec``; and whether one writes a global."""
     history = {id(namespace.get(n)) for n in _HISTORY}
     values = namespace.values()  # scanned in C (a long session's namespace holds thousands)
     kinds = set(map(type, values))
     classes = {k for k in kinds if of_notebook_class(k, namespace)}  # its objects' classes
-    holders = {k for k in kinds if k in _HOLDS_CODE}
-    picked = kinds & (holders | classes | {type})
-    names: set[str] = set()
-    if not picked:
-        return frozenset()
+    picked = {k for k in kinds if k in _HOLDS_CODE or issubclass(k, type)} | classes
+    found: list[tuple[frozenset[str], bool]] = []
     for value in compress(values, map(picked.__contains__, map(type, values))):
         if id(value) in history:
             continue
-        if type(value) is type:
+        if issubclass(type(value), type):  # a class (its metaclass: type, ABCMeta, ...)
             if of_notebook_class(value, namespace):
                 classes.add(value)
             continue
-        names |= _function_reads(value, namespace)
+        found.append(_function_reads(value, namespace))
     for cls in classes:
-        for fn in _class_functions(cls, namespace):
-            names |= _code_globals(fn.__code__)
-    return frozenset(names)
+        found += [_reads_of(fn) for fn in _class_functions(cls, namespace)]
+    return NotebookCode(frozenset().union(*(r for r, _ in found)), any(w for _, w in found))
 
 
-def _function_reads(value: Any, namespace: Mapping[str, Any]) -> frozenset[str]:
-    """The globals the notebook's functions that ``value`` may run read; a function's kept
-    with it (a notebook's fifty functions took 2 ms a cell, each looked at again)."""
+def _reads_of(fn: types.FunctionType) -> tuple[frozenset[str], bool]:
+    return _code_globals(fn.__code__), any(map(_code_stores, cell_codes(fn.__code__)))
+
+
+def _function_reads(value: Any, namespace: Mapping[str, Any]) -> tuple[frozenset[str], bool]:
+    """What the notebook's functions that ``value`` may run read (and whether one writes a
+    global); a function's kept with it (a notebook's fifty functions took 2 ms a cell, each
+    looked at again)."""
     hit = _READS.get(value) if type(value) is types.FunctionType else None
     if hit is None:
-        hit = frozenset().union(*(_code_globals(fn.__code__)
-                                  for fn in notebook_functions(value, namespace)))
+        each = [_reads_of(fn) for fn in notebook_functions(value, namespace)]
+        hit = frozenset().union(*(r for r, _ in each)), any(w for _, w in each)
         if type(value) is types.FunctionType:
             _READS[value] = hit
     return hit
 
 
-_READS: weakref.WeakKeyDictionary[types.FunctionType, frozenset[str]] = \
+_READS: weakref.WeakKeyDictionary[types.FunctionType, tuple[frozenset[str], bool]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -104,7 +130,7 @@ def _class_functions(cls: type, namespace: Mapping[str, Any]) -> Iterable[types.
 class InPlaceFirst(NamedTuple):
     """The inputs a cell changes in place before it binds them (``X += 1``), each with its
     first change's top-level statement and line, and each top-level statement's first and
-    last lines and whether it has a block."""
+    last lines and whether it is a loop."""
 
     first: dict[str, tuple[int, int]]
     spans: tuple[tuple[int, int, bool], ...]
@@ -117,24 +143,45 @@ class InPlaceFirst(NamedTuple):
             return None
         first = {n: (i, line) for n, (i, line, change) in _scan(tree, frozenset(inputs))[0]
                  .items() if change}
-        spans = tuple((s.lineno, s.end_lineno or s.lineno, isinstance(s, BLOCKS))
+        spans = tuple((s.lineno, s.end_lineno or s.lineno, isinstance(s, _LOOPS))
                       for s in tree.body)
         return cls(first, spans) if first else None
 
     def made_by(self, name: str, line: int) -> int | None:
         """The line of the first change of input ``name``, where it may have run before a
-        call made from the cell's top-level line ``line`` (an earlier statement, or the same
-        one with a block, as :func:`~.globalreads.stale_global` counts); else None."""
+        call made at the cell's top-level line ``line``: in an earlier statement, in the same
+        loop, or on an earlier line of the same ``if``, ``with`` or ``try``; else None. (A
+        change under an ``if`` that did not run counts: it is the source's.)"""
         index = next((i for i, (a, b, _) in enumerate(self.spans) if a <= line <= b), None)
         if index is None or name not in self.first:
             return None
         when, at = self.first[name]
-        return at if when < index or (when == index and self.spans[index][2]) else None
+        return at if when < index or (when == index and (self.spans[index][2] or at < line)) \
+            else None
+
+
+def _same(now: Any, was: Any) -> bool:
+    """Whether a name bound again holds what it held, for a function reading it: the same
+    object, or an equal number, text, NumPy scalar or tuple of them (``hidden = (4, 2)``)."""
+    if now is was:
+        return True
+    kind = type(now)
+    if kind is not type(was):
+        return False
+    if kind in _BY_VALUE:
+        return bool(now == was)
+    if issubclass(kind, np.generic):
+        return now.dtype == was.dtype and bool(now == was)
+    if kind is tuple:
+        return len(now) == len(was) and all(map(_same, now, was))
+    return False
 
 
 class StaleGuard:
     """Refuses the call of a function whose globals are ``namespace`` (the user's) that
-    reads one of ``watched`` after the cell's namespace ``work`` rebound or deleted it.
+    reads one of ``watched`` after the cell's namespace ``work`` rebound or deleted it (or
+    changed it in place, an input); brings into ``work`` what such a function writes as a
+    global, as it returns.
 
     Parameters
     ----------
@@ -147,6 +194,8 @@ class StaleGuard:
         The names the cell may bind that such a function reads.
     filename
         The cell's code's file name, to name the line of the cell that made the call.
+    in_place
+        Where the cell changes its inputs in place first.
     """
 
     def __init__(self, namespace: dict[str, Any], work: dict[str, Any],
@@ -157,7 +206,10 @@ class StaleGuard:
         self.in_place = in_place
         self.base: dict[str, Any] = {}
         self.refusal: CellError | None = None
+        self.active = False
         self._previous: Any = None
+        self._thread_previous: Any = None
+        self._codes: dict[int, tuple[types.CodeType, frozenset[str], frozenset[str]]] = {}
 
     @classmethod
     def for_cell(cls, namespace: dict[str, Any], work: dict[str, Any],
@@ -165,17 +217,15 @@ class StaleGuard:
                  in_place: InPlaceFirst | None = None) -> StaleGuard | None:
         """The guard of a cell that may bind ``binds`` (not ``skip``: the array module's
         names, which are the cell's own) or change inputs in place (``in_place``), or None
-        where no function of the notebook reads any of them."""
+        where no function of the notebook reads any of them nor writes a global."""
         # a name new to the namespace is no function's stale read: it read nothing before
         # (a NameError, which the cell raises too)
         names = frozenset(binds).intersection(namespace) - frozenset(skip) - {"__builtins__"}
         changed = frozenset(in_place.first) if in_place is not None else frozenset()
-        if not names and not changed:
-            return None
-        reads = notebook_reads(namespace)
-        if ANY not in reads:
-            names, changed = names & reads, changed & reads
-        if not names and not changed:
+        code = notebook_reads(namespace)
+        if ANY not in code.reads:
+            names, changed = names & code.reads, changed & code.reads
+        if not names and not changed and not code.writes:
             return None
         return cls(namespace, work, names | changed, filename,
                    in_place if changed else None)
@@ -191,47 +241,104 @@ class StaleGuard:
 
     def _changed(self, name: str) -> bool:
         now, was = self.work.get(name, _MISSING), self.base[name]
-        if now is was or host_value(now) is was:  # `import numpy as npy`: NumPy's, as before
+        if _same(now, was):
             return False
-        return not (type(now) is type(was) and type(now) in _BY_VALUE and now == was)
+        try:  # `import numpy as npy` in the cell: NumPy's module, as before
+            return host_value(now) is not was
+        except Exception:  # an odd object's own error (a __getattr__ raising KeyError)
+            return True
 
-    def _refuse(self, frame: FrameType, names: frozenset[str]) -> CellError | None:
-        code = frame.f_code
+    def _stale(self, names: frozenset[str], top: int | None) -> str | None:
+        """What makes the call's read of one of ``names`` stale (``top``: the cell's top-level
+        line at the call), or None."""
+        for name in sorted(names):
+            if self._changed(name):
+                how = "deleted" if self.work.get(name, _MISSING) is _MISSING else "rebound"
+                return f"{name}\x00the cell {how} {name}"
+            at = None if self.in_place is None or top is None else \
+                self.in_place.made_by(name, top)
+            if at is not None:
+                return f"{name}\x00the cell changed the input {name} in place (line {at})"
+        return None
+
+    def _refuse(self, frame: FrameType, names: frozenset[str], reads: frozenset[str]) -> None:
+        cheap = names - (self.in_place.first.keys() if self.in_place is not None else set())
+        if not any(map(self._changed, sorted(cheap))) and self.in_place is None:
+            return  # (the stack is walked only for a read that may be stale)
         back, line, top = frame.f_back, None, None  # the call's line in the cell; the
         while back is not None:  # top-level statement's
             if back.f_code.co_filename == self.filename:
                 line = back.f_lineno if line is None else line
                 top = back.f_lineno if back.f_code.co_name == "<module>" else top
             back = back.f_back
-        for name in sorted(names):
-            if self._changed(name):
-                how = "deleted" if self.work.get(name, _MISSING) is _MISSING else "rebound"
-                after = f"the cell {how} {name}"
-                break
-            at = None if self.in_place is None or top is None else \
-                self.in_place.made_by(name, top)
-            if at is not None:
-                after = f"the cell changed the input {name} in place (line {at})"
-                break
-        else:
-            return None
+        found = self._stale(names, top)
+        if found is None:
+            return
+        name, after = found.split("\x00")
+        code = frame.f_code
+        reads_it = f"reads {name} as its global" if name in reads else \
+            f"may read any global ({name} too: it calls globals(), eval or exec)"
         where = f"line {line} of the cell" if line is not None else "the cell"
-        return CellError(
-            f"{where} ran {code.co_qualname}() from an earlier cell, which reads {name} as "
-            f"its global, after {after}: %%gpu runs the cell in a namespace of "
-            f"its own until it succeeds, so it would read your {name} from before the cell, "
-            f"where in a plain cell it reads the new one; pass {name} to it as an argument, "
-            f"or define {code.co_name} in this cell (nothing was committed)")
+        self.refusal = CellError(
+            f"{where} ran {code.co_qualname}() from an earlier cell, which {reads_it}, after "
+            f"{after}: %%gpu runs the cell in a namespace of its own until it succeeds, so it "
+            f"would read your {name} from before the cell, where in a plain cell it reads the "
+            f"new one; pass {name} to it as an argument, or define {code.co_name} in this "
+            "cell (nothing was committed)")
+        raise self.refusal
+
+    def _code(self, code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
+        hit = self._codes.get(id(code))  # by identity: hashing a code object reads it all
+        if hit is None or hit[0] is not code:
+            hit = self._codes[id(code)] = (code, _code_globals(code), _code_stores(code))
+        return hit[1], hit[2]
+
+    def _check(self, frame: FrameType) -> Any:
+        """The call of ``frame``: refused where it reads stale; where its function writes
+        globals, the local trace function that brings them into the cell's namespace."""
+        code = frame.f_code
+        if code.co_flags & _RESUMES and frame.f_lineno != code.co_firstlineno:
+            return None  # a generator resumed: it read its globals where it started
+        reads, stores = self._code(code)
+        names = self.watched if ANY in reads else self.watched & reads
+        if names and self.refusal is None:
+            self._refuse(frame, names, reads)
+        if not stores:
+            return None
+        before = {n: self.namespace.get(n, _MISSING) for n in stores}
+
+        def written(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "return":  # (a yield too)
+                for name, was in before.items():
+                    now = self.namespace.get(name, _MISSING)
+                    if now is not was:  # as a plain cell's namespace holds it now
+                        if now is _MISSING:
+                            self.work.pop(name, None)
+                        else:
+                            self.work[name] = now
+                        if name in self.base:
+                            self.base[name] = now
+                        before[name] = now
+            return written
+        return written
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
         theirs = self._previous(frame, event, arg) if self._previous is not None else None
-        if frame.f_globals is self.namespace and event == "call" and self.refusal is None:
-            reads = _code_globals(frame.f_code)
-            names = self.watched if ANY in reads else self.watched & reads
-            if names and (refusal := self._refuse(frame, names)) is not None:
-                self.refusal = refusal
-                raise refusal
-        return theirs
+        if event != "call" or frame.f_globals is not self.namespace or not self.active:
+            return theirs
+        ours = self._check(frame)
+        if ours is None or theirs is None:
+            return ours if ours is not None else theirs
+        return _both(ours, theirs)
+
+    def _in_thread(self, frame: FrameType, event: str, arg: Any) -> Any:
+        """The trace function of the threads the cell starts (a ``ThreadPoolExecutor``)."""
+        previous = self._thread_previous
+        theirs = previous(frame, event, arg) if previous is not None else None
+        if event != "call" or frame.f_globals is not self.namespace or not self.active:
+            return theirs
+        ours = self._check(frame)
+        return ours if theirs is None else theirs if ours is None else _both(ours, theirs)
 
     def over(self, work: dict[str, Any]) -> StaleGuard:
         """This guard over another run of the cell: a batch's namespace ``work``."""
@@ -240,15 +347,29 @@ class StaleGuard:
 
     def __enter__(self) -> StaleGuard:
         self.base = {n: self.work.get(n, _MISSING) for n in self.watched}
-        self._previous = sys.gettrace()
+        self._previous, self._thread_previous = sys.gettrace(), threading.gettrace()
+        self.active = True
         sys.settrace(self._global)
+        threading.settrace(self._in_thread)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self.active = False  # (a thread the cell left running keeps the function, idle)
         sys.settrace(self._previous)
+        threading.settrace(self._thread_previous)
         if self.refusal is not None and exc is not self.refusal:
             raise self.refusal  # caught in the cell (`except Exception`): refused all the same
+
+
+def _both(ours: Any, theirs: Any) -> Any:
+    """One local trace function that runs two, each as long as it asks to."""
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal ours, theirs
+        theirs = theirs(frame, event, arg) if theirs is not None else None
+        ours = ours(frame, event, arg) if ours is not None else None
+        return local if ours is not None or theirs is not None else None
+    return local
 
 
 def guarding(guard: StaleGuard | None, work: dict[str, Any]) -> contextlib.AbstractContextManager:

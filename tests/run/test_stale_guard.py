@@ -75,7 +75,7 @@ def test_the_guard_is_set_only_where_a_notebook_function_reads_a_name_the_cell_b
     ip.user_ns["X"] = np.arange(6.0)
     assert ip.run_cell(SETUP).success
     ns = ip.user_ns
-    assert {"X", "scale"} <= notebook_reads(ns)
+    assert {"X", "scale"} <= notebook_reads(ns).reads and not notebook_reads(ns).writes
     assert StaleGuard.for_cell(ns, dict(ns), {"t", "n"}, (), "f") is None
     guard = StaleGuard.for_cell(ns, dict(ns), {"t", "scale"}, (), "f")
     assert guard is not None and guard.watched == {"scale"}
@@ -121,3 +121,105 @@ def test_a_batched_cell_is_guarded_in_each_batch(ip):
     assert "Y" not in ip.user_ns and ip.user_ns["scale"] == 2.0
     result = ip.run_cell("%%gpu --quiet --batch --batch-rows 10\nY = R * 2\nn = 3.0")
     assert result.success, result.error_in_exec  # a name no function reads: no guard
+
+
+# --- found by a review of the guard (helper-96) ----------------------------------------
+
+GEN = """
+import numpy as np
+scale = 2.0
+def gen():
+    s = scale
+    for i in range(3):
+        yield i * s
+"""
+
+
+def test_a_generator_resumed_after_the_rebind_reads_what_it_read_at_its_start(ip):
+    cell = "it = gen()\na = next(it)\nscale = 3.0\nb = next(it)"
+    assert ip.run_cell(GEN).success and ip.run_cell(cell).success
+    want = (ip.user_ns["a"], ip.user_ns["b"])
+    assert ip.run_cell(GEN).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert (ip.user_ns["a"], ip.user_ns["b"]) == want == (0.0, 2.0)
+
+
+@pytest.mark.parametrize("cell", [
+    "from contextlib import nullcontext\nwith nullcontext():\n"
+    "    t = [m.fit() for m in items][0].s\n    X += 1",
+    "try:\n    t = [m.fit() for m in items][0].s\n    X += 1\nexcept ValueError:\n    pass",
+    "hidden = (4, 2)\nt = getattr(est, 'fit')().s",
+    "lr = np.float64(0.1)\nt = getattr(est, 'fit')().s",
+])
+def test_what_a_plain_cell_reads_the_same_is_not_refused(ip, cell):
+    setup = SETUP + "hidden = (4, 2)\nlr = np.float64(0.1)\n" \
+        "def uses():\n    return hidden, lr\n"
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(setup).success and ip.run_cell(cell).success
+    want = ip.user_ns["t"]
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(setup).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["t"] == want
+
+
+GLOBAL_WRITER = """
+_model = None
+loads = 0
+def get_model():
+    global _model, loads
+    if _model is None:
+        loads += 1
+        _model = {'w': 2.0}
+    return _model
+"""
+
+
+def test_a_global_an_earlier_cells_function_writes_is_the_cells_and_is_kept(ip):
+    """Plain: (False, 1), and _model stays set; the %%gpu cell gave (True, 0) and put back
+    _model = None at the commit."""
+    cell = "w = get_model()['w']\nt = (_model is None, loads)"
+    assert ip.run_cell(GLOBAL_WRITER).success and ip.run_cell(cell).success
+    assert ip.user_ns["t"] == (False, 1)
+    assert ip.run_cell(GLOBAL_WRITER).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["t"] == (False, 1) and ip.user_ns["w"] == 2.0
+    assert ip.user_ns["_model"] == {"w": 2.0} and ip.user_ns["loads"] == 1
+
+
+def test_a_class_with_a_metaclass_is_looked_into(ip):
+    setup = SETUP.replace("class Est:", "from abc import ABC\nclass Est(ABC):")
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(setup).success
+    text = cell_error(ip, "scale = 3.0\nt = [m.fit() for m in items][0].s", "--quiet")
+    assert "ran Est.fit() from an earlier cell, which reads scale" in text
+
+
+def test_a_call_from_a_thread_the_cell_starts_is_guarded(ip):
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(SETUP).success
+    cell = ("from concurrent.futures import ThreadPoolExecutor\nscale = 3.0\n"
+            "with ThreadPoolExecutor(2) as ex:\n    t = list(ex.map(lambda m: m.fit().s, items))")
+    text = cell_error(ip, cell, "--quiet")
+    assert "ran Est.fit() from an earlier cell, which reads scale" in text
+    assert ip.user_ns["scale"] == 2.0
+
+
+def test_eval_in_an_earlier_cells_function_may_read_any_global(ip):
+    assert ip.run_cell("scale = 2.0\nclass E:\n    def run(self, e):\n        return eval(e)\n"
+                       "e = E()").success
+    text = cell_error(ip, "scale = 3.0\nt = getattr(e, 'run')('scale * 10')", "--quiet")
+    assert "may read any global (scale too: it calls globals(), eval or exec)" in text
+
+
+def test_a_rebound_object_whose_getattr_raises_is_no_crash(ip):
+    setup = ("class Cfg(dict):\n    def __getattr__(self, k):\n        return self[k]\n"
+             "    def __call__(self):\n        return 1\ncfg = Cfg(a=1)\n"
+             "def use():\n    return cfg['a']\n")
+    assert ip.run_cell(setup).success
+    result = ip.run_cell("%%gpu --quiet\ncfg = Cfg(a=2)\nt = 1")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["cfg"] == {"a": 2}
