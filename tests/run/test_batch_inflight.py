@@ -249,7 +249,8 @@ def test_what_a_cell_does_outside_itself_counts_the_batch_run_again(ip):
                  "--to-host --streams 1")
     np.testing.assert_array_equal(ip.user_ns["y"], x + 1.0)
     assert "over the budget" in next(s for s in report.batch.lines() if "plan:" in s)
-    assert len(hist) == report.batch.batches + 1 == report.batch_runs
+    again = report.batch_runs - report.batch.batches  # one on the CPU, two on an H100
+    assert len(hist) == report.batch_runs and again >= 1
     [note] = [n for n in report.notes if "once per batch" in n]
-    assert f"({report.batch.batches} times; up to 1 more where a batch went over the budget " \
-           "and ran again on fewer rows)" in note, note
+    assert f"({report.batch.batches} times; up to {again} more where a batch went over the " \
+           "budget and ran again on fewer rows)" in note, note
