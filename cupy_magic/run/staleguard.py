@@ -19,15 +19,11 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import dis
-import functools
 import inspect
 import sys
 import threading
 import types
-import weakref
-from collections.abc import Iterable, Mapping
-from itertools import compress
+from collections.abc import Iterable
 from types import FrameType, TracebackType
 from typing import Any, NamedTuple
 
@@ -37,94 +33,15 @@ from ..compat.scope import host_value
 from .errors import CellError
 from .globalreads import ANY, _code_globals, _scan
 from .heldwrites import _parse
-from .reaches import notebook_functions, of_notebook_class
+from .notebookcode import notebook_reads, store_offsets
 from .rehome import cell_codes
 
-__all__ = ["InPlaceFirst", "StaleGuard", "guarding", "notebook_reads"]
+__all__ = ["InPlaceFirst", "StaleGuard", "guarding"]
 
 _MISSING = object()
 _BY_VALUE = (int, float, complex, str, bytes, bool, type(None))  # `n = 500` again: the same
-_HISTORY = ("In", "Out", "_ih", "_oh", "_dh")  # IPython's: texts, results, folders
-_HOLDS_CODE = (types.FunctionType, types.MethodType, functools.partial, dict, list, tuple,
-               set, frozenset, types.SimpleNamespace)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _RESUMES = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-
-
-@functools.lru_cache(maxsize=1024)
-def _code_stores(code: types.CodeType) -> frozenset[str]:
-    """The globals ``code`` itself writes or deletes (``global _model; _model = ...``)."""
-    return frozenset(i.argval for i in dis.get_instructions(code)
-                     if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"))
-
-
-class NotebookCode(NamedTuple):
-    """What the notebook's functions read as globals and write as globals."""
-
-    reads: frozenset[str]
-    writes: bool
-
-
-def notebook_reads(namespace: Mapping[str, Any]) -> NotebookCode:
-    """The globals that the notebook's functions read, where the namespace binds them:
-    functions (with what their closures, defaults and partials hold), those lists, tuples,
-    sets and dicts hold (:func:`~.reaches.notebook_functions`; not IPython's ``In`` and
-    ``Out``), and the methods, properties, static and class methods of the notebook's classes
-    (an ``ABC``'s too) and of its objects' classes; with :data:`~.globalreads.ANY` where one
-    calls ``globals()``, ``eval`` or ``exec``; and whether one writes a global."""
-    history = {id(namespace.get(n)) for n in _HISTORY}
-    values = namespace.values()  # scanned in C (a long session's namespace holds thousands)
-    kinds = set(map(type, values))
-    classes = {k for k in kinds if of_notebook_class(k, namespace)}  # its objects' classes
-    picked = {k for k in kinds if k in _HOLDS_CODE or issubclass(k, type)} | classes
-    found: list[tuple[frozenset[str], bool]] = []
-    for value in compress(values, map(picked.__contains__, map(type, values))):
-        if id(value) in history:
-            continue
-        if issubclass(type(value), type):  # a class (its metaclass: type, ABCMeta, ...)
-            if of_notebook_class(value, namespace):
-                classes.add(value)
-            continue
-        found.append(_function_reads(value, namespace))
-    for cls in classes:
-        found += [_reads_of(fn) for fn in _class_functions(cls, namespace)]
-    return NotebookCode(frozenset().union(*(r for r, _ in found)), any(w for _, w in found))
-
-
-def _reads_of(fn: types.FunctionType) -> tuple[frozenset[str], bool]:
-    return _code_globals(fn.__code__), any(map(_code_stores, cell_codes(fn.__code__)))
-
-
-def _function_reads(value: Any, namespace: Mapping[str, Any]) -> tuple[frozenset[str], bool]:
-    """What the notebook's functions that ``value`` may run read (and whether one writes a
-    global); a function's kept with it (a notebook's fifty functions took 2 ms a cell, each
-    looked at again)."""
-    hit = _READS.get(value) if type(value) is types.FunctionType else None
-    if hit is None:
-        each = [_reads_of(fn) for fn in notebook_functions(value, namespace)]
-        hit = frozenset().union(*(r for r, _ in each)), any(w for _, w in each)
-        if type(value) is types.FunctionType:
-            _READS[value] = hit
-    return hit
-
-
-_READS: weakref.WeakKeyDictionary[types.FunctionType, tuple[frozenset[str], bool]] = \
-    weakref.WeakKeyDictionary()
-
-
-def _class_functions(cls: type, namespace: Mapping[str, Any]) -> Iterable[types.FunctionType]:
-    """The notebook's functions a class of it and its notebook bases define: methods, static
-    and class methods, properties' parts, cached properties' functions."""
-    for base in cls.__mro__:
-        if not of_notebook_class(base, namespace):
-            continue
-        for member in vars(base).values():
-            kind = type(member)
-            parts = (member.fget, member.fset, member.fdel) if kind is property else \
-                (member.__func__,) if kind in (staticmethod, classmethod) else \
-                (member.func,) if kind is functools.cached_property else (member,)
-            yield from (p for p in parts if type(p) is types.FunctionType
-                        and p.__globals__ is namespace)
 
 
 class InPlaceFirst(NamedTuple):
@@ -214,30 +131,35 @@ class StaleGuard:
     @classmethod
     def for_cell(cls, namespace: dict[str, Any], work: dict[str, Any],
                  binds: Iterable[str], skip: Iterable[str], filename: str,
-                 in_place: InPlaceFirst | None = None) -> StaleGuard | None:
+                 in_place: InPlaceFirst | None = None,
+                 names: Iterable[str] = ()) -> StaleGuard | None:
         """The guard of a cell that may bind ``binds`` (not ``skip``: the array module's
-        names, which are the cell's own) or change inputs in place (``in_place``), or None
-        where no function of the notebook reads any of them nor writes a global."""
+        names, which are the cell's own) or change inputs in place (``in_place``) and names
+        ``names``, or None where no function of the notebook reads what it binds or changes
+        nor writes a global it names or binds."""
         # a name new to the namespace is no function's stale read: it read nothing before
         # (a NameError, which the cell raises too)
-        names = frozenset(binds).intersection(namespace) - frozenset(skip) - {"__builtins__"}
+        bound = frozenset(binds) - frozenset(skip) - {"__builtins__"}
+        rebound = bound.intersection(namespace)
         changed = frozenset(in_place.first) if in_place is not None else frozenset()
         code = notebook_reads(namespace)
         if ANY not in code.reads:
-            names, changed = names & code.reads, changed & code.reads
-        if not names and not changed and not code.writes:
+            rebound, changed = rebound & code.reads, changed & code.reads
+        writes = code.writes if ANY in code.writes else code.writes & (bound | set(names))
+        if not rebound and not changed and not writes:
             return None
-        return cls(namespace, work, names | changed, filename,
+        return cls(namespace, work, rebound | changed, filename,
                    in_place if changed else None)
 
     @classmethod
     def of_plan(cls, plan: Any, namespace: dict[str, Any], work: dict[str, Any],
                 filename: str) -> StaleGuard | None:
         """:meth:`for_cell` of a planned cell (a :class:`~.plan.CellPlan`, which imports this
-        module): the names it stores or deletes, its inputs changed in place first; not its
-        array module's names."""
+        module): the names it stores or deletes, its inputs changed in place first, the
+        names its code reads; not its array module's names."""
         return cls.for_cell(namespace, work, plan.stored | plan.deleted, plan.overrides,
-                            filename, plan.in_place_first)
+                            filename, plan.in_place_first,
+                            set().union(*(c.co_names for c in cell_codes(plan.code))))
 
     def _changed(self, name: str) -> bool:
         now, was = self.work.get(name, _MISSING), self.base[name]
@@ -287,11 +209,20 @@ class StaleGuard:
             "cell (nothing was committed)")
         raise self.refusal
 
-    def _code(self, code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
+    def _code(self, code: types.CodeType) -> tuple[frozenset[str], dict[int, str]]:
         hit = self._codes.get(id(code))  # by identity: hashing a code object reads it all
         if hit is None or hit[0] is not code:
-            hit = self._codes[id(code)] = (code, _code_globals(code), _code_stores(code))
+            hit = self._codes[id(code)] = (code, _code_globals(code), store_offsets(code))
         return hit[1], hit[2]
+
+    def _synced(self, name: str, now: Any) -> None:
+        """A function wrote ``name`` into your namespace: the cell's holds it now too."""
+        if now is _MISSING:
+            self.work.pop(name, None)
+        else:
+            self.work[name] = now
+        if name in self.base:  # (no longer a stale read: both hold it)
+            self.base[name] = now
 
     def _check(self, frame: FrameType) -> Any:
         """The call of ``frame``: refused where it reads stale; where its function writes
@@ -299,26 +230,34 @@ class StaleGuard:
         code = frame.f_code
         if code.co_flags & _RESUMES and frame.f_lineno != code.co_firstlineno:
             return None  # a generator resumed: it read its globals where it started
-        reads, stores = self._code(code)
+        reads, offsets = self._code(code)
         names = self.watched if ANY in reads else self.watched & reads
         if names and self.refusal is None:
             self._refuse(frame, names, reads)
-        if not stores:
+        if not offsets and ANY not in reads:
             return None
-        before = {n: self.namespace.get(n, _MISSING) for n in stores}
+        space = self.namespace
+        # what it may write: its own stores, or any name (globals()["x"] = 1, exec)
+        before = dict(space) if ANY in reads else \
+            {n: space.get(n, _MISSING) for n in offsets.values()}
+        stored: set[str] = set()  # stores run: one writing what the name held is one too
+        frame.f_trace_lines = False
+        # a store of what the namespace holds is seen only as it runs (`n = 0` again, where
+        # the cell bound n = 3): its instructions are traced where the cell's differs
+        frame.f_trace_opcodes = any(self.work.get(n, _MISSING) is not space.get(n, _MISSING)
+                                    for n in offsets.values())
 
         def written(frame: FrameType, event: str, arg: Any) -> Any:
-            if event == "return":  # (a yield too)
-                for name, was in before.items():
-                    now = self.namespace.get(name, _MISSING)
-                    if now is not was:  # as a plain cell's namespace holds it now
-                        if now is _MISSING:
-                            self.work.pop(name, None)
-                        else:
-                            self.work[name] = now
-                        if name in self.base:
-                            self.base[name] = now
+            if event == "opcode":
+                if frame.f_lasti in offsets:
+                    stored.add(offsets[frame.f_lasti])
+            elif event == "return":  # (a yield too)
+                for name in {*before, *space} if ANY in reads else before:
+                    now = space.get(name, _MISSING)
+                    if now is not before.get(name, _MISSING) or name in stored:
+                        self._synced(name, now)
                         before[name] = now
+                stored.clear()
             return written
         return written
 

@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from numbers import Number
+from operator import is_not
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     __tracebackhide__ = True
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
-    mem = watch = homes = None
+    mem = watch = homes = started = None
     still: frozenset[str] = frozenset()  # inputs left as the user's arrays (InputWatch.unmade)
     try:
         check_budget(plan, dtype, be)
@@ -77,6 +78,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
             guard = StaleGuard.of_plan(plan, namespace, work, filename)
+            started = dict(namespace)  # (a name a function wrote there meanwhile: commit)
             with be.time_device() as timing, recorder, guard or contextlib.nullcontext():
                 value = plan.run(work, namespace, shown)
             seen = plan.stored
@@ -106,7 +108,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        watch = homes = None  # their copies go now: this frame outlives a failed cell
+        watch = homes = started = None  # their copies (and the names held) go now: this
+        # frame outlives a failed cell
         new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
                    work=work)
@@ -114,7 +117,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             raise  # with the traceback fail() gave it
         raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
-    commit(plan, work, namespace, to_host, be, report, shown, homes)
+    commit(plan, work, namespace, to_host, be, report, shown, homes, started)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
@@ -228,6 +231,21 @@ def warmup_rows(cut: list[np.ndarray]) -> int:
     return min(cut[0].shape[0], max(2, -(-WARMUP_ELEMENTS // per_row)))
 
 
+@contextlib.contextmanager
+def _undone(namespace: dict[str, Any]) -> Iterator[None]:
+    """Put back the names of ``namespace`` a run rebinds, adds or deletes (``global _mu;
+    _mu = a.mean()`` on the ``--warmup`` slice, which the real run would then read)."""
+    saved = dict(namespace)
+    try:
+        yield
+    finally:
+        if any(map(is_not, namespace.values(), map(saved.get, namespace.keys()))) \
+                or len(namespace) != len(saved):
+            for name in [n for n in namespace if n not in saved]:
+                del namespace[name]
+            namespace.update((n, v) for n, v in saved.items() if namespace.get(n) is not v)
+
+
 def _longest(plan: CellPlan) -> set[str]:
     """The inputs batching would cut: those with the largest leading length. Smaller ones,
     such as weights, keep their shape so that the cell's shapes still agree."""
@@ -263,8 +281,9 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     try:
         moved, _ = move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
-        # pickle finds what the cell defines, as in the run; what it prints is held
-        with as_main(scratch, namespace), _held_output() as held:
+        # pickle finds what the cell defines, as in the run; what it prints is held; what
+        # a function from an earlier cell writes into the namespace on the slice is undone
+        with as_main(scratch, namespace), _held_output() as held, _undone(namespace):
             exec(plan.code, scratch)
         for name, rule in (reduce or {}).items():
             if name in scratch:

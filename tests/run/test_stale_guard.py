@@ -70,7 +70,8 @@ def test_calls_that_read_what_a_plain_cell_reads_run(ip, cell):
 
 
 def test_the_guard_is_set_only_where_a_notebook_function_reads_a_name_the_cell_binds(ip):
-    from cupy_magic.run.staleguard import StaleGuard, notebook_reads
+    from cupy_magic.run.notebookcode import notebook_reads
+    from cupy_magic.run.staleguard import StaleGuard
 
     ip.user_ns["X"] = np.arange(6.0)
     assert ip.run_cell(SETUP).success
@@ -223,3 +224,39 @@ def test_a_rebound_object_whose_getattr_raises_is_no_crash(ip):
     result = ip.run_cell("%%gpu --quiet\ncfg = Cfg(a=2)\nt = 1")
     assert result.success, result.error_in_exec
     assert ip.user_ns["cfg"] == {"a": 2}
+
+
+@pytest.mark.parametrize(("setup", "cell"), [
+    ("n = 0\ndef reset():\n    global n\n    n = 0\n", "n = 3\nreset()\nt = n"),  # the same 0
+    ("def fill():\n    globals()['cache'] = 42\ncache = None\n", "fill()\nt = cache"),
+    ("import functools\ncalls = 0\n@functools.lru_cache\ndef f(a):\n    global calls\n"
+     "    calls += 1\n    return a\n", "v = getattr(f, '__call__')(3)\nt = calls"),
+    ("m = None\ndef load():\n    global m\n    m = 'A'\n", "load()\nm = 5\nload()\nt = m"),
+    ("k = 0\ndef bump():\n    global k\n    k += 1\n", "for _ in range(3):\n    bump()\nt = k"),
+])
+def test_what_a_function_writes_as_a_global_the_cell_reads_and_keeps(ip, setup, cell):
+    """Each gave the value from before the cell (and the commit put it back) where a plain
+    cell reads what the function wrote (found by helper-97)."""
+    assert ip.run_cell(setup).success and ip.run_cell(cell).success
+    want = ip.user_ns["t"]
+    kept = {n: ip.user_ns[n] for n in ("n", "cache", "calls", "m", "k") if n in ip.user_ns}
+    assert ip.run_cell(setup).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["t"] == want
+    assert {n: ip.user_ns[n] for n in kept} == kept
+
+
+def test_the_warmup_slice_leaves_no_global_a_function_wrote(ip):
+    """`--warmup` ran the cell on a slice: a function caching a statistic in a global kept
+    the slice's, and the real run used it (helper-97: 2047.5 where the mean is 9999.5)."""
+    setup = "_mu = None\ndef mu(a):\n    global _mu\n    if _mu is None:\n" \
+        "        _mu = float(a.mean())\n    return _mu\n"
+    ip.user_ns["R"] = np.arange(20_000.0).reshape(10_000, 2)
+    assert ip.run_cell(setup).success
+    result = ip.run_cell("%%gpu --quiet --warmup\ny = R - mu(R)")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["_mu"] == 9999.5
+    y = ip.user_ns["y"]
+    np.testing.assert_array_equal(y.get() if hasattr(y, "get") else y,
+                                  np.arange(20_000.0).reshape(10_000, 2) - 9999.5)
