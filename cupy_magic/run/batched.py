@@ -390,7 +390,7 @@ def run_batched(plan: CellPlan, namespace: dict[str, Any], opts: BatchOptions,
         run.eng.close()
     report.peak_pool_bytes, report.batch_runs = run.peak, run.echo.runs
     report.notes += [run.echo.note()] if run.echo.dropped else []
-    commit(plan, final, namespace, to_host, be, report, started=run.base)
+    commit(plan, final, namespace, to_host, be, report)
     rows_on_host(bp, namespace, report, be)
     report.batch = bp
     report.wall_seconds = time.perf_counter() - wall0

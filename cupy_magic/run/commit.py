@@ -100,15 +100,11 @@ class ShownOnHost:
 
 def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
            to_host: bool | Iterable[str], be: Backend, report: RunReport,
-           shown: ShownOnHost | None = None, homes: Homes | None = None,
-           started: dict[str, Any] | None = None) -> None:
+           shown: ShownOnHost | None = None, homes: Homes | None = None) -> None:
     """Write the names the cell bound into ``namespace``; ``shown``: the host arrays shown
     mid-cell for names brought to the host, which those names become; ``homes``: the
     user's arrays the inputs' device copies hold (:mod:`.homes`), which a name brought to
-    the host that lies in one becomes (or a view of it); ``started``: the user's namespace
-    (or the cell's) as the run started, where a name the cell left as it found it (not an
-    input) and the namespace changed meanwhile keeps the namespace's (``globals()["c"] = 4``
-    in a function from an earlier cell: written there at once, as in a plain cell)."""
+    the host that lies in one becomes (or a view of it)."""
     host_names = None if isinstance(to_host, bool) else set(to_host)
     updates: dict[str, Any] = {}
     together: dict[str, Any] = {}  # device arrays brought to the host, by name
@@ -141,9 +137,6 @@ def commit(plan: CellPlan, work: dict[str, Any], namespace: dict[str, Any],
             continue
         if name in plan.overrides and value is plan.overrides[name]:
             continue
-        if started is not None and name not in plan.inputs and \
-                value is started.get(name, _MISSING) and name not in plan.overrides:
-            continue  # (the namespace's changed during the run: not by the cell)
         wants_host = to_host is True or (host_names is not None and name in host_names)
         if not wants_host and be.notes_device_arrays:  # the GPU needs no walk
             _held_arrays(value, made)

@@ -59,7 +59,7 @@ def held_reads(source: str, namespace: Mapping[str, Any], inputs: Mapping[str, A
     found: dict[str, tuple[Held, bool]] = {}
     for root, key, line, index in reads:
         obj = namespace.get(root)
-        if obj is None or isinstance(obj, (types.ModuleType, type, np.ndarray)):
+        if obj is None or issubclass(type(obj), (types.ModuleType, type, np.ndarray)):
             continue  # an array read is an input; a class's attributes are not its items
         for item in holder_arrays(obj, key):
             for name, arr in inputs.items():

@@ -348,23 +348,21 @@ def holder_arrays(obj: Any, key: Any) -> list[np.ndarray]:
     the source names one (``L[1]``, ``D["x"]``, ``b.x``), else among its items, values or
     attributes; an array is itself; a module holds none. Picked in C: a million-item list
     looked at item by item for each input took over a second a cell."""
-    if isinstance(obj, np.ndarray):
-        return [obj]
-    if key is not None:  # L[1][:] = 0: that item
-        items = [_item(obj, key)]
-    else:
-        items = list(obj.values() if isinstance(obj, dict) else obj
-                     if isinstance(obj, (list, tuple))
-                     else vars(obj).values() if hasattr(obj, "__dict__")
-                     and not isinstance(obj, types.ModuleType) else ())
+    kind = type(obj)  # (not isinstance nor hasattr: an object's __getattribute__ may raise)
+    try:  # (no __dict__, or the object's own error: none)
+        items = [obj] if issubclass(kind, np.ndarray) else [_item(obj, key)] if key is not None \
+            else list(obj.values() if issubclass(kind, dict) else obj if issubclass(
+                kind, (list, tuple)) else () if issubclass(kind, types.ModuleType)
+                else vars(obj).values())
+    except Exception:
+        return []
     return list(compress(items, map(issubclass, map(type, items), repeat(np.ndarray))))
 
 
 def _item(obj: Any, key: Any) -> Any:
-    """The item ``obj[key]`` of a dict, list or tuple, else the attribute ``key``; ``None``
-    where there is none."""
+    """``obj[key]`` of a dict, list or tuple, else its attribute ``key``; ``None`` if none."""
     try:
-        return obj[key] if isinstance(obj, (dict, list, tuple)) else getattr(obj, key)
+        return obj[key] if issubclass(type(obj), (dict, list, tuple)) else getattr(obj, key)
     except (LookupError, TypeError, AttributeError):
         return None
 

@@ -30,15 +30,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..compat.scope import host_value
+from ..compat.spec import MISSING
 from .errors import CellError
 from .globalreads import ANY, _code_globals, _scan
 from .heldwrites import _parse
 from .notebookcode import notebook_reads, store_offsets
-from .rehome import cell_codes
 
 __all__ = ["InPlaceFirst", "StaleGuard", "guarding"]
 
-_MISSING = object()
 _BY_VALUE = (int, float, complex, str, bytes, bool, type(None))  # `n = 500` again: the same
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _RESUMES = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -126,17 +125,19 @@ class StaleGuard:
         self.active = False
         self._previous: Any = None
         self._thread_previous: Any = None
-        self._codes: dict[int, tuple[types.CodeType, frozenset[str], frozenset[str]]] = {}
+        self._codes: dict[int, tuple[types.CodeType, frozenset[str], dict[int, str]]] = {}
+        # the globals functions wrote into your namespace, with what each held before
+        self.synced: dict[str, Any] = {}
 
     @classmethod
     def for_cell(cls, namespace: dict[str, Any], work: dict[str, Any],
                  binds: Iterable[str], skip: Iterable[str], filename: str,
-                 in_place: InPlaceFirst | None = None,
-                 names: Iterable[str] = ()) -> StaleGuard | None:
+                 in_place: InPlaceFirst | None = None) -> StaleGuard | None:
         """The guard of a cell that may bind ``binds`` (not ``skip``: the array module's
-        names, which are the cell's own) or change inputs in place (``in_place``) and names
-        ``names``, or None where no function of the notebook reads what it binds or changes
-        nor writes a global it names or binds."""
+        names, which are the cell's own) or change inputs in place (``in_place``), or None
+        where no function of the notebook reads any of them nor writes a global (any such
+        write is brought into the cell's namespace, or the commit would put back the value
+        from before the cell)."""
         # a name new to the namespace is no function's stale read: it read nothing before
         # (a NameError, which the cell raises too)
         bound = frozenset(binds) - frozenset(skip) - {"__builtins__"}
@@ -145,8 +146,7 @@ class StaleGuard:
         code = notebook_reads(namespace)
         if ANY not in code.reads:
             rebound, changed = rebound & code.reads, changed & code.reads
-        writes = code.writes if ANY in code.writes else code.writes & (bound | set(names))
-        if not rebound and not changed and not writes:
+        if not rebound and not changed and not code.writes:
             return None
         return cls(namespace, work, rebound | changed, filename,
                    in_place if changed else None)
@@ -155,14 +155,13 @@ class StaleGuard:
     def of_plan(cls, plan: Any, namespace: dict[str, Any], work: dict[str, Any],
                 filename: str) -> StaleGuard | None:
         """:meth:`for_cell` of a planned cell (a :class:`~.plan.CellPlan`, which imports this
-        module): the names it stores or deletes, its inputs changed in place first, the
-        names its code reads; not its array module's names."""
+        module): the names it stores or deletes, its inputs changed in place first; not its
+        array module's names."""
         return cls.for_cell(namespace, work, plan.stored | plan.deleted, plan.overrides,
-                            filename, plan.in_place_first,
-                            set().union(*(c.co_names for c in cell_codes(plan.code))))
+                            filename, plan.in_place_first)
 
     def _changed(self, name: str) -> bool:
-        now, was = self.work.get(name, _MISSING), self.base[name]
+        now, was = self.work.get(name, MISSING), self.base[name]
         if _same(now, was):
             return False
         try:  # `import numpy as npy` in the cell: NumPy's module, as before
@@ -175,7 +174,7 @@ class StaleGuard:
         line at the call), or None."""
         for name in sorted(names):
             if self._changed(name):
-                how = "deleted" if self.work.get(name, _MISSING) is _MISSING else "rebound"
+                how = "deleted" if self.work.get(name, MISSING) is MISSING else "rebound"
                 return f"{name}\x00the cell {how} {name}"
             at = None if self.in_place is None or top is None else \
                 self.in_place.made_by(name, top)
@@ -215,9 +214,11 @@ class StaleGuard:
             hit = self._codes[id(code)] = (code, _code_globals(code), store_offsets(code))
         return hit[1], hit[2]
 
-    def _synced(self, name: str, now: Any) -> None:
-        """A function wrote ``name`` into your namespace: the cell's holds it now too."""
-        if now is _MISSING:
+    def _synced(self, name: str, now: Any, was: Any) -> None:
+        """A function wrote ``name`` into your namespace (``was``: what it held before): the
+        cell's holds it now too."""
+        self.synced.setdefault(name, was)
+        if now is MISSING:
             self.work.pop(name, None)
         else:
             self.work[name] = now
@@ -239,12 +240,12 @@ class StaleGuard:
         space = self.namespace
         # what it may write: its own stores, or any name (globals()["x"] = 1, exec)
         before = dict(space) if ANY in reads else \
-            {n: space.get(n, _MISSING) for n in offsets.values()}
+            {n: space.get(n, MISSING) for n in offsets.values()}
         stored: set[str] = set()  # stores run: one writing what the name held is one too
         frame.f_trace_lines = False
         # a store of what the namespace holds is seen only as it runs (`n = 0` again, where
         # the cell bound n = 3): its instructions are traced where the cell's differs
-        frame.f_trace_opcodes = any(self.work.get(n, _MISSING) is not space.get(n, _MISSING)
+        frame.f_trace_opcodes = any(self.work.get(n, MISSING) is not space.get(n, MISSING)
                                     for n in offsets.values())
 
         def written(frame: FrameType, event: str, arg: Any) -> Any:
@@ -253,9 +254,9 @@ class StaleGuard:
                     stored.add(offsets[frame.f_lasti])
             elif event == "return":  # (a yield too)
                 for name in {*before, *space} if ANY in reads else before:
-                    now = space.get(name, _MISSING)
-                    if now is not before.get(name, _MISSING) or name in stored:
-                        self._synced(name, now)
+                    now = space.get(name, MISSING)
+                    if now is not before.get(name, MISSING) or name in stored:
+                        self._synced(name, now, before.get(name, MISSING))
                         before[name] = now
                 stored.clear()
             return written
@@ -281,11 +282,11 @@ class StaleGuard:
 
     def over(self, work: dict[str, Any]) -> StaleGuard:
         """This guard over another run of the cell: a batch's namespace ``work``."""
-        self.work, self.refusal = work, None
+        self.work, self.refusal, self.synced = work, None, {}
         return self
 
     def __enter__(self) -> StaleGuard:
-        self.base = {n: self.work.get(n, _MISSING) for n in self.watched}
+        self.base = {n: self.work.get(n, MISSING) for n in self.watched}
         self._previous, self._thread_previous = sys.gettrace(), threading.gettrace()
         self.active = True
         sys.settrace(self._global)
@@ -294,7 +295,8 @@ class StaleGuard:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.active = False  # (a thread the cell left running keeps the function, idle)
+        self.active = False  # (a thread the cell left running keeps the function, idle,
+        self.work, self.base = {}, {}  # holding none of the cell's values)
         sys.settrace(self._previous)
         threading.settrace(self._thread_previous)
         if self.refusal is not None and exc is not self.refusal:

@@ -12,13 +12,13 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from numbers import Number
-from operator import is_not
 from typing import Any
 
 import numpy as np
 
 from ..backend import Backend
 from ..backend.writes import host_changed
+from ..compat.spec import MISSING
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
 from .heldreads import read_message
@@ -31,7 +31,7 @@ from .overlap import MAY_HOLD, whole_groups
 from .plan import CellPlan
 from .reduce import combine
 from .report import RunReport
-from .staleguard import StaleGuard
+from .staleguard import StaleGuard, guarding
 
 __all__ = ["WARMUP_ELEMENTS", "run_whole", "shown_value", "warmup", "warmup_rows"]
 
@@ -57,7 +57,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     __tracebackhide__ = True
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
-    mem = watch = homes = started = None
+    mem = watch = homes = None
     still: frozenset[str] = frozenset()  # inputs left as the user's arrays (InputWatch.unmade)
     try:
         check_budget(plan, dtype, be)
@@ -78,8 +78,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
             guard = StaleGuard.of_plan(plan, namespace, work, filename)
-            started = dict(namespace)  # (a name a function wrote there meanwhile: commit)
-            with be.time_device() as timing, recorder, guard or contextlib.nullcontext():
+            with be.time_device() as timing, recorder, guarding(guard, work):
                 value = plan.run(work, namespace, shown)
             seen = plan.stored
             plan = watch.commit_plan(plan)  # inputs changed through other names too
@@ -108,8 +107,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        watch = homes = started = None  # their copies (and the names held) go now: this
-        # frame outlives a failed cell
+        watch = homes = None  # their copies go now: this frame outlives a failed cell
         new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
                    work=work)
@@ -117,7 +115,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             raise  # with the traceback fail() gave it
         raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
-    commit(plan, work, namespace, to_host, be, report, shown, homes, started)
+    commit(plan, work, namespace, to_host, be, report, shown, homes)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
     committed = {o.name for o in report.outputs}
@@ -232,18 +230,17 @@ def warmup_rows(cut: list[np.ndarray]) -> int:
 
 
 @contextlib.contextmanager
-def _undone(namespace: dict[str, Any]) -> Iterator[None]:
-    """Put back the names of ``namespace`` a run rebinds, adds or deletes (``global _mu;
-    _mu = a.mean()`` on the ``--warmup`` slice, which the real run would then read)."""
-    saved = dict(namespace)
+def _undone(guard: StaleGuard | None, namespace: dict[str, Any]) -> Iterator[None]:
+    """Put back in ``namespace`` the globals that functions of earlier cells wrote under
+    ``guard`` (and only those: a warning's registry, a thread's writes stay)."""
     try:
         yield
     finally:
-        if any(map(is_not, namespace.values(), map(saved.get, namespace.keys()))) \
-                or len(namespace) != len(saved):
-            for name in [n for n in namespace if n not in saved]:
-                del namespace[name]
-            namespace.update((n, v) for n, v in saved.items() if namespace.get(n) is not v)
+        for name, was in (guard.synced.items() if guard is not None else ()):
+            if was is MISSING:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = was
 
 
 def _longest(plan: CellPlan) -> set[str]:
@@ -281,9 +278,12 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
     try:
         moved, _ = move_inputs(slim, dtype, be)
         scratch = {**namespace, **plan.overrides, **moved}
-        # pickle finds what the cell defines, as in the run; what it prints is held; what
-        # a function from an earlier cell writes into the namespace on the slice is undone
-        with as_main(scratch, namespace), _held_output() as held, _undone(namespace):
+        # pickle finds what the cell defines, as in the run; what it prints is held; the
+        # calls of earlier cells' functions are guarded as in the run, and the globals they
+        # write on the slice are put back after it (`_mu = a.mean()`, which the run reads)
+        guard = StaleGuard.of_plan(plan, namespace, scratch, plan.code.co_filename)
+        with as_main(scratch, namespace), _held_output() as held, \
+                guarding(guard, scratch), _undone(guard, namespace):
             exec(plan.code, scratch)
         for name, rule in (reduce or {}).items():
             if name in scratch:

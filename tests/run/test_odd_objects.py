@@ -59,3 +59,14 @@ def test_a_cell_failing_on_such_an_object_leaves_the_names_as_they_were(ip):
     assert isinstance(result.error_in_exec, RuntimeError)
     assert "Y" not in ip.user_ns and "v" not in ip.user_ns
     np.testing.assert_array_equal(ip.user_ns["X"], np.arange(6.0))
+
+
+def test_an_item_read_of_such_an_object_after_an_input_changes_runs(ip):
+    """heldreads looked at the object with isinstance (a final review, helper-98)."""
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell("class P:\n    def __getattribute__(self, k):\n"
+                       "        raise RuntimeError('closed')\n"
+                       "    def __getitem__(self, i):\n        return 1.0\np = P()").success
+    result = ip.run_cell("%%gpu --quiet\nX += 1\ny = p[0] * 2")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["y"] == 2.0

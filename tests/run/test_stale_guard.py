@@ -260,3 +260,26 @@ def test_the_warmup_slice_leaves_no_global_a_function_wrote(ip):
     y = ip.user_ns["y"]
     np.testing.assert_array_equal(y.get() if hasattr(y, "get") else y,
                                   np.arange(20_000.0).reshape(10_000, 2) - 9999.5)
+
+
+def test_a_name_the_cell_saves_and_puts_back_around_a_writer_is_the_cells(ip):
+    """A final review (helper-98) of a commit rule since dropped: the cell's `mode = prev`
+    after use_cpu() wrote 'cpu' kept 'cpu'; a plain cell ends with 'gpu'."""
+    setup = "mode = 'gpu'\ndef use_cpu():\n    global mode\n    mode = 'cpu'\n"
+    cell = "prev = mode\nuse_cpu()\nseen = mode\nmode = prev"
+    assert ip.run_cell(setup).success
+    result = ip.run_cell("%%gpu --quiet\n" + cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["mode"] == "gpu" and ip.user_ns["seen"] == "cpu"
+
+
+def test_the_warmup_leaves_a_warning_of_an_earlier_cells_function_shown_once(ip):
+    import warnings
+
+    setup = "import warnings\ndef loud(a):\n    warnings.warn('slow path')\n    return a\n"
+    ip.user_ns["R"] = np.ones((10_000, 2))
+    assert ip.run_cell(setup).success
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        assert ip.run_cell("%%gpu --quiet --warmup\ny = loud(R) * 2").success
+    assert [str(w.message) for w in seen].count("slow path") == 1
