@@ -4,8 +4,7 @@ runs: an object that holds an input (``L[0][:] = -1`` with ``L = [x]`` from an e
 (``def reset(): x[:] = 0``). Such a change reaches the user's array, not the copy the cell's
 name holds: a batched run would upload the later batches' rows changed
 (:func:`holder_changed`), a whole run's name would read the copy from before it
-(:func:`stale_read`).
-"""
+(:func:`stale_read`)."""
 
 from __future__ import annotations
 
@@ -355,7 +354,7 @@ def holder_arrays(obj: Any, key: Any) -> list[np.ndarray]:
                 kind, (list, tuple)) else () if issubclass(kind, types.ModuleType)
                 else vars(obj).values())
     except Exception:
-        return []
+        items = []  # type: ignore[assignment]
     return list(compress(items, map(issubclass, map(type, items), repeat(np.ndarray))))
 
 
