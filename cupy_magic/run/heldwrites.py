@@ -354,7 +354,7 @@ def holder_arrays(obj: Any, key: Any) -> list[np.ndarray]:
                 kind, (list, tuple)) else () if issubclass(kind, types.ModuleType)
                 else vars(obj).values())
     except Exception:
-        items = []  # type: ignore[assignment]
+        items = []
     return list(compress(items, map(issubclass, map(type, items), repeat(np.ndarray))))
 
 
