@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import sys
 import threading
@@ -245,8 +246,17 @@ class StaleGuard:
         frame.f_trace_lines = False
         # a store of what the namespace holds is seen only as it runs (`n = 0` again, where
         # the cell bound n = 3): its instructions are traced where the cell's differs
-        frame.f_trace_opcodes = any(self.work.get(n, MISSING) is not space.get(n, MISSING)
-                                    for n in offsets.values())
+        differ = sorted(n for n in set(offsets.values())
+                        if self.work.get(n, MISSING) is not space.get(n, MISSING))
+        if differ and not _opcode_events():
+            self.refusal = CellError(
+                f"the cell ran {code.co_qualname}() from an earlier cell, which may write the "
+                f"global {differ[0]}, after the cell bound {differ[0]} otherwise: where it "
+                f"writes the value your {differ[0]} holds, this Python {sys.version.split()[0]} "
+                "cannot see it, and the cell would keep its own; run it in a plain cell, or "
+                f"call {code.co_name} before the cell binds {differ[0]} (nothing was committed)")
+            raise self.refusal
+        frame.f_trace_opcodes = bool(differ)
 
         def written(frame: FrameType, event: str, arg: Any) -> Any:
             if event == "opcode":
@@ -287,6 +297,7 @@ class StaleGuard:
 
     def __enter__(self) -> StaleGuard:
         self.base = {n: self.work.get(n, MISSING) for n in self.watched}
+        _opcode_events()  # (known before the trace function is set: none runs inside one)
         self._previous, self._thread_previous = sys.gettrace(), threading.gettrace()
         self.active = True
         sys.settrace(self._global)
@@ -301,6 +312,35 @@ class StaleGuard:
         threading.settrace(self._thread_previous)
         if self.refusal is not None and exc is not self.refusal:
             raise self.refusal  # caught in the cell (`except Exception`): refused all the same
+
+
+@functools.cache
+def _opcode_events() -> bool:
+    """Whether this Python gives a frame's trace function an event per instruction where the
+    frame asks as it starts (``f_trace_opcodes``): 3.11 does; 3.12.1 gives none."""
+    seen: list[int] = []
+
+    def probe() -> int:
+        return len(seen)
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            seen.append(frame.f_lasti)
+        return local
+
+    def started(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code is probe.__code__:
+            frame.f_trace_opcodes = True
+            return local
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(started)
+    try:
+        probe()
+    finally:
+        sys.settrace(previous)
+    return bool(seen)
 
 
 def _both(ours: Any, theirs: Any) -> Any:

@@ -242,6 +242,12 @@ def test_what_a_function_writes_as_a_global_the_cell_reads_and_keeps(ip, setup, 
     kept = {n: ip.user_ns[n] for n in ("n", "cache", "calls", "m", "k") if n in ip.user_ns}
     assert ip.run_cell(setup).success
     result = ip.run_cell("%%gpu --quiet\n" + cell)
+    from cupy_magic.run.staleguard import _opcode_events
+
+    if not _opcode_events() and cell.startswith(("n = 3", "load()")):  # (Python 3.12.1)
+        assert "this Python" in str(result.error_in_exec) and "cannot see it" in \
+            str(result.error_in_exec), result.error_in_exec
+        return
     assert result.success, result.error_in_exec
     assert ip.user_ns["t"] == want
     assert {n: ip.user_ns[n] for n in kept} == kept
