@@ -50,13 +50,13 @@ def notebook_reads(namespace: Mapping[str, Any]) -> NotebookCode:
     sets and dicts hold (:func:`~.reaches.notebook_functions`; not IPython's ``In`` and
     ``Out``), and the methods, properties, static and class methods of the notebook's classes
     (an ``ABC``'s too) and of its objects' classes; with :data:`~.globalreads.ANY` where one
-    calls ``globals()``, ``eval`` or ``exec``; and whether one writes a global."""
+    calls ``globals()``, ``eval`` or ``exec``; and the globals they write."""
     history = {id(namespace.get(n)) for n in _HISTORY}
     values = namespace.values()  # scanned in C (a long session's namespace holds thousands)
     kinds = set(map(type, values))
     classes = {k for k in kinds if of_notebook_class(k, namespace)}  # its objects' classes
     picked = {k for k in kinds if k in _HOLDS_CODE or issubclass(k, type)} | classes
-    found: list[tuple[frozenset[str], bool]] = []
+    found: list[tuple[frozenset[str], frozenset[str]]] = []
     for value in compress(values, map(picked.__contains__, map(type, values))):
         if id(value) in history:
             continue
@@ -79,8 +79,8 @@ def _reads_of(fn: types.FunctionType) -> tuple[frozenset[str], frozenset[str]]:
 
 def _function_reads(value: Any, namespace: Mapping[str, Any]
                     ) -> tuple[frozenset[str], frozenset[str]]:
-    """What the notebook's functions that ``value`` may run read (and whether one writes a
-    global); a function's kept with it (a notebook's fifty functions took 2 ms a cell, each
+    """What the notebook's functions that ``value`` may run read and write as globals; a
+    function's kept with it (a notebook's fifty functions took 2 ms a cell, each
     looked at again)."""
     hit = _READS.get(value) if type(value) is types.FunctionType else None
     if hit is None:

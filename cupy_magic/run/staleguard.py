@@ -129,6 +129,7 @@ class StaleGuard:
         self._codes: dict[int, tuple[types.CodeType, frozenset[str], dict[int, str]]] = {}
         # the globals functions wrote into your namespace, with what each held before
         self.synced: dict[str, Any] = {}
+        self.undo = False
 
     @classmethod
     def for_cell(cls, namespace: dict[str, Any], work: dict[str, Any],
@@ -273,26 +274,25 @@ class StaleGuard:
         return written
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
-        theirs = self._previous(frame, event, arg) if self._previous is not None else None
-        if event != "call" or frame.f_globals is not self.namespace or not self.active:
-            return theirs
-        ours = self._check(frame)
-        if ours is None or theirs is None:
-            return ours if ours is not None else theirs
-        return _both(ours, theirs)
+        return self._traced(self._previous, frame, event, arg)
 
     def _in_thread(self, frame: FrameType, event: str, arg: Any) -> Any:
         """The trace function of the threads the cell starts (a ``ThreadPoolExecutor``)."""
-        previous = self._thread_previous
+        return self._traced(self._thread_previous, frame, event, arg)
+
+    def _traced(self, previous: Any, frame: FrameType, event: str, arg: Any) -> Any:
+        """A trace function's event: ``previous`` (one set before the guard's) first, then,
+        for the call of a function from an earlier cell, :meth:`_check`."""
         theirs = previous(frame, event, arg) if previous is not None else None
         if event != "call" or frame.f_globals is not self.namespace or not self.active:
             return theirs
         ours = self._check(frame)
         return ours if theirs is None else theirs if ours is None else _both(ours, theirs)
 
-    def over(self, work: dict[str, Any]) -> StaleGuard:
-        """This guard over another run of the cell: a batch's namespace ``work``."""
-        self.work, self.refusal, self.synced = work, None, {}
+    def over(self, work: dict[str, Any], undo: bool = False) -> StaleGuard:
+        """This guard over another run of the cell: a batch's namespace ``work``; ``undo``:
+        put back, as it exits, the globals functions wrote (the ``--warmup`` slice's run)."""
+        self.work, self.refusal, self.synced, self.undo = work, None, {}, undo
         return self
 
     def __enter__(self) -> StaleGuard:
@@ -310,6 +310,11 @@ class StaleGuard:
         self.work, self.base = {}, {}  # holding none of the cell's values)
         sys.settrace(self._previous)
         threading.settrace(self._thread_previous)
+        for name, was in self.synced.items() if self.undo else ():
+            if was is MISSING:  # (only those: a warning's registry, a thread's writes stay)
+                self.namespace.pop(name, None)
+            else:
+                self.namespace[name] = was
         if self.refusal is not None and exc is not self.refusal:
             raise self.refusal  # caught in the cell (`except Exception`): refused all the same
 
@@ -353,6 +358,8 @@ def _both(ours: Any, theirs: Any) -> Any:
     return local
 
 
-def guarding(guard: StaleGuard | None, work: dict[str, Any]) -> contextlib.AbstractContextManager:
-    """``guard`` over the run of the cell in ``work``; nothing where there is none."""
-    return guard.over(work) if guard is not None else contextlib.nullcontext()
+def guarding(guard: StaleGuard | None, work: dict[str, Any],
+             undo: bool = False) -> contextlib.AbstractContextManager:
+    """``guard`` over the run of the cell in ``work`` (:meth:`StaleGuard.over`); nothing
+    where there is none."""
+    return guard.over(work, undo) if guard is not None else contextlib.nullcontext()

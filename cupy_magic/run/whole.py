@@ -18,7 +18,6 @@ import numpy as np
 
 from ..backend import Backend
 from ..backend.writes import host_changed
-from ..compat.spec import MISSING
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
 from .heldreads import read_message
@@ -229,20 +228,6 @@ def warmup_rows(cut: list[np.ndarray]) -> int:
     return min(cut[0].shape[0], max(2, -(-WARMUP_ELEMENTS // per_row)))
 
 
-@contextlib.contextmanager
-def _undone(guard: StaleGuard | None, namespace: dict[str, Any]) -> Iterator[None]:
-    """Put back in ``namespace`` the globals that functions of earlier cells wrote under
-    ``guard`` (and only those: a warning's registry, a thread's writes stay)."""
-    try:
-        yield
-    finally:
-        for name, was in (guard.synced.items() if guard is not None else ()):
-            if was is MISSING:
-                namespace.pop(name, None)
-            else:
-                namespace[name] = was
-
-
 def _longest(plan: CellPlan) -> set[str]:
     """The inputs batching would cut: those with the largest leading length. Smaller ones,
     such as weights, keep their shape so that the cell's shapes still agree."""
@@ -283,7 +268,7 @@ def warmup(plan: CellPlan, dtype: str | None, be: Backend, namespace: dict[str, 
         # write on the slice are put back after it (`_mu = a.mean()`, which the run reads)
         guard = StaleGuard.of_plan(plan, namespace, scratch, plan.code.co_filename)
         with as_main(scratch, namespace), _held_output() as held, \
-                guarding(guard, scratch), _undone(guard, namespace):
+                guarding(guard, scratch, undo=True):
             exec(plan.code, scratch)
         for name, rule in (reduce or {}).items():
             if name in scratch:
