@@ -336,6 +336,13 @@ class Backend:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    def uncounted(self) -> contextlib.AbstractContextManager[None]:
+        """A context for the extension's own work inside a cell (building a NumPy function's
+        wrapper): what it allocates is not the cell's. Nothing to do where the pool is the
+        device's (the work allocates host memory); the CPU fallback, whose pool is the
+        process's memory, leaves it out."""
+        return contextlib.nullcontext()
+
     @contextlib.contextmanager
     def time_device(self) -> Iterator[_Measurement]:
         """Time the device work of a block (CUDA events on the GPU)."""

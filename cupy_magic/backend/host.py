@@ -66,6 +66,26 @@ def host_devices() -> int:
                          f"{DEVICES_ENV}=2") from None
 
 
+class _Traced:
+    """The figures of one block measured with tracemalloc (the whole process's bytes)."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base  # traced bytes as it began
+        self.now = base  # traced bytes at the last line
+        self.failed = 0  # what failed requests left (NumPy's, on a MemoryError): not counted
+        self.own = 0  # what the extension's own work kept (:meth:`HostBackend.uncounted`)
+        self.carried = 0  # the figure before the extension's own work reset the peak
+
+    def figure(self, top: int) -> int:
+        """The block's bytes at tracemalloc's peak ``top`` (since the last reset), or before
+        the extension's own work if more."""
+        return max(top - self.base - self.failed - self.own, self.carried)
+
+    def carry(self, top: int) -> None:
+        """Keep the figure at ``top`` before tracemalloc's peak is reset."""
+        self.carried = self.figure(top)
+
+
 class HostBackend(Backend):
     """NumPy on the CPU: the fallback without a GPU, and a baseline to compare against.
 
@@ -102,6 +122,7 @@ class HostBackend(Backend):
         # Arrays that cells produced stand for device arrays: they are not moved again.
         self._resident: weakref.WeakValueDictionary[int, np.ndarray] = \
             weakref.WeakValueDictionary()
+        self._measures: list[_Traced] = []  # the blocks being measured now, innermost last
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(backend=self.name, name="CPU (NumPy)", total_bytes=_host_ram_total(),
@@ -184,13 +205,36 @@ class HostBackend(Backend):
         return 0
 
     @contextlib.contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """The extension's own work inside a cell (a NumPy function's wrapper, built on its
+        first use in the process: ~130 KB of compiling for a moment): what it allocates, held
+        or for a moment, is not the cell's, as it is not in a GPU's pool. The peak before it
+        still counts; its bytes kept after it do not."""
+        if not self._measures or not tracemalloc.is_tracing():
+            yield
+            return
+        before, top = tracemalloc.get_traced_memory()
+        for state in self._measures:
+            state.carry(top)
+        try:
+            yield
+        finally:
+            kept = max(0, tracemalloc.get_traced_memory()[0] - before)
+            tracemalloc.reset_peak()
+            for state in self._measures:
+                state.own += kept
+            if self._cell_base is not None:
+                self._cell_base += kept
+
+    @contextlib.contextmanager
     def track_memory(self, code_filename: str,
                      device: int | None = None) -> Iterator[_Measurement]:
         started = not tracemalloc.is_tracing()
         if started:
             tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
-        outer, self._cell_base = self._cell_base, base
+        state = _Traced(tracemalloc.get_traced_memory()[0])
+        outer, self._cell_base = self._cell_base, state.base
+        self._measures.append(state)
         tracemalloc.reset_peak()
         held = self.resident_bytes()  # earlier cells' arrays count, as they do in a GPU pool
         m = _Measurement(start_bytes=held, peak_bytes=held)
@@ -200,36 +244,32 @@ class HostBackend(Backend):
         last_line: dict[int, int] = {}
 
         unwinding: set[int] = set()  # frames an exception is leaving: let it pass unchanged
-        # NumPy leaves a failed request in tracemalloc's figures: what a MemoryError added
-        # since the last line is not counted (current, at the last line; bytes not counted)
-        traced = [tracemalloc.get_traced_memory()[0], 0]
-        seen = [0]  # the peak so far (tracemalloc's is reset when a line goes over)
 
         def without_garbage(top: int) -> int:
-            """The line's peak less what collecting cyclic garbage frees (held then, but
+            """The line's figure less what collecting cyclic garbage frees (held then, but
             unreachable); tracemalloc's peak starts again from what is left."""
             before = tracemalloc.get_traced_memory()[0]
             gc.collect()
             after = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
-            traced[0] = after
-            return top - max(0, before - after)
+            state.now = after
+            return state.figure(top) - max(0, before - after)
 
         def local_trace(frame: FrameType, event: str, arg: Any) -> Any:
             if event == "exception":
                 unwinding.add(id(frame))
                 if issubclass(arg[0], MemoryError):
-                    traced[1] += max(0, tracemalloc.get_traced_memory()[0] - traced[0])
+                    state.failed += max(0, tracemalloc.get_traced_memory()[0] - state.now)
                     tracemalloc.reset_peak()
             elif event == "line" or (event == "return" and id(frame) not in unwinding):
                 unwinding.discard(id(frame))  # a line runs: any exception was caught
                 now, top = tracemalloc.get_traced_memory()
-                traced[0] = now
-                peak = held + top - base - traced[1]
+                state.now = now
+                peak = held + state.figure(top)
                 culprit = last_line.get(id(frame), frame.f_lineno)
                 last_line[id(frame)] = frame.f_lineno
                 if limit is not None and peak > limit:
-                    peak = held + without_garbage(top) - base - traced[1]
+                    peak = held + without_garbage(top)
                 if limit is not None and peak > limit:
                     code = line_code(code_filename, culprit)
                     earlier = (f", {format_bytes(held)} of it arrays from earlier cells"
@@ -238,12 +278,14 @@ class HostBackend(Backend):
                         f"line {culprit} `{code}` took the cell to {format_bytes(peak)} of host "
                         f"memory{earlier}, over the budget{on} of {format_bytes(limit)}",
                         line=culprit)
+                state.carried = 0  # in `seen` now
                 seen[0] = max(seen[0], peak)
             return local_trace
 
         def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
             return local_trace if frame.f_code.co_filename == code_filename else None
 
+        seen = [0]  # the peak so far (tracemalloc's is reset when a line goes over)
         old_trace = sys.gettrace()
         if limit is not None:
             sys.settrace(global_trace)
@@ -252,8 +294,10 @@ class HostBackend(Backend):
         finally:
             if limit is not None:
                 sys.settrace(old_trace)
-            m.peak_bytes = max(seen[0],
-                               held + max(0, tracemalloc.get_traced_memory()[1] - base))
+            top = tracemalloc.get_traced_memory()[1]
+            m.peak_bytes = max(seen[0], held + max(0, top - state.base - state.own,
+                                                   state.carried))
+            self._measures.remove(state)
             self._cell_base = outer
             if started:
                 tracemalloc.stop()

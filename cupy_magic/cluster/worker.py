@@ -235,7 +235,7 @@ def execute_block(spec: BlockSpec, index: int, start: int, batched: dict[str, An
     register_source(spec.source, spec.filename)
     record = CompatRecord(spec.filename, spec.source, fallback=spec.fallback,
                           host=not be.is_gpu)
-    module = array_module(be.xp, record)
+    module = array_module(be.xp, record, be.uncounted)
     work: dict[str, Any] = {"__builtins__": cell_builtins(module), **spec.values}
     work.update({n: module for n in spec.numpy_names})
     recorder = (SyncRecorder(spec.filename, spec.source, spec.syncs) if be.is_gpu

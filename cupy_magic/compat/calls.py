@@ -8,6 +8,8 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -61,8 +63,10 @@ def _same(value: Any, default: Any) -> bool:
 class Calls(Moves):
     """One cell's handling of the calls the proxy could not pass straight through."""
 
-    def __init__(self, xp: ModuleType, record: CompatRecord, reference: ModuleType | None):
+    def __init__(self, xp: ModuleType, record: CompatRecord, reference: ModuleType | None,
+                 uncounted: Callable[[], AbstractContextManager[None]] = nullcontext):
         self.xp = xp
+        self.uncounted = uncounted  # the backend's: the extension's own work is not the cell's
         self.record = record
         self.checked = reference is not None
         self.host = xp is numpy

@@ -13,6 +13,8 @@ extra positional arguments and errors take :class:`Calls`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import CodeType, ModuleType
 from typing import Any
 
@@ -36,9 +38,13 @@ _UFUNC_METHODS = {"reduce": (0,), "accumulate": (0,), "reduceat": (0,), "outer":
                   "at": (0,)}
 
 
-def array_module(xp: ModuleType, record: CompatRecord) -> ArrayModule:
-    """The proxy of ``xp`` (CuPy, or NumPy on the CPU fallback) for one cell."""
-    return ArrayModule(Calls(xp, record, reference_module()), xp, "")
+def array_module(xp: ModuleType, record: CompatRecord,
+                 uncounted: Callable[[], AbstractContextManager[None]] = nullcontext,
+                 ) -> ArrayModule:
+    """The proxy of ``xp`` (CuPy, or NumPy on the CPU fallback) for one cell; ``uncounted``:
+    the backend's context for the extension's own work (building a name's wrapper on its
+    first use), whose memory is not the cell's."""
+    return ArrayModule(Calls(xp, record, reference_module(), uncounted), xp, "")
 
 
 def _ref(path: str, name: str) -> Any:
@@ -227,7 +233,8 @@ class ArrayModule(ModuleType):
             return _star_names(calls, path.rstrip("."), fallen)
         if name.startswith("__") and name.endswith("__"):
             return getattr(target, name)
-        value, keep = _resolve(calls, target, path.rstrip("."), name, fallen, self)
+        with calls.uncounted():
+            value, keep = _resolve(calls, target, path.rstrip("."), name, fallen, self)
         if keep:
             self.__dict__[name] = value
         return value

@@ -314,7 +314,7 @@ def plan_cell(source: str, namespace: dict[str, Any], filename: str,
     # the names bound to NumPy, scanned in C (a notebook's namespace holds thousands)
     bound_np = numpy_names(namespace)
     record = CompatRecord(filename, source, fallback=fallback, host=not be.is_gpu)
-    module = array_module(be.xp, record)
+    module = array_module(be.xp, record, be.uncounted)
     overrides: dict[str, Any] = {k: module for k in bound_np}
     overrides["__builtins__"] = cell_builtins(module)  # import numpy in the cell: the same
     if "cp" not in namespace or isinstance(namespace.get("cp"), ModuleType):

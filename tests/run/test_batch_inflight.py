@@ -22,6 +22,26 @@ def _plus_one(ip, cell: str = "y = x + 1.0"):
     return report.batch
 
 
+_WARMED: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _process_warmed(ip):
+    """Plain batched runs first in each process: under a budget the CPU fallback follows
+    each line with a trace function, and CPython (3.11) gives each function the first time
+    it runs traced a table of its lines that it keeps, which tracemalloc counts (the whole
+    process's memory is the fallback's pool): the extension's own functions' tables, ~14 KB,
+    fell in the first batched cell of a process, whose first batch measured 139 bytes a row
+    against 93 after. These tests size batches to a few hundred bytes under 160 KB; run alone
+    in a fresh process, they failed. (On a GPU the pool is the device's: none of it counts.)"""
+    if backend.current().name not in _WARMED:
+        _plus_one(ip)
+        for streams in (1, 3):  # their partials too
+            gpu(ip, "y = x + 1.0\ns = y.sum(axis=0)\n",
+                f"--to-host --reduce s=sum --streams {streams}")
+        _WARMED.add(backend.current().name)
+
+
 def test_a_full_batch_s_fixed_work_the_first_batch_missed_keeps_fewer_in_flight(ip):
     """A temporary that only a batch of more rows than the measuring one makes (as CUB's
     workspace for a full reduction on the GPU) is measured on the first full batch, run
@@ -88,7 +108,9 @@ def test_a_full_batch_over_the_budget_runs_again_on_fewer_rows(ip, reduce):
     assert "rows over the budget (work beyond its rows that the first batch did not show): " \
            "fewer rows, a size that ran alone within it" in plan, plan
     over = int(plan.split("a full batch of ")[1].split(" rows")[0].replace(",", ""))
-    assert bp.first_rows < bp.rows <= over // 2 and bp.batch_fixed > 60_000
+    # most of the 80,000 bytes (59,919 on Python 3.12.1 run alone: its first batch's rate
+    # counts a little more of them)
+    assert bp.first_rows < bp.rows <= over // 2 and bp.batch_fixed > 55_000
     assert len(bp.timeline) == bp.batches == 1 + -(-(21_000 - bp.first_rows) // bp.rows)
 
 
