@@ -127,6 +127,7 @@ class StaleGuard:
         self._previous: Any = None
         self._thread_previous: Any = None
         self._codes: dict[int, tuple[types.CodeType, frozenset[str], dict[int, str]]] = {}
+        self._idle: dict[int, types.CodeType] = {}  # (by id, as _codes)
         # the globals functions wrote into your namespace, with what each held before
         self.synced: dict[str, Any] = {}
         self.undo = False
@@ -238,6 +239,8 @@ class StaleGuard:
         if names and self.refusal is None:
             self._refuse(frame, names, reads)
         if not offsets and ANY not in reads:
+            if not names:  # nothing to do at its calls: they cost one lookup from now on
+                self._idle[id(code)] = code
             return None
         space = self.namespace
         # what it may write: its own stores, or any name (globals()["x"] = 1, exec)
@@ -285,6 +288,9 @@ class StaleGuard:
         for the call of a function from an earlier cell, :meth:`_check`."""
         theirs = previous(frame, event, arg) if previous is not None else None
         if event != "call" or frame.f_globals is not self.namespace or not self.active:
+            return theirs
+        code = frame.f_code
+        if self._idle.get(id(code)) is code:  # reads none of the names, writes no global
             return theirs
         ours = self._check(frame)
         return ours if theirs is None else theirs if ours is None else _both(ours, theirs)
