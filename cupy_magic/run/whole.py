@@ -18,6 +18,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..backend.writes import host_changed
+from ..compat.spec import MISSING
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
 from .heldreads import read_message
@@ -56,7 +57,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     __tracebackhide__ = True
     wall0 = time.perf_counter()
     work: dict[str, Any] = {}
-    mem = watch = homes = None
+    mem = watch = homes = guard = None
     still: frozenset[str] = frozenset()  # inputs left as the user's arrays (InputWatch.unmade)
     try:
         check_budget(plan, dtype, be)
@@ -76,7 +77,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
-            guard = StaleGuard.of_plan(plan, namespace, work, filename)
+            guard = StaleGuard.of_plan(plan, namespace, work, filename, _marker(be, work))
             with be.time_device() as timing, recorder, guarding(guard, work):
                 value = plan.run(work, namespace, shown)
             seen = plan.stored
@@ -114,6 +115,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             raise  # with the traceback fail() gave it
         raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
+    if guard is not None:  # what the notebook's functions wrote as globals: the cell's own
+        _as_before(guard.synced, namespace)
     commit(plan, work, namespace, to_host, be, report, shown, homes)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
@@ -122,6 +125,30 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     return shown_value(value, [n for n in bound if n in committed]
                        or [n for n in bound if n in still], namespace, to_host is True, be,
                        None if homes is None else lambda v: homes.host_of(v, plan.stored))
+
+
+def _marker(be: Backend, work: dict[str, Any]) -> Callable[[frozenset[str]],
+                                                             Callable[[str], bool]]:
+    """What fingerprints the cell's copies of the inputs it is given (in ``work``) and
+    returns whether one's bytes changed since (for :class:`~.staleguard.StaleGuard`)."""
+    def mark(names: frozenset[str]) -> Callable[[str], bool]:
+        order = sorted(names)
+        token = be.watch([work[n] for n in order])
+        return lambda name: be.changed(token)[order.index(name)]
+    return mark
+
+
+def _as_before(synced: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """Put back in ``namespace`` what each global a function of the notebook wrote during
+    the run (``synced``: :attr:`~.staleguard.StaleGuard.synced`) held before, so that the
+    commit writes it as one of the cell's bindings, which the cell's namespace holds too:
+    brought to the host under ``--to-host``, named in the report, its device memory counted
+    as the cell's results' (``_center = a.mean(axis=0)`` of the cell's device ``X``)."""
+    for name, was in synced.items():
+        if was is MISSING:
+            namespace.pop(name, None)
+        else:
+            namespace[name] = was
 
 
 def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> None:

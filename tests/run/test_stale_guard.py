@@ -289,3 +289,62 @@ def test_the_warmup_leaves_a_warning_of_an_earlier_cells_function_shown_once(ip)
         warnings.simplefilter("default")
         assert ip.run_cell("%%gpu --quiet --warmup\ny = loud(R) * 2").success
     assert [str(w.message) for w in seen].count("slow path") == 1
+
+
+@pytest.mark.parametrize("to_host", [True, False])
+def test_a_global_a_function_writes_during_the_cell_is_one_of_its_results(ip, to_host):
+    """fit() stores the centre of the cell's X as a global: a plain cell leaves a NumPy
+    array; under --to-host the %%gpu cell left the device array the function made in your
+    namespace, and its report did not name it. Now it is committed as the cell's own binding:
+    brought to the host under --to-host, kept on the device (and counted there) without."""
+    import cupy_magic
+    from cupy_magic import backend
+
+    setup = "_center = None\ndef fit(a):\n    global _center\n    _center = a.mean(axis=0)\n" \
+        "    return a - _center\n"
+    x = np.arange(12.0).reshape(6, 2)
+    ip.user_ns["X"] = x
+    assert ip.run_cell(setup).success
+    line = "--quiet --to-host" if to_host else "--quiet"
+    result = ip.run_cell(f"%%gpu {line}\ny = fit(X)")
+    assert result.success, result.error_in_exec
+    center, be = ip.user_ns["_center"], backend.current()
+    outputs = {o.name: o for o in cupy_magic.last_report().outputs}
+    assert "_center" in outputs, outputs
+    if to_host:
+        assert type(center) is np.ndarray and not be.is_device_array(center)
+        assert "host" in outputs["_center"].where, outputs["_center"]
+    else:
+        assert be.is_device_array(center), type(center)
+    np.testing.assert_array_equal(center.get() if hasattr(center, "get") else center,
+                                  [5.0, 6.0])
+
+
+CENTER = "def center(a):\n    a -= a.mean()\ndef total():\n    return float(X.sum())\n"
+
+
+def test_a_read_of_an_input_changed_through_a_function_before_is_refused(ip):
+    """center(X) changes X in place where the source does not show it; total() then reads X
+    as its global: a plain cell gives 0.0 (your X, centred); the %%gpu cell gave 15.0 (your X
+    from before, its copy centred) and committed the centred X."""
+    x = np.arange(6.0)
+    ip.user_ns["X"] = x.copy()
+    assert ip.run_cell(CENTER).success
+    message = cell_error(ip, "center(X)\nt = total()", "--quiet")
+    assert message.startswith("line 2 of the cell ran total() from an earlier cell, which "
+                              "reads X as its global, after the cell changed the input X in "
+                              "place (through a function it passed it to"), message
+    assert "nothing was committed" in message
+    np.testing.assert_array_equal(ip.user_ns["X"], x)  # as it was
+    assert "t" not in ip.user_ns
+
+
+def test_a_read_of_an_input_before_a_function_changes_it_runs(ip):
+    """The other order reads X as it was, as a plain cell does, and the change is kept."""
+    ip.user_ns["X"] = np.arange(6.0)
+    assert ip.run_cell(CENTER).success
+    result = ip.run_cell("%%gpu --quiet\nt = total()\ncenter(X)")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["t"] == 15.0
+    X = ip.user_ns["X"]
+    np.testing.assert_array_equal(X.get() if hasattr(X, "get") else X, np.arange(6.0) - 2.5)
