@@ -107,7 +107,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
-        watch = homes = None  # their copies go now: this frame outlives a failed cell
+        watch = homes = guard = None  # their copies go now: this frame outlives a failed cell
         new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
                    work=work)
@@ -132,8 +132,8 @@ def _marker(be: Backend, work: dict[str, Any]) -> Callable[[frozenset[str]],
     """What fingerprints the cell's copies of the inputs it is given (in ``work``) and
     returns whether one's bytes changed since (for :class:`~.staleguard.StaleGuard`)."""
     def mark(names: frozenset[str]) -> Callable[[str], bool]:
-        order = sorted(names)
-        token = be.watch([work[n] for n in order])
+        order = sorted(names)  # held weakly: the cell's namespace holds them while it runs
+        token = be.watch([work[n] for n in order], [True] * len(order))
         return lambda name: be.changed(token)[order.index(name)]
     return mark
 
