@@ -116,13 +116,12 @@ class HostBackend(Backend):
         # Device number -> how many times slower its batches run (sleeps after each batch),
         # so that the dealing of batches by throughput shows on the CPU (tests, teaching).
         self.slow: dict[int, float] = {}
-        # Traced bytes when the running cell's tracking began; shared by every thread (not
-        # thread-local) so that the panel's sampler thread reads the cell's live figure.
-        self._cell_base: int | None = None
         # Arrays that cells produced stand for device arrays: they are not moved again.
         self._resident: weakref.WeakValueDictionary[int, np.ndarray] = \
             weakref.WeakValueDictionary()
-        self._measures: list[_Traced] = []  # the blocks being measured now, innermost last
+        # the blocks being measured now, innermost last; shared by every thread (not
+        # thread-local) so that the panel's sampler thread reads the cell's live figure
+        self._measures: list[_Traced] = []
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(backend=self.name, name="CPU (NumPy)", total_bytes=_host_ram_total(),
@@ -193,10 +192,11 @@ class HostBackend(Backend):
 
     def cell_bytes(self) -> int:
         """Bytes the running cell's allocations hold now (0 between cells); any thread."""
-        base = self._cell_base
-        if base is None or not tracemalloc.is_tracing():
+        measures = self._measures
+        if not measures or not tracemalloc.is_tracing():
             return 0
-        return max(0, tracemalloc.get_traced_memory()[0] - base)
+        state = measures[-1]  # (the innermost: its own work left out)
+        return max(0, tracemalloc.get_traced_memory()[0] - state.base - state.own)
 
     def pool_held(self, device: int | None = None) -> int:
         return self.pool_used()
@@ -207,9 +207,10 @@ class HostBackend(Backend):
     @contextlib.contextmanager
     def uncounted(self) -> Iterator[None]:
         """The extension's own work inside a cell (a NumPy function's wrapper, built on its
-        first use in the process: ~130 KB of compiling for a moment): what it allocates, held
+        first use in the process: ~110 KB of compiling for a moment): what it allocates, held
         or for a moment, is not the cell's, as it is not in a GPU's pool. The peak before it
-        still counts; its bytes kept after it do not."""
+        still counts; its bytes kept after it do not. tracemalloc cannot tell threads apart:
+        what another thread allocates during those few milliseconds is left out too."""
         if not self._measures or not tracemalloc.is_tracing():
             yield
             return
@@ -223,8 +224,7 @@ class HostBackend(Backend):
             tracemalloc.reset_peak()
             for state in self._measures:
                 state.own += kept
-            if self._cell_base is not None:
-                self._cell_base += kept
+                state.now += kept  # (a MemoryError after it counts from there)
 
     @contextlib.contextmanager
     def track_memory(self, code_filename: str,
@@ -233,7 +233,6 @@ class HostBackend(Backend):
         if started:
             tracemalloc.start()
         state = _Traced(tracemalloc.get_traced_memory()[0])
-        outer, self._cell_base = self._cell_base, state.base
         self._measures.append(state)
         tracemalloc.reset_peak()
         held = self.resident_bytes()  # earlier cells' arrays count, as they do in a GPU pool
@@ -298,7 +297,6 @@ class HostBackend(Backend):
             m.peak_bytes = max(seen[0], held + max(0, top - state.base - state.own,
                                                    state.carried))
             self._measures.remove(state)
-            self._cell_base = outer
             if started:
                 tracemalloc.stop()
 

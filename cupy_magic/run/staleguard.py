@@ -24,7 +24,7 @@ import inspect
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from types import FrameType, TracebackType
 from typing import Any, NamedTuple
 
@@ -113,20 +113,14 @@ class StaleGuard:
         The cell's code's file name, to name the line of the cell that made the call.
     in_place
         Where the cell changes its inputs in place first.
-    copied
-        The inputs among ``watched`` the cell does not bind, and whether the cell's copy of
-        each differs from when it was made: changed where the source does not show it
-        (``center(X)``, a view, another name), where a plain cell changes your array.
     """
 
     def __init__(self, namespace: dict[str, Any], work: dict[str, Any],
                  watched: frozenset[str], filename: str,
-                 in_place: InPlaceFirst | None = None,
-                 copied: tuple[frozenset[str], Callable[[str], bool]] | None = None) -> None:
+                 in_place: InPlaceFirst | None = None) -> None:
         self.namespace, self.work, self.watched, self.filename = \
             namespace, work, watched, filename
         self.in_place = in_place
-        self.copied, self.copy_changed = copied if copied is not None else (frozenset(), None)
         self.base: dict[str, Any] = {}
         self.refusal: CellError | None = None
         self.active = False
@@ -141,42 +135,33 @@ class StaleGuard:
     @classmethod
     def for_cell(cls, namespace: dict[str, Any], work: dict[str, Any],
                  binds: Iterable[str], skip: Iterable[str], filename: str,
-                 in_place: InPlaceFirst | None = None, inputs: Iterable[str] = (),
-                 mark: Callable[[frozenset[str]], Callable[[str], bool]] | None = None,
-                 ) -> StaleGuard | None:
+                 in_place: InPlaceFirst | None = None) -> StaleGuard | None:
         """The guard of a cell that may bind ``binds`` (not ``skip``: the array module's
         names, which are the cell's own) or change inputs in place (``in_place``), or None
         where no function of the notebook reads any of them nor writes a global (any such
         write is brought into the cell's namespace, or the commit would put back the value
-        from before the cell). With ``mark`` (which fingerprints the cell's copies of the
-        inputs it is given, and returns whether one changed since), the ``inputs`` such a
-        function reads that the cell does not bind are watched too."""
+        from before the cell)."""
         # a name new to the namespace is no function's stale read: it read nothing before
         # (a NameError, which the cell raises too)
         bound = frozenset(binds) - frozenset(skip) - {"__builtins__"}
         rebound = bound.intersection(namespace)
         changed = frozenset(in_place.first) if in_place is not None else frozenset()
         code = notebook_reads(namespace)
-        copied = frozenset(inputs) - bound - changed if mark is not None else frozenset()
         if ANY not in code.reads:
             rebound, changed = rebound & code.reads, changed & code.reads
-            copied &= code.reads
-        if not rebound and not changed and not copied and not code.writes:
+        if not rebound and not changed and not code.writes:
             return None
-        return cls(namespace, work, rebound | changed | copied, filename,
-                   in_place if changed else None,
-                   (copied, mark(copied)) if copied and mark is not None else None)
+        return cls(namespace, work, rebound | changed, filename,
+                   in_place if changed else None)
 
     @classmethod
     def of_plan(cls, plan: Any, namespace: dict[str, Any], work: dict[str, Any],
-                filename: str,
-                mark: Callable[[frozenset[str]], Callable[[str], bool]] | None = None,
-                ) -> StaleGuard | None:
+                filename: str) -> StaleGuard | None:
         """:meth:`for_cell` of a planned cell (a :class:`~.plan.CellPlan`, which imports this
-        module): the names it stores or deletes, its inputs changed in place first, its
-        inputs with ``mark``; not its array module's names."""
+        module): the names it stores or deletes, its inputs changed in place first; not its
+        array module's names."""
         return cls.for_cell(namespace, work, plan.stored | plan.deleted, plan.overrides,
-                            filename, plan.in_place_first, plan.inputs, mark)
+                            filename, plan.in_place_first)
 
     def _changed(self, name: str) -> bool:
         now, was = self.work.get(name, MISSING), self.base[name]
@@ -198,16 +183,11 @@ class StaleGuard:
                 self.in_place.made_by(name, top)
             if at is not None:
                 return f"{name}\x00the cell changed the input {name} in place (line {at})"
-            if name in self.copied and self.copy_changed is not None \
-                    and self.copy_changed(name):
-                return (f"{name}\x00the cell changed the input {name} in place (through a "
-                        "function it passed it to, a view or another name)")
         return None
 
     def _refuse(self, frame: FrameType, names: frozenset[str], reads: frozenset[str]) -> None:
         cheap = names - (self.in_place.first.keys() if self.in_place is not None else set())
-        if not any(map(self._changed, sorted(cheap))) and self.in_place is None \
-                and not (self.copied and names & self.copied):
+        if not any(map(self._changed, sorted(cheap))) and self.in_place is None:
             return  # (the stack is walked only for a read that may be stale)
         back, line, top = frame.f_back, None, None  # the call's line in the cell; the
         while back is not None:  # top-level statement's

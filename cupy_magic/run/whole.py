@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from numbers import Number
 from typing import Any
@@ -77,7 +77,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             del moved
             shown = ShownOnHost(to_host, plan.stored, work, namespace, be) \
                 if plan.displays and to_host is not False else None
-            guard = StaleGuard.of_plan(plan, namespace, work, filename, _marker(be, work))
+            guard = StaleGuard.of_plan(plan, namespace, work, filename)
             with be.time_device() as timing, recorder, guarding(guard, work):
                 value = plan.run(work, namespace, shown)
             seen = plan.stored
@@ -116,7 +116,7 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
     if guard is not None:  # what the notebook's functions wrote as globals: the cell's own
-        _as_before(guard.synced, namespace)
+        _as_before(guard.synced, namespace, plan.inputs)
     commit(plan, work, namespace, to_host, be, report, shown, homes)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
@@ -127,26 +127,21 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
                        None if homes is None else lambda v: homes.host_of(v, plan.stored))
 
 
-def _marker(be: Backend, work: dict[str, Any]) -> Callable[[frozenset[str]],
-                                                             Callable[[str], bool]]:
-    """What fingerprints the cell's copies of the inputs it is given (in ``work``) and
-    returns whether one's bytes changed since (for :class:`~.staleguard.StaleGuard`)."""
-    def mark(names: frozenset[str]) -> Callable[[str], bool]:
-        order = sorted(names)  # held weakly: the cell's namespace holds them while it runs
-        token = be.watch([work[n] for n in order], [True] * len(order))
-        return lambda name: be.changed(token)[order.index(name)]
-    return mark
-
-
-def _as_before(synced: dict[str, Any], namespace: dict[str, Any]) -> None:
+def _as_before(synced: dict[str, Any], namespace: dict[str, Any],
+               inputs: Mapping[str, Any]) -> None:
     """Put back in ``namespace`` what each global a function of the notebook wrote during
     the run (``synced``: :attr:`~.staleguard.StaleGuard.synced`) held before, so that the
     commit writes it as one of the cell's bindings, which the cell's namespace holds too:
     brought to the host under ``--to-host``, named in the report, its device memory counted
-    as the cell's results' (``_center = a.mean(axis=0)`` of the cell's device ``X``)."""
+    as the cell's results' (``_center = a.mean(axis=0)`` of the cell's device ``X``). Not
+    an input of the cell (the commit keeps an input the cell did not bind as it was: what
+    such a function wrote stays, as in a plain cell), nor a name it deleted (put back, it
+    would come after the cell's last name, where the commit keeps what the run added)."""
     for name, was in synced.items():
+        if name in inputs or name not in namespace:
+            continue
         if was is MISSING:
-            namespace.pop(name, None)
+            namespace.pop(name)
         else:
             namespace[name] = was
 

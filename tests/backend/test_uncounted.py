@@ -111,3 +111,19 @@ def test_outside_a_measurement_it_does_nothing():
     with be.uncounted():
         data = bytearray(10)
     assert data == bytearray(10) and not tracemalloc.is_tracing()
+
+
+def test_the_live_figure_leaves_out_what_the_work_keeps():
+    """The panel's figure of the running cell (``cell_bytes``) and a MemoryError's leftovers
+    are counted from after the work."""
+    be = HostBackend()
+    kept: list[bytearray] = []
+    with be.track_memory("<no cell>") as m:
+        mine = bytearray(50_000)
+        with be.uncounted():
+            kept.append(bytearray(300_000))
+        live = be.cell_bytes()
+        del mine
+    assert 50_000 <= live < 60_000, live
+    assert 50_000 <= m.peak_bytes < 60_000, m.peak_bytes
+    assert be.cell_bytes() == 0  # between cells

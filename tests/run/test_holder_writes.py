@@ -326,7 +326,8 @@ def test_a_view_after_the_change_runs_only_for_an_input_whose_views_come_back_as
     # keeps only one of them (session 30's fuzz: written back over the holder's -1)
     ("if c:\n    X += 1\nL[0][:] = -1\n", "L"),
     ("L[0][:] = -1\nif c:\n    X += 1\n", "L"),
-    ("W = X.T\nW += 1\nL[0][:] = -1\n", "L")])
+    ("W = X.T\nW += 1\nL[0][:] = -1\n", "L"),
+    ("def f(a):\n    a -= 1\nf(X)\nreset()\n", "the function reset()")])
 def test_a_cell_that_changes_an_input_both_through_a_holder_and_in_its_copy_is_refused(
         held, mode, cell, via):
     held.user_ns["c"] = True
@@ -340,23 +341,6 @@ def test_a_cell_that_changes_an_input_both_through_a_holder_and_in_its_copy_is_r
     # nothing committed; what the holder changed stays made in the user's array (README)
     assert held.user_ns["X"] is x and "W" not in held.user_ns
     assert (x <= 0).all()
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_a_function_changing_an_input_s_global_after_the_cell_changed_its_copy_is_refused_first(
-        held, mode):
-    """``f(X)`` changes the copy (unseen in the source), then ``reset()`` writes the user's X
-    as its global: refused after the run before (the change through reset() made in the
-    user's array, the copy's not), now as reset() is called, before it runs (the stale-read
-    guard: the copy's fingerprint changed), so your X stays as it was."""
-    x = held.user_ns["X"]
-    before = x.copy()
-    message = cell_error(held, "def f(a):\n    a -= 1\nf(X)\nreset()\n", mode)
-    assert message.startswith("line 4 of the cell ran reset() from an earlier cell, which "
-                              "reads X as its global, after the cell changed the input X in "
-                              "place (through a function it passed it to"), message
-    assert held.user_ns["X"] is x
-    np.testing.assert_array_equal(x, before)
 
 
 @pytest.mark.parametrize("mode", MODES)
