@@ -301,6 +301,16 @@ class StaleGuard:
         self.work, self.refusal, self.synced, self.undo = work, None, {}, undo
         return self
 
+    def put_back(self) -> None:
+        """Put back in your namespace what the globals the notebook's functions wrote during
+        the run held before (only those: a warning's registry, a thread's writes stay): after
+        the ``--warmup`` slice's run, and after a failed cell, which changes no variable."""
+        for name, was in self.synced.items():
+            if was is MISSING:
+                self.namespace.pop(name, None)
+            else:
+                self.namespace[name] = was
+
     def __enter__(self) -> StaleGuard:
         self.base = {n: self.work.get(n, MISSING) for n in self.watched}
         _opcode_events()  # (known before the trace function is set: none runs inside one)
@@ -316,11 +326,8 @@ class StaleGuard:
         self.work, self.base = {}, {}  # holding none of the cell's values)
         sys.settrace(self._previous)
         threading.settrace(self._thread_previous)
-        for name, was in self.synced.items() if self.undo else ():
-            if was is MISSING:  # (only those: a warning's registry, a thread's writes stay)
-                self.namespace.pop(name, None)
-            else:
-                self.namespace[name] = was
+        if self.undo:
+            self.put_back()
         if self.refusal is not None and exc is not self.refusal:
             raise self.refusal  # caught in the cell (`except Exception`): refused all the same
 

@@ -107,6 +107,8 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
         report.gpu_seconds = timing.seconds
         report.peak_pool_bytes = mem.peak_bytes
     except BaseException as exc:
+        if guard is not None:  # (fit() wrote M = 7, then the cell raised: your M as it was)
+            guard.put_back()
         watch = homes = guard = None  # their copies go now: this frame outlives a failed cell
         new = fail(exc, be, mem.peak_bytes if mem is not None else 0, filename,
                    namespace=namespace, batchable=mem is not None and has_rows(plan.inputs),
