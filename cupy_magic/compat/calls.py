@@ -9,7 +9,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -64,7 +63,8 @@ class Calls(Moves):
     """One cell's handling of the calls the proxy could not pass straight through."""
 
     def __init__(self, xp: ModuleType, record: CompatRecord, reference: ModuleType | None,
-                 uncounted: Callable[[], AbstractContextManager[None]] = nullcontext):
+                 uncounted: Callable[[], contextlib.AbstractContextManager[None]] = \
+                     contextlib.nullcontext):
         self.xp = xp
         self.uncounted = uncounted  # the backend's: the extension's own work is not the cell's
         self.record = record

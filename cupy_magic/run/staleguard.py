@@ -301,11 +301,13 @@ class StaleGuard:
         self.work, self.refusal, self.synced, self.undo = work, None, {}, undo
         return self
 
-    def put_back(self) -> None:
+    def put_back(self, names: Iterable[str] | None = None) -> None:
         """Put back in your namespace what the globals the notebook's functions wrote during
-        the run held before (only those: a warning's registry, a thread's writes stay): after
-        the ``--warmup`` slice's run, and after a failed cell, which changes no variable."""
-        for name, was in self.synced.items():
+        the run held before (only those: a warning's registry, a thread's writes stay), or
+        ``names`` of them: after the ``--warmup`` slice's run, after a failed cell, which
+        changes no variable, and before a commit, which then writes them as the cell's own."""
+        for name in self.synced if names is None else names:
+            was = self.synced[name]
             if was is MISSING:
                 self.namespace.pop(name, None)
             else:

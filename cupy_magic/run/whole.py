@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from numbers import Number
 from typing import Any
@@ -18,7 +18,6 @@ import numpy as np
 
 from ..backend import Backend
 from ..backend.writes import host_changed
-from ..compat.spec import MISSING
 from .commit import ShownOnHost, commit, host_form, leave_copy
 from .errors import CellError, fail
 from .heldreads import read_message
@@ -117,8 +116,13 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
             raise  # with the traceback fail() gave it
         raise new from None
     bound = [n for n, v in work.items() if v is value] if value is not None else []
-    if guard is not None:  # what the notebook's functions wrote as globals: the cell's own
-        _as_before(guard.synced, namespace, plan.inputs)
+    if guard is not None:
+        # what the notebook's functions wrote as globals, the commit writes as the cell's own
+        # (brought to the host under --to-host, named in the report: `_center = a.mean(axis=0)`
+        # of the cell's device X); not an input (the commit keeps one the cell did not bind as
+        # it is: what such a function wrote stays, as in a plain cell), nor a name one deleted
+        # (put back, it would come after the cell's last name, which the commit keeps)
+        guard.put_back([n for n in guard.synced if n not in plan.inputs and n in namespace])
     commit(plan, work, namespace, to_host, be, report, shown, homes)
     leave_copy(work, namespace)
     report.wall_seconds = time.perf_counter() - wall0
@@ -127,25 +131,6 @@ def run_whole(plan: CellPlan, namespace: dict[str, Any], report: RunReport, *,
     return shown_value(value, [n for n in bound if n in committed]
                        or [n for n in bound if n in still], namespace, to_host is True, be,
                        None if homes is None else lambda v: homes.host_of(v, plan.stored))
-
-
-def _as_before(synced: dict[str, Any], namespace: dict[str, Any],
-               inputs: Mapping[str, Any]) -> None:
-    """Put back in ``namespace`` what each global a function of the notebook wrote during
-    the run (``synced``: :attr:`~.staleguard.StaleGuard.synced`) held before, so that the
-    commit writes it as one of the cell's bindings, which the cell's namespace holds too:
-    brought to the host under ``--to-host``, named in the report, its device memory counted
-    as the cell's results' (``_center = a.mean(axis=0)`` of the cell's device ``X``). Not
-    an input of the cell (the commit keeps an input the cell did not bind as it was: what
-    such a function wrote stays, as in a plain cell), nor a name it deleted (put back, it
-    would come after the cell's last name, where the commit keeps what the run added)."""
-    for name, was in synced.items():
-        if name in inputs or name not in namespace:
-            continue
-        if was is MISSING:
-            namespace.pop(name)
-        else:
-            namespace[name] = was
 
 
 def _refuse_both_sides(plan: CellPlan, changed: set[str] | frozenset[str]) -> None:
